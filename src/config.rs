@@ -1,0 +1,158 @@
+//! `GpuSortConfig`: the `gpu_sort.*` settings, a DataFusion [`ConfigExtension`].
+//!
+//! Registered in the session config by
+//! [`SessionStateBuilderExt::with_gpu_sort`](crate::SessionStateBuilderExt::with_gpu_sort),
+//! so that SQL can change them per session:
+//!
+//! ```sql
+//! SET gpu_sort.enabled = false;
+//! SET gpu_sort.backend = 'cpu';
+//! SET gpu_sort.min_rows = 0;
+//! ```
+
+use std::fmt;
+use std::str::FromStr;
+
+use datafusion::common::config::ConfigExtension;
+use datafusion::common::{config_field, extensions_options, DataFusionError};
+
+/// Which sort backend the operator uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BackendChoice {
+    /// CUDA when a usable device exists, else the CPU backend.
+    #[default]
+    Auto,
+    /// CUDA only: sorts are declined (DataFusion's sort kept) when no device is usable.
+    Cuda,
+    /// The CPU backend, always.
+    Cpu,
+}
+
+/// Which device algorithm sorts a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AlgorithmChoice {
+    /// Chosen per run from the input (sortedness, known segments).
+    #[default]
+    Auto,
+    /// LSD radix sort (OneSweep on the GPU).
+    Onesweep,
+    /// Merge sort within known segments.
+    Segmented,
+    /// Run-adaptive merge sort for nearly sorted input.
+    Locality,
+}
+
+macro_rules! choice_text {
+    ($ty:ty, $what:literal, { $($variant:path => $text:literal),+ $(,)? }) => {
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(match self { $($variant => $text),+ })
+            }
+        }
+
+        impl FromStr for $ty {
+            type Err = DataFusionError;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s.trim().to_ascii_lowercase().as_str() {
+                    $($text => Ok($variant),)+
+                    other => Err(DataFusionError::Configuration(format!(
+                        "gpu_sort.{}: unknown value '{other}', expected one of: {}",
+                        $what,
+                        [$($text),+].join(", ")
+                    ))),
+                }
+            }
+        }
+    };
+}
+
+choice_text!(BackendChoice, "backend", {
+    BackendChoice::Auto => "auto",
+    BackendChoice::Cuda => "cuda",
+    BackendChoice::Cpu => "cpu",
+});
+
+choice_text!(AlgorithmChoice, "algorithm", {
+    AlgorithmChoice::Auto => "auto",
+    AlgorithmChoice::Onesweep => "onesweep",
+    AlgorithmChoice::Segmented => "segmented",
+    AlgorithmChoice::Locality => "locality",
+});
+
+config_field!(BackendChoice);
+config_field!(AlgorithmChoice);
+
+/// Default rows per device run: 2^28 rows of up to 256 key bits fit any lent GPU.
+pub const DEFAULT_RUN_ROWS: usize = 1 << 28;
+
+extensions_options! {
+    /// Settings of the gpusort operator, under the `gpu_sort` prefix.
+    pub struct GpuSortConfig {
+        /// Replace DataFusion's sorts by `GpuSortExec` (default true).
+        pub enabled: bool, default = true
+        /// `auto` (CUDA when usable, else CPU), `cuda` or `cpu`.
+        pub backend: BackendChoice, default = BackendChoice::Auto
+        /// Sorts whose input is estimated below this many rows keep DataFusion's sort.
+        /// An input of unknown size counts as large.
+        pub min_rows: usize, default = 100_000
+        /// Most rows sorted in one run; larger inputs are sorted in runs and merged.
+        pub run_rows: usize, default = DEFAULT_RUN_ROWS
+        /// `auto`, `onesweep`, `segmented` or `locality`.
+        pub algorithm: AlgorithmChoice, default = AlgorithmChoice::Auto
+        /// Also replace sorts with a LIMIT (default false: they keep DataFusion's TopK heap).
+        pub topk: bool, default = false
+    }
+}
+
+impl ConfigExtension for GpuSortConfig {
+    const PREFIX: &'static str = "gpu_sort";
+}
+
+impl GpuSortConfig {
+    /// The settings that route every sort, however small, through the CPU backend:
+    /// what tests and the sqllogictest runner use to force the operator on.
+    pub fn forced_cpu() -> Self {
+        let mut config = Self::default();
+        config.backend = BackendChoice::Cpu;
+        config.min_rows = 0;
+        config.topk = true;
+        config
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::common::config::ExtensionOptions;
+
+    #[test]
+    fn parses_every_choice_and_rejects_unknown() {
+        let mut config = GpuSortConfig::default();
+        config.set("backend", "CPU").unwrap();
+        assert_eq!(config.backend, BackendChoice::Cpu);
+        config.set("algorithm", "locality").unwrap();
+        assert_eq!(config.algorithm, AlgorithmChoice::Locality);
+        let err = config.set("backend", "tpu").unwrap_err().to_string();
+        assert!(err.contains("expected one of: auto, cuda, cpu"), "{err}");
+    }
+
+    #[test]
+    fn entries_list_every_setting() {
+        let keys: Vec<String> = GpuSortConfig::default()
+            .entries()
+            .into_iter()
+            .map(|e| e.key)
+            .collect();
+        for key in [
+            "enabled",
+            "backend",
+            "min_rows",
+            "run_rows",
+            "algorithm",
+            "topk",
+        ] {
+            assert!(keys.iter().any(|k| k == key), "{key} missing from {keys:?}");
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! `GpuSortExec`: the `ExecutionPlan` that replaces DataFusion's sorts.
+//!
+//! ```text
+//!            GpuSortExec  (preserve_partitioning = false: 1 output partition)
+//!                 ▲
+//!   ┌─────────────┼─────────────┐     every input partition drained into one buffer,
+//!   │ partition 0 │ partition 1 │ …   sorted as one run (or runs, merged), emitted in
+//!   └─────────────┴─────────────┘     batches of `batch_size`
+//!
+//!            GpuSortExec  (preserve_partitioning = true: N output partitions)
+//!   partition i ──► sort of partition i ──► output partition i
+//! ```
+//!
+//! Its plan properties (partitioning, ordering, equivalences, boundedness) are computed by
+//! DataFusion's own `SortExec` for the same keys, fetch and partitioning, so the rest of
+//! the plan sees exactly what the replaced sort promised.
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{internal_err, Result};
+use datafusion::execution::memory_pool::MemoryConsumer;
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::{LexOrdering, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::apply_expression_roots;
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
+use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, ExecutionPlanProperties,
+    PlanProperties, SendableRecordBatchStream,
+};
+
+use super::metrics::SortMetrics;
+use super::sorter::SortSpec;
+use super::stream::{sort_stream, SortTask};
+use crate::config::AlgorithmChoice;
+use crate::sort::SortBackend;
+
+/// How a `GpuSortExec` sorts: settings taken from `GpuSortConfig` at plan time.
+#[derive(Debug, Clone)]
+pub struct GpuSortOptions {
+    /// The backend that sorts each run.
+    pub backend: Arc<dyn SortBackend>,
+    /// Most rows per run.
+    pub run_rows: usize,
+    /// Requested algorithm.
+    pub algorithm: AlgorithmChoice,
+}
+
+/// Sorts its input on the GPU (or the CPU backend) by `expr`.
+#[derive(Debug, Clone)]
+pub struct GpuSortExec {
+    // What it computes.
+    /// The plan whose rows are sorted.
+    input: Arc<dyn ExecutionPlan>,
+    /// Sort keys.
+    expr: LexOrdering,
+    /// Emit at most this many rows (per output partition).
+    fetch: Option<usize>,
+    /// Sort each input partition separately (true) or all of them into one (false).
+    preserve_partitioning: bool,
+    /// Plan properties, as DataFusion's `SortExec` computes them.
+    cache: Arc<PlanProperties>,
+    // How.
+    /// Backend, run size, algorithm.
+    options: GpuSortOptions,
+    // State.
+    /// Execution metrics.
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl GpuSortExec {
+    /// Sorts `input` by `expr`; see the module docs for `preserve_partitioning`.
+    pub fn try_new(
+        input: Arc<dyn ExecutionPlan>,
+        expr: LexOrdering,
+        fetch: Option<usize>,
+        preserve_partitioning: bool,
+        options: GpuSortOptions,
+    ) -> Result<Self> {
+        let reference = SortExec::new(expr.clone(), Arc::clone(&input))
+            .with_preserve_partitioning(preserve_partitioning)
+            .with_fetch(fetch);
+        Ok(Self {
+            cache: Arc::clone(reference.properties()),
+            input,
+            expr,
+            fetch,
+            preserve_partitioning,
+            options,
+            metrics: ExecutionPlanMetricsSet::new(),
+        })
+    }
+
+    /// The sorted input.
+    pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.input
+    }
+
+    /// The sort keys.
+    pub fn expr(&self) -> &LexOrdering {
+        &self.expr
+    }
+
+    /// Whether each input partition is sorted on its own.
+    pub fn preserve_partitioning(&self) -> bool {
+        self.preserve_partitioning
+    }
+
+    /// The backend's name: `cpu` or `cuda`.
+    pub fn backend_name(&self) -> &'static str {
+        self.options.backend.name()
+    }
+
+    fn input_streams(
+        &self,
+        partition: usize,
+        context: &Arc<TaskContext>,
+    ) -> Result<Vec<SendableRecordBatchStream>> {
+        if self.preserve_partitioning {
+            return Ok(vec![self.input.execute(partition, Arc::clone(context))?]);
+        }
+        if partition != 0 {
+            return internal_err!("GpuSortExec has one output partition, asked for {partition}");
+        }
+        (0..self.input.output_partitioning().partition_count())
+            .map(|p| self.input.execute(p, Arc::clone(context)))
+            .collect()
+    }
+}
+
+impl DisplayAs for GpuSortExec {
+    fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        match t {
+            DisplayFormatType::Default | DisplayFormatType::Verbose => {
+                write!(f, "GpuSortExec: ")?;
+                if let Some(fetch) = self.fetch {
+                    write!(f, "fetch={fetch}, ")?;
+                }
+                write!(
+                    f,
+                    "expr=[{}], preserve_partitioning=[{}], backend={}, algorithm={}",
+                    self.expr,
+                    self.preserve_partitioning,
+                    self.options.backend.name(),
+                    self.options.algorithm
+                )
+            }
+            DisplayFormatType::TreeRender => {
+                writeln!(f, "sort keys=[{}]", self.expr)?;
+                writeln!(f, "backend={}", self.options.backend.name())?;
+                write!(f, "algorithm={}", self.options.algorithm)
+            }
+        }
+    }
+}
+
+impl ExecutionPlan for GpuSortExec {
+    fn name(&self) -> &'static str {
+        "GpuSortExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.cache
+    }
+
+    fn required_input_distribution(&self) -> Vec<Distribution> {
+        // Several input partitions are drained into one sort by the operator itself.
+        vec![Distribution::UnspecifiedDistribution]
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        apply_expression_roots(self.expr.iter().map(|e| &e.expr), f)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let [child] = children.try_into().map_err(|_| {
+            datafusion::common::DataFusionError::Internal(
+                "GpuSortExec takes exactly one child".to_string(),
+            )
+        })?;
+        Ok(Arc::new(Self::try_new(
+            child,
+            self.expr.clone(),
+            self.fetch,
+            self.preserve_partitioning,
+            self.options.clone(),
+        )?))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let inputs = self.input_streams(partition, &context)?;
+        let reservation = MemoryConsumer::new(format!("GpuSortExec[{partition}]"))
+            .register(context.memory_pool());
+        let spec = SortSpec {
+            exprs: self.expr.clone(),
+            fetch: self.fetch,
+            batch_size: context.session_config().batch_size(),
+            run_rows: self.options.run_rows,
+            algorithm: self.options.algorithm,
+            backend: Arc::clone(&self.options.backend),
+        };
+        Ok(sort_stream(SortTask {
+            inputs,
+            schema: self.schema(),
+            spec: Arc::new(spec),
+            reservation,
+            metrics: SortMetrics::new(&self.metrics, partition),
+        }))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
+    fn fetch(&self) -> Option<usize> {
+        self.fetch
+    }
+
+    fn with_fetch(&self, limit: Option<usize>) -> Option<Arc<dyn ExecutionPlan>> {
+        let exec = Self::try_new(
+            Arc::clone(&self.input),
+            self.expr.clone(),
+            limit,
+            self.preserve_partitioning,
+            self.options.clone(),
+        );
+        exec.ok().map(|e| Arc::new(e) as Arc<dyn ExecutionPlan>)
+    }
+}

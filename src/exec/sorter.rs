@@ -1,0 +1,144 @@
+//! Sorting one run: evaluate keys → encode → backend sort → gather.
+//!
+//! Runs on a blocking thread (never on the async runtime). A run is at most
+//! `gpu_sort.run_rows` rows of buffered input; [`split_runs`] cuts the input into runs
+//! in input order, so merging sorted runs with ties broken by run index stays stable.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow;
+use datafusion::common::Result;
+use datafusion::physical_expr::LexOrdering;
+
+use super::metrics::SortMetrics;
+use crate::config::AlgorithmChoice;
+use crate::gather::{gather_sorted, RunRows};
+use crate::keys::{encode_keys, KeyColumn};
+use crate::sort::SortBackend;
+
+/// What every run of one `GpuSortExec` partition is sorted by and with.
+#[derive(Debug, Clone)]
+pub struct SortSpec {
+    /// The sort keys.
+    pub exprs: LexOrdering,
+    /// Emit at most this many rows.
+    pub fetch: Option<usize>,
+    /// Rows per output batch.
+    pub batch_size: usize,
+    /// Most rows per run.
+    pub run_rows: usize,
+    /// Requested algorithm.
+    pub algorithm: AlgorithmChoice,
+    /// The backend that sorts.
+    pub backend: Arc<dyn SortBackend>,
+}
+
+/// Cuts `batches` into runs of at most `run_rows` rows, in input order; batches larger
+/// than a run are sliced.
+pub fn split_runs(batches: Vec<RecordBatch>, run_rows: usize) -> Vec<Vec<RecordBatch>> {
+    let run_rows = run_rows.clamp(1, u32::MAX as usize);
+    let mut runs = vec![];
+    let mut current = vec![];
+    let mut current_rows = 0;
+    for batch in batches {
+        let mut offset = 0;
+        while offset < batch.num_rows() {
+            let take = (batch.num_rows() - offset).min(run_rows - current_rows);
+            current.push(batch.slice(offset, take));
+            current_rows += take;
+            offset += take;
+            if current_rows == run_rows {
+                runs.push(std::mem::take(&mut current));
+                current_rows = 0;
+            }
+        }
+    }
+    if current_rows > 0 {
+        runs.push(current);
+    }
+    runs
+}
+
+/// Sorts one run and hands its output batches, in order, to `emit` (which returns
+/// `false` to stop: the consumer went away).
+pub fn sort_run(
+    spec: &SortSpec,
+    batches: Vec<RecordBatch>,
+    metrics: &SortMetrics,
+    emit: impl FnMut(RecordBatch) -> bool,
+) -> Result<()> {
+    let rows = RunRows::new(batches);
+    if rows.rows() == 0 {
+        return Ok(());
+    }
+    let keys = {
+        let _timer = metrics.encode_time.timer();
+        let _compute = metrics.baseline.elapsed_compute().timer();
+        encode_keys(&evaluate_keys(spec, &rows)?)?
+    };
+    let sorted = {
+        let _timer = metrics.sort_time.timer();
+        let _compute = metrics.baseline.elapsed_compute().timer();
+        spec.backend.sort(&keys, spec.algorithm)?
+    };
+    drop(keys);
+    metrics.record_run(&sorted);
+    let mut permutation = sorted.permutation;
+    if let Some(fetch) = spec.fetch {
+        permutation.truncate(fetch);
+    }
+    let _timer = metrics.gather_time.timer();
+    let _compute = metrics.baseline.elapsed_compute().timer();
+    gather_sorted(&rows, &permutation, spec.batch_size, emit)
+}
+
+fn evaluate_keys(spec: &SortSpec, rows: &RunRows) -> Result<Vec<KeyColumn>> {
+    spec.exprs
+        .iter()
+        .map(|sort_expr| {
+            let arrays = rows
+                .batches()
+                .iter()
+                .map(|batch| sort_expr.expr.evaluate(batch)?.into_array(batch.num_rows()))
+                .collect::<Result<Vec<ArrayRef>>>()?;
+            Ok(KeyColumn {
+                arrays,
+                options: sort_expr.options,
+            })
+        })
+        .collect::<Result<Vec<_>>>()
+        .map_err(|e| e.context("gpusort: evaluating sort keys"))
+}
+
+/// Bytes the encode and sort steps of a run of `rows` rows and `keys` sort keys need
+/// beyond the buffered input (limbs, packed words, the sort's double buffers).
+pub fn working_bytes(rows: usize, keys: usize) -> usize {
+    rows.saturating_mul(8 * (2 * keys + 4))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int32Array;
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    fn batch(rows: i32) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int32, false)]));
+        RecordBatch::try_new(
+            schema,
+            vec![Arc::new(Int32Array::from_iter_values(0..rows))],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn split_runs_slices_in_input_order() {
+        let runs = split_runs(vec![batch(5), batch(0), batch(4)], 3);
+        let sizes: Vec<Vec<usize>> = runs
+            .iter()
+            .map(|r| r.iter().map(|b| b.num_rows()).collect())
+            .collect();
+        assert_eq!(sizes, vec![vec![3], vec![2, 1], vec![3]]);
+    }
+}

@@ -1,0 +1,252 @@
+//! Arrow key columns → order-preserving unsigned 64-bit limbs.
+//!
+//! Every supported type maps each value to one or more `u64` limbs such that comparing the
+//! limbs lexicographically as unsigned integers gives arrow's order of the values:
+//!
+//! | type | limbs |
+//! | --- | --- |
+//! | signed integers, dates, times, timestamps, durations, Decimal32/64 | `v as i64 as u64 ^ 1<<63` |
+//! | unsigned integers | `v as u64` |
+//! | Float16/32/64 | IEEE total order: negative → `!bits`, else `bits | sign` |
+//! | Decimal128 | the 128-bit sign-flipped value, high limb first |
+//! | Decimal256 | the 256-bit sign-flipped value, four limbs, highest first |
+//! | Boolean | `0` / `1` |
+//! | IntervalYearMonth | months as a signed integer |
+//! | IntervalDayTime | days, milliseconds (two signed limbs, as arrow compares them) |
+//! | IntervalMonthDayNano | months, days, nanoseconds (three signed limbs) |
+//! | Null | no limbs (every row is null) |
+//!
+//! Values under null slots are whatever the buffer holds; callers mask them with validity.
+
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, PrimitiveArray};
+use arrow::datatypes::*;
+use datafusion::arrow;
+use datafusion::common::{internal_err, Result};
+
+/// Sign flip: two's complement `i64` → unsigned with the same order.
+#[inline]
+fn signed(v: i64) -> u64 {
+    (v as u64) ^ (1 << 63)
+}
+
+/// IEEE 754 total order for a float's bits of `BITS` width, as an unsigned integer.
+#[inline]
+fn float_total_order<const BITS: u32>(bits: u64) -> u64 {
+    let sign = 1u64 << (BITS - 1);
+    let mask = if BITS == 64 {
+        u64::MAX
+    } else {
+        (1u64 << BITS) - 1
+    };
+    if bits & sign != 0 {
+        !bits & mask
+    } else {
+        bits | sign
+    }
+}
+
+/// Why `data_type` cannot be a sort key, or `None` when it can.
+pub fn unsupported_reason(data_type: &DataType) -> Option<String> {
+    use DataType::*;
+    match data_type {
+        Null
+        | Boolean
+        | Int8
+        | Int16
+        | Int32
+        | Int64
+        | UInt8
+        | UInt16
+        | UInt32
+        | UInt64
+        | Float16
+        | Float32
+        | Float64
+        | Decimal32(_, _)
+        | Decimal64(_, _)
+        | Decimal128(_, _)
+        | Decimal256(_, _)
+        | Date32
+        | Date64
+        | Time32(_)
+        | Time64(_)
+        | Timestamp(_, _)
+        | Duration(_)
+        | Interval(_) => None,
+        Utf8
+        | LargeUtf8
+        | Utf8View
+        | Binary
+        | LargeBinary
+        | BinaryView
+        | FixedSizeBinary(_)
+        | Dictionary(_, _) => Some(format!(
+            "sort key type {data_type} is not supported yet (string, binary and dictionary keys)"
+        )),
+        other => Some(format!("sort key type {other} is not orderable by gpusort")),
+    }
+}
+
+/// Number of limbs a value of `data_type` encodes to.
+pub fn limb_count(data_type: &DataType) -> usize {
+    match data_type {
+        DataType::Null => 0,
+        DataType::Decimal128(_, _) => 2,
+        DataType::Decimal256(_, _) => 4,
+        DataType::Interval(IntervalUnit::DayTime) => 2,
+        DataType::Interval(IntervalUnit::MonthDayNano) => 3,
+        _ => 1,
+    }
+}
+
+/// Appends the limbs of `array` (all rows, nulls included) to `limbs`, one `Vec` per limb.
+pub fn append_limbs(array: &ArrayRef, limbs: &mut [Vec<u64>]) -> Result<()> {
+    use DataType::*;
+    match array.data_type() {
+        Null => {}
+        Boolean => append_bool(array.as_boolean(), &mut limbs[0]),
+        Int8 => append_map::<Int8Type>(array, &mut limbs[0], |v| signed(v as i64)),
+        Int16 => append_map::<Int16Type>(array, &mut limbs[0], |v| signed(v as i64)),
+        Int32 => append_map::<Int32Type>(array, &mut limbs[0], |v| signed(v as i64)),
+        Int64 => append_map::<Int64Type>(array, &mut limbs[0], signed),
+        UInt8 => append_map::<UInt8Type>(array, &mut limbs[0], |v| v as u64),
+        UInt16 => append_map::<UInt16Type>(array, &mut limbs[0], |v| v as u64),
+        UInt32 => append_map::<UInt32Type>(array, &mut limbs[0], |v| v as u64),
+        UInt64 => append_map::<UInt64Type>(array, &mut limbs[0], |v| v),
+        Float16 => append_map::<Float16Type>(array, &mut limbs[0], |v| {
+            float_total_order::<16>(v.to_bits() as u64)
+        }),
+        Float32 => append_map::<Float32Type>(array, &mut limbs[0], |v| {
+            float_total_order::<32>(v.to_bits() as u64)
+        }),
+        Float64 => append_map::<Float64Type>(array, &mut limbs[0], |v| {
+            float_total_order::<64>(v.to_bits())
+        }),
+        Decimal32(_, _) => append_map::<Decimal32Type>(array, &mut limbs[0], |v| signed(v as i64)),
+        Decimal64(_, _) => append_map::<Decimal64Type>(array, &mut limbs[0], signed),
+        Decimal128(_, _) => append_decimal128(array.as_primitive::<Decimal128Type>(), limbs),
+        Decimal256(_, _) => append_decimal256(array.as_primitive::<Decimal256Type>(), limbs),
+        Date32 => append_map::<Date32Type>(array, &mut limbs[0], |v| signed(v as i64)),
+        Date64 => append_map::<Date64Type>(array, &mut limbs[0], signed),
+        Time32(TimeUnit::Second) => append_i32::<Time32SecondType>(array, limbs),
+        Time32(TimeUnit::Millisecond) => append_i32::<Time32MillisecondType>(array, limbs),
+        Time64(TimeUnit::Microsecond) => append_i64::<Time64MicrosecondType>(array, limbs),
+        Time64(TimeUnit::Nanosecond) => append_i64::<Time64NanosecondType>(array, limbs),
+        Timestamp(TimeUnit::Second, _) => append_i64::<TimestampSecondType>(array, limbs),
+        Timestamp(TimeUnit::Millisecond, _) => append_i64::<TimestampMillisecondType>(array, limbs),
+        Timestamp(TimeUnit::Microsecond, _) => append_i64::<TimestampMicrosecondType>(array, limbs),
+        Timestamp(TimeUnit::Nanosecond, _) => append_i64::<TimestampNanosecondType>(array, limbs),
+        Duration(TimeUnit::Second) => append_i64::<DurationSecondType>(array, limbs),
+        Duration(TimeUnit::Millisecond) => append_i64::<DurationMillisecondType>(array, limbs),
+        Duration(TimeUnit::Microsecond) => append_i64::<DurationMicrosecondType>(array, limbs),
+        Duration(TimeUnit::Nanosecond) => append_i64::<DurationNanosecondType>(array, limbs),
+        Interval(IntervalUnit::YearMonth) => append_i32::<IntervalYearMonthType>(array, limbs),
+        Interval(IntervalUnit::DayTime) => append_day_time(array, limbs),
+        Interval(IntervalUnit::MonthDayNano) => append_month_day_nano(array, limbs),
+        other => return internal_err!("gpusort: no key encoding for {other}"),
+    }
+    Ok(())
+}
+
+fn append_map<T: ArrowPrimitiveType>(
+    array: &ArrayRef,
+    out: &mut Vec<u64>,
+    encode: impl Fn(T::Native) -> u64,
+) {
+    let values: &PrimitiveArray<T> = array.as_primitive::<T>();
+    out.extend(values.values().iter().map(|v| encode(*v)));
+}
+
+fn append_i32<T: ArrowPrimitiveType<Native = i32>>(array: &ArrayRef, limbs: &mut [Vec<u64>]) {
+    append_map::<T>(array, &mut limbs[0], |v| signed(v as i64))
+}
+
+fn append_i64<T: ArrowPrimitiveType<Native = i64>>(array: &ArrayRef, limbs: &mut [Vec<u64>]) {
+    append_map::<T>(array, &mut limbs[0], signed)
+}
+
+fn append_bool(array: &BooleanArray, out: &mut Vec<u64>) {
+    out.extend(array.values().iter().map(|v| v as u64));
+}
+
+fn append_decimal128(array: &PrimitiveArray<Decimal128Type>, limbs: &mut [Vec<u64>]) {
+    for v in array.values().iter() {
+        let biased = (*v as u128) ^ (1u128 << 127);
+        limbs[0].push((biased >> 64) as u64);
+        limbs[1].push(biased as u64);
+    }
+}
+
+fn append_decimal256(array: &PrimitiveArray<Decimal256Type>, limbs: &mut [Vec<u64>]) {
+    for v in array.values().iter() {
+        let (low, high) = v.to_parts();
+        let high = (high as u128) ^ (1u128 << 127);
+        limbs[0].push((high >> 64) as u64);
+        limbs[1].push(high as u64);
+        limbs[2].push((low >> 64) as u64);
+        limbs[3].push(low as u64);
+    }
+}
+
+fn append_day_time(array: &ArrayRef, limbs: &mut [Vec<u64>]) {
+    for v in array.as_primitive::<IntervalDayTimeType>().values().iter() {
+        limbs[0].push(signed(v.days as i64));
+        limbs[1].push(signed(v.milliseconds as i64));
+    }
+}
+
+fn append_month_day_nano(array: &ArrayRef, limbs: &mut [Vec<u64>]) {
+    for v in array
+        .as_primitive::<IntervalMonthDayNanoType>()
+        .values()
+        .iter()
+    {
+        limbs[0].push(signed(v.months as i64));
+        limbs[1].push(signed(v.days as i64));
+        limbs[2].push(signed(v.nanoseconds));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn float_total_order_matches_total_cmp() {
+        let values = [
+            f64::from_bits(0xfff8_0000_0000_0001), // -NaN
+            f64::NEG_INFINITY,
+            -1.5,
+            -f64::MIN_POSITIVE,
+            -0.0,
+            0.0,
+            f64::MIN_POSITIVE,
+            2.0,
+            f64::INFINITY,
+            f64::NAN,
+        ];
+        for pair in values.windows(2) {
+            assert_eq!(pair[0].total_cmp(&pair[1]), std::cmp::Ordering::Less);
+            let (a, b) = (
+                float_total_order::<64>(pair[0].to_bits()),
+                float_total_order::<64>(pair[1].to_bits()),
+            );
+            assert!(a < b, "{} !< {}", pair[0], pair[1]);
+        }
+    }
+
+    #[test]
+    fn f32_total_order_stays_in_32_bits() {
+        let neg_zero = float_total_order::<32>((-0.0f32).to_bits() as u64);
+        let pos_zero = float_total_order::<32>(0.0f32.to_bits() as u64);
+        assert!(neg_zero < pos_zero);
+        assert!(float_total_order::<32>(f32::NAN.to_bits() as u64) <= u32::MAX as u64);
+    }
+
+    #[test]
+    fn signed_flip_orders_extremes() {
+        assert!(signed(i64::MIN) < signed(-1));
+        assert!(signed(-1) < signed(0));
+        assert!(signed(0) < signed(i64::MAX));
+    }
+}

@@ -1,0 +1,208 @@
+//! Normalized sort keys: Arrow key columns → order-preserving unsigned words.
+//!
+//! The whole encoding is specified in `docs/ordering.md`; in short, per key column:
+//!
+//! ```text
+//!  column ──► null flag field (only if the column has nulls)
+//!         │     NULLS FIRST: null → 0, value → 1     NULLS LAST: value → 0, null → 1
+//!         └─► value limbs (see `limbs`)  ──DESC: !limb──►  min/max reduction (`reduce`)
+//!
+//!  all fields, key by key, flag before value ──► packed MSB-first into 64-bit words (`pack`)
+//! ```
+//!
+//! Comparing the packed words lexicographically as unsigned integers gives exactly the
+//! order of arrow's `lexsort` for the given `SortOptions`; ties are rows whose keys are
+//! equal, and a stable sort on the words keeps them in input order.
+
+mod limbs;
+mod pack;
+mod reduce;
+
+use arrow::array::{Array, ArrayRef};
+use arrow::compute::SortOptions;
+use arrow::datatypes::DataType;
+use datafusion::arrow;
+use datafusion::common::{internal_err, Result};
+
+pub use limbs::unsupported_reason;
+use reduce::{reduce_field, KeyField};
+
+/// One sort key: its values (one array per input batch) and its direction.
+#[derive(Debug, Clone)]
+pub struct KeyColumn {
+    /// The evaluated key expression for each buffered batch, in input order.
+    pub arrays: Vec<ArrayRef>,
+    /// ASC/DESC and NULLS FIRST/LAST.
+    pub options: SortOptions,
+}
+
+/// Encoded keys of `rows` rows: `words[w][row]`, word 0 most significant.
+#[derive(Debug, Clone, Default)]
+pub struct EncodedKeys {
+    /// Packed key words, word-major.
+    pub words: Vec<Vec<u64>>,
+    /// Significant bits over all words; 0 when every row has the same key.
+    pub total_bits: u32,
+    /// Number of rows.
+    pub rows: usize,
+}
+
+impl EncodedKeys {
+    /// Whether every key fits one 32-bit word (the top 32 bits of `words[0]`).
+    pub fn fits_u32(&self) -> bool {
+        self.total_bits <= 32
+    }
+
+    /// Bytes the packed keys occupy when shipped at their narrowest word width.
+    pub fn shipped_bytes(&self) -> usize {
+        if self.fits_u32() && self.total_bits > 0 {
+            self.rows * 4
+        } else {
+            self.words.len() * self.rows * 8
+        }
+    }
+}
+
+/// Encodes the sort key columns of one run.
+pub fn encode_keys(columns: &[KeyColumn]) -> Result<EncodedKeys> {
+    let rows = columns.first().map_or(0, column_rows);
+    let mut fields = Vec::new();
+    for column in columns {
+        if column_rows(column) != rows {
+            return internal_err!("gpusort: key columns differ in length");
+        }
+        fields.extend(encode_column(column, rows)?);
+    }
+    fields.retain(|f| f.width > 0);
+    let (words, total_bits) = pack::pack_fields(&fields, rows);
+    Ok(EncodedKeys {
+        words,
+        total_bits,
+        rows,
+    })
+}
+
+fn column_rows(column: &KeyColumn) -> usize {
+    column.arrays.iter().map(|a| a.len()).sum()
+}
+
+/// The null-flag field and the value fields of one key column.
+fn encode_column(column: &KeyColumn, rows: usize) -> Result<Vec<KeyField>> {
+    let data_type = match column.arrays.first() {
+        Some(array) => array.data_type().clone(),
+        None => return Ok(Vec::new()),
+    };
+    if let Some(reason) = unsupported_reason(&data_type) {
+        return internal_err!("gpusort: {reason}");
+    }
+    let valid = validity(&column.arrays, &data_type, rows);
+    let mut fields = Vec::new();
+    if let Some(valid) = &valid {
+        fields.push(null_flag_field(valid, column.options.nulls_first));
+    }
+    let mut limbs = vec![Vec::with_capacity(rows); limbs::limb_count(&data_type)];
+    for array in &column.arrays {
+        limbs::append_limbs(array, &mut limbs)?;
+    }
+    for mut limb in limbs {
+        if column.options.descending {
+            limb.iter_mut().for_each(|v| *v = !*v);
+        }
+        fields.push(reduce_field(limb, valid.as_deref()));
+    }
+    Ok(fields)
+}
+
+/// Per-row validity, or `None` when no row is null.
+fn validity(arrays: &[ArrayRef], data_type: &DataType, rows: usize) -> Option<Vec<bool>> {
+    if *data_type == DataType::Null {
+        return Some(vec![false; rows]);
+    }
+    if arrays.iter().all(|a| a.null_count() == 0) {
+        return None;
+    }
+    let mut valid = Vec::with_capacity(rows);
+    for array in arrays {
+        match array.logical_nulls() {
+            Some(nulls) => valid.extend(nulls.iter()),
+            None => valid.extend(std::iter::repeat_n(true, array.len())),
+        }
+    }
+    Some(valid)
+}
+
+fn null_flag_field(valid: &[bool], nulls_first: bool) -> KeyField {
+    let flag = |is_valid: bool| (is_valid == nulls_first) as u64;
+    reduce_field(valid.iter().map(|v| flag(*v)).collect(), None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Float64Array, Int32Array};
+    use std::sync::Arc;
+
+    fn order_of(keys: &EncodedKeys) -> Vec<usize> {
+        let mut rows: Vec<usize> = (0..keys.rows).collect();
+        rows.sort_by_key(|&r| keys.words.iter().map(|w| w[r]).collect::<Vec<_>>());
+        rows
+    }
+
+    fn opts(descending: bool, nulls_first: bool) -> SortOptions {
+        SortOptions {
+            descending,
+            nulls_first,
+        }
+    }
+
+    #[test]
+    fn nulls_and_directions() {
+        let array: ArrayRef = Arc::new(Int32Array::from(vec![Some(3), None, Some(-7), Some(0)]));
+        let cases = [
+            (opts(false, true), vec![1, 2, 3, 0]),
+            (opts(false, false), vec![2, 3, 0, 1]),
+            (opts(true, true), vec![1, 0, 3, 2]),
+            (opts(true, false), vec![0, 3, 2, 1]),
+        ];
+        for (options, expected) in cases {
+            let keys = encode_keys(&[KeyColumn {
+                arrays: vec![array.clone()],
+                options,
+            }])
+            .unwrap();
+            assert_eq!(order_of(&keys), expected, "{options:?}");
+        }
+    }
+
+    #[test]
+    fn two_keys_pack_into_few_bits() {
+        let a: ArrayRef = Arc::new(Int32Array::from(vec![1, 1, 0, 0]));
+        let b: ArrayRef = Arc::new(Float64Array::from(vec![2.0, -0.0, 0.0, -1.0]));
+        let keys = encode_keys(&[
+            KeyColumn {
+                arrays: vec![a],
+                options: opts(false, false),
+            },
+            KeyColumn {
+                arrays: vec![b],
+                options: opts(true, false),
+            },
+        ])
+        .unwrap();
+        assert_eq!(keys.words.len(), 1);
+        assert!(keys.fits_u32());
+        assert_eq!(order_of(&keys), vec![2, 3, 0, 1]);
+    }
+
+    #[test]
+    fn all_equal_keys_have_no_bits() {
+        let a: ArrayRef = Arc::new(Int32Array::from(vec![4; 10]));
+        let keys = encode_keys(&[KeyColumn {
+            arrays: vec![a],
+            options: opts(false, false),
+        }])
+        .unwrap();
+        assert_eq!(keys.total_bits, 0);
+        assert!(keys.words.is_empty());
+    }
+}

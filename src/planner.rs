@@ -1,0 +1,285 @@
+//! `GpuSortRule`: the physical optimizer rule that puts `GpuSortExec` in place of
+//! DataFusion's sorts, and the reasons it keeps them.
+//!
+//! Rewrites, top down:
+//!
+//! ```text
+//!  SortPreservingMergeExec(SortExec{preserve_partitioning: true})  ──►  GpuSortExec (1 partition)
+//!  SortExec{fetch: None}                                           ──►  GpuSortExec (same partitioning)
+//!  SortExec{fetch: Some(n)}           (only with gpu_sort.topk)    ──►  GpuSortExec{fetch: n}
+//! ```
+//!
+//! A sort is kept, for a [`DeclineReason`], when the rule is disabled, the sort has a LIMIT
+//! and `topk` is off, no backend is usable, a key type is unsupported, or the input is
+//! estimated below `gpu_sort.min_rows` (an unknown size counts as large). Each decision is
+//! logged at info level as `gpusort: kept <sort>: <reason>` or `gpusort: replaced <sort>`,
+//! and [`GpuSortRule::last_decisions`] returns those of the last planned query.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::stats::Precision;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::Result;
+use datafusion::physical_expr::LexOrdering;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::displayable;
+use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
+use datafusion::physical_plan::{ExecutionPlan, StatisticsArgs, StatisticsContext};
+
+use crate::config::GpuSortConfig;
+use crate::exec::{GpuSortExec, GpuSortOptions};
+use crate::keys::unsupported_reason;
+use crate::sort::resolve_backend;
+
+/// Why a sort kept DataFusion's operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeclineReason {
+    /// `gpu_sort.enabled = false`.
+    Disabled,
+    /// The sort has a LIMIT and `gpu_sort.topk = false`.
+    TopKKept,
+    /// No backend is usable (the text says why).
+    NoBackend(String),
+    /// A sort key's type cannot be encoded.
+    UnsupportedKey {
+        /// The key expression.
+        expr: String,
+        /// What is wrong with its type.
+        reason: String,
+    },
+    /// The input is estimated smaller than `gpu_sort.min_rows`.
+    TooSmall {
+        /// The estimate.
+        estimated_rows: usize,
+        /// The threshold.
+        min_rows: usize,
+    },
+}
+
+impl fmt::Display for DeclineReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Disabled => write!(f, "gpu_sort.enabled = false"),
+            Self::TopKKept => write!(
+                f,
+                "sort with LIMIT keeps DataFusion's TopK (set gpu_sort.topk = true to replace it)"
+            ),
+            Self::NoBackend(why) => write!(f, "no usable sort backend: {why}"),
+            Self::UnsupportedKey { expr, reason } => write!(f, "key {expr}: {reason}"),
+            Self::TooSmall {
+                estimated_rows,
+                min_rows,
+            } => write!(
+                f,
+                "input estimated at {estimated_rows} rows, below gpu_sort.min_rows = {min_rows}"
+            ),
+        }
+    }
+}
+
+/// What the rule did with one sort.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SortDecision {
+    /// The sort as EXPLAIN prints it.
+    pub sort: String,
+    /// The backend that will sort it, or why DataFusion's sort was kept.
+    pub outcome: std::result::Result<&'static str, DeclineReason>,
+}
+
+impl fmt::Display for SortDecision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.outcome {
+            Ok(backend) => write!(f, "replaced {} (backend {backend})", self.sort),
+            Err(reason) => write!(f, "kept {}: {reason}", self.sort),
+        }
+    }
+}
+
+/// A sort the rule may replace.
+struct Candidate {
+    input: Arc<dyn ExecutionPlan>,
+    expr: LexOrdering,
+    fetch: Option<usize>,
+    preserve_partitioning: bool,
+    text: String,
+}
+
+impl Candidate {
+    fn from_plan(node: &Arc<dyn ExecutionPlan>) -> Option<Self> {
+        let text = || {
+            displayable(node.as_ref())
+                .one_line()
+                .to_string()
+                .trim()
+                .to_string()
+        };
+        if let Some(merge) = node.downcast_ref::<SortPreservingMergeExec>() {
+            let sort = merge.input().downcast_ref::<SortExec>()?;
+            if !sort.preserve_partitioning() || sort.expr() != merge.expr() {
+                return None;
+            }
+            let fetch = match (merge.fetch(), sort.fetch()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            return Some(Self {
+                input: Arc::clone(sort.input()),
+                expr: merge.expr().clone(),
+                fetch,
+                preserve_partitioning: false,
+                text: text(),
+            });
+        }
+        let sort = node.downcast_ref::<SortExec>()?;
+        Some(Self {
+            input: Arc::clone(sort.input()),
+            expr: sort.expr().clone(),
+            fetch: sort.fetch(),
+            preserve_partitioning: sort.preserve_partitioning(),
+            text: text(),
+        })
+    }
+
+    fn is_merge_pair(&self) -> bool {
+        !self.preserve_partitioning && self.text.starts_with("SortPreservingMergeExec")
+    }
+}
+
+/// Replaces DataFusion's sorts by [`GpuSortExec`]; see the module docs.
+#[derive(Debug, Default)]
+pub struct GpuSortRule {
+    last_decisions: Mutex<Vec<SortDecision>>,
+}
+
+impl GpuSortRule {
+    /// A new rule; its settings come from the session's `gpu_sort.*` options.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The decisions taken while planning the last query this rule optimized.
+    pub fn last_decisions(&self) -> Vec<SortDecision> {
+        self.last_decisions
+            .lock()
+            .map(|d| d.clone())
+            .unwrap_or_default()
+    }
+
+    fn decide(
+        candidate: &Candidate,
+        settings: &GpuSortConfig,
+    ) -> std::result::Result<GpuSortOptions, DeclineReason> {
+        if !settings.enabled {
+            return Err(DeclineReason::Disabled);
+        }
+        if candidate.fetch.is_some() && !settings.topk {
+            return Err(DeclineReason::TopKKept);
+        }
+        let backend = resolve_backend(settings.backend).map_err(DeclineReason::NoBackend)?;
+        let schema = candidate.input.schema();
+        for sort_expr in candidate.expr.iter() {
+            let data_type =
+                sort_expr
+                    .expr
+                    .data_type(&schema)
+                    .map_err(|e| DeclineReason::UnsupportedKey {
+                        expr: sort_expr.expr.to_string(),
+                        reason: e.to_string(),
+                    })?;
+            if let Some(reason) = unsupported_reason(&data_type) {
+                return Err(DeclineReason::UnsupportedKey {
+                    expr: sort_expr.expr.to_string(),
+                    reason,
+                });
+            }
+        }
+        if let Some(estimated_rows) = estimated_rows(&candidate.input) {
+            if estimated_rows < settings.min_rows {
+                return Err(DeclineReason::TooSmall {
+                    estimated_rows,
+                    min_rows: settings.min_rows,
+                });
+            }
+        }
+        Ok(GpuSortOptions {
+            backend,
+            run_rows: settings.run_rows,
+            algorithm: settings.algorithm,
+        })
+    }
+}
+
+/// Rows the plan is estimated to produce, over all partitions; `None` when unknown.
+fn estimated_rows(plan: &Arc<dyn ExecutionPlan>) -> Option<usize> {
+    let statistics = StatisticsContext::new().compute(plan.as_ref(), &StatisticsArgs::new());
+    match statistics.ok()?.num_rows {
+        Precision::Exact(rows) | Precision::Inexact(rows) => Some(rows),
+        Precision::Absent => None,
+    }
+}
+
+impl PhysicalOptimizerRule for GpuSortRule {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let settings = config
+            .extensions
+            .get::<GpuSortConfig>()
+            .cloned()
+            .unwrap_or_default();
+        let mut decisions = Vec::new();
+        let plan = plan
+            .transform_down(|node| {
+                let Some(candidate) = Candidate::from_plan(&node) else {
+                    return Ok(Transformed::no(node));
+                };
+                match Self::decide(&candidate, &settings) {
+                    Ok(options) => {
+                        let decision = SortDecision {
+                            sort: candidate.text.clone(),
+                            outcome: Ok(options.backend.name()),
+                        };
+                        log::info!("gpusort: {decision}");
+                        decisions.push(decision);
+                        let exec = GpuSortExec::try_new(
+                            candidate.input,
+                            candidate.expr,
+                            candidate.fetch,
+                            candidate.preserve_partitioning,
+                            options,
+                        )?;
+                        Ok(Transformed::yes(Arc::new(exec) as Arc<dyn ExecutionPlan>))
+                    }
+                    // The SortExec below a declined merge pair is decided on its own.
+                    Err(_) if candidate.is_merge_pair() => Ok(Transformed::no(node)),
+                    Err(reason) => {
+                        let decision = SortDecision {
+                            sort: candidate.text,
+                            outcome: Err(reason),
+                        };
+                        log::info!("gpusort: {decision}");
+                        decisions.push(decision);
+                        Ok(Transformed::no(node))
+                    }
+                }
+            })?
+            .data;
+        if let Ok(mut last) = self.last_decisions.lock() {
+            *last = decisions;
+        }
+        Ok(plan)
+    }
+
+    fn name(&self) -> &str {
+        "gpu_sort"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}

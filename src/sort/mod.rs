@@ -1,0 +1,83 @@
+//! The sort step: the [`SortBackend`] contract and the choice of backend.
+//!
+//! A backend sorts the rows of one run by their encoded key words (see [`crate::keys`])
+//! and returns the permutation: `permutation[i]` is the row (index within the run) that
+//! goes to output position `i`. Every backend is **stable**: rows with equal keys keep
+//! their input order, so results do not depend on the backend.
+//!
+//! Backends: `cpu` (this crate's parallel LSD radix and merge sorts) and, once built, the
+//! CUDA backend behind the same trait.
+
+mod cpu;
+mod merge;
+mod radix;
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use datafusion::common::Result;
+
+use crate::config::{AlgorithmChoice, BackendChoice};
+use crate::keys::EncodedKeys;
+
+pub use cpu::CpuBackend;
+pub use merge::merge_sort;
+pub use radix::radix_sort;
+
+/// The algorithm that actually sorted a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    /// LSD radix sort over 8-bit digits, constant digits skipped.
+    Radix,
+    /// Stable, run-adaptive merge sort (locality sort; segmented sort of one segment).
+    Merge,
+}
+
+impl Algorithm {
+    /// Name shown in metrics and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Radix => "onesweep",
+            Algorithm::Merge => "merge",
+        }
+    }
+}
+
+/// The outcome of sorting one run.
+#[derive(Debug, Clone)]
+pub struct SortedRun {
+    /// Row indices of the run in sorted order.
+    pub permutation: Vec<u32>,
+    /// Which algorithm sorted it.
+    pub algorithm: Algorithm,
+    /// Bytes copied host → device (0 on the CPU).
+    pub h2d_bytes: usize,
+    /// Bytes copied device → host (0 on the CPU).
+    pub d2h_bytes: usize,
+}
+
+/// Sorts (encoded key, row id) pairs, stably.
+pub trait SortBackend: Debug + Send + Sync {
+    /// Short name shown in EXPLAIN: `cpu` or `cuda`.
+    fn name(&self) -> &'static str;
+
+    /// Sorts the `keys.rows` rows of one run. `keys.rows` fits in `u32`.
+    fn sort(&self, keys: &EncodedKeys, algorithm: AlgorithmChoice) -> Result<SortedRun>;
+}
+
+/// Picks the backend for `choice`, or says why none is usable.
+pub fn resolve_backend(choice: BackendChoice) -> std::result::Result<Arc<dyn SortBackend>, String> {
+    match choice {
+        BackendChoice::Auto | BackendChoice::Cpu => Ok(Arc::new(CpuBackend)),
+        BackendChoice::Cuda => Err(
+            "gpu_sort.backend = 'cuda' but no CUDA backend is usable: this build has no CUDA \
+             backend yet"
+                .to_string(),
+        ),
+    }
+}
+
+/// The identity permutation of `rows` rows.
+pub(crate) fn identity(rows: usize) -> Vec<u32> {
+    (0..rows as u32).collect()
+}

@@ -1,0 +1,68 @@
+//! Shared helpers of the integration tests: seeded data generation for every fixed-width
+//! key type, sessions with and without gpusort, and the comparison against DataFusion.
+
+#![allow(dead_code)]
+
+pub mod compare;
+pub mod data;
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::common::Result;
+use datafusion::datasource::MemTable;
+use datafusion::physical_plan::displayable;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use gpusort::{gpu_sort_context_with, GpuSortConfig};
+
+/// The seed of this run: `GPUSORT_SEED` or a fixed default. Printed by every failure.
+pub fn seed() -> u64 {
+    std::env::var("GPUSORT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5EED_2026)
+}
+
+/// Session config used on both sides of a comparison.
+pub fn session_config(target_partitions: usize, batch_size: usize) -> SessionConfig {
+    SessionConfig::new()
+        .with_target_partitions(target_partitions)
+        .with_batch_size(batch_size)
+}
+
+/// DataFusion alone.
+pub fn stock_context(config: SessionConfig) -> SessionContext {
+    SessionContext::new_with_config(config)
+}
+
+/// DataFusion with gpusort forced on every sort (CPU backend unless `GPUSORT_BACKEND`).
+pub fn forced_context(config: SessionConfig) -> SessionContext {
+    let mut gpu = GpuSortConfig::forced_cpu();
+    if let Ok(backend) = std::env::var("GPUSORT_BACKEND") {
+        gpu.backend = backend.parse().expect("GPUSORT_BACKEND: auto, cuda or cpu");
+    }
+    gpu_sort_context_with(config, gpu)
+}
+
+/// Registers `partitions` as table `name` in both contexts.
+pub fn register(ctxs: &[&SessionContext], name: &str, partitions: Vec<Vec<RecordBatch>>) {
+    let schema = partitions
+        .iter()
+        .flatten()
+        .next()
+        .map(|b| b.schema())
+        .expect("at least one batch (possibly empty) to take the schema from");
+    for ctx in ctxs {
+        let table = MemTable::try_new(Arc::clone(&schema), partitions.clone()).unwrap();
+        ctx.deregister_table(name).unwrap();
+        ctx.register_table(name, Arc::new(table)).unwrap();
+    }
+}
+
+/// Runs `sql`, returning the batches and the physical plan's text.
+pub async fn run(ctx: &SessionContext, sql: &str) -> Result<(Vec<RecordBatch>, String)> {
+    let plan = ctx.sql(sql).await?.create_physical_plan().await?;
+    let text = displayable(plan.as_ref()).indent(true).to_string();
+    let batches = datafusion::physical_plan::collect(plan, ctx.task_ctx()).await?;
+    Ok((batches, text))
+}

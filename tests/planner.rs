@@ -1,0 +1,303 @@
+//! Planner tests: which sorts `GpuSortRule` replaces, the reason for each one it keeps,
+//! SQL `SET gpu_sort.*`, and memory released after queries.
+
+mod common;
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Int32Array, Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::datasource::MemTable;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::prelude::{CsvReadOptions, SessionConfig, SessionContext};
+use gpusort::{DeclineReason, GpuSortConfig, GpuSortRule, SessionStateBuilderExt};
+
+fn table(rows: usize, partitions: usize) -> MemTable {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("g", DataType::Int32, false),
+        Field::new("k", DataType::Int64, true),
+        Field::new("s", DataType::Utf8, true),
+    ]));
+    let per = rows.div_ceil(partitions);
+    let parts = (0..partitions)
+        .map(|p| {
+            let range = (p * per).min(rows)..((p + 1) * per).min(rows);
+            let g = Int32Array::from_iter_values(range.clone().map(|i| (i % 7) as i32));
+            let k = Int64Array::from_iter_values(range.clone().map(|i| (i as i64 * 7919) % 1000));
+            let s = StringArray::from_iter_values(range.map(|i| format!("s{i}")));
+            vec![
+                RecordBatch::try_new(schema.clone(), vec![Arc::new(g), Arc::new(k), Arc::new(s)])
+                    .unwrap(),
+            ]
+        })
+        .collect();
+    MemTable::try_new(schema, parts).unwrap()
+}
+
+fn session(config: GpuSortConfig, target_partitions: usize) -> (SessionContext, Arc<GpuSortRule>) {
+    let rule = Arc::new(GpuSortRule::new());
+    let state = SessionStateBuilder::new()
+        .with_config(SessionConfig::new().with_target_partitions(target_partitions))
+        .with_default_features()
+        .with_gpu_sort_rule(config, Arc::clone(&rule))
+        .build();
+    let ctx = SessionContext::new_with_state(state);
+    ctx.register_table("t", Arc::new(table(1000, target_partitions)))
+        .unwrap();
+    (ctx, rule)
+}
+
+async fn plan_of(ctx: &SessionContext, sql: &str) -> String {
+    let plan = ctx
+        .sql(sql)
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    let text = datafusion::physical_plan::displayable(plan.as_ref())
+        .indent(true)
+        .to_string();
+    text
+}
+
+fn declined(rule: &GpuSortRule) -> Vec<DeclineReason> {
+    rule.last_decisions()
+        .into_iter()
+        .filter_map(|d| d.outcome.err())
+        .collect()
+}
+
+#[tokio::test]
+async fn replaces_merge_of_partition_sorts_by_one_sort() {
+    let (ctx, rule) = session(GpuSortConfig::forced_cpu(), 4);
+    let plan = plan_of(&ctx, "SELECT * FROM t ORDER BY k DESC, g").await;
+    assert!(plan.contains("GpuSortExec: expr=[k@1 DESC, g@0 ASC NULLS LAST], preserve_partitioning=[false], backend=cpu"), "{plan}");
+    assert!(
+        !plan.contains("SortPreservingMergeExec") && !plan.contains("SortExec:"),
+        "{plan}"
+    );
+    assert_eq!(rule.last_decisions().len(), 1);
+    assert_eq!(rule.last_decisions()[0].outcome, Ok("cpu"));
+}
+
+#[tokio::test]
+async fn window_sort_keeps_its_partitioning() {
+    let (ctx, _) = session(GpuSortConfig::forced_cpu(), 4);
+    let sql = "SELECT g, k, row_number() OVER (PARTITION BY g ORDER BY k) AS rn FROM t";
+    let plan = plan_of(&ctx, sql).await;
+    assert!(plan.contains("GpuSortExec: expr=[g@0 ASC NULLS LAST, k@1 ASC NULLS LAST], preserve_partitioning=[true]"), "{plan}");
+    let stock = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
+    stock.register_table("t", Arc::new(table(1000, 4))).unwrap();
+    let ordered = format!("SELECT * FROM ({sql}) ORDER BY g, k, rn");
+    let a = ctx.sql(&ordered).await.unwrap().collect().await.unwrap();
+    let b = stock.sql(&ordered).await.unwrap().collect().await.unwrap();
+    assert_eq!(a, b);
+}
+
+#[tokio::test]
+async fn set_enabled_false_restores_datafusion_plan() {
+    let (ctx, rule) = session(GpuSortConfig::forced_cpu(), 4);
+    ctx.sql("SET gpu_sort.enabled = false").await.unwrap();
+    let plan = plan_of(&ctx, "SELECT * FROM t ORDER BY k").await;
+    let stock = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
+    stock.register_table("t", Arc::new(table(1000, 4))).unwrap();
+    assert_eq!(plan, plan_of(&stock, "SELECT * FROM t ORDER BY k").await);
+    assert_eq!(declined(&rule), vec![DeclineReason::Disabled]);
+}
+
+#[tokio::test]
+async fn limit_keeps_topk_unless_asked() {
+    let mut config = GpuSortConfig::forced_cpu();
+    config.topk = false;
+    let (ctx, rule) = session(config, 1);
+    let plan = plan_of(&ctx, "SELECT * FROM t ORDER BY k LIMIT 5").await;
+    assert!(plan.contains("SortExec: TopK(fetch=5)"), "{plan}");
+    assert_eq!(declined(&rule), vec![DeclineReason::TopKKept]);
+    ctx.sql("SET gpu_sort.topk = true").await.unwrap();
+    let plan = plan_of(&ctx, "SELECT * FROM t ORDER BY k LIMIT 5").await;
+    assert!(plan.contains("GpuSortExec: fetch=5"), "{plan}");
+    let rows = ctx
+        .sql("SELECT k FROM t ORDER BY k LIMIT 5")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(rows.iter().map(|b| b.num_rows()).sum::<usize>(), 5);
+}
+
+#[tokio::test]
+async fn unsupported_key_type_is_declined_with_reason() {
+    let (ctx, rule) = session(GpuSortConfig::forced_cpu(), 1);
+    let plan = plan_of(&ctx, "SELECT * FROM t ORDER BY s").await;
+    assert!(plan.contains("SortExec"), "{plan}");
+    match declined(&rule).as_slice() {
+        [DeclineReason::UnsupportedKey { expr, reason }] => {
+            assert_eq!(expr, "s@2");
+            assert!(
+                reason.contains("Utf8") && reason.contains("not supported"),
+                "{reason}"
+            );
+        }
+        other => panic!("unexpected decisions {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn cuda_backend_without_device_is_declined_with_reason() {
+    let (ctx, rule) = session(GpuSortConfig::forced_cpu(), 1);
+    ctx.sql("SET gpu_sort.backend = 'cuda'").await.unwrap();
+    let plan = plan_of(&ctx, "SELECT * FROM t ORDER BY k").await;
+    assert!(plan.contains("SortExec"), "{plan}");
+    assert!(
+        matches!(declined(&rule).as_slice(), [DeclineReason::NoBackend(why)] if why.contains("CUDA"))
+    );
+}
+
+#[tokio::test]
+async fn small_inputs_keep_datafusion_sort_unknown_sizes_do_not() {
+    let mut config = GpuSortConfig::forced_cpu();
+    config.min_rows = 5000;
+    let (ctx, rule) = session(config, 1);
+    plan_of(&ctx, "SELECT * FROM t ORDER BY k").await;
+    assert_eq!(
+        declined(&rule),
+        vec![DeclineReason::TooSmall {
+            estimated_rows: 1000,
+            min_rows: 5000
+        }]
+    );
+    let dir = std::env::temp_dir().join(format!("gpusort-planner-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let csv = dir.join("x.csv");
+    std::fs::write(&csv, "a,b\n3,x\n1,y\n2,z\n").unwrap();
+    ctx.register_csv("c", csv.to_str().unwrap(), CsvReadOptions::new())
+        .await
+        .unwrap();
+    let plan = plan_of(&ctx, "SELECT * FROM c ORDER BY a").await;
+    assert!(
+        plan.contains("GpuSortExec"),
+        "unknown size must count as large:\n{plan}"
+    );
+    let rows = ctx
+        .sql("SELECT a FROM c ORDER BY a")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let text = datafusion::arrow::util::pretty::pretty_format_batches(&rows)
+        .unwrap()
+        .to_string();
+    assert!(
+        text.find('1') < text.find('2') && text.find('2') < text.find('3'),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn settings_are_visible_and_validated_in_sql() {
+    let (ctx, _) = session(GpuSortConfig::default(), 1);
+    ctx.sql("SET gpu_sort.algorithm = 'locality'")
+        .await
+        .unwrap();
+    ctx.sql("SET gpu_sort.min_rows = 0").await.unwrap();
+    let plan = plan_of(&ctx, "SELECT * FROM t ORDER BY k").await;
+    assert!(plan.contains("algorithm=locality"), "{plan}");
+    let err = ctx
+        .sql("SET gpu_sort.backend = 'tpu'")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("expected one of"), "{err}");
+}
+
+#[tokio::test]
+async fn memory_pool_is_back_to_zero_and_limits_give_clear_errors() {
+    let runtime = RuntimeEnvBuilder::new()
+        .with_memory_limit(64 << 20, 1.0)
+        .build_arc()
+        .unwrap();
+    let state = SessionStateBuilder::new()
+        .with_config(SessionConfig::new().with_target_partitions(2))
+        .with_runtime_env(Arc::clone(&runtime))
+        .with_default_features()
+        .with_gpu_sort(GpuSortConfig::forced_cpu())
+        .build();
+    let ctx = SessionContext::new_with_state(state);
+    ctx.register_table("t", Arc::new(table(100_000, 2)))
+        .unwrap();
+    let out = ctx
+        .sql("SELECT * FROM t ORDER BY k, g")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(out.iter().map(|b| b.num_rows()).sum::<usize>(), 100_000);
+    drop(out);
+    assert_eq!(runtime.memory_pool.reserved(), 0);
+
+    let tiny = RuntimeEnvBuilder::new()
+        .with_memory_limit(64 << 10, 1.0)
+        .build_arc()
+        .unwrap();
+    let state = SessionStateBuilder::new()
+        .with_runtime_env(Arc::clone(&tiny))
+        .with_default_features()
+        .with_gpu_sort(GpuSortConfig::forced_cpu())
+        .build();
+    let ctx = SessionContext::new_with_state(state);
+    ctx.register_table("t", Arc::new(table(100_000, 1)))
+        .unwrap();
+    let err = ctx
+        .sql("SELECT * FROM t ORDER BY k")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("Resources exhausted") && err.to_string().contains("gpusort"),
+        "{err}"
+    );
+    assert_eq!(tiny.memory_pool.reserved(), 0);
+}
+
+#[tokio::test]
+async fn dropping_a_query_mid_sort_releases_memory() {
+    use futures::StreamExt;
+    let runtime = RuntimeEnvBuilder::new().build_arc().unwrap();
+    let state = SessionStateBuilder::new()
+        .with_config(SessionConfig::new().with_batch_size(100))
+        .with_runtime_env(Arc::clone(&runtime))
+        .with_default_features()
+        .with_gpu_sort(GpuSortConfig::forced_cpu())
+        .build();
+    let ctx = SessionContext::new_with_state(state);
+    ctx.register_table("t", Arc::new(table(200_000, 1)))
+        .unwrap();
+    let mut stream = ctx
+        .sql("SELECT * FROM t ORDER BY k")
+        .await
+        .unwrap()
+        .execute_stream()
+        .await
+        .unwrap();
+    let first = stream.next().await.unwrap().unwrap();
+    assert_eq!(first.num_rows(), 100);
+    drop(stream);
+    for _ in 0..100 {
+        if runtime.memory_pool.reserved() == 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!(
+        "{} bytes still reserved after the query was dropped",
+        runtime.memory_pool.reserved()
+    );
+}
