@@ -189,9 +189,30 @@ mod tests {
             },
         ])
         .unwrap();
-        assert_eq!(keys.words.len(), 1);
-        assert!(keys.fits_u32());
+        // 1 bit for `a`; the floats' sign and low mantissa bits both vary.
+        assert!(keys.total_bits > 32 && !keys.fits_u32());
         assert_eq!(order_of(&keys), vec![2, 3, 0, 1]);
+    }
+
+    #[test]
+    fn narrow_keys_fit_one_u32() {
+        let a: ArrayRef = Arc::new(Int32Array::from(vec![Some(1000), None, Some(1003)]));
+        let b: ArrayRef = Arc::new(Int32Array::from(vec![-5, 7, 100]));
+        let keys = encode_keys(&[
+            KeyColumn {
+                arrays: vec![a],
+                options: opts(false, true),
+            },
+            KeyColumn {
+                arrays: vec![b],
+                options: opts(false, false),
+            },
+        ])
+        .unwrap();
+        // null flag 1 bit + a: 2 bits + b: 7 bits.
+        assert_eq!(keys.total_bits, 10);
+        assert!(keys.fits_u32());
+        assert_eq!(order_of(&keys), vec![1, 0, 2]);
     }
 
     #[test]

@@ -176,7 +176,7 @@ mod tests {
                 let words: Vec<Vec<u64>> = (0..word_count)
                     .map(|w| {
                         (0..rows)
-                            .map(|_| rng.random::<u64>() >> (w * 20 + 40))
+                            .map(|_| rng.random::<u64>() >> (w * 10 + 20))
                             .collect()
                     })
                     .collect();
