@@ -113,11 +113,12 @@ impl GpuSortConfig {
     /// The settings that route every sort, however small, through the CPU backend:
     /// what tests and the sqllogictest runner use to force the operator on.
     pub fn forced_cpu() -> Self {
-        let mut config = Self::default();
-        config.backend = BackendChoice::Cpu;
-        config.min_rows = 0;
-        config.topk = true;
-        config
+        Self {
+            backend: BackendChoice::Cpu,
+            min_rows: 0,
+            topk: true,
+            ..Self::default()
+        }
     }
 }
 

@@ -71,7 +71,7 @@ pub fn radix_sort(words: &[Vec<u64>], rows: usize) -> Vec<u32> {
 }
 
 fn is_constant_digit(histogram: &Histogram, rows: usize) -> bool {
-    histogram.iter().any(|&count| count == rows)
+    histogram.contains(&rows)
 }
 
 fn chunk_rows(rows: usize) -> usize {

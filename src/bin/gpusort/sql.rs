@@ -29,6 +29,11 @@ pub async fn run(
         let logical = state.statement_to_plan(statement).await?;
         let frame = session.ctx.execute_logical_plan(logical).await?;
         let plan = frame.create_physical_plan().await?;
+        if plan.schema().fields().is_empty() {
+            collect(plan, session.ctx.task_ctx()).await?;
+            println!("ok");
+            continue;
+        }
         if explain {
             println!("{}", displayable(plan.as_ref()).indent(true));
             println!("{}", decisions_text(&session.rule));
