@@ -20,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod cuda;
 pub mod exec;
 pub mod gather;
 pub mod keys;

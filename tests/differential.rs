@@ -1,318 +1,48 @@
-//! Differential tests: gpusort (CPU backend forced, or `GPUSORT_BACKEND`) against
-//! DataFusion's own `SortExec` over the test matrix for fixed-width key types.
-//!
-//! Every case is seeded (`GPUSORT_SEED`, printed on failure) and checks: the plan uses
-//! `GpuSortExec`; sort keys equal DataFusion's exactly (floats bitwise); rows equal as a
-//! multiset within each tie group; with one partition, ties keep input order.
+//! Differential tests on the CPU backend: gpusort against DataFusion's own `SortExec` over
+//! the test matrix for fixed-width key types (the cases live in `common/differential.rs`;
+//! `tests/gpu.rs` runs the same cases on the CUDA backend).
 
 mod common;
 
-use std::sync::Arc;
-
-use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch};
-use datafusion::arrow::datatypes::{DataType, Field, Schema};
-use rand::Rng;
-
-use common::compare::{assert_same_sort, assert_stable};
-use common::data::{
-    base_values, case_rng, fixed_width_types, make_column, split_uneven, Distribution,
-    DISTRIBUTIONS,
-};
-use common::{forced_context, register, run, seed, session_config, stock_context};
-
-/// One key column of a generated table.
-#[derive(Debug, Clone)]
-struct KeySpec {
-    data_type: DataType,
-    dist: Distribution,
-    null_fraction: f64,
-    order: &'static str,
-}
-
-/// One differential case.
-#[derive(Debug, Clone)]
-struct Case {
-    label: String,
-    rows: usize,
-    keys: Vec<KeySpec>,
-    payloads: usize,
-    target_partitions: usize,
-    batch_size: usize,
-    run_rows: Option<usize>,
-}
-
-const ORDERS: [&str; 4] = [
-    "ASC NULLS FIRST",
-    "ASC NULLS LAST",
-    "DESC NULLS FIRST",
-    "DESC NULLS LAST",
-];
-
-impl Case {
-    fn new(label: impl Into<String>, rows: usize, keys: Vec<KeySpec>) -> Self {
-        Self {
-            label: label.into(),
-            rows,
-            keys,
-            payloads: 1,
-            target_partitions: 1,
-            batch_size: 8192,
-            run_rows: None,
-        }
-    }
-
-    /// Columns: k0..kn, p0..pm payloads, rid (input order).
-    fn table(&self) -> RecordBatch {
-        let mut rng = case_rng(seed(), &self.label);
-        let mut fields = Vec::new();
-        let mut columns: Vec<ArrayRef> = Vec::new();
-        for (i, key) in self.keys.iter().enumerate() {
-            let base = base_values(&mut rng, self.rows, key.dist);
-            columns.push(make_column(
-                &mut rng,
-                &key.data_type,
-                &base,
-                key.null_fraction,
-            ));
-            fields.push(Field::new(format!("k{i}"), key.data_type.clone(), true));
-        }
-        for p in 0..self.payloads {
-            let base = base_values(&mut rng, self.rows, Distribution::Uniform);
-            columns.push(make_column(&mut rng, &DataType::Float64, &base, 0.1));
-            fields.push(Field::new(format!("p{p}"), DataType::Float64, true));
-        }
-        columns.push(Arc::new(Int64Array::from_iter_values(0..self.rows as i64)));
-        fields.push(Field::new("rid", DataType::Int64, false));
-        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap()
-    }
-
-    fn sql(&self) -> String {
-        let keys: Vec<String> = self
-            .keys
-            .iter()
-            .enumerate()
-            .map(|(i, k)| format!("k{i} {}", k.order))
-            .collect();
-        format!("SELECT * FROM t ORDER BY {}", keys.join(", "))
-    }
-
-    async fn check(&self) {
-        let context = format!("seed={} case={:?} sql={}", seed(), self, self.sql());
-        let table = self.table();
-        let partitions = split_uneven(
-            &mut case_rng(seed(), &self.label),
-            &table,
-            self.target_partitions,
-        );
-        let config = session_config(self.target_partitions, self.batch_size);
-        let (stock, forced) = (stock_context(config.clone()), forced_context(config));
-        if let Some(run_rows) = self.run_rows {
-            forced
-                .sql(&format!("SET gpu_sort.run_rows = {run_rows}"))
-                .await
-                .unwrap();
-        }
-        register(&[&stock, &forced], "t", partitions);
-        let (expected, _) = run(&stock, &self.sql()).await.unwrap();
-        let (actual, plan) = run(&forced, &self.sql())
-            .await
-            .unwrap_or_else(|e| panic!("{e}: {context}"));
-        assert!(
-            plan.contains("GpuSortExec"),
-            "plan without GpuSortExec:\n{plan}\n{context}"
-        );
-        let key_columns: Vec<usize> = (0..self.keys.len()).collect();
-        assert_same_sort(&expected, &actual, &key_columns, &context);
-        if self.target_partitions == 1 {
-            assert_stable(&actual, &key_columns, table.num_columns() - 1, &context);
-        }
-        assert!(
-            actual.iter().all(|b| b.num_rows() <= self.batch_size),
-            "oversized batch: {context}"
-        );
-    }
-}
-
-fn key(
-    data_type: DataType,
-    dist: Distribution,
-    null_fraction: f64,
-    order: &'static str,
-) -> KeySpec {
-    KeySpec {
-        data_type,
-        dist,
-        null_fraction,
-        order,
-    }
-}
+use common::differential as cases;
+use gpusort::BackendChoice::Cpu;
 
 #[tokio::test]
 async fn every_type_every_direction() {
-    for data_type in fixed_width_types() {
-        for (i, order) in ORDERS.iter().enumerate() {
-            let dist = DISTRIBUTIONS[i * 3 % DISTRIBUTIONS.len()];
-            let nulls = [0.0, 0.01, 0.5, 0.2][i];
-            Case::new(
-                format!("type-{data_type}-{i}"),
-                700,
-                vec![key(data_type.clone(), dist, nulls, order)],
-            )
-            .check()
-            .await;
-        }
-    }
+    cases::every_type_every_direction(Cpu).await;
 }
 
 #[tokio::test]
 async fn every_distribution() {
-    let types = [
-        DataType::Int64,
-        DataType::Float64,
-        DataType::UInt32,
-        DataType::Decimal128(38, 10),
-    ];
-    for dist in DISTRIBUTIONS {
-        for data_type in &types {
-            let label = format!("dist-{dist:?}-{data_type}");
-            Case::new(
-                label,
-                2000,
-                vec![key(data_type.clone(), dist, 0.01, "ASC NULLS LAST")],
-            )
-            .check()
-            .await;
-        }
-    }
+    cases::every_distribution(Cpu).await;
 }
 
 #[tokio::test]
 async fn sizes_around_tiles_and_large() {
-    let mut sizes = vec![
-        0usize, 1, 2, 3, 255, 256, 257, 4095, 4096, 4097, 8191, 8192, 8193,
-    ];
-    let mut rng = case_rng(seed(), "sizes");
-    sizes.extend((0..4).map(|_| rng.random_range(10_000..300_000)));
-    sizes.push(1_500_000);
-    for rows in sizes {
-        let mut case = Case::new(
-            format!("size-{rows}"),
-            rows,
-            vec![key(
-                DataType::Int64,
-                Distribution::Uniform,
-                0.0,
-                "ASC NULLS LAST",
-            )],
-        );
-        case.payloads = 2;
-        case.check().await;
-    }
+    cases::sizes_around_tiles_and_large(Cpu).await;
 }
 
 #[tokio::test]
 async fn null_fractions() {
-    for nulls in [0.0, 0.01, 0.5, 1.0] {
-        for order in ORDERS {
-            let keys = vec![
-                key(DataType::Int32, Distribution::Distinct(10), nulls, order),
-                key(DataType::Float32, Distribution::Uniform, nulls, order),
-            ];
-            Case::new(format!("nulls-{nulls}-{order}"), 3000, keys)
-                .check()
-                .await;
-        }
-    }
+    cases::null_fractions(Cpu).await;
 }
 
 #[tokio::test]
 async fn one_to_four_mixed_keys() {
-    let mut rng = case_rng(seed(), "multi");
-    let types = fixed_width_types();
-    for round in 0..24 {
-        let count = 1 + round % 4;
-        let keys = (0..count)
-            .map(|_| {
-                let data_type = types[rng.random_range(0..types.len())].clone();
-                let dist = DISTRIBUTIONS[rng.random_range(0..DISTRIBUTIONS.len())];
-                let nulls = [0.0, 0.01, 0.5][rng.random_range(0..3)];
-                key(data_type, dist, nulls, ORDERS[rng.random_range(0..4)])
-            })
-            .collect();
-        let mut case = Case::new(format!("multi-{round}"), rng.random_range(100..5000), keys);
-        case.payloads = rng.random_range(0..3);
-        case.check().await;
-    }
+    cases::one_to_four_mixed_keys(Cpu).await;
 }
 
 #[tokio::test]
 async fn partitions_and_batch_sizes() {
-    for target_partitions in [1, 3, 8] {
-        for batch_size in [1, 7, 1000, 8192] {
-            let keys = vec![
-                key(
-                    DataType::Int16,
-                    Distribution::Distinct(256),
-                    0.1,
-                    "DESC NULLS FIRST",
-                ),
-                key(
-                    DataType::Float64,
-                    Distribution::Uniform,
-                    0.1,
-                    "ASC NULLS LAST",
-                ),
-            ];
-            let mut case = Case::new(
-                format!("parts-{target_partitions}-{batch_size}"),
-                2500,
-                keys,
-            );
-            case.target_partitions = target_partitions;
-            case.batch_size = batch_size;
-            case.check().await;
-        }
-    }
+    cases::partitions_and_batch_sizes(Cpu).await;
 }
 
 #[tokio::test]
 async fn many_runs_merged_stay_stable() {
-    for (run_rows, target_partitions) in [(1, 1), (100, 1), (999, 3), (4096, 8)] {
-        let keys = vec![
-            key(
-                DataType::Int8,
-                Distribution::Distinct(10),
-                0.05,
-                "ASC NULLS FIRST",
-            ),
-            key(
-                DataType::Date32,
-                Distribution::Distinct(256),
-                0.0,
-                "DESC NULLS LAST",
-            ),
-        ];
-        let rows = if run_rows == 1 { 300 } else { 20_000 };
-        let mut case = Case::new(format!("runs-{run_rows}"), rows, keys);
-        case.run_rows = Some(run_rows);
-        case.target_partitions = target_partitions;
-        case.check().await;
-    }
+    cases::many_runs_merged_stay_stable(Cpu).await;
 }
 
 #[tokio::test]
 async fn negative_zero_and_nan_bitwise() {
-    for data_type in [DataType::Float16, DataType::Float32, DataType::Float64] {
-        for order in ORDERS {
-            let keys = vec![key(
-                data_type.clone(),
-                Distribution::Distinct(2),
-                0.1,
-                order,
-            )];
-            Case::new(format!("floats-{data_type}-{order}"), 5000, keys)
-                .check()
-                .await;
-        }
-    }
+    cases::negative_zero_and_nan_bitwise(Cpu).await;
 }

@@ -59,6 +59,9 @@ impl SortMetrics {
         self.runs.add(1);
         self.h2d_bytes.add(run.h2d_bytes);
         self.d2h_bytes.add(run.d2h_bytes);
+        if run.fell_back {
+            self.gpu_fallbacks.add(1);
+        }
         match run.algorithm {
             Algorithm::Radix => self.onesweep_runs.add(1),
             Algorithm::Merge => self.merge_runs.add(1),

@@ -34,6 +34,7 @@ impl SortBackend for CpuBackend {
             algorithm,
             h2d_bytes: 0,
             d2h_bytes: 0,
+            fell_back: false,
         })
     }
 }

@@ -5,8 +5,8 @@
 //! goes to output position `i`. Every backend is **stable**: rows with equal keys keep
 //! their input order, so results do not depend on the backend.
 //!
-//! Backends: `cpu` (this crate's parallel LSD radix and merge sorts) and, once built, the
-//! CUDA backend behind the same trait.
+//! Backends: `cpu` (this crate's parallel LSD radix and merge sorts) and `cuda`
+//! ([`crate::cuda::CudaBackend`]: OneSweep on the GPU) behind the same trait.
 
 mod cpu;
 mod merge;
@@ -18,6 +18,7 @@ use std::sync::Arc;
 use datafusion::common::Result;
 
 use crate::config::{AlgorithmChoice, BackendChoice};
+use crate::cuda::CudaBackend;
 use crate::keys::EncodedKeys;
 
 pub use cpu::CpuBackend;
@@ -54,6 +55,8 @@ pub struct SortedRun {
     pub h2d_bytes: usize,
     /// Bytes copied device → host (0 on the CPU).
     pub d2h_bytes: usize,
+    /// The GPU failed on this run and the CPU backend sorted it instead.
+    pub fell_back: bool,
 }
 
 /// Sorts (encoded key, row id) pairs, stably.
@@ -68,16 +71,23 @@ pub trait SortBackend: Debug + Send + Sync {
 /// Picks the backend for `choice`, or says why none is usable.
 pub fn resolve_backend(choice: BackendChoice) -> std::result::Result<Arc<dyn SortBackend>, String> {
     match choice {
-        BackendChoice::Auto | BackendChoice::Cpu => Ok(Arc::new(CpuBackend)),
-        BackendChoice::Cuda => Err(
-            "gpu_sort.backend = 'cuda' but no CUDA backend is usable: this build has no CUDA \
-             backend yet"
-                .to_string(),
-        ),
+        BackendChoice::Cpu => Ok(Arc::new(CpuBackend)),
+        BackendChoice::Auto => match CudaBackend::new() {
+            Ok(cuda) => Ok(Arc::new(cuda)),
+            Err(why) => {
+                log::debug!("gpusort: backend auto uses the CPU: {why}");
+                Ok(Arc::new(CpuBackend))
+            }
+        },
+        BackendChoice::Cuda => CudaBackend::new()
+            .map(|cuda| Arc::new(cuda) as Arc<dyn SortBackend>)
+            .map_err(|why| {
+                format!("gpu_sort.backend = 'cuda' but no CUDA device is usable: {why}")
+            }),
     }
 }
 
 /// The identity permutation of `rows` rows.
-pub(crate) fn identity(rows: usize) -> Vec<u32> {
+pub fn identity(rows: usize) -> Vec<u32> {
     (0..rows as u32).collect()
 }

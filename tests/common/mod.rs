@@ -5,6 +5,7 @@
 
 pub mod compare;
 pub mod data;
+pub mod differential;
 
 use std::sync::Arc;
 
@@ -13,7 +14,7 @@ use datafusion::common::Result;
 use datafusion::datasource::MemTable;
 use datafusion::physical_plan::displayable;
 use datafusion::prelude::{SessionConfig, SessionContext};
-use gpusort::{gpu_sort_context_with, GpuSortConfig};
+use gpusort::{gpu_sort_context_with, BackendChoice, GpuSortConfig};
 
 /// The seed of this run: `GPUSORT_SEED` or a fixed default. Printed by every failure.
 pub fn seed() -> u64 {
@@ -33,6 +34,13 @@ pub fn session_config(target_partitions: usize, batch_size: usize) -> SessionCon
 /// DataFusion alone.
 pub fn stock_context(config: SessionConfig) -> SessionContext {
     SessionContext::new_with_config(config)
+}
+
+/// DataFusion with gpusort forced on every sort, on `backend`.
+pub fn forced_context_on(config: SessionConfig, backend: BackendChoice) -> SessionContext {
+    let mut gpu = GpuSortConfig::forced_cpu();
+    gpu.backend = backend;
+    gpu_sort_context_with(config, gpu)
 }
 
 /// DataFusion with gpusort forced on every sort (CPU backend unless `GPUSORT_BACKEND`).

@@ -3,10 +3,12 @@
 //! ```text
 //! gpusort demo [--rows N]                       generate a table, ORDER BY it, verify
 //! gpusort sql "<statements>" [--table name=path ...] [--explain]
+//! gpusort bench kernels [--sizes 20,24,26,28] [--cub PATH]   (needs a GPU)
 //! ```
 //!
-//! Both run on machines without a GPU (the CPU backend answers).
+//! `demo` and `sql` run on machines without a GPU (the CPU backend answers).
 
+mod bench;
 mod demo;
 mod session;
 mod sql;
@@ -52,6 +54,33 @@ enum Command {
         #[arg(long, default_value_t = 50)]
         max_rows: usize,
     },
+    /// Benchmarks (on a GPU host).
+    Bench {
+        #[command(subcommand)]
+        what: BenchCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// OneSweep against CUB for u32/u64 keys, pairs and row ids (G keys/s, warm medians).
+    Kernels {
+        /// log2 of the sizes, comma separated.
+        #[arg(long, value_delimiter = ',', default_value = "20,24,26,28")]
+        sizes: Vec<u32>,
+        /// Timed runs per cell.
+        #[arg(long, default_value_t = 10)]
+        reps: usize,
+        /// Untimed warm-up runs per cell.
+        #[arg(long, default_value_t = 3)]
+        warmup: usize,
+        /// Data seed.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// The CUB baseline binary (built from benches/cub_sort.cu with nvcc).
+        #[arg(long)]
+        cub: Option<String>,
+    },
 }
 
 #[tokio::main]
@@ -71,6 +100,22 @@ async fn main() {
             backend,
             max_rows,
         } => sql::run(&statements, &tables, explain, backend, max_rows).await,
+        Command::Bench {
+            what:
+                BenchCommand::Kernels {
+                    sizes,
+                    reps,
+                    warmup,
+                    seed,
+                    cub,
+                },
+        } => bench::run(&bench::KernelBench {
+            log2_sizes: sizes,
+            reps: reps.max(1),
+            warmup,
+            seed,
+            cub,
+        }),
     };
     if let Err(e) = result {
         eprintln!("gpusort: error: {e}");

@@ -1,0 +1,51 @@
+// common.cuh: device code shared by the kernel files of gpusort.
+//
+// Self-contained on purpose: NVRTC compiles these sources with no system headers, so the
+// fixed-width integer names and the few intrinsics wrappers we need are defined here.
+#pragma once
+
+typedef unsigned char u8;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef int i32;
+
+// 8-bit digits: 256 buckets per radix pass.
+#define RADIX_BITS 8
+#define RADIX 256
+#define WARP 32
+
+__device__ __forceinline__ u32 lane_id() { return threadIdx.x & (WARP - 1); }
+__device__ __forceinline__ u32 warp_id() { return threadIdx.x / WARP; }
+
+// Bit mask of the lanes below this one.
+__device__ __forceinline__ u32 lanemask_lt() {
+    u32 mask;
+    asm("mov.u32 %0, %%lanemask_lt;" : "=r"(mask));
+    return mask;
+}
+
+// The 8-bit digit of `key` at bit offset `shift`.
+__device__ __forceinline__ u32 digit_of(u32 key, u32 shift) { return (key >> shift) & (RADIX - 1); }
+__device__ __forceinline__ u32 digit_of(u64 key, u32 shift) {
+    return (u32)(key >> shift) & (RADIX - 1);
+}
+
+// Loads and stores other blocks observe: they go to L2, never stay in L1 or registers.
+__device__ __forceinline__ u64 load_relaxed_gpu(const u64* p) {
+    u64 v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void store_relaxed_gpu(u64* p, u64 v) {
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+// Inclusive prefix sum over the lanes of one warp.
+__device__ __forceinline__ u32 warp_inclusive_sum(u32 v) {
+#pragma unroll
+    for (u32 offset = 1; offset < WARP; offset <<= 1) {
+        u32 other = __shfl_up_sync(0xffffffffu, v, offset);
+        if (lane_id() >= offset) v += other;
+    }
+    return v;
+}

@@ -1,0 +1,274 @@
+// onesweep.cu: OneSweep LSD radix sort over 8-bit digits (launched by src/cuda/onesweep.rs).
+//
+//   onesweep_histogram_<k>   one read of the keys builds the 256-bucket histogram of every
+//                            digit (the host scans them into bucket starts and skips digits
+//                            whose histogram has one full bucket)
+//   onesweep_pass_<k>_<v>    one kernel per live digit. Each block takes the next tile (in
+//                            the order blocks start), ranks the tile's keys stably in shared
+//                            memory, publishes its per-digit counts, finds the tile's global
+//                            offsets by decoupled look-back, and scatters through shared memory
+//   onesweep_gather_u64      keys of the next word in the current order (multi-word keys)
+//
+// Look-back state lives in a constant-size circular buffer of `slot_mask + 1` tile slots, 256
+// 64-bit entries each: value (32 bits) | tag (30 bits) | flag (2 bits), where the tag is
+// (epoch << 20 | tile). Every pass of one sort has its own epoch, so entries of an earlier
+// pass never match. Reusing a slot is made safe by two rules:
+//   * writer: tile b publishes into slot b % S only once tiles b - S and b - S + 1 have
+//     published their inclusive prefixes;
+//   * reader: a tile that finds a predecessor's entry overwritten by a newer tile knows (by
+//     the writer rule) that a later predecessor is inclusive now, and restarts its look-back.
+// Tiles wait only for tiles with smaller indices, which started earlier; so correctness and
+// progress need nothing beyond what dynamic tile indices give: every tile a block waits for
+// belongs to a block that is running or done.
+#include "common.cuh"
+
+#ifndef ONESWEEP_U32_THREADS
+#define ONESWEEP_U32_THREADS 256
+#endif
+#ifndef ONESWEEP_U32_ITEMS
+#define ONESWEEP_U32_ITEMS 16
+#endif
+#ifndef ONESWEEP_U64_THREADS
+#define ONESWEEP_U64_THREADS 256
+#endif
+#ifndef ONESWEEP_U64_ITEMS
+#define ONESWEEP_U64_ITEMS 12
+#endif
+#ifndef ONESWEEP_MIN_BLOCKS
+#define ONESWEEP_MIN_BLOCKS 3
+#endif
+#ifndef HISTOGRAM_THREADS
+#define HISTOGRAM_THREADS 512
+#endif
+
+enum ValueMode { KEYS_ONLY = 0, READ_VALUES = 1, ROW_IDS = 2 };
+
+enum LookbackFlag : u32 { FLAG_EMPTY = 0, FLAG_AGGREGATE = 1, FLAG_INCLUSIVE = 2 };
+
+#define TILE_BITS 20
+#define TILE_MASK ((1u << TILE_BITS) - 1)
+
+__device__ __forceinline__ u64 lookback_entry(u32 value, u32 tag, u32 flag) {
+    return ((u64)value << 32) | ((u64)tag << 2) | flag;
+}
+__device__ __forceinline__ u32 entry_flag(u64 e) { return (u32)e & 3u; }
+__device__ __forceinline__ u32 entry_tag(u64 e) { return (u32)e >> 2; }
+__device__ __forceinline__ u32 entry_value(u64 e) { return (u32)(e >> 32); }
+__device__ __forceinline__ u32 make_tag(u32 epoch, u32 tile) { return (epoch << TILE_BITS) | tile; }
+
+// Whether the entry was written, in this pass, by a tile later than `tile`.
+__device__ __forceinline__ bool is_overwritten(u64 e, u32 epoch, u32 tile) {
+    u32 tag = entry_tag(e);
+    return entry_flag(e) != FLAG_EMPTY && (tag >> TILE_BITS) == epoch && (tag & TILE_MASK) > tile;
+}
+
+__device__ __forceinline__ u64* slot_entry(u64* lookback, u32 tile, u32 slot_mask, u32 digit) {
+    return lookback + (u64)(tile & slot_mask) * RADIX + digit;
+}
+
+// Writer rule: before tile `tile` reuses its slot, tiles tile-S and tile-S+1 must be inclusive.
+__device__ void wait_until_slot_free(u64* lookback, u32 tile, u32 slot_mask, u32 digit, u32 epoch) {
+    const u32 slots = slot_mask + 1;
+    if (tile < slots) return;
+    const u32 old = tile - slots;
+    for (;;) {
+        u64 e = load_relaxed_gpu(slot_entry(lookback, old, slot_mask, digit));
+        if (entry_flag(e) == FLAG_INCLUSIVE && entry_tag(e) == make_tag(epoch, old)) break;
+    }
+    for (;;) {
+        u64 e = load_relaxed_gpu(slot_entry(lookback, old + 1, slot_mask, digit));
+        bool inclusive = entry_flag(e) == FLAG_INCLUSIVE && entry_tag(e) == make_tag(epoch, old + 1);
+        if (inclusive || is_overwritten(e, epoch, old + 1)) break;
+    }
+}
+
+// Sum of this digit's counts over all tiles before `tile` (plus the bucket start, which
+// tile 0 folds into its inclusive value).
+__device__ u32 look_back(u64* lookback, u32 tile, u32 slot_mask, u32 digit, u32 epoch) {
+    u32 exclusive = 0;
+    u32 j = tile - 1;
+    for (;;) {
+        u64 e = load_relaxed_gpu(slot_entry(lookback, j, slot_mask, digit));
+        u32 flag = entry_flag(e);
+        if (flag != FLAG_EMPTY && entry_tag(e) == make_tag(epoch, j)) {
+            exclusive += entry_value(e);
+            if (flag == FLAG_INCLUSIVE) return exclusive;
+            j -= 1;  // an aggregate is never tile 0's entry, so j > 0 here
+        } else if (is_overwritten(e, epoch, j)) {
+            exclusive = 0;  // a later predecessor is inclusive by now: start over
+            j = tile - 1;
+        }
+        // else: tile j has not published yet; read again
+    }
+}
+
+template <typename K, int MODE, int THREADS, int ITEMS>
+__device__ __forceinline__ void onesweep_pass(const K* __restrict__ keys_in, K* __restrict__ keys_out,
+                                              const u32* __restrict__ vals_in, u32* __restrict__ vals_out,
+                                              u32 n, u32 shift, const u32* __restrict__ bucket_start,
+                                              u64* lookback, u32 slot_mask, u32* tile_counter, u32 epoch) {
+    static_assert(THREADS >= RADIX && THREADS % WARP == 0, "one thread per digit");
+    constexpr int WARPS = THREADS / WARP;
+    constexpr int TILE = THREADS * ITEMS;
+    constexpr bool HAS_VALUES = MODE != KEYS_ONLY;
+    __shared__ u32 s_warp_hist[WARPS][RADIX];
+    __shared__ u32 s_digit_start[RADIX];
+    __shared__ u32 s_digit_base[RADIX];
+    __shared__ u32 s_warp_sums[WARPS];
+    __shared__ u32 s_tile;
+    __shared__ K s_keys[TILE];
+    __shared__ u32 s_vals[HAS_VALUES ? TILE : 1];
+
+    if (threadIdx.x == 0) s_tile = atomicAdd(tile_counter, 1u);
+    for (u32 i = threadIdx.x; i < WARPS * RADIX; i += THREADS) (&s_warp_hist[0][0])[i] = 0;
+    __syncthreads();
+    const u32 tile = s_tile;
+    const u32 lane = lane_id();
+    const u32 warp = warp_id();
+    const u64 warp_begin = (u64)tile * TILE + (u64)warp * (ITEMS * WARP);
+
+    // Load warp-striped: item i of lane l is element warp_begin + i * 32 + l.
+    K keys[ITEMS];
+    u32 vals[ITEMS];
+    u32 digits[ITEMS];
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+        const u64 at = warp_begin + (u64)i * WARP + lane;
+        const bool valid = at < n;
+        keys[i] = valid ? keys_in[at] : (K)0;
+        if (MODE == READ_VALUES) vals[i] = valid ? vals_in[at] : 0u;
+        if (MODE == ROW_IDS) vals[i] = (u32)at;
+        digits[i] = valid ? digit_of(keys[i], shift) : RADIX;  // RADIX: not counted
+    }
+
+    // Stable rank within the warp: lanes with equal digits form one group per item.
+    u32 ranks[ITEMS];
+    u32* hist = s_warp_hist[warp];
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+        const u32 d = digits[i];
+        const u32 peers = __match_any_sync(0xffffffffu, d);
+        const u32 before = __popc(peers & lanemask_lt());
+        const u32 count = d < RADIX ? hist[d] : 0u;
+        ranks[i] = count + before;
+        __syncwarp();
+        if (d < RADIX && before == 0) hist[d] = count + __popc(peers);
+        __syncwarp();
+    }
+    __syncthreads();
+
+    // Per digit: exclusive offsets of the warps, the tile's count, and the digit's start.
+    u32 tile_count = 0;
+    if (threadIdx.x < RADIX) {
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) {
+            const u32 c = s_warp_hist[w][threadIdx.x];
+            s_warp_hist[w][threadIdx.x] = tile_count;
+            tile_count += c;
+        }
+    }
+    const u32 inclusive = warp_inclusive_sum(tile_count);
+    if (lane == WARP - 1) s_warp_sums[warp] = inclusive;
+    __syncthreads();
+    const u32 tag = make_tag(epoch, tile);
+    u64* my_entry = slot_entry(lookback, tile, slot_mask, threadIdx.x);
+    if (threadIdx.x < RADIX) {
+        u32 prefix = 0;
+        for (u32 w = 0; w < warp; ++w) prefix += s_warp_sums[w];
+        s_digit_start[threadIdx.x] = prefix + inclusive - tile_count;
+        wait_until_slot_free(lookback, tile, slot_mask, threadIdx.x, epoch);
+        if (tile == 0) {
+            store_relaxed_gpu(my_entry, lookback_entry(bucket_start[threadIdx.x] + tile_count, tag, FLAG_INCLUSIVE));
+        } else {
+            store_relaxed_gpu(my_entry, lookback_entry(tile_count, tag, FLAG_AGGREGATE));
+        }
+    }
+    __syncthreads();
+
+    // Place the keys at their tile positions (while the digit threads look back).
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+        const u32 d = digits[i];
+        if (d < RADIX) {
+            const u32 pos = s_digit_start[d] + s_warp_hist[warp][d] + ranks[i];
+            s_keys[pos] = keys[i];
+            if (HAS_VALUES) s_vals[pos] = vals[i];
+        }
+    }
+    if (threadIdx.x < RADIX) {
+        u32 exclusive = bucket_start[threadIdx.x];
+        if (tile != 0) {
+            exclusive = look_back(lookback, tile, slot_mask, threadIdx.x, epoch);
+            store_relaxed_gpu(my_entry, lookback_entry(exclusive + tile_count, tag, FLAG_INCLUSIVE));
+        }
+        s_digit_base[threadIdx.x] = exclusive - s_digit_start[threadIdx.x];
+    }
+    __syncthreads();
+
+    // Scatter in tile order: neighbours with one digit write neighbouring addresses.
+    const u64 tile_begin = (u64)tile * TILE;
+    const u32 valid_count = (u32)min((u64)TILE, (u64)n - tile_begin);
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+        const u32 i = k * THREADS + threadIdx.x;
+        if (i < valid_count) {
+            const K key = s_keys[i];
+            const u32 dst = s_digit_base[digit_of(key, shift)] + i;
+            keys_out[dst] = key;
+            if (HAS_VALUES) vals_out[dst] = s_vals[i];
+        }
+    }
+}
+
+// Histograms of all `DIGITS` digits of the keys, added into hist[DIGITS][RADIX].
+template <typename K, int DIGITS>
+__device__ __forceinline__ void onesweep_histogram(const K* __restrict__ keys, u32 n, u32* hist) {
+    __shared__ u32 s_hist[DIGITS][RADIX];
+    for (u32 i = threadIdx.x; i < DIGITS * RADIX; i += blockDim.x) (&s_hist[0][0])[i] = 0;
+    __syncthreads();
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const K key = keys[i];
+#pragma unroll
+        for (int d = 0; d < DIGITS; ++d) atomicAdd(&s_hist[d][digit_of(key, d * RADIX_BITS)], 1u);
+    }
+    __syncthreads();
+    for (u32 i = threadIdx.x; i < DIGITS * RADIX; i += blockDim.x) {
+        const u32 c = (&s_hist[0][0])[i];
+        if (c != 0) atomicAdd(&hist[i], c);
+    }
+}
+
+#define PASS_ARGS(K)                                                                              \
+    const K *keys_in, K *keys_out, const u32 *vals_in, u32 *vals_out, u32 n, u32 shift,          \
+        const u32 *bucket_start, u64 *lookback, u32 slot_mask, u32 *tile_counter, u32 epoch
+#define PASS_CALL keys_in, keys_out, vals_in, vals_out, n, shift, bucket_start, lookback, slot_mask, tile_counter, epoch
+
+#define ONESWEEP_PASS(NAME, K, MODE, THREADS, ITEMS)                                  \
+    extern "C" __global__ void __launch_bounds__(THREADS, ONESWEEP_MIN_BLOCKS) NAME(PASS_ARGS(K)) {       \
+        onesweep_pass<K, MODE, THREADS, ITEMS>(PASS_CALL);                           \
+    }
+
+ONESWEEP_PASS(onesweep_pass_u32_keys, u32, KEYS_ONLY, ONESWEEP_U32_THREADS, ONESWEEP_U32_ITEMS)
+ONESWEEP_PASS(onesweep_pass_u32_pairs, u32, READ_VALUES, ONESWEEP_U32_THREADS, ONESWEEP_U32_ITEMS)
+ONESWEEP_PASS(onesweep_pass_u32_rowids, u32, ROW_IDS, ONESWEEP_U32_THREADS, ONESWEEP_U32_ITEMS)
+ONESWEEP_PASS(onesweep_pass_u64_keys, u64, KEYS_ONLY, ONESWEEP_U64_THREADS, ONESWEEP_U64_ITEMS)
+ONESWEEP_PASS(onesweep_pass_u64_pairs, u64, READ_VALUES, ONESWEEP_U64_THREADS, ONESWEEP_U64_ITEMS)
+ONESWEEP_PASS(onesweep_pass_u64_rowids, u64, ROW_IDS, ONESWEEP_U64_THREADS, ONESWEEP_U64_ITEMS)
+
+extern "C" __global__ void __launch_bounds__(HISTOGRAM_THREADS)
+    onesweep_histogram_u32(const u32* keys, u32 n, u32* hist) {
+    onesweep_histogram<u32, 4>(keys, n, hist);
+}
+
+extern "C" __global__ void __launch_bounds__(HISTOGRAM_THREADS)
+    onesweep_histogram_u64(const u64* keys, u32 n, u32* hist) {
+    onesweep_histogram<u64, 8>(keys, n, hist);
+}
+
+// dst[i] = src[perm[i]]: the next (more significant) key word in the current order.
+extern "C" __global__ void onesweep_gather_u64(const u64* __restrict__ src, const u32* __restrict__ perm,
+                                               u64* __restrict__ dst, u32 n) {
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) dst[i] = src[perm[i]];
+}

@@ -1,0 +1,357 @@
+//! One CUDA device: its primary context, the stream every sort runs on, its attributes, and
+//! RAII handles for device buffers, pinned host buffers and events.
+//!
+//! All work of the backend goes to one non-blocking stream; buffers are allocated and freed
+//! in stream order (`cuMemAllocAsync`), from the device's default memory pool, which keeps
+//! freed memory for the next sort instead of returning it to the driver.
+
+use std::ffi::c_void;
+use std::marker::PhantomData;
+
+use cudarc::driver::result;
+use cudarc::driver::sys::{self, CUdevice_attribute as Attr};
+
+use super::error::{CudaError, CudaResult};
+use super::faults;
+
+/// An opened device: context, stream and what the launchers need to know about it.
+#[derive(Debug)]
+pub struct Device {
+    context: sys::CUcontext,
+    stream: sys::CUstream,
+    /// The device's name, e.g. "NVIDIA H100 80GB HBM3".
+    pub name: String,
+    /// Compute capability as one number, e.g. 90.
+    pub arch: u32,
+    /// Streaming multiprocessors.
+    pub sm_count: u32,
+    /// Shared memory a block may use with an opt-in, in bytes.
+    pub max_shared_per_block: usize,
+    /// Device memory, in bytes.
+    pub total_memory: usize,
+}
+
+// SAFETY: the context and stream handles may be used from any thread once the context is
+// made current there (`bind`); the backend serializes all use of one device.
+unsafe impl Send for Device {}
+unsafe impl Sync for Device {}
+
+fn call<T>(name: &'static str, r: Result<T, cudarc::driver::DriverError>) -> CudaResult<T> {
+    r.map_err(|e| CudaError::driver(name, e))
+}
+
+impl Device {
+    /// Opens device `ordinal`. The driver library must be present (see `super::probe`).
+    pub fn open(ordinal: i32) -> CudaResult<Self> {
+        call("cuInit", result::init())?;
+        let count = call("cuDeviceGetCount", result::device::get_count())?;
+        if count <= ordinal {
+            return Err(CudaError::Unavailable(format!(
+                "no CUDA device {ordinal} (the driver sees {count})"
+            )));
+        }
+        let device = call("cuDeviceGet", result::device::get(ordinal))?;
+        // SAFETY: `device` is a valid handle from cuDeviceGet.
+        let context = call("cuDevicePrimaryCtxRetain", unsafe {
+            result::primary_ctx::retain(device)
+        })?;
+        // SAFETY: `context` was just retained.
+        call("cuCtxSetCurrent", unsafe {
+            result::ctx::set_current(context)
+        })?;
+        let stream = call(
+            "cuStreamCreate",
+            result::stream::create(result::stream::StreamKind::NonBlocking),
+        )?;
+        let attribute = |a: Attr| {
+            // SAFETY: a valid device handle and attribute enum.
+            call("cuDeviceGetAttribute", unsafe {
+                result::device::get_attribute(device, a)
+            })
+        };
+        let major = attribute(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor = attribute(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        let opened = Self {
+            context,
+            stream,
+            name: call("cuDeviceGetName", result::device::get_name(device))?,
+            arch: (major * 10 + minor) as u32,
+            sm_count: attribute(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
+            max_shared_per_block: attribute(
+                Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            )? as usize,
+            // SAFETY: a valid device handle.
+            total_memory: call("cuDeviceTotalMem", unsafe {
+                result::device::total_mem(device)
+            })?,
+        };
+        opened.keep_freed_memory(device)?;
+        Ok(opened)
+    }
+
+    /// Lets the default memory pool keep freed blocks (the next sort reuses them).
+    fn keep_freed_memory(&self, device: sys::CUdevice) -> CudaResult<()> {
+        // SAFETY: a valid device; the attribute takes a pointer to a u64.
+        unsafe {
+            let pool = call(
+                "cuDeviceGetDefaultMemPool",
+                result::device::get_default_mem_pool(device),
+            )?;
+            let mut threshold: u64 = u64::MAX;
+            call(
+                "cuMemPoolSetAttribute",
+                result::mem_pool::set_attribute(
+                    pool,
+                    sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                    &mut threshold as *mut u64 as *mut c_void,
+                ),
+            )
+        }
+    }
+
+    /// Makes the device's context current on the calling thread.
+    pub fn bind(&self) -> CudaResult<()> {
+        // SAFETY: the context is retained for the life of `self`.
+        call("cuCtxSetCurrent", unsafe {
+            result::ctx::set_current(self.context)
+        })
+    }
+
+    /// The stream all work is queued on.
+    pub fn stream(&self) -> sys::CUstream {
+        self.stream
+    }
+
+    /// Waits for all queued work; a failed kernel reports here.
+    pub fn synchronize(&self) -> CudaResult<()> {
+        faults::take_sticky("cuStreamSynchronize")?;
+        // SAFETY: the stream lives as long as `self`.
+        call("cuStreamSynchronize", unsafe {
+            result::stream::synchronize(self.stream)
+        })
+    }
+
+    /// A device buffer of `len` elements, uninitialized, in stream order.
+    pub fn alloc<T: Copy>(&self, len: usize, what: &'static str) -> CudaResult<DeviceBuffer<T>> {
+        let bytes = (len.max(1)) * std::mem::size_of::<T>();
+        faults::take_out_of_memory(bytes, what)?;
+        // SAFETY: the stream is valid; the memory is only used on it.
+        match unsafe { result::malloc_async(self.stream, bytes) } {
+            Ok(ptr) => Ok(DeviceBuffer {
+                ptr,
+                len,
+                stream: self.stream,
+                _type: PhantomData,
+            }),
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                Err(CudaError::OutOfMemory { bytes, what })
+            }
+            Err(e) => Err(CudaError::driver("cuMemAllocAsync", e)),
+        }
+    }
+
+    /// Sets every byte of `buffer` to zero, in stream order.
+    pub fn zero<T>(&self, buffer: &DeviceBuffer<T>) -> CudaResult<()> {
+        let bytes = buffer.len.max(1) * std::mem::size_of::<T>();
+        // SAFETY: `buffer` owns `bytes` bytes on this stream.
+        call("cuMemsetD8Async", unsafe {
+            result::memset_d8_async(buffer.ptr, 0, bytes, self.stream)
+        })
+    }
+
+    /// Queues a copy of `src` (pinned or not) to `dst[offset..]`.
+    ///
+    /// # Safety
+    /// `src` must stay alive and unchanged until the copy has completed on the stream.
+    pub unsafe fn upload<T>(
+        &self,
+        dst: &DeviceBuffer<T>,
+        offset: usize,
+        src: &[T],
+    ) -> CudaResult<()> {
+        assert!(
+            offset + src.len() <= dst.len,
+            "upload past the end of a device buffer"
+        );
+        let at = dst.ptr + (offset * std::mem::size_of::<T>()) as u64;
+        call("cuMemcpyHtoDAsync", unsafe {
+            result::memcpy_htod_async(at, src, self.stream)
+        })
+    }
+
+    /// Queues a copy of `src[offset..offset + dst.len()]` into `dst`.
+    ///
+    /// # Safety
+    /// `dst` must stay alive and untouched until the copy has completed on the stream.
+    pub unsafe fn download<T>(
+        &self,
+        dst: &mut [T],
+        src: &DeviceBuffer<T>,
+        offset: usize,
+    ) -> CudaResult<()> {
+        assert!(
+            offset + dst.len() <= src.len,
+            "download past the end of a device buffer"
+        );
+        let at = src.ptr + (offset * std::mem::size_of::<T>()) as u64;
+        call("cuMemcpyDtoHAsync", unsafe {
+            result::memcpy_dtoh_async(dst, at, self.stream)
+        })
+    }
+
+    /// A new buffer holding a copy of `src`, in stream order.
+    pub fn duplicate<T: Copy>(
+        &self,
+        src: &DeviceBuffer<T>,
+        what: &'static str,
+    ) -> CudaResult<DeviceBuffer<T>> {
+        let copy = self.alloc::<T>(src.len, what)?;
+        let bytes = src.len * std::mem::size_of::<T>();
+        // SAFETY: both buffers hold `bytes` bytes on this stream and do not overlap.
+        call("cuMemcpyDtoDAsync", unsafe {
+            result::memcpy_dtod_async(copy.ptr, src.ptr, bytes, self.stream)
+        })?;
+        Ok(copy)
+    }
+
+    /// Copies a small device buffer back, waiting for it.
+    pub fn download_now<T: Copy + Default>(&self, src: &DeviceBuffer<T>) -> CudaResult<Vec<T>> {
+        let mut out = vec![T::default(); src.len];
+        // SAFETY: `out` outlives the copy: we synchronize before returning.
+        unsafe { self.download(&mut out, src, 0)? };
+        self.synchronize()?;
+        Ok(out)
+    }
+
+    /// A new event for ordering host work against the stream.
+    pub fn event(&self) -> CudaResult<Event> {
+        let handle = call(
+            "cuEventCreate",
+            result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT),
+        )?;
+        Ok(Event { handle })
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        // SAFETY: the stream was created by `open` and is no longer used.
+        let _ = unsafe { result::stream::destroy(self.stream) };
+    }
+}
+
+/// Device memory of `len` elements of `T`, freed in stream order on drop.
+#[derive(Debug)]
+pub struct DeviceBuffer<T> {
+    ptr: sys::CUdeviceptr,
+    len: usize,
+    stream: sys::CUstream,
+    _type: PhantomData<T>,
+}
+
+// SAFETY: a device pointer is plain data; all access goes through the serialized device.
+unsafe impl<T> Send for DeviceBuffer<T> {}
+unsafe impl<T> Sync for DeviceBuffer<T> {}
+
+impl<T> DeviceBuffer<T> {
+    /// Elements in the buffer.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The raw device address, for kernel arguments.
+    pub fn ptr(&self) -> sys::CUdeviceptr {
+        self.ptr
+    }
+}
+
+impl<T> Drop for DeviceBuffer<T> {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemAllocAsync on `stream`; freed once, after queued work.
+        let _ = unsafe { result::free_async(self.ptr, self.stream) };
+    }
+}
+
+/// Page-locked host memory: copies from and to it run at full PCIe speed.
+#[derive(Debug)]
+pub struct PinnedBuffer<T> {
+    ptr: *mut T,
+    len: usize,
+}
+
+// SAFETY: the buffer is owned memory like a Vec; the owner synchronizes device copies.
+unsafe impl<T: Send> Send for PinnedBuffer<T> {}
+unsafe impl<T: Sync> Sync for PinnedBuffer<T> {}
+
+impl<T: Copy> PinnedBuffer<T> {
+    /// `len` elements of page-locked memory (contents unspecified, zeroed here).
+    pub fn new(len: usize) -> CudaResult<Self> {
+        let bytes = len.max(1) * std::mem::size_of::<T>();
+        // SAFETY: a plain host allocation, freed in Drop.
+        let ptr = call("cuMemHostAlloc", unsafe { result::malloc_host(bytes, 0) })? as *mut T;
+        // SAFETY: `bytes` bytes were just allocated at `ptr`.
+        unsafe { std::ptr::write_bytes(ptr as *mut u8, 0, bytes) };
+        Ok(Self { ptr, len })
+    }
+
+    /// The memory as a mutable slice.
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        // SAFETY: as `as_slice`, with exclusive access through `&mut self`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl<T> Drop for PinnedBuffer<T> {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemHostAlloc; the owner has waited for its copies.
+        let _ = unsafe { result::free_host(self.ptr as *mut c_void) };
+    }
+}
+
+/// A CUDA event.
+#[derive(Debug)]
+pub struct Event {
+    handle: sys::CUevent,
+}
+
+// SAFETY: event handles may be used from any thread of the context.
+unsafe impl Send for Event {}
+unsafe impl Sync for Event {}
+
+impl Event {
+    /// Records the event at the current end of `device`'s stream.
+    pub fn record(&self, device: &Device) -> CudaResult<()> {
+        // SAFETY: both handles are alive.
+        call("cuEventRecord", unsafe {
+            result::event::record(self.handle, device.stream())
+        })
+    }
+
+    /// Waits until the work before the last `record` has completed.
+    pub fn wait(&self) -> CudaResult<()> {
+        // SAFETY: the handle is alive.
+        call("cuEventSynchronize", unsafe {
+            result::event::synchronize(self.handle)
+        })
+    }
+
+    /// Milliseconds between `start` and this event (both recorded and complete).
+    pub fn elapsed_ms_since(&self, start: &Event) -> CudaResult<f32> {
+        // SAFETY: both handles are alive.
+        call("cuEventElapsedTime", unsafe {
+            result::event::elapsed(start.handle, self.handle)
+        })
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: created by cuEventCreate, destroyed once.
+        let _ = unsafe { result::event::destroy(self.handle) };
+    }
+}

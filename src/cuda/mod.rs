@@ -1,0 +1,237 @@
+//! The CUDA backend: device probe, kernels, transfers, and [`CudaBackend`].
+//!
+//! ```text
+//!  runtime()  once per process: libcuda present? → device 0 → NVRTC (cached CUBIN) → kernels
+//!     │        any failure: the reason is kept, `backend = auto` uses the CPU
+//!     ▼
+//!  CudaBackend::sort(keys)        one sort at a time per device (the staging lock)
+//!     keys ──pinned, chunked──► device ──OneSweep──► permutation ──pinned, chunked──► host
+//!     error: fatal (sticky) → device disabled for the process; any error → this run is
+//!            sorted by the CPU backend instead (same result, counted in `gpu_fallbacks`)
+//! ```
+//!
+//! cudarc loads libcuda dynamically and panics when it is missing, so the probe checks for
+//! the library first and runs the rest under `catch_unwind`; a machine without a GPU gets a
+//! reason, never a panic.
+
+mod device;
+mod error;
+pub mod faults;
+mod module;
+mod onesweep;
+mod transfer;
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use datafusion::common::Result;
+
+pub use device::{Device, DeviceBuffer, Event};
+pub use error::{CudaError, CudaResult};
+pub use faults::{inject as inject_fault, Fault};
+pub use module::{compile_cubin, is_nvrtc_present, nvrtc_version, KernelFile, ALL_KERNELS};
+pub use onesweep::{defines as onesweep_defines, Onesweep, PassTuning, RadixKey, Sorted, Values};
+pub use transfer::{Plain as TransferPlain, Staging};
+
+use crate::config::AlgorithmChoice;
+use crate::keys::EncodedKeys;
+use crate::sort::{identity, Algorithm, CpuBackend, SortBackend, SortedRun};
+
+/// The opened device and what is loaded on it; one per process.
+#[derive(Debug)]
+pub struct CudaRuntime {
+    /// The device.
+    pub device: Device,
+    /// The radix sort kernels.
+    pub onesweep: Onesweep,
+    /// Pinned staging buffers; holding the lock is holding the device.
+    staging: Mutex<Staging>,
+}
+
+static RUNTIME: OnceLock<std::result::Result<Arc<CudaRuntime>, String>> = OnceLock::new();
+static DISABLED: Mutex<Option<String>> = Mutex::new(None);
+
+/// The process's CUDA runtime, or why there is none.
+pub fn runtime() -> std::result::Result<Arc<CudaRuntime>, String> {
+    if let Some(reason) = disabled_reason() {
+        return Err(format!(
+            "the CUDA device was disabled after a fatal error: {reason}"
+        ));
+    }
+    RUNTIME
+        .get_or_init(|| open_runtime().map_err(|e| e.to_string()))
+        .clone()
+}
+
+/// Marks the device unusable for the rest of the process (after a sticky error).
+pub fn disable_device(reason: &str) {
+    log::error!("gpusort: disabling the CUDA device for this process: {reason}");
+    let mut disabled = DISABLED.lock().unwrap_or_else(|p| p.into_inner());
+    disabled.get_or_insert_with(|| reason.to_string());
+}
+
+/// Why the device was disabled, if it was.
+pub fn disabled_reason() -> Option<String> {
+    DISABLED.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// Whether libcuda can be loaded here (never panics).
+pub fn is_driver_present() -> bool {
+    // SAFETY: only tries to dlopen the library.
+    std::panic::catch_unwind(|| unsafe { cudarc::driver::sys::is_culib_present() }).unwrap_or(false)
+}
+
+fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
+    if std::env::var_os("GPUSORT_DISABLE_CUDA").is_some_and(|v| !v.is_empty() && v != "0") {
+        return Err(CudaError::Unavailable("GPUSORT_DISABLE_CUDA is set".into()));
+    }
+    if !is_driver_present() {
+        return Err(CudaError::LibraryMissing {
+            library: "libcuda (the NVIDIA driver)",
+        });
+    }
+    if !is_nvrtc_present() {
+        return Err(CudaError::LibraryMissing {
+            library: "NVRTC (libnvrtc)",
+        });
+    }
+    let ordinal = std::env::var("GPUSORT_CUDA_DEVICE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let opened = std::panic::catch_unwind(|| -> CudaResult<CudaRuntime> {
+        let device = Device::open(ordinal)?;
+        let onesweep = Onesweep::load(&device)?;
+        let staging = Mutex::new(Staging::new(&device)?);
+        Ok(CudaRuntime {
+            device,
+            onesweep,
+            staging,
+        })
+    })
+    .map_err(|_| {
+        CudaError::Unavailable("the CUDA driver panicked while opening the device".into())
+    })??;
+    log::info!(
+        "gpusort: CUDA device {} (sm_{}, {} SMs, {} GiB)",
+        opened.device.name,
+        opened.device.arch,
+        opened.device.sm_count,
+        opened.device.total_memory >> 30
+    );
+    Ok(Arc::new(opened))
+}
+
+impl CudaRuntime {
+    /// Runs `work` with exclusive use of the device and its staging buffers.
+    pub fn with_device<T>(
+        &self,
+        work: impl FnOnce(&Device, &mut Staging) -> CudaResult<T>,
+    ) -> CudaResult<T> {
+        let mut staging = self.staging.lock().unwrap_or_else(|p| p.into_inner());
+        self.device.bind()?;
+        work(&self.device, &mut staging)
+    }
+
+    /// Sorts the rows of `keys` by OneSweep on the device: the stable permutation.
+    pub fn sort_rows(&self, keys: &EncodedKeys) -> CudaResult<SortedRun> {
+        let n = keys.rows;
+        if n < 2 || keys.words.is_empty() {
+            return Ok(radix_run(identity(n), 0, 0));
+        }
+        self.with_device(|device, staging| {
+            let (perm, h2d_bytes) = if keys.fits_u32() {
+                let word = &keys.words[0];
+                let upload = staging.upload::<u32, _>(device, n, "u32 keys", |start, out| {
+                    for (o, w) in out.iter_mut().zip(&word[start..]) {
+                        *o = (w >> 32) as u32;
+                    }
+                })?;
+                (self.onesweep.sort_rows_u32(device, upload, n)?, n * 4)
+            } else {
+                let words = keys
+                    .words
+                    .iter()
+                    .map(|word| {
+                        staging.upload::<u64, _>(device, n, "key words", |start, out| {
+                            out.copy_from_slice(&word[start..start + out.len()])
+                        })
+                    })
+                    .collect::<CudaResult<Vec<_>>>()?;
+                (
+                    self.onesweep.sort_rows_by_words(device, words, n)?,
+                    n * 8 * keys.words.len(),
+                )
+            };
+            let Some(perm) = perm else {
+                return Ok(radix_run(identity(n), h2d_bytes, 0));
+            };
+            let mut permutation = vec![0u32; n];
+            staging.download(device, &perm, &mut permutation)?;
+            device.synchronize()?;
+            Ok(radix_run(permutation, h2d_bytes, n * 4))
+        })
+    }
+}
+
+fn radix_run(permutation: Vec<u32>, h2d_bytes: usize, d2h_bytes: usize) -> SortedRun {
+    SortedRun {
+        permutation,
+        algorithm: Algorithm::Radix,
+        h2d_bytes,
+        d2h_bytes,
+        fell_back: false,
+    }
+}
+
+/// Sorts on the GPU; any failure sorts that run on the CPU backend instead.
+#[derive(Debug, Clone)]
+pub struct CudaBackend {
+    runtime: Arc<CudaRuntime>,
+}
+
+impl CudaBackend {
+    /// The backend over the process's device, or why there is none.
+    pub fn new() -> std::result::Result<Self, String> {
+        runtime().map(|runtime| Self { runtime })
+    }
+}
+
+impl SortBackend for CudaBackend {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn sort(&self, keys: &EncodedKeys, algorithm: AlgorithmChoice) -> Result<SortedRun> {
+        // The merge-based device algorithms (segmented, locality) are not built yet: those
+        // choices run the CPU backend's merge sort.
+        if matches!(
+            algorithm,
+            AlgorithmChoice::Segmented | AlgorithmChoice::Locality
+        ) {
+            return CpuBackend.sort(keys, algorithm);
+        }
+        if let Some(reason) = disabled_reason() {
+            log::debug!("gpusort: CUDA disabled ({reason}); sorting on the CPU");
+            return cpu_fallback(keys, algorithm);
+        }
+        match self.runtime.sort_rows(keys) {
+            Ok(run) => Ok(run),
+            Err(error) => {
+                if error.is_fatal() {
+                    disable_device(&error.to_string());
+                }
+                log::warn!(
+                    "gpusort: CUDA sort of {} rows failed ({error}); sorting this run on the CPU",
+                    keys.rows
+                );
+                cpu_fallback(keys, algorithm)
+            }
+        }
+    }
+}
+
+fn cpu_fallback(keys: &EncodedKeys, algorithm: AlgorithmChoice) -> Result<SortedRun> {
+    let mut run = CpuBackend.sort(keys, algorithm)?;
+    run.fell_back = true;
+    Ok(run)
+}

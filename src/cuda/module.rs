@@ -1,0 +1,318 @@
+//! Kernel sources embedded in the binary, compiled by NVRTC to CUBIN for the device's exact
+//! architecture, cached on disk, and loaded as modules.
+//!
+//! CUBIN rather than PTX: PTX written by an NVRTC newer than the driver does not load, while
+//! machine code for the exact architecture loads on any driver that supports the device.
+//! The cache file is named by (kernel file, architecture, NVRTC version, hash of the sources
+//! and options), so a changed kernel, tuning or compiler never reuses a stale binary. The
+//! cache directory is `$GPUSORT_KERNEL_CACHE`, else `$XDG_CACHE_HOME/gpusort`, else
+//! `~/.cache/gpusort`; a cache that cannot be written only costs a compile.
+
+use std::ffi::{c_char, CString};
+use std::path::PathBuf;
+
+use cudarc::driver::result;
+use cudarc::driver::sys;
+use cudarc::nvrtc::sys as nvrtc;
+
+use super::error::{CudaError, CudaResult};
+
+/// One `.cu` file of `kernels/`.
+#[derive(Debug, Clone, Copy)]
+pub struct KernelFile {
+    /// File name, e.g. `onesweep.cu`.
+    pub name: &'static str,
+    /// Its text.
+    pub source: &'static str,
+}
+
+/// Headers the kernel files may include (`#include "common.cuh"`).
+pub const HEADERS: &[(&str, &str)] = &[("common.cuh", include_str!("../../kernels/common.cuh"))];
+
+/// The OneSweep radix sort kernels.
+pub const ONESWEEP: KernelFile = KernelFile {
+    name: "onesweep.cu",
+    source: include_str!("../../kernels/onesweep.cu"),
+};
+
+/// Every kernel file, for compile checks.
+pub const ALL_KERNELS: &[KernelFile] = &[ONESWEEP];
+
+/// Whether the NVRTC library can be loaded here.
+pub fn is_nvrtc_present() -> bool {
+    // SAFETY: only tries to dlopen the library; never panics.
+    std::panic::catch_unwind(|| unsafe { nvrtc::is_culib_present() }).unwrap_or(false)
+}
+
+/// NVRTC's (major, minor) version.
+pub fn nvrtc_version() -> CudaResult<(i32, i32)> {
+    if !is_nvrtc_present() {
+        return Err(CudaError::LibraryMissing { library: "NVRTC" });
+    }
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: two valid out-pointers.
+    let code = unsafe { nvrtc::nvrtcVersion(&mut major, &mut minor) };
+    if code != nvrtc::nvrtcResult::NVRTC_SUCCESS {
+        return Err(CudaError::Compile {
+            file: "-",
+            arch: 0,
+            log: format!("nvrtcVersion: {code:?}"),
+        });
+    }
+    Ok((major, minor))
+}
+
+/// Compiles `file` to CUBIN for `sm_<arch>` with `-D` `defines`.
+pub fn compile_cubin(
+    file: KernelFile,
+    arch: u32,
+    defines: &[(String, String)],
+) -> CudaResult<Vec<u8>> {
+    if !is_nvrtc_present() {
+        return Err(CudaError::LibraryMissing { library: "NVRTC" });
+    }
+    let fail = |log: String| CudaError::Compile {
+        file: file.name,
+        arch,
+        log,
+    };
+    let text = |s: &str| CString::new(s).map_err(|_| fail("a NUL byte in the source".into()));
+    let source = text(file.source)?;
+    let name = text(file.name)?;
+    let header_texts = HEADERS
+        .iter()
+        .map(|h| text(h.1))
+        .collect::<CudaResult<Vec<_>>>()?;
+    let header_names = HEADERS
+        .iter()
+        .map(|h| text(h.0))
+        .collect::<CudaResult<Vec<_>>>()?;
+    let mut options = vec![
+        format!("--gpu-architecture=sm_{arch}"),
+        "-std=c++17".to_string(),
+    ];
+    options.extend(defines.iter().map(|(k, v)| format!("-D{k}={v}")));
+    let options = options
+        .iter()
+        .map(|o| text(o))
+        .collect::<CudaResult<Vec<_>>>()?;
+    let pointers = |v: &[CString]| v.iter().map(|s| s.as_ptr()).collect::<Vec<*const c_char>>();
+    let mut program: nvrtc::nvrtcProgram = std::ptr::null_mut();
+    // SAFETY: every pointer refers to a NUL-terminated string that outlives the call;
+    // header arrays have `HEADERS.len()` entries each.
+    let code = unsafe {
+        nvrtc::nvrtcCreateProgram(
+            &mut program,
+            source.as_ptr(),
+            name.as_ptr(),
+            HEADERS.len() as i32,
+            pointers(&header_texts).as_ptr(),
+            pointers(&header_names).as_ptr(),
+        )
+    };
+    if code != nvrtc::nvrtcResult::NVRTC_SUCCESS {
+        return Err(fail(format!("nvrtcCreateProgram: {code:?}")));
+    }
+    // SAFETY: `program` was created above and is destroyed below, once.
+    let compiled = unsafe {
+        let code =
+            nvrtc::nvrtcCompileProgram(program, options.len() as i32, pointers(&options).as_ptr());
+        let outcome = if code == nvrtc::nvrtcResult::NVRTC_SUCCESS {
+            program_cubin(program).ok_or_else(|| fail("NVRTC returned no CUBIN".into()))
+        } else {
+            Err(fail(format!("{code:?}\n{}", program_log(program))))
+        };
+        nvrtc::nvrtcDestroyProgram(&mut program);
+        outcome
+    };
+    compiled
+}
+
+/// # Safety
+/// `program` is a compiled NVRTC program.
+unsafe fn program_cubin(program: nvrtc::nvrtcProgram) -> Option<Vec<u8>> {
+    let mut size = 0usize;
+    if unsafe { nvrtc::nvrtcGetCUBINSize(program, &mut size) } != nvrtc::nvrtcResult::NVRTC_SUCCESS
+        || size == 0
+    {
+        return None;
+    }
+    let mut cubin = vec![0u8; size];
+    let code = unsafe { nvrtc::nvrtcGetCUBIN(program, cubin.as_mut_ptr() as *mut c_char) };
+    (code == nvrtc::nvrtcResult::NVRTC_SUCCESS).then_some(cubin)
+}
+
+/// # Safety
+/// `program` is a live NVRTC program.
+unsafe fn program_log(program: nvrtc::nvrtcProgram) -> String {
+    let mut size = 0usize;
+    if unsafe { nvrtc::nvrtcGetProgramLogSize(program, &mut size) }
+        != nvrtc::nvrtcResult::NVRTC_SUCCESS
+    {
+        return String::new();
+    }
+    let mut log = vec![0u8; size.max(1)];
+    unsafe { nvrtc::nvrtcGetProgramLog(program, log.as_mut_ptr() as *mut c_char) };
+    String::from_utf8_lossy(&log)
+        .trim_end_matches('\0')
+        .trim()
+        .to_string()
+}
+
+/// FNV-1a, 64 bits: a hash that is the same in every build (the cache key must be).
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    for part in parts {
+        for byte in part.iter().chain(&[0xff]) {
+            hash ^= *byte as u64;
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    hash
+}
+
+fn cache_dir() -> Option<PathBuf> {
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    env("GPUSORT_KERNEL_CACHE")
+        .or_else(|| env("XDG_CACHE_HOME").map(|p| p.join("gpusort")))
+        .or_else(|| env("HOME").map(|p| p.join(".cache").join("gpusort")))
+}
+
+/// The cache file of `file` compiled for `arch` with `defines` by this NVRTC.
+fn cache_path(
+    file: KernelFile,
+    arch: u32,
+    defines: &[(String, String)],
+) -> CudaResult<Option<PathBuf>> {
+    let (major, minor) = nvrtc_version()?;
+    let mut parts: Vec<&[u8]> = vec![file.source.as_bytes()];
+    for (name, text) in HEADERS {
+        parts.extend([name.as_bytes(), text.as_bytes()]);
+    }
+    for (k, v) in defines {
+        parts.extend([k.as_bytes(), v.as_bytes()]);
+    }
+    let stem = file.name.trim_end_matches(".cu");
+    let name = format!(
+        "{stem}-sm{arch}-nvrtc{major}.{minor}-{:016x}.cubin",
+        fnv1a(&parts)
+    );
+    Ok(cache_dir().map(|d| d.join(name)))
+}
+
+/// The CUBIN of `file` for `arch`: from the disk cache, or compiled and stored there.
+pub fn cached_cubin(
+    file: KernelFile,
+    arch: u32,
+    defines: &[(String, String)],
+) -> CudaResult<Vec<u8>> {
+    let path = cache_path(file, arch, defines)?;
+    if let Some(cubin) = path.as_ref().and_then(|p| std::fs::read(p).ok()) {
+        return Ok(cubin);
+    }
+    let cubin = compile_cubin(file, arch, defines)?;
+    if let Some(path) = path {
+        store_atomically(&path, &cubin);
+    }
+    Ok(cubin)
+}
+
+fn store_atomically(path: &PathBuf, bytes: &[u8]) {
+    let Some(dir) = path.parent() else { return };
+    let temp = path.with_extension(format!("tmp{}", std::process::id()));
+    let stored = std::fs::create_dir_all(dir)
+        .and_then(|_| std::fs::write(&temp, bytes))
+        .and_then(|_| std::fs::rename(&temp, path));
+    if let Err(e) = stored {
+        let _ = std::fs::remove_file(&temp);
+        log::debug!("gpusort: kernel cache {} not written: {e}", path.display());
+    }
+}
+
+/// A loaded module; its functions live as long as it does.
+#[derive(Debug)]
+pub struct Module {
+    handle: sys::CUmodule,
+    file: &'static str,
+}
+
+// SAFETY: module and function handles may be used from any thread of the context.
+unsafe impl Send for Module {}
+unsafe impl Sync for Module {}
+
+/// A kernel entry point of a loaded [`Module`].
+#[derive(Debug, Clone, Copy)]
+pub struct Kernel {
+    /// The raw function handle.
+    pub function: sys::CUfunction,
+    /// The entry point's name, for errors.
+    pub name: &'static str,
+}
+
+// SAFETY: as for `Module`.
+unsafe impl Send for Kernel {}
+unsafe impl Sync for Kernel {}
+
+impl Module {
+    /// Loads CUBIN `image` of kernel file `file` into the current context.
+    pub fn load(file: &'static str, image: &[u8]) -> CudaResult<Self> {
+        // SAFETY: `image` is a complete CUBIN produced by NVRTC; the driver copies it.
+        let handle = unsafe { result::module::load_data(image.as_ptr() as *const _) }
+            .map_err(|e| CudaError::driver("cuModuleLoadData", e))?;
+        Ok(Self { handle, file })
+    }
+
+    /// The entry point `name`.
+    pub fn kernel(&self, name: &'static str) -> CudaResult<Kernel> {
+        let c_name = CString::new(name).expect("kernel names have no NUL");
+        // SAFETY: the module is loaded for the life of `self`.
+        let function =
+            unsafe { result::module::get_function(self.handle, c_name) }.map_err(|e| {
+                log::error!("gpusort: {} has no entry point {name}", self.file);
+                CudaError::driver("cuModuleGetFunction", e)
+            })?;
+        Ok(Kernel { function, name })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// CI installs NVRTC (see `.ci/run`) and sets `GPUSORT_REQUIRE_NVRTC=1`; elsewhere a
+    /// machine without NVRTC skips this check.
+    #[test]
+    fn every_kernel_compiles_for_sm80_and_sm90() {
+        if !is_nvrtc_present() {
+            assert!(
+                std::env::var("GPUSORT_REQUIRE_NVRTC").as_deref() != Ok("1"),
+                "GPUSORT_REQUIRE_NVRTC=1 but NVRTC cannot be loaded (LD_LIBRARY_PATH?)"
+            );
+            eprintln!("skipped: NVRTC not installed");
+            return;
+        }
+        let defines = crate::cuda::onesweep_defines();
+        for file in ALL_KERNELS {
+            for arch in [80, 90] {
+                let cubin = compile_cubin(*file, arch, &defines)
+                    .unwrap_or_else(|e| panic!("{} for sm_{arch}: {e}", file.name));
+                assert_eq!(
+                    &cubin[..4],
+                    b"\x7fELF",
+                    "{} sm_{arch}: not a CUBIN",
+                    file.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn cache_key_hash_is_stable_and_separates_parts() {
+        assert_eq!(fnv1a(&[b"a"]), fnv1a(&[b"a"]));
+        assert_ne!(fnv1a(&[b"ab", b"c"]), fnv1a(&[b"a", b"bc"]));
+    }
+}

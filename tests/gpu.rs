@@ -1,0 +1,429 @@
+//! GPU tests: the CUDA backend on a real device. Ignored by default (CI has no GPU); run
+//! them on a GPU host with `--include-ignored` (see `../shared/device/README.md`). With
+//! `GPUSORT_REQUIRE_GPU=1` a missing device fails every test instead of skipping it.
+//!
+//! - the differential suite of `common/differential.rs` on the CUDA backend;
+//! - OneSweep kernel tests: sizes 0 .. 2^28 including every size from tile-1 to 2·tile+1,
+//!   all-equal keys, one live bit, all bits live, multi-word keys, given values, keys only;
+//!   every permutation is checked to be the unique stable sort order;
+//! - faults: device out of memory and a sticky error (in a child process, since it disables
+//!   the device for the process) leave every answer correct.
+
+mod common;
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Int64Array, RecordBatch};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use gpusort::cuda::{
+    self, CudaBackend, CudaRuntime, DeviceBuffer, Fault, RadixKey, TransferPlain, Values,
+};
+use gpusort::keys::EncodedKeys;
+use gpusort::sort::{radix_sort, CpuBackend, SortBackend};
+use gpusort::{AlgorithmChoice, BackendChoice::Cuda};
+use rand::{Rng, SeedableRng};
+use rayon::prelude::*;
+
+use common::differential as cases;
+
+/// The device, or `None` (test skipped) when there is none and none is required.
+fn device() -> Option<Arc<CudaRuntime>> {
+    match cuda::runtime() {
+        Ok(runtime) => Some(runtime),
+        Err(reason) if std::env::var("GPUSORT_REQUIRE_GPU").as_deref() == Ok("1") => {
+            panic!("GPUSORT_REQUIRE_GPU=1 but no CUDA device is usable: {reason}")
+        }
+        Err(reason) => {
+            eprintln!("skipped: no CUDA device ({reason})");
+            None
+        }
+    }
+}
+
+fn rng(label: &str) -> rand::rngs::StdRng {
+    let seed = common::seed() ^ label.bytes().fold(0u64, |h, b| h.rotate_left(5) ^ b as u64);
+    rand::rngs::StdRng::seed_from_u64(seed)
+}
+
+fn random_keys<K>(n: usize, label: &str, make: impl Fn(u64) -> K + Sync + Send) -> Vec<K>
+where
+    K: Send,
+{
+    let base = rng(label).random::<u64>();
+    (0..n as u64)
+        .into_par_iter()
+        .map(|i| make(splitmix64(base.wrapping_add(i))))
+        .collect()
+}
+
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// `perm` is the stable sort order of `keys`: a permutation, keys ascending, ties by index.
+fn assert_stable_order<K: Ord + Copy + Sync + std::fmt::Debug>(
+    keys: &[K],
+    perm: &[u32],
+    what: &str,
+) {
+    assert_eq!(perm.len(), keys.len(), "{what}: permutation length");
+    let mut seen = vec![false; keys.len()];
+    for &p in perm {
+        assert!(
+            !std::mem::replace(&mut seen[p as usize], true),
+            "{what}: row {p} twice"
+        );
+    }
+    let bad = perm.par_windows(2).position_any(|w| {
+        let (a, b) = (keys[w[0] as usize], keys[w[1] as usize]);
+        !(a < b || (a == b && w[0] < w[1]))
+    });
+    if let Some(i) = bad {
+        panic!(
+            "{what}: out of order at {i}: rows {} {} keys {:?} {:?} (seed {})",
+            perm[i],
+            perm[i + 1],
+            keys[perm[i] as usize],
+            keys[perm[i + 1] as usize],
+            common::seed()
+        );
+    }
+}
+
+/// Sorts `keys` on the device with generated row ids; returns the permutation.
+fn device_rowid_sort<K: RadixKey + TransferPlain>(runtime: &CudaRuntime, keys: &[K]) -> Vec<u32> {
+    let n = keys.len();
+    runtime
+        .with_device(|device, staging| {
+            let upload = staging.upload::<K, _>(device, n, "test keys", |start, out| {
+                out.copy_from_slice(&keys[start..start + out.len()])
+            })?;
+            let sorted = runtime.onesweep.sort(device, upload, Values::RowIds, n)?;
+            download(device, staging, sorted.values, n)
+        })
+        .unwrap_or_else(|e| panic!("device sort of {n} keys: {e}"))
+}
+
+fn download(
+    device: &cuda::Device,
+    staging: &mut cuda::Staging,
+    values: Option<DeviceBuffer<u32>>,
+    n: usize,
+) -> cuda::CudaResult<Vec<u32>> {
+    let Some(values) = values else {
+        return Ok((0..n as u32).collect());
+    };
+    let mut out = vec![0u32; n];
+    staging.download(device, &values, &mut out)?;
+    device.synchronize()?;
+    Ok(out)
+}
+
+fn sizes_for<K: RadixKey>() -> Vec<usize> {
+    let tile = K::TUNING.tile() as usize;
+    let mut sizes: Vec<usize> = vec![0, 1, 2, 3, 31, 32, 33, 255, 256, 257, 1000];
+    sizes.extend(tile - 1..=2 * tile + 1);
+    sizes.extend([3 * tile, 100 * tile + 17, (1 << 20) + 1]);
+    sizes
+}
+
+macro_rules! gpu_test {
+    ($name:ident, $body:expr) => {
+        #[test]
+        #[ignore = "needs a CUDA GPU"]
+        fn $name() {
+            let Some(runtime) = device() else { return };
+            let body: &dyn Fn(&CudaRuntime) = &$body;
+            body(&runtime);
+        }
+    };
+}
+
+gpu_test!(onesweep_every_size_around_tiles_u32, |rt| {
+    let all = random_keys(
+        2 * u32::TUNING.tile() as usize + 2_000_000,
+        "sweep32",
+        |x| x as u32,
+    );
+    for n in sizes_for::<u32>() {
+        assert_stable_order(
+            &all[..n],
+            &device_rowid_sort(rt, &all[..n]),
+            &format!("u32 n={n}"),
+        );
+    }
+});
+
+gpu_test!(onesweep_every_size_around_tiles_u64, |rt| {
+    let all = random_keys(
+        2 * u64::TUNING.tile() as usize + 2_000_000,
+        "sweep64",
+        |x| x,
+    );
+    for n in sizes_for::<u64>() {
+        assert_stable_order(
+            &all[..n],
+            &device_rowid_sort(rt, &all[..n]),
+            &format!("u64 n={n}"),
+        );
+    }
+});
+
+gpu_test!(onesweep_small_sizes, |rt| {
+    // Small enough for compute-sanitizer.
+    for n in [0usize, 1, 2, 5, 100, 4095, 4096, 4097, 20_000] {
+        let keys = random_keys(n, "small", |x| x as u32 >> 7);
+        assert_stable_order(
+            &keys,
+            &device_rowid_sort(rt, &keys),
+            &format!("small u32 n={n}"),
+        );
+        let keys = random_keys(n, "small64", |x| x >> 3);
+        assert_stable_order(
+            &keys,
+            &device_rowid_sort(rt, &keys),
+            &format!("small u64 n={n}"),
+        );
+    }
+});
+
+gpu_test!(onesweep_large_sizes_up_to_2_pow_28, |rt| {
+    for shift in [24usize, 26, 28] {
+        let n = (1 << shift) + 3;
+        let keys = random_keys(n, "large32", |x| x as u32);
+        assert_stable_order(
+            &keys,
+            &device_rowid_sort(rt, &keys),
+            &format!("u32 n=2^{shift}+3"),
+        );
+        drop(keys);
+        let keys = random_keys(n, "large64", |x| x);
+        assert_stable_order(
+            &keys,
+            &device_rowid_sort(rt, &keys),
+            &format!("u64 n=2^{shift}+3"),
+        );
+    }
+});
+
+gpu_test!(onesweep_distributions_keep_ties_in_order, |rt| {
+    let n = 3_000_017;
+    let cases: Vec<(&str, Vec<u64>)> = vec![
+        ("all equal", vec![0xDEAD_BEEF_u64; n]),
+        ("one live bit", random_keys(n, "bit", |x| (x & 1) << 37)),
+        ("all bits live", random_keys(n, "all", |x| x)),
+        (
+            "two values",
+            random_keys(n, "two", |x| if x & 1 == 0 { 5 } else { u64::MAX }),
+        ),
+        ("256 values", random_keys(n, "256", |x| (x & 0xff) << 56)),
+        ("sorted", (0..n as u64).collect()),
+        ("reversed", (0..n as u64).rev().collect()),
+    ];
+    for (label, keys) in cases {
+        assert_stable_order(&keys, &device_rowid_sort(rt, &keys), label);
+        let narrow: Vec<u32> = keys.iter().map(|k| (k >> 32) as u32 ^ *k as u32).collect();
+        assert_stable_order(&narrow, &device_rowid_sort(rt, &narrow), label);
+    }
+    // All equal: no pass runs, the order is the identity.
+    let same = vec![7u32; 10_000];
+    assert_eq!(
+        device_rowid_sort(rt, &same),
+        (0..10_000).collect::<Vec<u32>>()
+    );
+});
+
+gpu_test!(onesweep_multi_word_keys_match_cpu_radix, |rt| {
+    for (words, n) in [(2usize, 1_000_003usize), (3, 200_001), (4, 50_000)] {
+        let columns: Vec<Vec<u64>> = (0..words)
+            .map(|w| {
+                // Few distinct high words so lower words decide many comparisons.
+                random_keys(n, &format!("mw{w}"), move |x| {
+                    if w == 0 {
+                        x % 7
+                    } else {
+                        x >> (w * 9)
+                    }
+                })
+            })
+            .collect();
+        let expected = radix_sort(&columns, n);
+        let actual = rt
+            .with_device(|device, staging| {
+                let uploads = columns
+                    .iter()
+                    .map(|c| {
+                        staging.upload::<u64, _>(device, n, "words", |s, o| {
+                            o.copy_from_slice(&c[s..s + o.len()])
+                        })
+                    })
+                    .collect::<cuda::CudaResult<Vec<_>>>()?;
+                let perm = rt.onesweep.sort_rows_by_words(device, uploads, n)?;
+                download(device, staging, perm, n)
+            })
+            .unwrap();
+        assert!(
+            expected == actual,
+            "{words} words, {n} rows differ from the CPU radix sort"
+        );
+    }
+});
+
+gpu_test!(onesweep_given_values_and_keys_only, |rt| {
+    let n = 1_234_567;
+    let keys = random_keys(n, "pairs", |x| x as u32 >> 4);
+    let values: Vec<u32> = random_keys(n, "vals", |x| x as u32);
+    let (sorted_keys, sorted_values, keys_only) = rt
+        .with_device(|device, staging| {
+            let k = staging.upload::<u32, _>(device, n, "k", |s, o| {
+                o.copy_from_slice(&keys[s..s + o.len()])
+            })?;
+            let v = staging.upload::<u32, _>(device, n, "v", |s, o| {
+                o.copy_from_slice(&values[s..s + o.len()])
+            })?;
+            let sorted = rt.onesweep.sort(device, k, Values::Given(v), n)?;
+            let mut out_k = vec![0u32; n];
+            staging.download(device, &sorted.keys, &mut out_k)?;
+            let out_v = download(device, staging, sorted.values, n)?;
+            let k = staging.upload::<u32, _>(device, n, "k", |s, o| {
+                o.copy_from_slice(&keys[s..s + o.len()])
+            })?;
+            let only = rt.onesweep.sort(device, k, Values::None, n)?;
+            let mut out_only = vec![0u32; n];
+            staging.download(device, &only.keys, &mut out_only)?;
+            device.synchronize()?;
+            Ok((out_k, out_v, out_only))
+        })
+        .unwrap();
+    let perm = radix_sort(&[keys.iter().map(|&k| (k as u64) << 32).collect()], n);
+    let expected_keys: Vec<u32> = perm.iter().map(|&p| keys[p as usize]).collect();
+    let expected_values: Vec<u32> = perm.iter().map(|&p| values[p as usize]).collect();
+    assert!(sorted_keys == expected_keys, "pairs: keys");
+    assert!(
+        sorted_values == expected_values,
+        "pairs: values moved with their keys"
+    );
+    assert!(keys_only == expected_keys, "keys only");
+});
+
+fn encoded(n: usize, label: &str) -> EncodedKeys {
+    let words = vec![
+        random_keys(n, label, |x| x),
+        random_keys(n, &format!("{label}2"), |x| x >> 20),
+    ];
+    EncodedKeys {
+        words,
+        total_bits: 108,
+        rows: n,
+    }
+}
+
+gpu_test!(out_of_memory_falls_back_with_the_same_rows, |rt| {
+    let _ = rt;
+    let keys = encoded(300_000, "oom");
+    let backend = CudaBackend::new().unwrap();
+    let expected = CpuBackend.sort(&keys, AlgorithmChoice::Auto).unwrap();
+    cuda::inject_fault(Fault::OutOfMemory);
+    let run = backend.sort(&keys, AlgorithmChoice::Auto).unwrap();
+    assert!(run.fell_back, "an injected device OOM must fall back");
+    assert_eq!(run.permutation, expected.permutation);
+    assert!(cuda::disabled_reason().is_none(), "OOM is not fatal");
+    let run = backend.sort(&keys, AlgorithmChoice::Auto).unwrap();
+    assert!(!run.fell_back, "the next run uses the GPU again");
+    assert_eq!(run.permutation, expected.permutation);
+});
+
+/// Runs `sticky_error_child` in a child process: a sticky error disables the device for
+/// the whole process, which must not leak into the other tests.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sticky_error_disables_device_and_queries_stay_correct() {
+    if device().is_none() {
+        return;
+    }
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "sticky_error_child",
+            "--include-ignored",
+            "--nocapture",
+        ])
+        .env("GPUSORT_STICKY_CHILD", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).to_string()
+        + &String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && text.contains("1 passed"),
+        "child failed:\n{text}"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs a CUDA GPU"]
+async fn sticky_error_child() {
+    if std::env::var("GPUSORT_STICKY_CHILD").is_err() || device().is_none() {
+        return;
+    }
+    let n = 200_000;
+    let batch = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)])),
+        vec![Arc::new(Int64Array::from(random_keys(n, "sticky", |x| {
+            x as i64
+        })))],
+    )
+    .unwrap();
+    let config = common::session_config(1, 8192);
+    let (stock, forced) = (
+        common::stock_context(config.clone()),
+        common::forced_context_on(config, Cuda),
+    );
+    common::register(&[&stock, &forced], "t", vec![vec![batch]]);
+    let sql = "SELECT * FROM t ORDER BY k DESC";
+    let (expected, _) = common::run(&stock, sql).await.unwrap();
+    cuda::inject_fault(Fault::StickyError);
+    let (actual, plan) = common::run(&forced, sql).await.unwrap();
+    assert!(plan.contains("GpuSortExec"), "{plan}");
+    assert!(
+        cuda::disabled_reason().is_some(),
+        "a sticky error disables the device"
+    );
+    common::compare::assert_same_sort(&expected, &actual, &[0], "after a sticky error");
+    // Later queries: `cuda` declines with the reason, `auto` plans the CPU backend.
+    let (again, plan) = common::run(&forced, sql).await.unwrap();
+    assert!(!plan.contains("backend=cuda"), "{plan}");
+    common::compare::assert_same_sort(
+        &expected,
+        &again,
+        &[0],
+        "query after the device was disabled",
+    );
+    assert!(cuda::runtime().unwrap_err().contains("disabled"));
+}
+
+macro_rules! differential_on_cuda {
+    ($($name:ident),* $(,)?) => {$(
+        #[tokio::test]
+        #[ignore = "needs a CUDA GPU"]
+        async fn $name() {
+            if device().is_none() {
+                return;
+            }
+            cases::$name(Cuda).await;
+        }
+    )*};
+}
+
+differential_on_cuda!(
+    every_type_every_direction,
+    every_distribution,
+    sizes_around_tiles_and_large,
+    null_fractions,
+    one_to_four_mixed_keys,
+    partitions_and_batch_sizes,
+    many_runs_merged_stay_stable,
+    negative_zero_and_nan_bitwise,
+);
