@@ -72,13 +72,13 @@ __device__ void wait_until_slot_free(u64* lookback, u32 tile, u32 slot_mask, u32
     if (tile < slots) return;
     const u32 old = tile - slots;
     for (;;) {
-        u64 e = load_relaxed_gpu(slot_entry(lookback, old, slot_mask, digit));
-        if (entry_flag(e) == FLAG_INCLUSIVE && entry_tag(e) == make_tag(epoch, old)) break;
-    }
-    for (;;) {
-        u64 e = load_relaxed_gpu(slot_entry(lookback, old + 1, slot_mask, digit));
-        bool inclusive = entry_flag(e) == FLAG_INCLUSIVE && entry_tag(e) == make_tag(epoch, old + 1);
-        if (inclusive || is_overwritten(e, epoch, old + 1)) break;
+        // Both loads in flight at once: one round trip when (as almost always) both are done.
+        const u64 a = load_relaxed_gpu(slot_entry(lookback, old, slot_mask, digit));
+        const u64 b = load_relaxed_gpu(slot_entry(lookback, old + 1, slot_mask, digit));
+        const bool old_done = entry_flag(a) == FLAG_INCLUSIVE && entry_tag(a) == make_tag(epoch, old);
+        const bool next_done = (entry_flag(b) == FLAG_INCLUSIVE && entry_tag(b) == make_tag(epoch, old + 1)) ||
+                               is_overwritten(b, epoch, old + 1);
+        if (old_done && next_done) break;
     }
 }
 
@@ -141,7 +141,13 @@ __device__ __forceinline__ void onesweep_pass(const K* __restrict__ keys_in, K* 
         digits[i] = valid ? digit_of(keys[i], shift) : RADIX;  // RADIX: not counted
     }
 
-    // Stable rank within the warp: lanes with equal digits form one group per item.
+    // The slot this tile publishes into must be free; the check's latency overlaps the
+    // loads above and the ranking below.
+    if (threadIdx.x < RADIX) wait_until_slot_free(lookback, tile, slot_mask, threadIdx.x, epoch);
+
+    // Stable rank within the warp: lanes with equal digits form one group per item; the
+    // group's lowest lane reserves the group's ranks with one shared atomic and broadcasts
+    // the base (items are ranked in order, so earlier items get lower ranks).
     u32 ranks[ITEMS];
     u32* hist = s_warp_hist[warp];
 #pragma unroll
@@ -149,11 +155,10 @@ __device__ __forceinline__ void onesweep_pass(const K* __restrict__ keys_in, K* 
         const u32 d = digits[i];
         const u32 peers = __match_any_sync(0xffffffffu, d);
         const u32 before = __popc(peers & lanemask_lt());
-        const u32 count = d < RADIX ? hist[d] : 0u;
-        ranks[i] = count + before;
-        __syncwarp();
-        if (d < RADIX && before == 0) hist[d] = count + __popc(peers);
-        __syncwarp();
+        u32 base = 0;
+        if (d < RADIX && before == 0) base = atomicAdd(&hist[d], (u32)__popc(peers));
+        base = __shfl_sync(0xffffffffu, base, __ffs(peers) - 1);
+        ranks[i] = base + before;
     }
     __syncthreads();
 
@@ -176,7 +181,6 @@ __device__ __forceinline__ void onesweep_pass(const K* __restrict__ keys_in, K* 
         u32 prefix = 0;
         for (u32 w = 0; w < warp; ++w) prefix += s_warp_sums[w];
         s_digit_start[threadIdx.x] = prefix + inclusive - tile_count;
-        wait_until_slot_free(lookback, tile, slot_mask, threadIdx.x, epoch);
         if (tile == 0) {
             store_relaxed_gpu(my_entry, lookback_entry(bucket_start[threadIdx.x] + tile_count, tag, FLAG_INCLUSIVE));
         } else {

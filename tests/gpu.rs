@@ -412,7 +412,9 @@ macro_rules! differential_on_cuda {
             if device().is_none() {
                 return;
             }
+            let fallbacks = cuda::fallback_count();
             cases::$name(Cuda).await;
+            assert_eq!(cuda::fallback_count(), fallbacks, "every run sorted on the GPU");
         }
     )*};
 }

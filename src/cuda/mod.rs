@@ -21,6 +21,7 @@ mod module;
 mod onesweep;
 mod transfer;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use datafusion::common::Result;
@@ -49,6 +50,13 @@ pub struct CudaRuntime {
 
 static RUNTIME: OnceLock<std::result::Result<Arc<CudaRuntime>, String>> = OnceLock::new();
 static DISABLED: Mutex<Option<String>> = Mutex::new(None);
+static FALLBACKS: AtomicU64 = AtomicU64::new(0);
+
+/// Runs that the CUDA backend handed to the CPU backend in this process (after an error,
+/// or with the device disabled).
+pub fn fallback_count() -> u64 {
+    FALLBACKS.load(Ordering::Relaxed)
+}
 
 /// The process's CUDA runtime, or why there is none.
 pub fn runtime() -> std::result::Result<Arc<CudaRuntime>, String> {
@@ -231,6 +239,7 @@ impl SortBackend for CudaBackend {
 }
 
 fn cpu_fallback(keys: &EncodedKeys, algorithm: AlgorithmChoice) -> Result<SortedRun> {
+    FALLBACKS.fetch_add(1, Ordering::Relaxed);
     let mut run = CpuBackend.sort(keys, algorithm)?;
     run.fell_back = true;
     Ok(run)

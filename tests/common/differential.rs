@@ -131,6 +131,12 @@ impl Case {
             plan.contains("GpuSortExec"),
             "plan without GpuSortExec:\n{plan}\n{context}"
         );
+        if self.backend == BackendChoice::Cuda {
+            assert!(
+                plan.contains("backend=cuda"),
+                "plan not on the GPU:\n{plan}\n{context}"
+            );
+        }
         let key_columns: Vec<usize> = (0..self.keys.len()).collect();
         assert_same_sort(&expected, &actual, &key_columns, &context);
         if self.target_partitions == 1 {
