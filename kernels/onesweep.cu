@@ -111,15 +111,25 @@ __device__ __forceinline__ void onesweep_pass(const K* __restrict__ keys_in, K* 
     constexpr int WARPS = THREADS / WARP;
     constexpr int TILE = THREADS * ITEMS;
     constexpr bool HAS_VALUES = MODE != KEYS_ONLY;
-    __shared__ u32 s_warp_hist[WARPS][RADIX];
-    __shared__ u32 s_digit_start[RADIX];
-    __shared__ u32 s_digit_base[RADIX];
-    __shared__ u32 s_warp_sums[WARPS];
-    __shared__ u32 s_tile;
-    __shared__ K s_keys[TILE];
-    __shared__ u32 s_vals[HAS_VALUES ? TILE : 1];
-
-    if (threadIdx.x == 0) s_tile = atomicAdd(tile_counter, 1u);
+    // Dynamic shared memory (tiles may pass the 48 KiB of static shared memory), laid out
+    // as `pass_shared_bytes` in src/cuda/onesweep.rs computes it: keys, values, then the
+    // u32 arrays. A launch with less than that traps instead of corrupting memory.
+    extern __shared__ __align__(16) u8 smem[];
+    K* s_keys = (K*)smem;
+    u32* s_vals = (u32*)(smem + TILE * sizeof(K));
+    u32* s_words = s_vals + (HAS_VALUES ? TILE : 0);
+    u32(*s_warp_hist)[RADIX] = (u32(*)[RADIX])s_words;
+    u32* s_digit_start = s_words + WARPS * RADIX;
+    u32* s_digit_base = s_digit_start + RADIX;
+    u32* s_warp_sums = s_digit_base + RADIX;
+    u32& s_tile = s_warp_sums[WARPS];
+    if (threadIdx.x == 0) {
+        u32 have;
+        asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));
+        const u32 need = TILE * sizeof(K) + (HAS_VALUES ? TILE * 4 : 0) + (WARPS * RADIX + 2 * RADIX + WARPS + 1) * 4;
+        if (have < need) __trap();
+        s_tile = atomicAdd(tile_counter, 1u);
+    }
     for (u32 i = threadIdx.x; i < WARPS * RADIX; i += THREADS) (&s_warp_hist[0][0])[i] = 0;
     __syncthreads();
     const u32 tile = s_tile;

@@ -6,6 +6,9 @@
 //! - OneSweep kernel tests: sizes 0 .. 2^28 including every size from tile-1 to 2·tile+1,
 //!   all-equal keys, one live bit, all bits live, multi-word keys, given values, keys only;
 //!   every permutation is checked to be the unique stable sort order;
+//! - key encoding on the device from raw Arrow buffers: every fixed-width type, nulls,
+//!   directions, sliced and several arrays, several keys; same permutation as the host
+//!   encoding, and only the key columns' bytes uploaded;
 //! - faults: device out of memory and a sticky error (in a child process, since it disables
 //!   the device for the process) leave every answer correct.
 
@@ -13,12 +16,14 @@ mod common;
 
 use std::sync::Arc;
 
+use datafusion::arrow::array::{Array, ArrayRef};
 use datafusion::arrow::array::{Int64Array, RecordBatch};
+use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use gpusort::cuda::{
     self, CudaBackend, CudaRuntime, DeviceBuffer, Fault, RadixKey, TransferPlain, Values,
 };
-use gpusort::keys::EncodedKeys;
+use gpusort::keys::{encode_keys, EncodedKeys, KeyColumn};
 use gpusort::sort::{radix_sort, CpuBackend, SortBackend};
 use gpusort::{AlgorithmChoice, BackendChoice::Cuda};
 use rand::{Rng, SeedableRng};
@@ -123,7 +128,7 @@ fn download(
 }
 
 fn sizes_for<K: RadixKey>() -> Vec<usize> {
-    let tile = K::TUNING.tile() as usize;
+    let tile = K::tuning().tile() as usize;
     let mut sizes: Vec<usize> = vec![0, 1, 2, 3, 31, 32, 33, 255, 256, 257, 1000];
     sizes.extend(tile - 1..=2 * tile + 1);
     sizes.extend([3 * tile, 100 * tile + 17, (1 << 20) + 1]);
@@ -144,7 +149,7 @@ macro_rules! gpu_test {
 
 gpu_test!(onesweep_every_size_around_tiles_u32, |rt| {
     let all = random_keys(
-        2 * u32::TUNING.tile() as usize + 2_000_000,
+        2 * u32::tuning().tile() as usize + 2_000_000,
         "sweep32",
         |x| x as u32,
     );
@@ -159,7 +164,7 @@ gpu_test!(onesweep_every_size_around_tiles_u32, |rt| {
 
 gpu_test!(onesweep_every_size_around_tiles_u64, |rt| {
     let all = random_keys(
-        2 * u64::TUNING.tile() as usize + 2_000_000,
+        2 * u64::tuning().tile() as usize + 2_000_000,
         "sweep64",
         |x| x,
     );
@@ -334,6 +339,146 @@ gpu_test!(out_of_memory_falls_back_with_the_same_rows, |rt| {
     let run = backend.sort(&keys, AlgorithmChoice::Auto).unwrap();
     assert!(!run.fell_back, "the next run uses the GPU again");
     assert_eq!(run.permutation, expected.permutation);
+});
+
+/// A key column of `dt` over `n` rows in uneven, partly sliced arrays.
+fn key_column(
+    rng: &mut rand::rngs::StdRng,
+    dt: &DataType,
+    n: usize,
+    dist: common::data::Distribution,
+    null_fraction: f64,
+    options: SortOptions,
+) -> KeyColumn {
+    let base = common::data::base_values(rng, n + 7, dist);
+    let whole = common::data::make_column(rng, dt, &base, null_fraction);
+    // Arrays with odd offsets and lengths (bitmaps not byte aligned), one of them empty.
+    let whole = whole.slice(3, n);
+    let cuts = [0, n / 3, n / 3, n / 3 + 5.min(n - n / 3), n];
+    let arrays: Vec<ArrayRef> = cuts
+        .windows(2)
+        .map(|w| whole.slice(w[0], w[1] - w[0]))
+        .collect();
+    KeyColumn { arrays, options }
+}
+
+/// The device-encoded sort of `columns` equals the host-encoded CPU sort; only the key
+/// columns' bytes (values and validity) go up.
+fn assert_device_encoding_matches(columns: &[KeyColumn], label: &str) {
+    let backend = CudaBackend::new().unwrap();
+    let expected = CpuBackend
+        .sort(&encode_keys(columns).unwrap(), AlgorithmChoice::Auto)
+        .unwrap();
+    let fallbacks = cuda::fallback_count();
+    let run = backend
+        .sort_key_columns(columns, AlgorithmChoice::Auto)
+        .unwrap()
+        .unwrap_or_else(|| panic!("{label}: not encoded on the device"));
+    assert_eq!(cuda::fallback_count(), fallbacks, "{label}: fell back");
+    assert!(
+        run.permutation == expected.permutation,
+        "{label}: order differs"
+    );
+    let rows = columns[0].arrays.iter().map(|a| a.len()).sum::<usize>();
+    let most: usize = columns
+        .iter()
+        .map(|c| {
+            let width = c.arrays[0].data_type().primitive_width().unwrap_or(1);
+            // values (bitmaps for Boolean) + validity, each padded to 8 bytes
+            rows * width + rows.div_ceil(8) + 16
+        })
+        .sum();
+    if rows >= 2 {
+        assert!(
+            run.h2d_bytes <= most,
+            "{label}: uploaded {} > {most}",
+            run.h2d_bytes
+        );
+    }
+}
+
+gpu_test!(device_encoding_every_type_nulls_directions, |_rt| {
+    use common::data::Distribution::*;
+    let mut rng = rng("device-encoding");
+    for dt in common::data::fixed_width_types() {
+        for (dist, n) in [
+            (Uniform, 50_000),
+            (Extremes, 3_001),
+            (FewLiveBits, 20_000),
+            (AllEqual, 999),
+        ] {
+            for null_fraction in [0.0, 0.3] {
+                for (descending, nulls_first) in
+                    [(false, false), (true, true), (false, true), (true, false)]
+                {
+                    let options = SortOptions {
+                        descending,
+                        nulls_first,
+                    };
+                    let column = key_column(&mut rng, &dt, n, dist, null_fraction, options);
+                    let label = format!("{dt} {dist:?} n={n} nulls={null_fraction} {options:?}");
+                    assert_device_encoding_matches(&[column], &label);
+                }
+            }
+        }
+    }
+});
+
+gpu_test!(device_encoding_several_keys_and_sizes, |_rt| {
+    use common::data::Distribution::*;
+    let mut rng = rng("device-encoding-multi");
+    let types = common::data::fixed_width_types();
+    for n in [0, 1, 2, 3, 4095, 4097, 100_003, 1 << 21] {
+        for keys in 1..=4 {
+            let columns: Vec<KeyColumn> = (0..keys)
+                .map(|k| {
+                    let dt = &types[rng.random_range(0..types.len())];
+                    let dist = [Uniform, Distinct(10), FewLiveBits, Extremes][k % 4];
+                    let options = SortOptions {
+                        descending: rng.random(),
+                        nulls_first: rng.random(),
+                    };
+                    key_column(&mut rng, dt, n, dist, [0.0, 0.1][k % 2], options)
+                })
+                .collect();
+            let label = format!(
+                "n={n} keys={:?}",
+                columns
+                    .iter()
+                    .map(|c| c.arrays[0].data_type().to_string())
+                    .collect::<Vec<_>>()
+            );
+            assert_device_encoding_matches(&columns, &label);
+        }
+    }
+});
+
+gpu_test!(device_encoding_out_of_memory_falls_back, |_rt| {
+    let mut rng = rng("device-encoding-oom");
+    let options = SortOptions::default();
+    let column = key_column(
+        &mut rng,
+        &DataType::Float64,
+        200_000,
+        common::data::Distribution::Uniform,
+        0.1,
+        options,
+    );
+    let expected = CpuBackend
+        .sort(
+            &encode_keys(std::slice::from_ref(&column)).unwrap(),
+            AlgorithmChoice::Auto,
+        )
+        .unwrap();
+    cuda::inject_fault(Fault::OutOfMemory);
+    let backend = CudaBackend::new().unwrap();
+    let run = backend
+        .sort_key_columns(std::slice::from_ref(&column), AlgorithmChoice::Auto)
+        .unwrap()
+        .expect("handled by the CUDA backend");
+    assert!(run.fell_back, "an injected device OOM must fall back");
+    assert_eq!(run.permutation, expected.permutation);
+    assert!(cuda::disabled_reason().is_none(), "OOM is not fatal");
 });
 
 /// Runs `sticky_error_child` in a child process: a sticky error disables the device for

@@ -15,6 +15,7 @@
 //! reason, never a panic.
 
 mod device;
+mod encode;
 mod error;
 pub mod faults;
 mod module;
@@ -27,6 +28,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use datafusion::common::Result;
 
 pub use device::{Device, DeviceBuffer, Event};
+pub use encode::{encodable_on_device, DeviceKeys, Encoded, Encoder};
 pub use error::{CudaError, CudaResult};
 pub use faults::{inject as inject_fault, Fault};
 pub use module::{compile_cubin, is_nvrtc_present, nvrtc_version, KernelFile, ALL_KERNELS};
@@ -34,7 +36,7 @@ pub use onesweep::{defines as onesweep_defines, Onesweep, PassTuning, RadixKey, 
 pub use transfer::{Plain as TransferPlain, Staging};
 
 use crate::config::AlgorithmChoice;
-use crate::keys::EncodedKeys;
+use crate::keys::{column_rows, encode_keys, EncodedKeys, KeyColumn};
 use crate::sort::{identity, Algorithm, CpuBackend, SortBackend, SortedRun};
 
 /// The opened device and what is loaded on it; one per process.
@@ -44,6 +46,8 @@ pub struct CudaRuntime {
     pub device: Device,
     /// The radix sort kernels.
     pub onesweep: Onesweep,
+    /// The key encoding kernels.
+    pub encoder: Encoder,
     /// Pinned staging buffers; holding the lock is holding the device.
     staging: Mutex<Staging>,
 }
@@ -109,10 +113,12 @@ fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
     let opened = std::panic::catch_unwind(|| -> CudaResult<CudaRuntime> {
         let device = Device::open(ordinal)?;
         let onesweep = Onesweep::load(&device)?;
+        let encoder = Encoder::load(&device)?;
         let staging = Mutex::new(Staging::new(&device)?);
         Ok(CudaRuntime {
             device,
             onesweep,
+            encoder,
             staging,
         })
     })
@@ -140,21 +146,22 @@ impl CudaRuntime {
         work(&self.device, &mut staging)
     }
 
-    /// Sorts the rows of `keys` by OneSweep on the device: the stable permutation.
+    /// Sorts the rows of `keys` (encoded on the host) by OneSweep on the device: the
+    /// stable permutation.
     pub fn sort_rows(&self, keys: &EncodedKeys) -> CudaResult<SortedRun> {
         let n = keys.rows;
         if n < 2 || keys.words.is_empty() {
             return Ok(radix_run(identity(n), 0, 0));
         }
         self.with_device(|device, staging| {
-            let (perm, h2d_bytes) = if keys.fits_u32() {
+            let (device_keys, h2d_bytes) = if keys.fits_u32() {
                 let word = &keys.words[0];
                 let upload = staging.upload::<u32, _>(device, n, "u32 keys", |start, out| {
                     for (o, w) in out.iter_mut().zip(&word[start..]) {
                         *o = (w >> 32) as u32;
                     }
                 })?;
-                (self.onesweep.sort_rows_u32(device, upload, n)?, n * 4)
+                (DeviceKeys::U32(upload), n * 4)
             } else {
                 let words = keys
                     .words
@@ -165,19 +172,46 @@ impl CudaRuntime {
                         })
                     })
                     .collect::<CudaResult<Vec<_>>>()?;
-                (
-                    self.onesweep.sort_rows_by_words(device, words, n)?,
-                    n * 8 * keys.words.len(),
-                )
+                (DeviceKeys::Words(words), n * 8 * keys.words.len())
             };
-            let Some(perm) = perm else {
-                return Ok(radix_run(identity(n), h2d_bytes, 0));
-            };
-            let mut permutation = vec![0u32; n];
-            staging.download(device, &perm, &mut permutation)?;
-            device.synchronize()?;
-            Ok(radix_run(permutation, h2d_bytes, n * 4))
+            self.sort_device_keys(device, staging, device_keys, n, h2d_bytes)
         })
+    }
+
+    /// Sorts the rows of key columns (every one [`encodable_on_device`]): their raw
+    /// buffers go to the device, which encodes and sorts them.
+    pub fn sort_columns(&self, columns: &[KeyColumn], n: usize) -> CudaResult<SortedRun> {
+        if n < 2 {
+            return Ok(radix_run(identity(n), 0, 0));
+        }
+        self.with_device(|device, staging| {
+            let encoded = self.encoder.encode(device, staging, columns, n)?;
+            self.sort_device_keys(device, staging, encoded.keys, n, encoded.h2d_bytes)
+        })
+    }
+
+    /// Sorts packed key words already on the device and brings the permutation back.
+    fn sort_device_keys(
+        &self,
+        device: &Device,
+        staging: &mut Staging,
+        keys: DeviceKeys,
+        n: usize,
+        h2d_bytes: usize,
+    ) -> CudaResult<SortedRun> {
+        let perm = match keys {
+            DeviceKeys::Constant => None,
+            DeviceKeys::U32(word) => self.onesweep.sort_rows_u32(device, word, n)?,
+            DeviceKeys::Words(words) => self.onesweep.sort_rows_by_words(device, words, n)?,
+        };
+        let Some(perm) = perm else {
+            device.synchronize()?;
+            return Ok(radix_run(identity(n), h2d_bytes, 0));
+        };
+        let mut permutation = vec![0u32; n];
+        staging.download(device, &perm, &mut permutation)?;
+        device.synchronize()?;
+        Ok(radix_run(permutation, h2d_bytes, n * 4))
     }
 }
 
@@ -225,17 +259,38 @@ impl SortBackend for CudaBackend {
         match self.runtime.sort_rows(keys) {
             Ok(run) => Ok(run),
             Err(error) => {
-                if error.is_fatal() {
-                    disable_device(&error.to_string());
-                }
-                log::warn!(
-                    "gpusort: CUDA sort of {} rows failed ({error}); sorting this run on the CPU",
-                    keys.rows
-                );
+                note_failure(&error, keys.rows);
                 cpu_fallback(keys, algorithm)
             }
         }
     }
+
+    fn sort_key_columns(
+        &self,
+        columns: &[KeyColumn],
+        algorithm: AlgorithmChoice,
+    ) -> Result<Option<SortedRun>> {
+        let device_sorts = matches!(algorithm, AlgorithmChoice::Auto | AlgorithmChoice::Onesweep);
+        if !device_sorts || disabled_reason().is_some() || !encodable_on_device(columns) {
+            return Ok(None);
+        }
+        let rows = columns.first().map_or(0, column_rows);
+        match self.runtime.sort_columns(columns, rows) {
+            Ok(run) => Ok(Some(run)),
+            Err(error) => {
+                note_failure(&error, rows);
+                cpu_fallback(&encode_keys(columns)?, algorithm).map(Some)
+            }
+        }
+    }
+}
+
+/// Logs a failed device sort; a fatal error disables the device for the process.
+fn note_failure(error: &CudaError, rows: usize) {
+    if error.is_fatal() {
+        disable_device(&error.to_string());
+    }
+    log::warn!("gpusort: CUDA sort of {rows} rows failed ({error}); sorting this run on the CPU");
 }
 
 fn cpu_fallback(keys: &EncodedKeys, algorithm: AlgorithmChoice) -> Result<SortedRun> {

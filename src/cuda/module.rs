@@ -8,13 +8,15 @@
 //! cache directory is `$GPUSORT_KERNEL_CACHE`, else `$XDG_CACHE_HOME/gpusort`, else
 //! `~/.cache/gpusort`; a cache that cannot be written only costs a compile.
 
-use std::ffi::{c_char, CString};
+use std::borrow::Cow;
+use std::ffi::{c_char, c_void, CString};
 use std::path::PathBuf;
 
 use cudarc::driver::result;
 use cudarc::driver::sys;
 use cudarc::nvrtc::sys as nvrtc;
 
+use super::device::Device;
 use super::error::{CudaError, CudaResult};
 
 /// One `.cu` file of `kernels/`.
@@ -35,8 +37,33 @@ pub const ONESWEEP: KernelFile = KernelFile {
     source: include_str!("../../kernels/onesweep.cu"),
 };
 
+/// Key encoding from raw Arrow buffers.
+pub const ENCODE: KernelFile = KernelFile {
+    name: "encode.cu",
+    source: include_str!("../../kernels/encode.cu"),
+};
+
 /// Every kernel file, for compile checks.
-pub const ALL_KERNELS: &[KernelFile] = &[ONESWEEP];
+pub const ALL_KERNELS: &[KernelFile] = &[ONESWEEP, ENCODE];
+
+/// The source of a kernel file or header: embedded, or, for kernel tuning runs, read from
+/// `$GPUSORT_KERNEL_DIR/<name>` when that variable is set and the file exists there.
+fn source_text(name: &str, embedded: &'static str) -> Cow<'static, str> {
+    std::env::var_os("GPUSORT_KERNEL_DIR")
+        .and_then(|dir| std::fs::read_to_string(PathBuf::from(dir).join(name)).ok())
+        .map_or(Cow::Borrowed(embedded), |text| {
+            log::warn!("gpusort: kernel source {name} taken from GPUSORT_KERNEL_DIR");
+            Cow::Owned(text)
+        })
+}
+
+/// The headers, as [`source_text`] finds them.
+fn header_sources() -> Vec<(&'static str, Cow<'static, str>)> {
+    HEADERS
+        .iter()
+        .map(|(name, text)| (*name, source_text(name, text)))
+        .collect()
+}
 
 /// Whether the NVRTC library can be loaded here.
 pub fn is_nvrtc_present() -> bool {
@@ -77,13 +104,14 @@ pub fn compile_cubin(
         log,
     };
     let text = |s: &str| CString::new(s).map_err(|_| fail("a NUL byte in the source".into()));
-    let source = text(file.source)?;
+    let source = text(&source_text(file.name, file.source))?;
     let name = text(file.name)?;
-    let header_texts = HEADERS
+    let headers = header_sources();
+    let header_texts = headers
         .iter()
-        .map(|h| text(h.1))
+        .map(|h| text(&h.1))
         .collect::<CudaResult<Vec<_>>>()?;
-    let header_names = HEADERS
+    let header_names = headers
         .iter()
         .map(|h| text(h.0))
         .collect::<CudaResult<Vec<_>>>()?;
@@ -189,8 +217,10 @@ fn cache_path(
     defines: &[(String, String)],
 ) -> CudaResult<Option<PathBuf>> {
     let (major, minor) = nvrtc_version()?;
-    let mut parts: Vec<&[u8]> = vec![file.source.as_bytes()];
-    for (name, text) in HEADERS {
+    let source = source_text(file.name, file.source);
+    let headers = header_sources();
+    let mut parts: Vec<&[u8]> = vec![source.as_bytes()];
+    for (name, text) in &headers {
         parts.extend([name.as_bytes(), text.as_bytes()]);
     }
     for (k, v) in defines {
@@ -277,6 +307,56 @@ impl Module {
             })?;
         Ok(Kernel { function, name })
     }
+}
+
+/// A kernel parameter: the address of its value.
+pub fn arg<T>(value: &mut T) -> *mut c_void {
+    value as *mut T as *mut c_void
+}
+
+/// Launches `kernel` on the device's stream; `rows` only labels errors.
+pub fn launch(
+    device: &Device,
+    kernel: Kernel,
+    grid: u32,
+    block: u32,
+    params: &mut [*mut c_void],
+    rows: usize,
+) -> CudaResult<()> {
+    launch_shared(device, kernel, grid, block, 0, params, rows)
+}
+
+/// [`launch`] with `shared_bytes` of dynamic shared memory per block.
+pub fn launch_shared(
+    device: &Device,
+    kernel: Kernel,
+    grid: u32,
+    block: u32,
+    shared_bytes: u32,
+    params: &mut [*mut c_void],
+    rows: usize,
+) -> CudaResult<()> {
+    // SAFETY: `params` matches the kernel's signature (each launcher builds it from the
+    // `.cu` declaration, in order); every pointer argument is a live device buffer of at
+    // least `rows` elements (or the fixed sizes of the look-back state), and input and
+    // output buffers of one pass never alias.
+    unsafe {
+        result::launch_kernel(
+            kernel.function,
+            (grid, 1, 1),
+            (block, 1, 1),
+            shared_bytes,
+            device.stream(),
+            params,
+        )
+    }
+    .map_err(|e| CudaError::Launch {
+        kernel: kernel.name,
+        grid,
+        block,
+        rows,
+        code: e.0,
+    })
 }
 
 #[cfg(test)]

@@ -14,14 +14,14 @@
 //! live in [`PassTuning`] and reach the kernels as `-D` options, so the launch arithmetic
 //! here and the kernels cannot disagree.
 
-use std::ffi::c_void;
+use std::sync::OnceLock;
 
 use cudarc::driver::result;
 use cudarc::driver::sys::{CUdeviceptr, CUfunction_attribute};
 
 use super::device::{Device, DeviceBuffer};
 use super::error::{CudaError, CudaResult};
-use super::module::{cached_cubin, Kernel, Module, ONESWEEP};
+use super::module::{arg, cached_cubin, launch, launch_shared, Kernel, Module, ONESWEEP};
 
 const RADIX: usize = 256;
 /// Tile slots of the circular look-back buffer (a power of two): 8 MiB of state, whatever
@@ -50,6 +50,32 @@ impl PassTuning {
     pub const fn tile(self) -> u32 {
         self.threads * self.items
     }
+
+    /// Dynamic shared memory of one pass block, laid out as `onesweep_pass` in
+    /// `onesweep.cu` uses it: the tile's keys, its values (when the pass moves values),
+    /// then per-warp digit counts, digit starts and bases, warp sums and the tile index.
+    pub const fn shared_bytes(self, key_bytes: u32, values: bool) -> u32 {
+        let tile = self.tile();
+        let warps = self.threads / 32;
+        let value_bytes = if values { 4 * tile } else { 0 };
+        key_bytes * tile + value_bytes + 4 * (warps * RADIX as u32 + 2 * RADIX as u32 + warps + 1)
+    }
+
+    /// `THREADSxITEMS` from the environment variable `var` (a tuning run's override), else
+    /// `default`.
+    fn from_env(var: &str, default: Self) -> Self {
+        let parsed = std::env::var(var).ok().and_then(|v| {
+            let (t, i) = v.split_once('x')?;
+            Some(Self {
+                threads: t.trim().parse().ok()?,
+                items: i.trim().parse().ok()?,
+            })
+        });
+        match parsed {
+            Some(t) if t.threads >= 256 && t.threads % 32 == 0 && (1..=64).contains(&t.items) => t,
+            _ => default,
+        }
+    }
 }
 
 /// A key word type the radix sort handles.
@@ -57,26 +83,42 @@ pub trait RadixKey: Copy + Default + Send + Sync + 'static {
     /// 8-bit digits per key.
     const DIGITS: usize;
     /// Pass kernel shape.
-    const TUNING: PassTuning;
+    fn tuning() -> PassTuning;
     /// Row of the kernel tables: 0 for u32, 1 for u64.
     const INDEX: usize;
 }
 
 impl RadixKey for u32 {
     const DIGITS: usize = 4;
-    const TUNING: PassTuning = PassTuning {
-        threads: 256,
-        items: 16,
-    };
+    fn tuning() -> PassTuning {
+        static TUNING: OnceLock<PassTuning> = OnceLock::new();
+        *TUNING.get_or_init(|| {
+            PassTuning::from_env(
+                "GPUSORT_TUNE_U32",
+                PassTuning {
+                    threads: 256,
+                    items: 16,
+                },
+            )
+        })
+    }
     const INDEX: usize = 0;
 }
 
 impl RadixKey for u64 {
     const DIGITS: usize = 8;
-    const TUNING: PassTuning = PassTuning {
-        threads: 256,
-        items: 12,
-    };
+    fn tuning() -> PassTuning {
+        static TUNING: OnceLock<PassTuning> = OnceLock::new();
+        *TUNING.get_or_init(|| {
+            PassTuning::from_env(
+                "GPUSORT_TUNE_U64",
+                PassTuning {
+                    threads: 256,
+                    items: 12,
+                },
+            )
+        })
+    }
     const INDEX: usize = 1;
 }
 
@@ -84,10 +126,10 @@ impl RadixKey for u64 {
 pub fn defines() -> Vec<(String, String)> {
     let d = |k: &str, v: u32| (k.to_string(), v.to_string());
     vec![
-        d("ONESWEEP_U32_THREADS", u32::TUNING.threads),
-        d("ONESWEEP_U32_ITEMS", u32::TUNING.items),
-        d("ONESWEEP_U64_THREADS", u64::TUNING.threads),
-        d("ONESWEEP_U64_ITEMS", u64::TUNING.items),
+        d("ONESWEEP_U32_THREADS", u32::tuning().threads),
+        d("ONESWEEP_U32_ITEMS", u32::tuning().items),
+        d("ONESWEEP_U64_THREADS", u64::tuning().threads),
+        d("ONESWEEP_U64_ITEMS", u64::tuning().items),
         d("HISTOGRAM_THREADS", HISTOGRAM_THREADS),
         d("ONESWEEP_MIN_BLOCKS", pass_min_blocks()),
     ]
@@ -198,10 +240,12 @@ impl Onesweep {
         Ok(loaded)
     }
 
-    /// Every pass kernel can run its tuned block size on this device (registers allow it).
+    /// Every pass kernel can run its tuned block size on this device (registers allow it)
+    /// and gets the dynamic shared memory its tile needs.
     fn check_block_shapes(&self) -> CudaResult<()> {
-        for (row, tuning) in [u32::TUNING, u64::TUNING].into_iter().enumerate() {
-            for kernel in self.pass[row] {
+        let rows = [(u32::tuning(), 4), (u64::tuning(), 8)];
+        for (row, (tuning, key_bytes)) in rows.into_iter().enumerate() {
+            for (mode, kernel) in self.pass[row].into_iter().enumerate() {
                 // SAFETY: a function handle of the loaded module.
                 let most = unsafe {
                     result::function::get_function_attribute(
@@ -216,6 +260,21 @@ impl Onesweep {
                         kernel.name, tuning.threads
                     )));
                 }
+                let shared = tuning.shared_bytes(key_bytes, mode != 0);
+                // SAFETY: as above; the driver checks the size against the device's limit.
+                unsafe {
+                    result::function::set_function_attribute(
+                        kernel.function,
+                        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        shared as i32,
+                    )
+                }
+                .map_err(|_| {
+                    CudaError::Unavailable(format!(
+                        "{} needs {shared} bytes of shared memory per block, more than this device gives",
+                        kernel.name
+                    ))
+                })?;
             }
         }
         Ok(())
@@ -348,7 +407,9 @@ impl Onesweep {
     ) -> CudaResult<()> {
         let mode = run.prepare_values(device, n)?;
         let kernel = self.pass[K::INDEX][mode];
-        let tiles = n.div_ceil(K::TUNING.tile() as usize) as u32;
+        let tuning = K::tuning();
+        let tiles = n.div_ceil(tuning.tile() as usize) as u32;
+        let shared = tuning.shared_bytes(std::mem::size_of::<K>() as u32, mode != 0);
         let (mut keys_in, mut keys_out) = (run.keys.ptr(), run.keys_alt(device, n)?.ptr());
         let (mut vals_in, mut vals_out) = run.value_ptrs();
         let mut rows = n as u32;
@@ -371,7 +432,15 @@ impl Onesweep {
             arg(&mut counter),
             arg(&mut epoch),
         ];
-        launch(device, kernel, tiles, K::TUNING.threads, &mut params, n)?;
+        launch_shared(
+            device,
+            kernel,
+            tiles,
+            tuning.threads,
+            shared,
+            &mut params,
+            n,
+        )?;
         run.swap();
         Ok(())
     }
@@ -485,7 +554,7 @@ impl<K: RadixKey> PassRun<K> {
 }
 
 fn check_size<K: RadixKey>(n: usize) -> CudaResult<()> {
-    let max = (MAX_TILES * K::TUNING.tile() as u64 - 1).min(u32::MAX as u64) as usize;
+    let max = (MAX_TILES * K::tuning().tile() as u64 - 1).min(u32::MAX as u64) as usize;
     if n > max {
         return Err(CudaError::TooLarge { rows: n, max });
     }
@@ -511,42 +580,6 @@ fn bucket_starts(histogram: &[u32; RADIX]) -> [u32; RADIX] {
         sum = sum.wrapping_add(*count);
     }
     starts
-}
-
-fn arg<T>(value: &mut T) -> *mut c_void {
-    value as *mut T as *mut c_void
-}
-
-/// Launches `kernel` on the device's stream.
-fn launch(
-    device: &Device,
-    kernel: Kernel,
-    grid: u32,
-    block: u32,
-    params: &mut [*mut c_void],
-    rows: usize,
-) -> CudaResult<()> {
-    // SAFETY: `params` matches the kernel's signature (each launcher builds it from the
-    // `.cu` declaration, in order); every pointer argument is a live device buffer of at
-    // least `rows` elements (or the fixed sizes of the look-back state), and input and
-    // output buffers of one pass never alias.
-    unsafe {
-        result::launch_kernel(
-            kernel.function,
-            (grid, 1, 1),
-            (block, 1, 1),
-            0,
-            device.stream(),
-            params,
-        )
-    }
-    .map_err(|e| CudaError::Launch {
-        kernel: kernel.name,
-        grid,
-        block,
-        rows,
-        code: e.0,
-    })
 }
 
 #[cfg(test)]

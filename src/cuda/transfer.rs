@@ -133,6 +133,8 @@ impl Staging {
 /// Implement only for such types.
 pub unsafe trait Plain: Copy + Send + Sync + 'static {}
 // SAFETY: primitive integers are plain data.
+unsafe impl Plain for u8 {}
+// SAFETY: as above.
 unsafe impl Plain for u32 {}
 // SAFETY: as above.
 unsafe impl Plain for u64 {}

@@ -72,17 +72,26 @@ pub fn sort_run(
     if rows.rows() == 0 {
         return Ok(());
     }
-    let keys = {
-        let _timer = metrics.encode_time.timer();
-        let _compute = metrics.baseline.elapsed_compute().timer();
-        encode_keys(&evaluate_keys(spec, &rows)?)?
-    };
-    let sorted = {
+    let columns = evaluate_keys(spec, &rows)?;
+    let on_device = {
         let _timer = metrics.sort_time.timer();
         let _compute = metrics.baseline.elapsed_compute().timer();
-        spec.backend.sort(&keys, spec.algorithm)?
+        spec.backend.sort_key_columns(&columns, spec.algorithm)?
     };
-    drop(keys);
+    let sorted = match on_device {
+        Some(sorted) => sorted,
+        None => {
+            let keys = {
+                let _timer = metrics.encode_time.timer();
+                let _compute = metrics.baseline.elapsed_compute().timer();
+                encode_keys(&columns)?
+            };
+            drop(columns);
+            let _timer = metrics.sort_time.timer();
+            let _compute = metrics.baseline.elapsed_compute().timer();
+            spec.backend.sort(&keys, spec.algorithm)?
+        }
+    };
     metrics.record_run(&sorted);
     let mut permutation = sorted.permutation;
     if let Some(fetch) = spec.fetch {

@@ -99,6 +99,121 @@ pub fn limb_count(data_type: &DataType) -> usize {
     }
 }
 
+/// How a limb is read from a value's bytes (`kernels/encode.cu` mirrors this).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum LimbKind {
+    /// Unsigned little-endian integer.
+    Unsigned = 0,
+    /// Two's complement little-endian integer: sign-extended, then the sign flip.
+    Signed = 1,
+    /// IEEE float of `8 * width` bits: the total-order transform.
+    Float = 2,
+    /// One bit of a bitmap (Boolean values), `0` or `1`.
+    Bit = 3,
+}
+
+/// Where one limb of a fixed-width value lives in the column's values buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimbSource {
+    /// Bytes per value (0 for a bitmap).
+    pub stride: u32,
+    /// Byte offset of the limb within the value.
+    pub offset: u32,
+    /// Bytes of the limb: 1, 2, 4 or 8 (0 for a bitmap).
+    pub width: u32,
+    /// How the bytes become an order-preserving limb.
+    pub kind: LimbKind,
+}
+
+/// The limbs of `data_type` as reads from its raw values buffer, in [`append_limbs`]'s
+/// order; `None` for a type without a fixed-width layout.
+pub fn limb_sources(data_type: &DataType) -> Option<Vec<LimbSource>> {
+    use DataType::*;
+    use LimbKind::*;
+    let one = |width: u32, kind| {
+        vec![LimbSource {
+            stride: width,
+            offset: 0,
+            width,
+            kind,
+        }]
+    };
+    let parts = |stride: u32, parts: &[(u32, u32, LimbKind)]| {
+        parts
+            .iter()
+            .map(|&(offset, width, kind)| LimbSource {
+                stride,
+                offset,
+                width,
+                kind,
+            })
+            .collect()
+    };
+    Some(match data_type {
+        Null => Vec::new(),
+        Boolean => vec![LimbSource {
+            stride: 0,
+            offset: 0,
+            width: 0,
+            kind: Bit,
+        }],
+        Int8 => one(1, Signed),
+        Int16 => one(2, Signed),
+        Int32 | Date32 | Time32(_) | Decimal32(_, _) | Interval(IntervalUnit::YearMonth) => {
+            one(4, Signed)
+        }
+        Int64 | Date64 | Time64(_) | Timestamp(_, _) | Duration(_) | Decimal64(_, _) => {
+            one(8, Signed)
+        }
+        UInt8 => one(1, Unsigned),
+        UInt16 => one(2, Unsigned),
+        UInt32 => one(4, Unsigned),
+        UInt64 => one(8, Unsigned),
+        Float16 => one(2, Float),
+        Float32 => one(4, Float),
+        Float64 => one(8, Float),
+        Decimal128(_, _) => parts(16, &[(8, 8, Signed), (0, 8, Unsigned)]),
+        Decimal256(_, _) => parts(
+            32,
+            &[
+                (24, 8, Signed),
+                (16, 8, Unsigned),
+                (8, 8, Unsigned),
+                (0, 8, Unsigned),
+            ],
+        ),
+        Interval(IntervalUnit::DayTime) => parts(8, &[(0, 4, Signed), (4, 4, Signed)]),
+        Interval(IntervalUnit::MonthDayNano) => {
+            parts(16, &[(0, 4, Signed), (4, 4, Signed), (8, 8, Signed)])
+        }
+        _ => return None,
+    })
+}
+
+/// The limb of row `row` read as `source` says from a values buffer: the host twin of
+/// `read_limb` in `kernels/encode.cu` (tests hold both to [`append_limbs`]).
+pub fn limb_from_bytes(values: &[u8], row: usize, source: LimbSource) -> u64 {
+    if source.kind == LimbKind::Bit {
+        return ((values[row / 8] >> (row % 8)) & 1) as u64;
+    }
+    let at = row * source.stride as usize + source.offset as usize;
+    let width = source.width as usize;
+    let mut le = [0u8; 8];
+    le[..width].copy_from_slice(&values[at..at + width]);
+    let raw = u64::from_le_bytes(le);
+    let bits = 8 * source.width;
+    match source.kind {
+        LimbKind::Unsigned | LimbKind::Bit => raw,
+        LimbKind::Signed => signed(((raw << (64 - bits)) as i64) >> (64 - bits)),
+        LimbKind::Float => match bits {
+            16 => float_total_order::<16>(raw),
+            32 => float_total_order::<32>(raw),
+            _ => float_total_order::<64>(raw),
+        },
+    }
+}
+
 /// Appends the limbs of `array` (all rows, nulls included) to `limbs`, one `Vec` per limb.
 pub fn append_limbs(array: &ArrayRef, limbs: &mut [Vec<u64>]) -> Result<()> {
     use DataType::*;
@@ -241,6 +356,111 @@ mod tests {
         let pos_zero = float_total_order::<32>(0.0f32.to_bits() as u64);
         assert!(neg_zero < pos_zero);
         assert!(float_total_order::<32>(f32::NAN.to_bits() as u64) <= u32::MAX as u64);
+    }
+
+    /// The raw values buffer of `array` (its own rows only) and, for Boolean, the bitmap.
+    fn raw_values(array: &ArrayRef, source: LimbSource) -> Vec<u8> {
+        if source.kind == LimbKind::Bit {
+            let bits = array.as_boolean().values();
+            let mut out = vec![0u8; bits.len().div_ceil(8)];
+            for (i, b) in bits.iter().enumerate() {
+                out[i / 8] |= (b as u8) << (i % 8);
+            }
+            return out;
+        }
+        let data = array.to_data();
+        let stride = source.stride as usize;
+        data.buffers()[0].as_slice()[data.offset() * stride..(data.offset() + data.len()) * stride]
+            .to_vec()
+    }
+
+    #[test]
+    fn limb_sources_read_what_append_limbs_writes() {
+        use arrow::array::*;
+        use std::sync::Arc;
+        let arrays: Vec<ArrayRef> = vec![
+            Arc::new(BooleanArray::from(vec![true, false, true, true, false]).slice(1, 4)),
+            Arc::new(Int8Array::from(vec![i8::MIN, -1, 0, 1, i8::MAX])),
+            Arc::new(Int16Array::from(vec![i16::MIN, -300, 0, 300, i16::MAX])),
+            Arc::new(Int32Array::from(vec![i32::MIN, -7, 0, 7, i32::MAX]).slice(2, 3)),
+            Arc::new(Int64Array::from(vec![i64::MIN, -1, 0, 1, i64::MAX])),
+            Arc::new(UInt8Array::from(vec![0, 1, 200, 255])),
+            Arc::new(UInt16Array::from(vec![0, 1, 60000])),
+            Arc::new(UInt32Array::from(vec![0, 1, u32::MAX])),
+            Arc::new(UInt64Array::from(vec![0, 1, u64::MAX])),
+            Arc::new(Float16Array::from(vec![
+                half::f16::NEG_INFINITY,
+                half::f16::from_f32(-0.0),
+                half::f16::from_f32(0.0),
+                half::f16::NAN,
+            ])),
+            Arc::new(Float32Array::from(vec![
+                f32::NEG_INFINITY,
+                -0.0,
+                0.0,
+                1.5,
+                f32::NAN,
+            ])),
+            Arc::new(Float64Array::from(vec![
+                -f64::NAN,
+                -2.5,
+                -0.0,
+                0.0,
+                f64::INFINITY,
+            ])),
+            Arc::new(
+                Decimal128Array::from(vec![i128::MIN, -1, 0, 1 << 80, i128::MAX])
+                    .with_precision_and_scale(38, 2)
+                    .unwrap(),
+            ),
+            Arc::new(Decimal256Array::from(vec![
+                i256::MIN,
+                i256::from_i128(-5),
+                i256::ZERO,
+                i256::from_parts(7, 1 << 100),
+                i256::MAX,
+            ])),
+            Arc::new(Date32Array::from(vec![-10, 0, 19000])),
+            Arc::new(TimestampNanosecondArray::from(vec![-1, 0, 1]).with_timezone("UTC")),
+            Arc::new(IntervalDayTimeArray::from(vec![
+                IntervalDayTime::new(-1, 5),
+                IntervalDayTime::new(3, -9),
+            ])),
+            Arc::new(IntervalMonthDayNanoArray::from(vec![
+                IntervalMonthDayNano::new(1, -2, 3),
+                IntervalMonthDayNano::new(-4, 5, i64::MIN),
+            ])),
+        ];
+        for array in &arrays {
+            let sources = limb_sources(array.data_type()).expect("fixed width");
+            let mut expected = vec![Vec::new(); limb_count(array.data_type())];
+            append_limbs(array, &mut expected).unwrap();
+            assert_eq!(sources.len(), expected.len(), "{}", array.data_type());
+            for (source, limb) in sources.iter().zip(&expected) {
+                let raw = raw_values(array, *source);
+                let read: Vec<u64> = (0..array.len())
+                    .map(|row| limb_from_bytes(&raw, row, *source))
+                    .collect();
+                assert_eq!(&read, limb, "{} {source:?}", array.data_type());
+            }
+        }
+    }
+
+    #[test]
+    fn every_supported_fixed_width_type_has_limb_sources() {
+        for data_type in [
+            DataType::Null,
+            DataType::Time64(TimeUnit::Microsecond),
+            DataType::Duration(TimeUnit::Second),
+            DataType::Decimal64(10, 2),
+        ] {
+            assert!(unsupported_reason(&data_type).is_none());
+            assert_eq!(
+                limb_sources(&data_type).map(|s| s.len()),
+                Some(limb_count(&data_type))
+            );
+        }
+        assert!(limb_sources(&DataType::Utf8).is_none());
     }
 
     #[test]

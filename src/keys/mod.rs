@@ -24,8 +24,10 @@ use arrow::datatypes::DataType;
 use datafusion::arrow;
 use datafusion::common::{internal_err, Result};
 
-pub use limbs::unsupported_reason;
+pub use limbs::{limb_from_bytes, limb_sources, unsupported_reason, LimbKind, LimbSource};
+pub use pack::{low_mask, placements, Placement};
 use reduce::{reduce_field, KeyField};
+pub use reduce::{FieldStats, Reduction};
 
 /// One sort key: its values (one array per input batch) and its direction.
 #[derive(Debug, Clone)]
@@ -82,7 +84,8 @@ pub fn encode_keys(columns: &[KeyColumn]) -> Result<EncodedKeys> {
     })
 }
 
-fn column_rows(column: &KeyColumn) -> usize {
+/// Rows of a key column (over all its arrays).
+pub fn column_rows(column: &KeyColumn) -> usize {
     column.arrays.iter().map(|a| a.len()).sum()
 }
 

@@ -11,24 +11,27 @@ use super::reduce::KeyField;
 
 const CHUNK_ROWS: usize = 1 << 16;
 
-/// The part of one field that lands in one word.
-#[derive(Debug, Clone, Copy)]
-struct Placement {
-    field: usize,
+/// The part of one field that lands in one word: `word |= ((v >> drop_low) & mask(bits))
+/// << place`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    /// Index of the field.
+    pub field: usize,
     /// Right shift that drops the field's bits below this word.
-    drop_low: u32,
+    pub drop_low: u32,
     /// Bits of the field in this word.
-    bits: u32,
+    pub bits: u32,
     /// Left shift that puts them in place.
-    place: u32,
+    pub place: u32,
 }
 
-fn placements(fields: &[KeyField], word: usize) -> Vec<Placement> {
+/// Where the fields of widths `widths` (most significant first) land in 64-bit word `word`.
+pub fn placements(widths: &[u32], word: usize) -> Vec<Placement> {
     let (word_lo, word_hi) = (64 * word as u64, 64 * word as u64 + 64);
     let mut offset = 0u64;
     let mut out = Vec::new();
-    for (i, field) in fields.iter().enumerate() {
-        let (lo, hi) = (offset, offset + field.width as u64);
+    for (i, width) in widths.iter().enumerate() {
+        let (lo, hi) = (offset, offset + *width as u64);
         offset = hi;
         let (a, b) = (lo.max(word_lo), hi.min(word_hi));
         if a >= b {
@@ -44,8 +47,9 @@ fn placements(fields: &[KeyField], word: usize) -> Vec<Placement> {
     out
 }
 
+/// The `bits` lowest bits set.
 #[inline]
-fn low_mask(bits: u32) -> u64 {
+pub fn low_mask(bits: u32) -> u64 {
     if bits >= 64 {
         u64::MAX
     } else {
@@ -56,10 +60,11 @@ fn low_mask(bits: u32) -> u64 {
 /// Packs `fields` (all of `rows` values, widths > 0) into words; returns them with the
 /// total bit count.
 pub fn pack_fields(fields: &[KeyField], rows: usize) -> (Vec<Vec<u64>>, u32) {
-    let total_bits: u32 = fields.iter().map(|f| f.width).sum();
+    let widths: Vec<u32> = fields.iter().map(|f| f.width).collect();
+    let total_bits: u32 = widths.iter().sum();
     let word_count = total_bits.div_ceil(64) as usize;
     let words = (0..word_count)
-        .map(|w| pack_word(fields, &placements(fields, w), rows))
+        .map(|w| pack_word(fields, &placements(&widths, w), rows))
         .collect();
     (words, total_bits)
 }

@@ -19,7 +19,7 @@ use datafusion::common::Result;
 
 use crate::config::{AlgorithmChoice, BackendChoice};
 use crate::cuda::CudaBackend;
-use crate::keys::EncodedKeys;
+use crate::keys::{EncodedKeys, KeyColumn};
 
 pub use cpu::CpuBackend;
 pub use merge::merge_sort;
@@ -66,6 +66,17 @@ pub trait SortBackend: Debug + Send + Sync {
 
     /// Sorts the `keys.rows` rows of one run. `keys.rows` fits in `u32`.
     fn sort(&self, keys: &EncodedKeys, algorithm: AlgorithmChoice) -> Result<SortedRun>;
+
+    /// Encodes and sorts the key columns of one run itself, or returns `None` to have the
+    /// caller encode them on the host and call [`SortBackend::sort`]. The CUDA backend
+    /// encodes fixed-width columns on the device from their raw buffers.
+    fn sort_key_columns(
+        &self,
+        _columns: &[KeyColumn],
+        _algorithm: AlgorithmChoice,
+    ) -> Result<Option<SortedRun>> {
+        Ok(None)
+    }
 }
 
 /// Picks the backend for `choice`, or says why none is usable.

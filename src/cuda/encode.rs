@@ -1,0 +1,412 @@
+//! Launcher of `kernels/encode.cu`: fixed-width sort keys encoded on the device from the
+//! raw Arrow buffers, so only the key columns cross PCIe.
+//!
+//! ```text
+//!  per key column: values buffer (+ validity bitmap) ──pinned, chunked──► device
+//!  per field (null flag, limbs):  encode_field_stats → min, max, OR, AND   (32 B back)
+//!  host: the same reductions and word placements as the host encoder (src/keys/)
+//!  per field part:                encode_pack_field  → packed key words, on the device
+//! ```
+//!
+//! The result is the input of the OneSweep launcher: one u32 word per row when the key has
+//! at most 32 significant bits, else 64-bit words, most significant first.
+
+use arrow::array::{Array, ArrayData};
+use arrow::buffer::{BooleanBuffer, NullBuffer};
+use arrow::datatypes::DataType;
+use cudarc::driver::sys::CUdeviceptr;
+use datafusion::arrow;
+
+use super::device::{Device, DeviceBuffer};
+use super::error::CudaResult;
+use super::module::{arg, cached_cubin, launch, Kernel, Module, ENCODE};
+use super::transfer::Staging;
+use crate::keys::{limb_sources, low_mask, placements, FieldStats, KeyColumn, LimbKind};
+
+const THREADS: u32 = 256;
+/// `kind` of a field that is a column's null flag (see `encode.cu`).
+const FIELD_NULL_FLAG: u32 = 4;
+
+/// Mirrors `struct FieldSource` of `encode.cu` (kernel parameter, passed by value).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct FieldSource {
+    values: CUdeviceptr,
+    valid: CUdeviceptr,
+    stride: u32,
+    offset: u32,
+    width: u32,
+    kind: u32,
+    descending: u32,
+    nulls_first: u32,
+}
+
+/// Packed key words of a run, on the device.
+#[derive(Debug)]
+pub enum DeviceKeys {
+    /// Every row has the same key: the order is the identity.
+    Constant,
+    /// One 32-bit word per row.
+    U32(DeviceBuffer<u32>),
+    /// 64-bit words per row, most significant first.
+    Words(Vec<DeviceBuffer<u64>>),
+}
+
+/// The encoded keys and the bytes uploaded for them.
+#[derive(Debug)]
+pub struct Encoded {
+    /// The packed words.
+    pub keys: DeviceKeys,
+    /// Bytes copied host → device (values and bitmaps of the key columns).
+    pub h2d_bytes: usize,
+}
+
+/// The loaded encode kernels of one device.
+#[derive(Debug)]
+pub struct Encoder {
+    _module: Module,
+    stats: Kernel,
+    pack: Kernel,
+    grid: u32,
+}
+
+/// Whether every column can be encoded on the device (a fixed-width layout).
+pub fn encodable_on_device(columns: &[KeyColumn]) -> bool {
+    columns.iter().all(|c| {
+        c.arrays
+            .first()
+            .is_none_or(|a| limb_sources(a.data_type()).is_some())
+    })
+}
+
+/// One column's buffers on the device.
+struct ColumnOnDevice {
+    values: Option<DeviceBuffer<u8>>,
+    validity: Option<DeviceBuffer<u8>>,
+}
+
+impl Encoder {
+    /// Compiles (or takes from the cache) and loads the kernels for `device`.
+    pub fn load(device: &Device) -> CudaResult<Self> {
+        let cubin = cached_cubin(ENCODE, device.arch, &[])?;
+        let module = Module::load(ENCODE.name, &cubin)?;
+        Ok(Self {
+            stats: module.kernel("encode_field_stats")?,
+            pack: module.kernel("encode_pack_field")?,
+            grid: device.sm_count * 8,
+            _module: module,
+        })
+    }
+
+    /// Encodes the `rows` rows of `columns` (all encodable) into packed key words.
+    pub fn encode(
+        &self,
+        device: &Device,
+        staging: &mut Staging,
+        columns: &[KeyColumn],
+        rows: usize,
+    ) -> CudaResult<Encoded> {
+        let mut h2d_bytes = 0;
+        let mut on_device = Vec::with_capacity(columns.len());
+        let mut fields = Vec::new();
+        for column in columns {
+            let (buffers, bytes) = upload_column(device, staging, column)?;
+            h2d_bytes += bytes;
+            fields.extend(column_fields(column, &buffers));
+            on_device.push(buffers);
+        }
+        let stats = self.field_stats(device, &fields, rows)?;
+        let reduced: Vec<_> = fields
+            .iter()
+            .zip(&stats)
+            .filter_map(|(field, stats)| stats.reduction().map(|r| (*field, r)))
+            .collect();
+        let widths: Vec<u32> = reduced.iter().map(|(_, r)| r.width).collect();
+        let total_bits: u32 = widths.iter().sum();
+        let keys = if total_bits == 0 {
+            DeviceKeys::Constant
+        } else if total_bits <= 32 {
+            let word = device.alloc::<u32>(rows, "u32 key words")?;
+            device.zero(&word)?;
+            for part in placements(&widths, 0) {
+                let (field, reduction) = reduced[part.field];
+                let place = part.place - 32;
+                self.pack(device, field, reduction, part, place, 32, word.ptr(), rows)?;
+            }
+            DeviceKeys::U32(word)
+        } else {
+            let mut words = Vec::new();
+            for w in 0..total_bits.div_ceil(64) as usize {
+                let word = device.alloc::<u64>(rows, "key words")?;
+                device.zero(&word)?;
+                for part in placements(&widths, w) {
+                    let (field, reduction) = reduced[part.field];
+                    self.pack(
+                        device,
+                        field,
+                        reduction,
+                        part,
+                        part.place,
+                        64,
+                        word.ptr(),
+                        rows,
+                    )?;
+                }
+                words.push(word);
+            }
+            DeviceKeys::Words(words)
+        };
+        drop(on_device);
+        Ok(Encoded { keys, h2d_bytes })
+    }
+
+    /// The statistics of every field (one small download for all of them).
+    fn field_stats(
+        &self,
+        device: &Device,
+        fields: &[FieldSource],
+        rows: usize,
+    ) -> CudaResult<Vec<FieldStats>> {
+        if fields.is_empty() {
+            return Ok(Vec::new());
+        }
+        let empty = FieldStats::EMPTY;
+        let init: Vec<u64> = fields
+            .iter()
+            .flat_map(|_| [empty.min, empty.max, empty.or, empty.and])
+            .collect();
+        let stats = device.alloc::<u64>(init.len(), "key field statistics")?;
+        // SAFETY: `init` outlives the copy: `download_now` below synchronizes.
+        unsafe { device.upload(&stats, 0, &init)? };
+        for (i, field) in fields.iter().enumerate() {
+            let mut source = *field;
+            let mut n = rows as u32;
+            let mut out = stats.ptr() + (i * 32) as u64;
+            let mut params = [arg(&mut source), arg(&mut n), arg(&mut out)];
+            launch(device, self.stats, self.grid, THREADS, &mut params, rows)?;
+        }
+        let flat = device.download_now(&stats)?;
+        Ok(flat
+            .chunks(4)
+            .map(|s| FieldStats {
+                min: s[0],
+                max: s[1],
+                or: s[2],
+                and: s[3],
+            })
+            .collect())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn pack(
+        &self,
+        device: &Device,
+        field: FieldSource,
+        reduction: crate::keys::Reduction,
+        part: crate::keys::Placement,
+        place: u32,
+        word_bits: u32,
+        words: CUdeviceptr,
+        rows: usize,
+    ) -> CudaResult<()> {
+        let mut source = field;
+        let mut n = rows as u32;
+        let (mut lo, mut shift) = (reduction.lo, reduction.shift);
+        let (mut drop_low, mut mask, mut place) = (part.drop_low, low_mask(part.bits), place);
+        let (mut word_bits, mut words) = (word_bits, words);
+        let mut params = [
+            arg(&mut source),
+            arg(&mut n),
+            arg(&mut lo),
+            arg(&mut shift),
+            arg(&mut drop_low),
+            arg(&mut mask),
+            arg(&mut place),
+            arg(&mut word_bits),
+            arg(&mut words),
+        ];
+        launch(device, self.pack, self.grid, THREADS, &mut params, rows)
+    }
+}
+
+/// The fields of one column, in the host encoder's order: null flag, then limbs.
+fn column_fields(column: &KeyColumn, buffers: &ColumnOnDevice) -> Vec<FieldSource> {
+    let Some(data_type) = column.arrays.first().map(|a| a.data_type().clone()) else {
+        return Vec::new();
+    };
+    let valid = buffers.validity.as_ref().map_or(0, |b| b.ptr());
+    let values = buffers.values.as_ref().map_or(0, |b| b.ptr());
+    let base = FieldSource {
+        values,
+        valid,
+        stride: 0,
+        offset: 0,
+        width: 0,
+        kind: FIELD_NULL_FLAG,
+        descending: column.options.descending as u32,
+        nulls_first: column.options.nulls_first as u32,
+    };
+    let mut fields = Vec::new();
+    if buffers.validity.is_some() {
+        fields.push(base);
+    }
+    if data_type == DataType::Null {
+        return fields;
+    }
+    for source in limb_sources(&data_type).unwrap_or_default() {
+        fields.push(FieldSource {
+            stride: source.stride,
+            offset: source.offset,
+            width: source.width,
+            kind: source.kind as u32,
+            ..base
+        });
+    }
+    fields
+}
+
+/// Uploads a column's values (and validity, when some row is null); returns the buffers
+/// and the bytes copied.
+fn upload_column(
+    device: &Device,
+    staging: &mut Staging,
+    column: &KeyColumn,
+) -> CudaResult<(ColumnOnDevice, usize)> {
+    let mut bytes = 0;
+    let Some(first) = column.arrays.first() else {
+        return Ok((
+            ColumnOnDevice {
+                values: None,
+                validity: None,
+            },
+            0,
+        ));
+    };
+    let data_type = first.data_type().clone();
+    if data_type == DataType::Null {
+        // Every row is null: the null flag is constant and no limb exists.
+        return Ok((
+            ColumnOnDevice {
+                values: None,
+                validity: None,
+            },
+            0,
+        ));
+    }
+    let sources = limb_sources(&data_type).unwrap_or_default();
+    let values = if sources.first().is_some_and(|s| s.kind == LimbKind::Bit) {
+        let bits = concat_bits(column.arrays.iter().map(|a| {
+            a.as_any()
+                .downcast_ref::<arrow::array::BooleanArray>()
+                .expect("Boolean key column")
+                .values()
+                .clone()
+        }));
+        Some(upload_bytes(
+            device,
+            staging,
+            &[bits.values()],
+            "boolean key values",
+        )?)
+    } else {
+        let stride = sources.first().map_or(0, |s| s.stride as usize);
+        let data: Vec<ArrayData> = column.arrays.iter().map(|a| a.to_data()).collect();
+        let parts: Vec<&[u8]> = data
+            .iter()
+            .map(|d| {
+                &d.buffers()[0].as_slice()[d.offset() * stride..(d.offset() + d.len()) * stride]
+            })
+            .collect();
+        Some(upload_bytes(device, staging, &parts, "key column values")?)
+    };
+    bytes += values.as_ref().map_or(0, |b| b.len());
+    let validity = if column.arrays.iter().any(|a| a.logical_null_count() > 0) {
+        let bits = concat_bits(column.arrays.iter().map(|a| match a.logical_nulls() {
+            Some(nulls) => nulls.inner().clone(),
+            None => NullBuffer::new_valid(a.len()).inner().clone(),
+        }));
+        let buffer = upload_bytes(device, staging, &[bits.values()], "key column validity")?;
+        bytes += buffer.len();
+        Some(buffer)
+    } else {
+        None
+    };
+    Ok((ColumnOnDevice { values, validity }, bytes))
+}
+
+/// The bitmaps one after the other, from bit 0.
+fn concat_bits(parts: impl Iterator<Item = BooleanBuffer>) -> BooleanBuffer {
+    let mut builder = arrow::array::BooleanBufferBuilder::new(0);
+    for part in parts {
+        builder.append_buffer(&part);
+    }
+    builder.finish()
+}
+
+/// Uploads `parts` back to back, padded with zeros to a multiple of 8 bytes (so that the
+/// kernels' word reads of bitmaps stay inside the buffer).
+fn upload_bytes(
+    device: &Device,
+    staging: &mut Staging,
+    parts: &[&[u8]],
+    what: &'static str,
+) -> CudaResult<DeviceBuffer<u8>> {
+    let mut starts = Vec::with_capacity(parts.len() + 1);
+    let mut total = 0usize;
+    for part in parts {
+        starts.push(total);
+        total += part.len();
+    }
+    starts.push(total);
+    let padded = total.div_ceil(8).max(1) * 8;
+    staging.upload::<u8, _>(device, padded, what, |start, out| {
+        copy_from_parts(parts, &starts, start, out)
+    })
+}
+
+/// Fills `out` with bytes `start ..` of the concatenation of `parts` (zeros past the end);
+/// `starts[i]` is where part `i` begins, `starts[parts.len()]` the total.
+fn copy_from_parts(parts: &[&[u8]], starts: &[usize], start: usize, out: &mut [u8]) {
+    let mut at = start;
+    let mut written = 0;
+    let mut part = starts.partition_point(|&s| s <= at).saturating_sub(1);
+    while written < out.len() {
+        if part >= parts.len() {
+            out[written..].fill(0);
+            return;
+        }
+        let within = at - starts[part];
+        let take = (parts[part].len() - within).min(out.len() - written);
+        out[written..written + take].copy_from_slice(&parts[part][within..within + take]);
+        written += take;
+        at += take;
+        part += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_from_parts_crosses_parts_and_pads() {
+        let parts: [&[u8]; 4] = [&[1, 2, 3], &[], &[4, 5], &[6]];
+        let starts = [0, 3, 3, 5, 6];
+        let mut out = [9u8; 8];
+        copy_from_parts(&parts, &starts, 0, &mut out);
+        assert_eq!(out, [1, 2, 3, 4, 5, 6, 0, 0]);
+        let mut out = [9u8; 3];
+        copy_from_parts(&parts, &starts, 2, &mut out);
+        assert_eq!(out, [3, 4, 5]);
+        let mut out = [9u8; 2];
+        copy_from_parts(&parts, &starts, 5, &mut out);
+        assert_eq!(out, [6, 0]);
+    }
+
+    #[test]
+    fn field_source_matches_the_kernel_struct() {
+        // Two pointers and six u32: 40 bytes, 8-aligned, as `struct FieldSource`.
+        assert_eq!(std::mem::size_of::<FieldSource>(), 40);
+        assert_eq!(std::mem::align_of::<FieldSource>(), 8);
+    }
+}
