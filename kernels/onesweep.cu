@@ -22,17 +22,31 @@
 // belongs to a block that is running or done.
 #include "common.cuh"
 
-#ifndef ONESWEEP_U32_THREADS
-#define ONESWEEP_U32_THREADS 256
+// Block shape per key width and value mode (the launcher passes its tuning table as -D;
+// these defaults only serve standalone compiles).
+#ifndef ONESWEEP_U32_KEYS_THREADS
+#define ONESWEEP_U32_KEYS_THREADS 384
+#define ONESWEEP_U32_KEYS_ITEMS 16
 #endif
-#ifndef ONESWEEP_U32_ITEMS
-#define ONESWEEP_U32_ITEMS 16
+#ifndef ONESWEEP_U32_PAIRS_THREADS
+#define ONESWEEP_U32_PAIRS_THREADS 256
+#define ONESWEEP_U32_PAIRS_ITEMS 16
 #endif
-#ifndef ONESWEEP_U64_THREADS
-#define ONESWEEP_U64_THREADS 256
+#ifndef ONESWEEP_U32_ROWIDS_THREADS
+#define ONESWEEP_U32_ROWIDS_THREADS 256
+#define ONESWEEP_U32_ROWIDS_ITEMS 16
 #endif
-#ifndef ONESWEEP_U64_ITEMS
-#define ONESWEEP_U64_ITEMS 12
+#ifndef ONESWEEP_U64_KEYS_THREADS
+#define ONESWEEP_U64_KEYS_THREADS 384
+#define ONESWEEP_U64_KEYS_ITEMS 12
+#endif
+#ifndef ONESWEEP_U64_PAIRS_THREADS
+#define ONESWEEP_U64_PAIRS_THREADS 256
+#define ONESWEEP_U64_PAIRS_ITEMS 12
+#endif
+#ifndef ONESWEEP_U64_ROWIDS_THREADS
+#define ONESWEEP_U64_ROWIDS_THREADS 256
+#define ONESWEEP_U64_ROWIDS_ITEMS 12
 #endif
 #ifndef ONESWEEP_MIN_BLOCKS
 #define ONESWEEP_MIN_BLOCKS 3
@@ -112,12 +126,13 @@ __device__ __forceinline__ void onesweep_pass(const K* __restrict__ keys_in, K* 
     constexpr int TILE = THREADS * ITEMS;
     constexpr bool HAS_VALUES = MODE != KEYS_ONLY;
     // Dynamic shared memory (tiles may pass the 48 KiB of static shared memory), laid out
-    // as `pass_shared_bytes` in src/cuda/onesweep.rs computes it: keys, values, then the
-    // u32 arrays. A launch with less than that traps instead of corrupting memory.
+    // as `PassTuning::shared_bytes` in src/cuda/onesweep.rs computes it: the tile's keys
+    // (its values use the same bytes once the keys are out), then the u32 arrays. A
+    // launch with less than that traps instead of corrupting memory.
     extern __shared__ __align__(16) u8 smem[];
     K* s_keys = (K*)smem;
-    u32* s_vals = (u32*)(smem + TILE * sizeof(K));
-    u32* s_words = s_vals + (HAS_VALUES ? TILE : 0);
+    u32* s_vals = (u32*)smem;
+    u32* s_words = (u32*)(smem + TILE * sizeof(K));
     u32(*s_warp_hist)[RADIX] = (u32(*)[RADIX])s_words;
     u32* s_digit_start = s_words + WARPS * RADIX;
     u32* s_digit_base = s_digit_start + RADIX;
@@ -126,7 +141,7 @@ __device__ __forceinline__ void onesweep_pass(const K* __restrict__ keys_in, K* 
     if (threadIdx.x == 0) {
         u32 have;
         asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));
-        const u32 need = TILE * sizeof(K) + (HAS_VALUES ? TILE * 4 : 0) + (WARPS * RADIX + 2 * RADIX + WARPS + 1) * 4;
+        const u32 need = TILE * sizeof(K) + (WARPS * RADIX + 2 * RADIX + WARPS + 1) * 4;
         if (have < need) __trap();
         s_tile = atomicAdd(tile_counter, 1u);
     }
@@ -137,36 +152,42 @@ __device__ __forceinline__ void onesweep_pass(const K* __restrict__ keys_in, K* 
     const u32 warp = warp_id();
     const u64 warp_begin = (u64)tile * TILE + (u64)warp * (ITEMS * WARP);
 
-    // Load warp-striped: item i of lane l is element warp_begin + i * 32 + l.
+    // Load warp-striped: item i of lane l is element warp_begin + i * 32 + l. Digits are
+    // recomputed from the keys where needed (registers are what limits occupancy).
+    const bool full = (u64)(tile + 1) * TILE <= n;
     K keys[ITEMS];
     u32 vals[ITEMS];
-    u32 digits[ITEMS];
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
         const u64 at = warp_begin + (u64)i * WARP + lane;
-        const bool valid = at < n;
+        const bool valid = full || at < n;
         keys[i] = valid ? keys_in[at] : (K)0;
         if (MODE == READ_VALUES) vals[i] = valid ? vals_in[at] : 0u;
-        if (MODE == ROW_IDS) vals[i] = (u32)at;
-        digits[i] = valid ? digit_of(keys[i], shift) : RADIX;  // RADIX: not counted
     }
 
     // The slot this tile publishes into must be free; the check's latency overlaps the
     // loads above and the ranking below.
     if (threadIdx.x < RADIX) wait_until_slot_free(lookback, tile, slot_mask, threadIdx.x, epoch);
 
-    // Stable rank within the warp: lanes with equal digits form one group per item; the
-    // group's lowest lane reserves the group's ranks with one shared atomic and broadcasts
-    // the base (items are ranked in order, so earlier items get lower ranks).
+    // Stable rank within the warp: lanes with equal digits form one group per item (found
+    // with eight ballots, cheaper than `match.any`); the group's lowest lane reserves the
+    // group's ranks with one shared atomic and broadcasts the base (items are ranked in
+    // order, so earlier items get lower ranks). Past the end of the input (last tile only)
+    // lanes group by validity too, and invalid groups reserve nothing.
     u32 ranks[ITEMS];
     u32* hist = s_warp_hist[warp];
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
-        const u32 d = digits[i];
-        const u32 peers = __match_any_sync(0xffffffffu, d);
+        const bool valid = full || warp_begin + (u64)i * WARP + lane < n;
+        const u32 d = digit_of(keys[i], shift);
+        u32 peers = match_digit(d);
+        if (!full) {
+            const u32 valid_lanes = __ballot_sync(0xffffffffu, valid);
+            peers &= valid ? valid_lanes : ~valid_lanes;
+        }
         const u32 before = __popc(peers & lanemask_lt());
         u32 base = 0;
-        if (d < RADIX && before == 0) base = atomicAdd(&hist[d], (u32)__popc(peers));
+        if (valid && before == 0) base = atomicAdd(&hist[d], (u32)__popc(peers));
         base = __shfl_sync(0xffffffffu, base, __ffs(peers) - 1);
         ranks[i] = base + before;
     }
@@ -188,25 +209,29 @@ __device__ __forceinline__ void onesweep_pass(const K* __restrict__ keys_in, K* 
     const u32 tag = make_tag(epoch, tile);
     u64* my_entry = slot_entry(lookback, tile, slot_mask, threadIdx.x);
     if (threadIdx.x < RADIX) {
-        u32 prefix = 0;
-        for (u32 w = 0; w < warp; ++w) prefix += s_warp_sums[w];
-        s_digit_start[threadIdx.x] = prefix + inclusive - tile_count;
         if (tile == 0) {
             store_relaxed_gpu(my_entry, lookback_entry(bucket_start[threadIdx.x] + tile_count, tag, FLAG_INCLUSIVE));
         } else {
             store_relaxed_gpu(my_entry, lookback_entry(tile_count, tag, FLAG_AGGREGATE));
         }
+        u32 prefix = 0;
+        for (u32 w = 0; w < warp; ++w) prefix += s_warp_sums[w];
+        const u32 digit_start = prefix + inclusive - tile_count;
+        s_digit_start[threadIdx.x] = digit_start;
+        // Fold the digit's start into each warp's offset: one shared load per key below.
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) s_warp_hist[w][threadIdx.x] += digit_start;
     }
     __syncthreads();
 
-    // Place the keys at their tile positions (while the digit threads look back).
+    // Place the keys at their tile positions (while the digit threads look back); `ranks`
+    // becomes the tile position, where the values go after the keys have left.
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
-        const u32 d = digits[i];
-        if (d < RADIX) {
-            const u32 pos = s_digit_start[d] + s_warp_hist[warp][d] + ranks[i];
-            s_keys[pos] = keys[i];
-            if (HAS_VALUES) s_vals[pos] = vals[i];
+        const bool valid = full || warp_begin + (u64)i * WARP + lane < n;
+        if (valid) {
+            ranks[i] += hist[digit_of(keys[i], shift)];
+            s_keys[ranks[i]] = keys[i];
         }
     }
     if (threadIdx.x < RADIX) {
@@ -222,15 +247,31 @@ __device__ __forceinline__ void onesweep_pass(const K* __restrict__ keys_in, K* 
     // Scatter in tile order: neighbours with one digit write neighbouring addresses.
     const u64 tile_begin = (u64)tile * TILE;
     const u32 valid_count = (u32)min((u64)TILE, (u64)n - tile_begin);
+    u32 dst[HAS_VALUES ? ITEMS : 1];
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
         const u32 i = k * THREADS + threadIdx.x;
         if (i < valid_count) {
             const K key = s_keys[i];
-            const u32 dst = s_digit_base[digit_of(key, shift)] + i;
-            keys_out[dst] = key;
-            if (HAS_VALUES) vals_out[dst] = s_vals[i];
+            const u32 to = s_digit_base[digit_of(key, shift)] + i;
+            keys_out[to] = key;
+            if (HAS_VALUES) dst[k] = to;
         }
+    }
+    if (!HAS_VALUES) return;
+
+    // The values take the same way through the same shared memory.
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+        const u64 at = warp_begin + (u64)i * WARP + lane;
+        if (full || at < n) s_vals[ranks[i]] = MODE == ROW_IDS ? (u32)at : vals[i];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+        const u32 i = k * THREADS + threadIdx.x;
+        if (i < valid_count) vals_out[dst[k]] = s_vals[i];
     }
 }
 
@@ -263,12 +304,12 @@ __device__ __forceinline__ void onesweep_histogram(const K* __restrict__ keys, u
         onesweep_pass<K, MODE, THREADS, ITEMS>(PASS_CALL);                           \
     }
 
-ONESWEEP_PASS(onesweep_pass_u32_keys, u32, KEYS_ONLY, ONESWEEP_U32_THREADS, ONESWEEP_U32_ITEMS)
-ONESWEEP_PASS(onesweep_pass_u32_pairs, u32, READ_VALUES, ONESWEEP_U32_THREADS, ONESWEEP_U32_ITEMS)
-ONESWEEP_PASS(onesweep_pass_u32_rowids, u32, ROW_IDS, ONESWEEP_U32_THREADS, ONESWEEP_U32_ITEMS)
-ONESWEEP_PASS(onesweep_pass_u64_keys, u64, KEYS_ONLY, ONESWEEP_U64_THREADS, ONESWEEP_U64_ITEMS)
-ONESWEEP_PASS(onesweep_pass_u64_pairs, u64, READ_VALUES, ONESWEEP_U64_THREADS, ONESWEEP_U64_ITEMS)
-ONESWEEP_PASS(onesweep_pass_u64_rowids, u64, ROW_IDS, ONESWEEP_U64_THREADS, ONESWEEP_U64_ITEMS)
+ONESWEEP_PASS(onesweep_pass_u32_keys, u32, KEYS_ONLY, ONESWEEP_U32_KEYS_THREADS, ONESWEEP_U32_KEYS_ITEMS)
+ONESWEEP_PASS(onesweep_pass_u32_pairs, u32, READ_VALUES, ONESWEEP_U32_PAIRS_THREADS, ONESWEEP_U32_PAIRS_ITEMS)
+ONESWEEP_PASS(onesweep_pass_u32_rowids, u32, ROW_IDS, ONESWEEP_U32_ROWIDS_THREADS, ONESWEEP_U32_ROWIDS_ITEMS)
+ONESWEEP_PASS(onesweep_pass_u64_keys, u64, KEYS_ONLY, ONESWEEP_U64_KEYS_THREADS, ONESWEEP_U64_KEYS_ITEMS)
+ONESWEEP_PASS(onesweep_pass_u64_pairs, u64, READ_VALUES, ONESWEEP_U64_PAIRS_THREADS, ONESWEEP_U64_PAIRS_ITEMS)
+ONESWEEP_PASS(onesweep_pass_u64_rowids, u64, ROW_IDS, ONESWEEP_U64_ROWIDS_THREADS, ONESWEEP_U64_ROWIDS_ITEMS)
 
 extern "C" __global__ void __launch_bounds__(HISTOGRAM_THREADS)
     onesweep_histogram_u32(const u32* keys, u32 n, u32* hist) {

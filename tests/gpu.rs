@@ -21,7 +21,7 @@ use datafusion::arrow::array::{Int64Array, RecordBatch};
 use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use gpusort::cuda::{
-    self, CudaBackend, CudaRuntime, DeviceBuffer, Fault, RadixKey, TransferPlain, Values,
+    self, CudaBackend, CudaRuntime, DeviceBuffer, Fault, PassMode, RadixKey, TransferPlain, Values,
 };
 use gpusort::keys::{encode_keys, EncodedKeys, KeyColumn};
 use gpusort::sort::{radix_sort, CpuBackend, SortBackend};
@@ -127,12 +127,62 @@ fn download(
     Ok(out)
 }
 
+/// Sorts `keys` on the device, keys only; returns them sorted.
+fn device_keys_sort<K: RadixKey + TransferPlain>(runtime: &CudaRuntime, keys: &[K]) -> Vec<K> {
+    let n = keys.len();
+    runtime
+        .with_device(|device, staging| {
+            let upload = staging.upload::<K, _>(device, n, "test keys", |start, out| {
+                out.copy_from_slice(&keys[start..start + out.len()])
+            })?;
+            let sorted = runtime.onesweep.sort(device, upload, Values::None, n)?;
+            let mut out = vec![K::default(); n];
+            if n > 0 {
+                staging.download(device, &sorted.keys, &mut out)?;
+            }
+            device.synchronize()?;
+            Ok(out)
+        })
+        .unwrap_or_else(|e| panic!("device sort of {n} keys: {e}"))
+}
+
+/// The largest tile over the pass modes.
+fn max_tile<K: RadixKey>() -> usize {
+    PassMode::ALL
+        .map(|m| K::tuning(m).tile() as usize)
+        .into_iter()
+        .max()
+        .unwrap()
+}
+
+/// Small sizes, and every size from tile-1 to 2·tile+1 for the tile of each pass mode.
 fn sizes_for<K: RadixKey>() -> Vec<usize> {
-    let tile = K::tuning().tile() as usize;
     let mut sizes: Vec<usize> = vec![0, 1, 2, 3, 31, 32, 33, 255, 256, 257, 1000];
-    sizes.extend(tile - 1..=2 * tile + 1);
-    sizes.extend([3 * tile, 100 * tile + 17, (1 << 20) + 1]);
+    for mode in PassMode::ALL {
+        let tile = K::tuning(mode).tile() as usize;
+        sizes.extend(tile - 1..=2 * tile + 1);
+        sizes.extend([3 * tile, 100 * tile + 17]);
+    }
+    sizes.push((1 << 20) + 1);
+    sizes.sort_unstable();
+    sizes.dedup();
     sizes
+}
+
+/// Keys-only sorts of every size of [`sizes_for`] equal the host's sort.
+fn assert_keys_only_sizes<K: RadixKey + TransferPlain + Ord + std::fmt::Debug>(
+    rt: &CudaRuntime,
+    all: &[K],
+) {
+    for n in sizes_for::<K>() {
+        let mut expected = all[..n].to_vec();
+        expected.sort_unstable();
+        assert!(
+            device_keys_sort(rt, &all[..n]) == expected,
+            "keys only, n={n}, seed {}",
+            common::seed()
+        );
+    }
 }
 
 macro_rules! gpu_test {
@@ -148,11 +198,8 @@ macro_rules! gpu_test {
 }
 
 gpu_test!(onesweep_every_size_around_tiles_u32, |rt| {
-    let all = random_keys(
-        2 * u32::tuning().tile() as usize + 2_000_000,
-        "sweep32",
-        |x| x as u32,
-    );
+    let all = random_keys(100 * max_tile::<u32>() + 2_000_000, "sweep32", |x| x as u32);
+    assert_keys_only_sizes(rt, &all);
     for n in sizes_for::<u32>() {
         assert_stable_order(
             &all[..n],
@@ -163,11 +210,8 @@ gpu_test!(onesweep_every_size_around_tiles_u32, |rt| {
 });
 
 gpu_test!(onesweep_every_size_around_tiles_u64, |rt| {
-    let all = random_keys(
-        2 * u64::tuning().tile() as usize + 2_000_000,
-        "sweep64",
-        |x| x,
-    );
+    let all = random_keys(100 * max_tile::<u64>() + 2_000_000, "sweep64", |x| x);
+    assert_keys_only_sizes(rt, &all);
     for n in sizes_for::<u64>() {
         assert_stable_order(
             &all[..n],

@@ -32,7 +32,9 @@ pub use encode::{encodable_on_device, DeviceKeys, Encoded, Encoder};
 pub use error::{CudaError, CudaResult};
 pub use faults::{inject as inject_fault, Fault};
 pub use module::{compile_cubin, is_nvrtc_present, nvrtc_version, KernelFile, ALL_KERNELS};
-pub use onesweep::{defines as onesweep_defines, Onesweep, PassTuning, RadixKey, Sorted, Values};
+pub use onesweep::{
+    defines as onesweep_defines, Onesweep, PassMode, PassTuning, RadixKey, Sorted, Values,
+};
 pub use transfer::{Plain as TransferPlain, Staging};
 
 use crate::config::AlgorithmChoice;

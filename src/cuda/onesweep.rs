@@ -36,8 +36,8 @@ const HISTOGRAM_THREADS: u32 = 512;
 const PASS_MIN_BLOCKS: u32 = 3;
 const GATHER_THREADS: u32 = 256;
 
-/// Block shape of the pass kernel for one key width.
-#[derive(Debug, Clone, Copy)]
+/// Block shape of the pass kernel for one key width and value mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PassTuning {
     /// Threads per block (at least 256: one per digit).
     pub threads: u32,
@@ -46,19 +46,22 @@ pub struct PassTuning {
 }
 
 impl PassTuning {
+    const fn new(threads: u32, items: u32) -> Self {
+        Self { threads, items }
+    }
+
     /// Keys per tile (one block's share).
     pub const fn tile(self) -> u32 {
         self.threads * self.items
     }
 
     /// Dynamic shared memory of one pass block, laid out as `onesweep_pass` in
-    /// `onesweep.cu` uses it: the tile's keys, its values (when the pass moves values),
-    /// then per-warp digit counts, digit starts and bases, warp sums and the tile index.
-    pub const fn shared_bytes(self, key_bytes: u32, values: bool) -> u32 {
-        let tile = self.tile();
+    /// `onesweep.cu` uses it: the tile's keys (the values pass through the same bytes
+    /// after the keys have left), then per-warp digit offsets, digit starts and bases, warp
+    /// sums and the tile index.
+    pub const fn shared_bytes(self, key_bytes: u32) -> u32 {
         let warps = self.threads / 32;
-        let value_bytes = if values { 4 * tile } else { 0 };
-        key_bytes * tile + value_bytes + 4 * (warps * RADIX as u32 + 2 * RADIX as u32 + warps + 1)
+        key_bytes * self.tile() + 4 * (warps * RADIX as u32 + 2 * RADIX as u32 + warps + 1)
     }
 
     /// `THREADSxITEMS` from the environment variable `var` (a tuning run's override), else
@@ -66,10 +69,7 @@ impl PassTuning {
     fn from_env(var: &str, default: Self) -> Self {
         let parsed = std::env::var(var).ok().and_then(|v| {
             let (t, i) = v.split_once('x')?;
-            Some(Self {
-                threads: t.trim().parse().ok()?,
-                items: i.trim().parse().ok()?,
-            })
+            Some(Self::new(t.trim().parse().ok()?, i.trim().parse().ok()?))
         });
         match parsed {
             Some(t) if t.threads >= 256 && t.threads % 32 == 0 && (1..=64).contains(&t.items) => t,
@@ -78,61 +78,104 @@ impl PassTuning {
     }
 }
 
+/// What a pass moves besides the keys; indexes the kernel and tuning tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PassMode {
+    /// Keys only.
+    Keys = 0,
+    /// Keys and given u32 values.
+    Pairs = 1,
+    /// Keys and row ids the pass generates (first pass of a row sort).
+    RowIds = 2,
+}
+
+impl PassMode {
+    /// Every mode, in table order.
+    pub const ALL: [PassMode; 3] = [PassMode::Keys, PassMode::Pairs, PassMode::RowIds];
+
+    fn label(self) -> &'static str {
+        match self {
+            PassMode::Keys => "KEYS",
+            PassMode::Pairs => "PAIRS",
+            PassMode::RowIds => "ROWIDS",
+        }
+    }
+}
+
+/// Measured best block shapes on H100 (docs/performance.md, 2026-11-22), `[mode]` as
+/// [`PassMode`]: keys-only passes gain from larger tiles; passes that move values are
+/// held back by registers and prefer 256 threads.
+const U32_TUNING: [PassTuning; 3] = [
+    PassTuning::new(384, 16),
+    PassTuning::new(256, 16),
+    PassTuning::new(256, 16),
+];
+const U64_TUNING: [PassTuning; 3] = [
+    PassTuning::new(384, 12),
+    PassTuning::new(256, 12),
+    PassTuning::new(256, 12),
+];
+
+/// The tuning of `table`, each entry overridable by `GPUSORT_TUNE_<KEY>_<MODE>`.
+fn tuning_table(key: &str, table: [PassTuning; 3]) -> [PassTuning; 3] {
+    PassMode::ALL.map(|mode| {
+        let var = format!("GPUSORT_TUNE_{key}_{}", mode.label());
+        PassTuning::from_env(&var, table[mode as usize])
+    })
+}
+
+/// The tuning of one key width, by mode.
+type TuningOf = fn(PassMode) -> PassTuning;
+
 /// A key word type the radix sort handles.
 pub trait RadixKey: Copy + Default + Send + Sync + 'static {
     /// 8-bit digits per key.
     const DIGITS: usize;
-    /// Pass kernel shape.
-    fn tuning() -> PassTuning;
     /// Row of the kernel tables: 0 for u32, 1 for u64.
     const INDEX: usize;
+    /// Pass kernel shape for `mode`.
+    fn tuning(mode: PassMode) -> PassTuning;
+    /// The smallest tile over all modes.
+    fn min_tile() -> u32 {
+        PassMode::ALL
+            .map(|m| Self::tuning(m).tile())
+            .into_iter()
+            .min()
+            .unwrap_or(1)
+    }
 }
 
 impl RadixKey for u32 {
     const DIGITS: usize = 4;
-    fn tuning() -> PassTuning {
-        static TUNING: OnceLock<PassTuning> = OnceLock::new();
-        *TUNING.get_or_init(|| {
-            PassTuning::from_env(
-                "GPUSORT_TUNE_U32",
-                PassTuning {
-                    threads: 256,
-                    items: 16,
-                },
-            )
-        })
-    }
     const INDEX: usize = 0;
+    fn tuning(mode: PassMode) -> PassTuning {
+        static TABLE: OnceLock<[PassTuning; 3]> = OnceLock::new();
+        TABLE.get_or_init(|| tuning_table("U32", U32_TUNING))[mode as usize]
+    }
 }
 
 impl RadixKey for u64 {
     const DIGITS: usize = 8;
-    fn tuning() -> PassTuning {
-        static TUNING: OnceLock<PassTuning> = OnceLock::new();
-        *TUNING.get_or_init(|| {
-            PassTuning::from_env(
-                "GPUSORT_TUNE_U64",
-                PassTuning {
-                    threads: 256,
-                    items: 12,
-                },
-            )
-        })
-    }
     const INDEX: usize = 1;
+    fn tuning(mode: PassMode) -> PassTuning {
+        static TABLE: OnceLock<[PassTuning; 3]> = OnceLock::new();
+        TABLE.get_or_init(|| tuning_table("U64", U64_TUNING))[mode as usize]
+    }
 }
 
 /// The `-D` options that carry the tuning table into `onesweep.cu`.
 pub fn defines() -> Vec<(String, String)> {
-    let d = |k: &str, v: u32| (k.to_string(), v.to_string());
-    vec![
-        d("ONESWEEP_U32_THREADS", u32::tuning().threads),
-        d("ONESWEEP_U32_ITEMS", u32::tuning().items),
-        d("ONESWEEP_U64_THREADS", u64::tuning().threads),
-        d("ONESWEEP_U64_ITEMS", u64::tuning().items),
-        d("HISTOGRAM_THREADS", HISTOGRAM_THREADS),
-        d("ONESWEEP_MIN_BLOCKS", pass_min_blocks()),
-    ]
+    let mut out = Vec::new();
+    for mode in PassMode::ALL {
+        for (key, tuning) in [("U32", u32::tuning(mode)), ("U64", u64::tuning(mode))] {
+            let prefix = format!("ONESWEEP_{key}_{}", mode.label());
+            out.push((format!("{prefix}_THREADS"), tuning.threads.to_string()));
+            out.push((format!("{prefix}_ITEMS"), tuning.items.to_string()));
+        }
+    }
+    out.push(("HISTOGRAM_THREADS".into(), HISTOGRAM_THREADS.to_string()));
+    out.push(("ONESWEEP_MIN_BLOCKS".into(), pass_min_blocks().to_string()));
+    out
 }
 
 fn pass_min_blocks() -> u32 {
@@ -243,9 +286,10 @@ impl Onesweep {
     /// Every pass kernel can run its tuned block size on this device (registers allow it)
     /// and gets the dynamic shared memory its tile needs.
     fn check_block_shapes(&self) -> CudaResult<()> {
-        let rows = [(u32::tuning(), 4), (u64::tuning(), 8)];
-        for (row, (tuning, key_bytes)) in rows.into_iter().enumerate() {
-            for (mode, kernel) in self.pass[row].into_iter().enumerate() {
+        let rows: [(TuningOf, u32); 2] = [(u32::tuning, 4), (u64::tuning, 8)];
+        for (row, (tuning_of, key_bytes)) in rows.into_iter().enumerate() {
+            for (mode, kernel) in PassMode::ALL.into_iter().zip(self.pass[row]) {
+                let tuning = tuning_of(mode);
                 // SAFETY: a function handle of the loaded module.
                 let most = unsafe {
                     result::function::get_function_attribute(
@@ -260,7 +304,7 @@ impl Onesweep {
                         kernel.name, tuning.threads
                     )));
                 }
-                let shared = tuning.shared_bytes(key_bytes, mode != 0);
+                let shared = tuning.shared_bytes(key_bytes);
                 // SAFETY: as above; the driver checks the size against the device's limit.
                 unsafe {
                     result::function::set_function_attribute(
@@ -407,9 +451,9 @@ impl Onesweep {
     ) -> CudaResult<()> {
         let mode = run.prepare_values(device, n)?;
         let kernel = self.pass[K::INDEX][mode];
-        let tuning = K::tuning();
+        let tuning = K::tuning(PassMode::ALL[mode]);
         let tiles = n.div_ceil(tuning.tile() as usize) as u32;
-        let shared = tuning.shared_bytes(std::mem::size_of::<K>() as u32, mode != 0);
+        let shared = tuning.shared_bytes(std::mem::size_of::<K>() as u32);
         let (mut keys_in, mut keys_out) = (run.keys.ptr(), run.keys_alt(device, n)?.ptr());
         let (mut vals_in, mut vals_out) = run.value_ptrs();
         let mut rows = n as u32;
@@ -554,7 +598,7 @@ impl<K: RadixKey> PassRun<K> {
 }
 
 fn check_size<K: RadixKey>(n: usize) -> CudaResult<()> {
-    let max = (MAX_TILES * K::tuning().tile() as u64 - 1).min(u32::MAX as u64) as usize;
+    let max = (MAX_TILES * K::min_tile() as u64 - 1).min(u32::MAX as u64) as usize;
     if n > max {
         return Err(CudaError::TooLarge { rows: n, max });
     }
