@@ -197,28 +197,28 @@ macro_rules! gpu_test {
     };
 }
 
-gpu_test!(onesweep_every_size_around_tiles_u32, |rt| {
-    let all = random_keys(100 * max_tile::<u32>() + 2_000_000, "sweep32", |x| x as u32);
+/// Keys-only and row-id sorts of every size of [`sizes_for`] on random keys.
+fn assert_every_size_around_tiles<K>(rt: &CudaRuntime, label: &str, make: fn(u64) -> K)
+where
+    K: RadixKey + TransferPlain + Ord + std::fmt::Debug,
+{
+    let all = random_keys(100 * max_tile::<K>() + 2_000_000, label, make);
     assert_keys_only_sizes(rt, &all);
-    for n in sizes_for::<u32>() {
+    for n in sizes_for::<K>() {
         assert_stable_order(
             &all[..n],
             &device_rowid_sort(rt, &all[..n]),
-            &format!("u32 n={n}"),
+            &format!("{label} n={n}"),
         );
     }
+}
+
+gpu_test!(onesweep_every_size_around_tiles_u32, |rt| {
+    assert_every_size_around_tiles::<u32>(rt, "sweep32", |x| x as u32);
 });
 
 gpu_test!(onesweep_every_size_around_tiles_u64, |rt| {
-    let all = random_keys(100 * max_tile::<u64>() + 2_000_000, "sweep64", |x| x);
-    assert_keys_only_sizes(rt, &all);
-    for n in sizes_for::<u64>() {
-        assert_stable_order(
-            &all[..n],
-            &device_rowid_sort(rt, &all[..n]),
-            &format!("u64 n={n}"),
-        );
-    }
+    assert_every_size_around_tiles::<u64>(rt, "sweep64", |x| x);
 });
 
 gpu_test!(onesweep_small_sizes, |rt| {

@@ -21,7 +21,9 @@ use super::device::{Device, DeviceBuffer};
 use super::error::CudaResult;
 use super::module::{arg, cached_cubin, launch, Kernel, Module, ENCODE};
 use super::transfer::Staging;
-use crate::keys::{limb_sources, low_mask, placements, FieldStats, KeyColumn, LimbKind};
+use crate::keys::{
+    limb_sources, low_mask, placements, FieldStats, KeyColumn, LimbKind, LimbSource, Reduction,
+};
 
 const THREADS: u32 = 256;
 /// `kind` of a field that is a column's null flag (see `encode.cu`).
@@ -79,8 +81,10 @@ pub fn encodable_on_device(columns: &[KeyColumn]) -> bool {
     })
 }
 
-/// One column's buffers on the device.
+/// One column's buffers on the device and how its limbs are read from them.
+#[derive(Default)]
 struct ColumnOnDevice {
+    sources: Vec<LimbSource>,
     values: Option<DeviceBuffer<u8>>,
     validity: Option<DeviceBuffer<u8>>,
 }
@@ -127,31 +131,13 @@ impl Encoder {
             DeviceKeys::Constant
         } else if total_bits <= 32 {
             let word = device.alloc::<u32>(rows, "u32 key words")?;
-            device.zero(&word)?;
-            for part in placements(&widths, 0) {
-                let (field, reduction) = reduced[part.field];
-                let place = part.place - 32;
-                self.pack(device, field, reduction, part, place, 32, word.ptr(), rows)?;
-            }
+            self.pack_word(device, &reduced, &widths, 0, 32, &word, rows)?;
             DeviceKeys::U32(word)
         } else {
             let mut words = Vec::new();
             for w in 0..total_bits.div_ceil(64) as usize {
                 let word = device.alloc::<u64>(rows, "key words")?;
-                device.zero(&word)?;
-                for part in placements(&widths, w) {
-                    let (field, reduction) = reduced[part.field];
-                    self.pack(
-                        device,
-                        field,
-                        reduction,
-                        part,
-                        part.place,
-                        64,
-                        word.ptr(),
-                        rows,
-                    )?;
-                }
+                self.pack_word(device, &reduced, &widths, w, 64, &word, rows)?;
                 words.push(word);
             }
             DeviceKeys::Words(words)
@@ -197,48 +183,49 @@ impl Encoder {
             .collect())
     }
 
+    /// Zeroes key word `w` (of `word_bits` bits: 32 is the top half of 64-bit word 0) and
+    /// ORs every field part that lands in it.
     #[allow(clippy::too_many_arguments)]
-    fn pack(
+    fn pack_word<T>(
         &self,
         device: &Device,
-        field: FieldSource,
-        reduction: crate::keys::Reduction,
-        part: crate::keys::Placement,
-        place: u32,
+        reduced: &[(FieldSource, Reduction)],
+        widths: &[u32],
+        w: usize,
         word_bits: u32,
-        words: CUdeviceptr,
+        word: &DeviceBuffer<T>,
         rows: usize,
     ) -> CudaResult<()> {
-        let mut source = field;
-        let mut n = rows as u32;
-        let (mut lo, mut shift) = (reduction.lo, reduction.shift);
-        let (mut drop_low, mut mask, mut place) = (part.drop_low, low_mask(part.bits), place);
-        let (mut word_bits, mut words) = (word_bits, words);
-        let mut params = [
-            arg(&mut source),
-            arg(&mut n),
-            arg(&mut lo),
-            arg(&mut shift),
-            arg(&mut drop_low),
-            arg(&mut mask),
-            arg(&mut place),
-            arg(&mut word_bits),
-            arg(&mut words),
-        ];
-        launch(device, self.pack, self.grid, THREADS, &mut params, rows)
+        device.zero(word)?;
+        for part in placements(widths, w) {
+            let (mut source, reduction) = reduced[part.field];
+            let mut n = rows as u32;
+            let (mut lo, mut shift) = (reduction.lo, reduction.shift);
+            let (mut drop_low, mut mask) = (part.drop_low, low_mask(part.bits));
+            let mut place = part.place - (64 - word_bits);
+            let (mut word_bits, mut words) = (word_bits, word.ptr());
+            let mut params = [
+                arg(&mut source),
+                arg(&mut n),
+                arg(&mut lo),
+                arg(&mut shift),
+                arg(&mut drop_low),
+                arg(&mut mask),
+                arg(&mut place),
+                arg(&mut word_bits),
+                arg(&mut words),
+            ];
+            launch(device, self.pack, self.grid, THREADS, &mut params, rows)?;
+        }
+        Ok(())
     }
 }
 
 /// The fields of one column, in the host encoder's order: null flag, then limbs.
 fn column_fields(column: &KeyColumn, buffers: &ColumnOnDevice) -> Vec<FieldSource> {
-    let Some(data_type) = column.arrays.first().map(|a| a.data_type().clone()) else {
-        return Vec::new();
-    };
-    let valid = buffers.validity.as_ref().map_or(0, |b| b.ptr());
-    let values = buffers.values.as_ref().map_or(0, |b| b.ptr());
     let base = FieldSource {
-        values,
-        valid,
+        values: buffers.values.as_ref().map_or(0, |b| b.ptr()),
+        valid: buffers.validity.as_ref().map_or(0, |b| b.ptr()),
         stride: 0,
         offset: 0,
         width: 0,
@@ -246,23 +233,15 @@ fn column_fields(column: &KeyColumn, buffers: &ColumnOnDevice) -> Vec<FieldSourc
         descending: column.options.descending as u32,
         nulls_first: column.options.nulls_first as u32,
     };
-    let mut fields = Vec::new();
-    if buffers.validity.is_some() {
-        fields.push(base);
-    }
-    if data_type == DataType::Null {
-        return fields;
-    }
-    for source in limb_sources(&data_type).unwrap_or_default() {
-        fields.push(FieldSource {
-            stride: source.stride,
-            offset: source.offset,
-            width: source.width,
-            kind: source.kind as u32,
-            ..base
-        });
-    }
-    fields
+    let flag = buffers.validity.is_some().then_some(base);
+    let limbs = buffers.sources.iter().map(|source| FieldSource {
+        stride: source.stride,
+        offset: source.offset,
+        width: source.width,
+        kind: source.kind as u32,
+        ..base
+    });
+    flag.into_iter().chain(limbs).collect()
 }
 
 /// Uploads a column's values (and validity, when some row is null); returns the buffers
@@ -272,28 +251,12 @@ fn upload_column(
     staging: &mut Staging,
     column: &KeyColumn,
 ) -> CudaResult<(ColumnOnDevice, usize)> {
-    let mut bytes = 0;
-    let Some(first) = column.arrays.first() else {
-        return Ok((
-            ColumnOnDevice {
-                values: None,
-                validity: None,
-            },
-            0,
-        ));
+    let data_type = column.arrays.first().map(|a| a.data_type().clone());
+    // No rows, or every row null (`Null`): the null flag is constant and no limb exists.
+    let (Some(data_type), false) = (&data_type, data_type == Some(DataType::Null)) else {
+        return Ok((ColumnOnDevice::default(), 0));
     };
-    let data_type = first.data_type().clone();
-    if data_type == DataType::Null {
-        // Every row is null: the null flag is constant and no limb exists.
-        return Ok((
-            ColumnOnDevice {
-                values: None,
-                validity: None,
-            },
-            0,
-        ));
-    }
-    let sources = limb_sources(&data_type).unwrap_or_default();
+    let sources = limb_sources(data_type).unwrap_or_default();
     let values = if sources.first().is_some_and(|s| s.kind == LimbKind::Bit) {
         let bits = concat_bits(column.arrays.iter().map(|a| {
             a.as_any()
@@ -302,12 +265,7 @@ fn upload_column(
                 .values()
                 .clone()
         }));
-        Some(upload_bytes(
-            device,
-            staging,
-            &[bits.values()],
-            "boolean key values",
-        )?)
+        upload_bytes(device, staging, &[bits.values()], "boolean key values")?
     } else {
         let stride = sources.first().map_or(0, |s| s.stride as usize);
         let data: Vec<ArrayData> = column.arrays.iter().map(|a| a.to_data()).collect();
@@ -317,9 +275,9 @@ fn upload_column(
                 &d.buffers()[0].as_slice()[d.offset() * stride..(d.offset() + d.len()) * stride]
             })
             .collect();
-        Some(upload_bytes(device, staging, &parts, "key column values")?)
+        upload_bytes(device, staging, &parts, "key column values")?
     };
-    bytes += values.as_ref().map_or(0, |b| b.len());
+    let mut bytes = values.len();
     let validity = if column.arrays.iter().any(|a| a.logical_null_count() > 0) {
         let bits = concat_bits(column.arrays.iter().map(|a| match a.logical_nulls() {
             Some(nulls) => nulls.inner().clone(),
@@ -331,7 +289,12 @@ fn upload_column(
     } else {
         None
     };
-    Ok((ColumnOnDevice { values, validity }, bytes))
+    let buffers = ColumnOnDevice {
+        sources,
+        values: Some(values),
+        validity,
+    };
+    Ok((buffers, bytes))
 }
 
 /// The bitmaps one after the other, from bit 0.
