@@ -13,6 +13,11 @@ async fn every_type_every_direction() {
 }
 
 #[tokio::test]
+async fn memory_limited_sorts_spill() {
+    cases::memory_limited_sorts_spill(Cpu).await;
+}
+
+#[tokio::test]
 async fn every_distribution() {
     cases::every_distribution(Cpu).await;
 }

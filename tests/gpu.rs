@@ -616,5 +616,6 @@ differential_on_cuda!(
     one_to_four_mixed_keys,
     partitions_and_batch_sizes,
     many_runs_merged_stay_stable,
+    memory_limited_sorts_spill,
     negative_zero_and_nan_bitwise,
 );

@@ -24,7 +24,7 @@ use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::{LexOrdering, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::apply_expression_roots;
-use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet, SpillMetrics};
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, ExecutionPlanProperties,
@@ -33,6 +33,7 @@ use datafusion::physical_plan::{
 
 use super::metrics::SortMetrics;
 use super::sorter::SortSpec;
+use super::spill::RunSpiller;
 use super::stream::{sort_stream, SortTask};
 use crate::config::AlgorithmChoice;
 use crate::sort::SortBackend;
@@ -214,7 +215,13 @@ impl ExecutionPlan for GpuSortExec {
     ) -> Result<SendableRecordBatchStream> {
         let inputs = self.input_streams(partition, &context)?;
         let reservation = MemoryConsumer::new(format!("GpuSortExec[{partition}]"))
+            .with_can_spill(true)
             .register(context.memory_pool());
+        let spiller = RunSpiller::new(
+            context.runtime_env(),
+            SpillMetrics::new(&self.metrics, partition),
+            self.schema(),
+        );
         let spec = SortSpec {
             exprs: self.expr.clone(),
             fetch: self.fetch,
@@ -229,6 +236,7 @@ impl ExecutionPlan for GpuSortExec {
             spec: Arc::new(spec),
             reservation,
             metrics: SortMetrics::new(&self.metrics, partition),
+            spiller,
         }))
     }
 

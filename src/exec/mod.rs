@@ -1,13 +1,17 @@
 //! The operator: [`GpuSortExec`] and the machinery behind one of its partitions.
 //!
 //! - `gpu_sort_exec`: the `ExecutionPlan` (properties, display, execute).
-//! - `stream`: buffering the input, run splitting, merging runs, the output channel.
+//! - `stream`: run splitting, merging runs, the output channel.
+//! - `buffer`: draining the input within the memory reservation; spilling when it is full.
+//! - `spill`: sorted runs written to and read back from disk.
 //! - `sorter`: one run: keys → encode → backend sort → gather.
 //! - `metrics`: stage times and transfer bytes.
 
+mod buffer;
 mod gpu_sort_exec;
 mod metrics;
 mod sorter;
+mod spill;
 mod stream;
 
 pub use gpu_sort_exec::{GpuSortExec, GpuSortOptions};

@@ -2,10 +2,11 @@
 //!
 //! ```text
 //!  input partitions ──(concurrently, accounted in the MemoryPool)──► buffered batches
-//!        │                                               (partition order, then arrival)
-//!        ▼  split into runs of ≤ run_rows
+//!        │                 reservation full: sort buffered runs ──► spill files (buffer.rs)
+//!        ▼  split into runs of ≤ run_rows                  (partition order, then arrival)
 //!  one run:    spawn_blocking(sort_run) ──batches──► channel ──► consumer
 //!  many runs:  spawn_blocking(sort_run) per run ─► DataFusion's streaming merge
+//!  spilled:    rest spilled too; spill files read back ─► streaming merge
 //!              (ties broken by run index: stable) ──────────────► channel ──► consumer
 //! ```
 //!
@@ -25,11 +26,13 @@ use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSe
 use datafusion::physical_plan::sorts::streaming_merge::StreamingMergeBuilder;
 use datafusion::physical_plan::stream::RecordBatchReceiverStream;
 use datafusion::physical_plan::SendableRecordBatchStream;
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use tokio::sync::mpsc::Sender;
 
+use super::buffer::{Buffered, InputBuffer};
 use super::metrics::SortMetrics;
-use super::sorter::{sort_run, split_runs, working_bytes, SortSpec};
+use super::sorter::{sort_run, split_runs, SortSpec};
+use super::spill::RunSpiller;
 
 /// Everything one partition's sort owns while it runs.
 pub struct SortTask {
@@ -43,6 +46,8 @@ pub struct SortTask {
     pub reservation: MemoryReservation,
     /// Where stage times and bytes go.
     pub metrics: SortMetrics,
+    /// Where sorted runs go when the input outgrows the reservation.
+    pub spiller: RunSpiller,
 }
 
 /// Starts the sort of one partition; its batches arrive on the returned stream.
@@ -60,50 +65,38 @@ async fn run_task(task: SortTask, tx: Sender<Result<RecordBatch>>) -> Result<()>
         spec,
         reservation,
         metrics,
+        spiller,
     } = task;
-    let batches = collect_inputs(inputs, &reservation).await?;
-    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-    reservation
-        .try_grow(working_bytes(rows.min(spec.run_rows), spec.exprs.len()))
-        .map_err(|e| e.context("gpusort: reserving memory to sort the buffered input"))?;
-    let mut runs = split_runs(batches, spec.run_rows);
-    if runs.len() <= 1 {
-        let Some(run) = runs.pop() else {
-            metrics.baseline.done();
-            return Ok(());
-        };
-        sort_run_into(spec, run, metrics.clone(), tx).await?;
-    } else {
-        merge_runs(runs, schema, spec, &reservation, &metrics, tx).await?;
+    let mut buffer = InputBuffer::new(
+        inputs.len(),
+        Arc::clone(&spec),
+        metrics.clone(),
+        reservation,
+        spiller.clone(),
+    );
+    buffer.fill(inputs).await?;
+    let merge_reservation = buffer.reservation().new_empty();
+    match buffer.finish().await? {
+        Buffered::InMemory(batches) => {
+            let mut runs = split_runs(batches, spec.run_rows);
+            if runs.len() <= 1 {
+                if let Some(run) = runs.pop() {
+                    sort_run_into(spec, run, metrics.clone(), tx).await?;
+                }
+            } else {
+                let sorted = sort_runs_in_memory(runs, &schema, &spec, &metrics, &tx).await?;
+                merge_sorted(sorted, schema, spec, merge_reservation, &metrics, tx).await?;
+            }
+        }
+        Buffered::OnDisk(runs) => {
+            let sorted = spiller
+                .streams_within_memory(runs, &spec, &merge_reservation)
+                .await?;
+            merge_sorted(sorted, schema, spec, merge_reservation, &metrics, tx).await?;
+        }
     }
     metrics.baseline.done();
-    drop(reservation);
     Ok(())
-}
-
-/// Drains every input partition concurrently; returns the batches in partition order.
-async fn collect_inputs(
-    inputs: Vec<SendableRecordBatchStream>,
-    reservation: &MemoryReservation,
-) -> Result<Vec<RecordBatch>> {
-    let collect_one = |stream: SendableRecordBatchStream| {
-        stream
-            .try_filter(|b| futures::future::ready(b.num_rows() > 0))
-            .and_then(|batch| {
-                let grown = reservation
-                    .try_grow(batch.get_array_memory_size())
-                    .map(|_| batch)
-                    .map_err(|e| e.context("gpusort: buffering the sort's input"));
-                futures::future::ready(grown)
-            })
-    };
-    let partitions = futures::future::try_join_all(
-        inputs
-            .into_iter()
-            .map(|s| collect_one(s).try_collect::<Vec<_>>()),
-    )
-    .await?;
-    Ok(partitions.into_iter().flatten().collect())
 }
 
 /// Sorts one run on a blocking thread, sending its batches as they are built.
@@ -123,18 +116,17 @@ async fn sort_run_into(
     .map_err(|e| DataFusionError::External(Box::new(e)))?
 }
 
-/// Sorts every run, then merges them with DataFusion's streaming merge.
-async fn merge_runs(
+/// Sorts every run into memory; empty when the consumer went away meanwhile.
+async fn sort_runs_in_memory(
     runs: Vec<Vec<RecordBatch>>,
-    schema: SchemaRef,
-    spec: Arc<SortSpec>,
-    reservation: &MemoryReservation,
+    schema: &SchemaRef,
+    spec: &Arc<SortSpec>,
     metrics: &SortMetrics,
-    tx: Sender<Result<RecordBatch>>,
-) -> Result<()> {
+    tx: &Sender<Result<RecordBatch>>,
+) -> Result<Vec<SendableRecordBatchStream>> {
     let mut sorted_runs = Vec::with_capacity(runs.len());
     for run in runs {
-        let (spec, metrics) = (Arc::clone(&spec), metrics.clone());
+        let (spec, metrics) = (Arc::clone(spec), metrics.clone());
         let sorted = tokio::task::spawn_blocking(move || {
             let mut out = Vec::new();
             sort_run(&spec, run, &metrics, |batch| {
@@ -145,18 +137,27 @@ async fn merge_runs(
         })
         .await
         .map_err(|e| DataFusionError::External(Box::new(e)))??;
-        sorted_runs.push(sorted);
         if tx.is_closed() {
-            return Ok(());
+            return Ok(Vec::new());
         }
+        let stream = MemoryStream::try_new(sorted, Arc::clone(schema), None)?;
+        sorted_runs.push(Box::pin(stream) as SendableRecordBatchStream);
     }
-    let streams = sorted_runs
-        .into_iter()
-        .map(|run| {
-            let stream = MemoryStream::try_new(run, Arc::clone(&schema), None)?;
-            Ok(Box::pin(stream) as SendableRecordBatchStream)
-        })
-        .collect::<Result<Vec<_>>>()?;
+    Ok(sorted_runs)
+}
+
+/// Merges sorted runs (in input order) with DataFusion's streaming merge.
+async fn merge_sorted(
+    streams: Vec<SendableRecordBatchStream>,
+    schema: SchemaRef,
+    spec: Arc<SortSpec>,
+    reservation: MemoryReservation,
+    metrics: &SortMetrics,
+    tx: Sender<Result<RecordBatch>>,
+) -> Result<()> {
+    if streams.is_empty() {
+        return Ok(());
+    }
     let merge_metrics = BaselineMetrics::new(&ExecutionPlanMetricsSet::new(), 0);
     let mut merged = StreamingMergeBuilder::new()
         .with_streams(streams)
@@ -165,7 +166,7 @@ async fn merge_runs(
         .with_metrics(merge_metrics)
         .with_batch_size(spec.batch_size)
         .with_fetch(spec.fetch)
-        .with_reservation(reservation.new_empty())
+        .with_reservation(reservation)
         .with_round_robin_tie_breaker(false)
         .build()?;
     while let Some(batch) = merged.next().await {

@@ -8,7 +8,8 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch};
+use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, UInt32Array};
+use datafusion::arrow::compute::take_record_batch;
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use rand::Rng;
 
@@ -17,7 +18,10 @@ use super::data::{
     base_values, case_rng, fixed_width_types, make_column, split_uneven, Distribution,
     DISTRIBUTIONS,
 };
-use super::{forced_context_on, register, run, seed, session_config, stock_context};
+use super::{
+    forced_context_on, memory_limited_context_on, register, run, run_counting_spills, seed,
+    session_config, stock_context,
+};
 use gpusort::BackendChoice;
 
 /// One key column of a generated table.
@@ -39,6 +43,8 @@ struct Case {
     target_partitions: usize,
     batch_size: usize,
     run_rows: Option<usize>,
+    /// Memory pool limit of the gpusort session (bytes); the sort must spill under it.
+    memory_limit: Option<usize>,
     backend: BackendChoice,
 }
 
@@ -65,6 +71,7 @@ impl Case {
             target_partitions: 1,
             batch_size: 8192,
             run_rows: None,
+            memory_limit: None,
         }
     }
 
@@ -106,15 +113,22 @@ impl Case {
     async fn check(&self) {
         let context = format!("seed={} case={:?} sql={}", seed(), self, self.sql());
         let table = self.table();
-        let partitions = split_uneven(
+        let mut partitions = split_uneven(
             &mut case_rng(seed(), &self.label),
             &table,
             self.target_partitions,
         );
+        if self.memory_limit.is_some() {
+            // Slices share the whole table's buffers and would each count as all of it.
+            partitions = compact_chunks(partitions, self.batch_size);
+        }
         let config = session_config(self.target_partitions, self.batch_size);
         let (stock, forced) = (
             stock_context(config.clone()),
-            forced_context_on(config, self.backend),
+            match self.memory_limit {
+                Some(limit) => memory_limited_context_on(config, self.backend, limit),
+                None => forced_context_on(config, self.backend),
+            },
         );
         if let Some(run_rows) = self.run_rows {
             forced
@@ -124,9 +138,17 @@ impl Case {
         }
         register(&[&stock, &forced], "t", partitions);
         let (expected, _) = run(&stock, &self.sql()).await.unwrap();
-        let (actual, plan) = run(&forced, &self.sql())
+        let (actual, plan, spills) = run_counting_spills(&forced, &self.sql())
             .await
             .unwrap_or_else(|e| panic!("{e}: {context}"));
+        if self.memory_limit.is_some() {
+            assert!(
+                spills > 0,
+                "no run spilled under the memory limit: {context}"
+            );
+        } else {
+            assert_eq!(spills, 0, "spilled without a memory limit: {context}");
+        }
         assert!(
             plan.contains("GpuSortExec"),
             "plan without GpuSortExec:\n{plan}\n{context}"
@@ -139,7 +161,9 @@ impl Case {
         }
         let key_columns: Vec<usize> = (0..self.keys.len()).collect();
         assert_same_sort(&expected, &actual, &key_columns, &context);
-        if self.target_partitions == 1 {
+        // Partitions hold consecutive rows in order, which gpusort keeps on ties (one
+        // partition is what DataFusion's sort is compared on).
+        if self.target_partitions == 1 || self.memory_limit.is_some() {
             assert_stable(&actual, &key_columns, table.num_columns() - 1, &context);
         }
         assert!(
@@ -147,6 +171,27 @@ impl Case {
             "oversized batch: {context}"
         );
     }
+}
+
+/// Each batch cut into copies of at most `rows` rows that own their buffers.
+fn compact_chunks(partitions: Vec<Vec<RecordBatch>>, rows: usize) -> Vec<Vec<RecordBatch>> {
+    partitions
+        .into_iter()
+        .map(|batches| {
+            batches
+                .iter()
+                .flat_map(|batch| {
+                    (0..batch.num_rows().div_ceil(rows).max(1)).map(move |i| {
+                        let start = (i * rows).min(batch.num_rows());
+                        let len = rows.min(batch.num_rows() - start);
+                        let indices =
+                            UInt32Array::from_iter_values(start as u32..(start + len) as u32);
+                        take_record_batch(batch, &indices).unwrap()
+                    })
+                })
+                .collect()
+        })
+        .collect()
 }
 
 fn key(
@@ -321,6 +366,38 @@ pub async fn many_runs_merged_stay_stable(backend: BackendChoice) {
         let mut case = Case::new(backend, format!("runs-{run_rows}"), rows, keys);
         case.run_rows = Some(run_rows);
         case.target_partitions = target_partitions;
+        case.check().await;
+    }
+}
+
+/// The `memory_limited_sorts_spill` cases: input several times the memory limit, sorted
+/// runs spilled to disk and merged; ties keep input order across runs and partitions.
+pub async fn memory_limited_sorts_spill(backend: BackendChoice) {
+    for (target_partitions, limit_mib, batch_size) in [(1, 4, 8192), (4, 6, 1000), (3, 3, 4096)] {
+        let keys = vec![
+            key(
+                DataType::Int16,
+                Distribution::Distinct(50),
+                0.1,
+                "DESC NULLS FIRST",
+            ),
+            key(
+                DataType::Float64,
+                Distribution::Uniform,
+                0.0,
+                "ASC NULLS LAST",
+            ),
+        ];
+        let mut case = Case::new(
+            backend,
+            format!("spill-{target_partitions}-{limit_mib}"),
+            300_000,
+            keys,
+        );
+        case.payloads = 2;
+        case.target_partitions = target_partitions;
+        case.batch_size = batch_size;
+        case.memory_limit = Some(limit_mib << 20);
         case.check().await;
     }
 }

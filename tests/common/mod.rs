@@ -10,11 +10,16 @@ pub mod differential;
 use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::Result;
 use datafusion::datasource::MemTable;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::SessionStateBuilder;
 use datafusion::physical_plan::displayable;
 use datafusion::prelude::{SessionConfig, SessionContext};
-use gpusort::{gpu_sort_context_with, BackendChoice, GpuSortConfig};
+use gpusort::{
+    gpu_sort_context_with, BackendChoice, GpuSortConfig, GpuSortExec, SessionStateBuilderExt,
+};
 
 /// The seed of this run: `GPUSORT_SEED` or a fixed default. Printed by every failure.
 pub fn seed() -> u64 {
@@ -43,6 +48,27 @@ pub fn forced_context_on(config: SessionConfig, backend: BackendChoice) -> Sessi
     gpu_sort_context_with(config, gpu)
 }
 
+/// Like [`forced_context_on`], with a memory pool of `limit` bytes (sorts must spill).
+pub fn memory_limited_context_on(
+    config: SessionConfig,
+    backend: BackendChoice,
+    limit: usize,
+) -> SessionContext {
+    let mut gpu = GpuSortConfig::forced_cpu();
+    gpu.backend = backend;
+    let runtime = RuntimeEnvBuilder::new()
+        .with_memory_limit(limit, 1.0)
+        .build_arc()
+        .unwrap();
+    let state = SessionStateBuilder::new()
+        .with_config(config)
+        .with_runtime_env(runtime)
+        .with_default_features()
+        .with_gpu_sort(gpu)
+        .build();
+    SessionContext::new_with_state(state)
+}
+
 /// DataFusion with gpusort forced on every sort (CPU backend unless `GPUSORT_BACKEND`).
 pub fn forced_context(config: SessionConfig) -> SessionContext {
     let mut gpu = GpuSortConfig::forced_cpu();
@@ -65,6 +91,25 @@ pub fn register(ctxs: &[&SessionContext], name: &str, partitions: Vec<Vec<Record
         ctx.deregister_table(name).unwrap();
         ctx.register_table(name, Arc::new(table)).unwrap();
     }
+}
+
+/// Runs `sql`, returning the batches, the physical plan's text and how many runs the
+/// plan's `GpuSortExec`s spilled.
+pub async fn run_counting_spills(
+    ctx: &SessionContext,
+    sql: &str,
+) -> Result<(Vec<RecordBatch>, String, usize)> {
+    let plan = ctx.sql(sql).await?.create_physical_plan().await?;
+    let text = displayable(plan.as_ref()).indent(true).to_string();
+    let batches = datafusion::physical_plan::collect(Arc::clone(&plan), ctx.task_ctx()).await?;
+    let mut spills = 0;
+    plan.apply(|node| {
+        if node.downcast_ref::<GpuSortExec>().is_some() {
+            spills += node.metrics().and_then(|m| m.spill_count()).unwrap_or(0);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    Ok((batches, text, spills))
 }
 
 /// Runs `sql`, returning the batches and the physical plan's text.
