@@ -24,6 +24,7 @@ pub mod cuda;
 pub mod exec;
 pub mod gather;
 pub mod keys;
+pub mod pipeline;
 pub mod planner;
 pub mod sort;
 

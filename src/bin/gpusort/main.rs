@@ -3,14 +3,16 @@
 //! ```text
 //! gpusort demo [--rows N]                       generate a table, ORDER BY it, verify
 //! gpusort sql "<statements>" [--table name=path ...] [--explain]
+//! gpusort sort <inputs...> -o <output> --by "<col> [ASC|DESC] [NULLS FIRST|LAST], ..."
 //! gpusort bench kernels [--sizes 20,24,26,28] [--cub PATH]   (needs a GPU)
 //! ```
 //!
-//! `demo` and `sql` run on machines without a GPU (the CPU backend answers).
+//! `demo`, `sql` and `sort` run on machines without a GPU (the CPU backend answers).
 
 mod bench;
 mod demo;
 mod session;
+mod sort;
 mod sql;
 
 use clap::{Parser, Subcommand};
@@ -53,6 +55,42 @@ enum Command {
         /// Print at most this many rows of each result.
         #[arg(long, default_value_t = 50)]
         max_rows: usize,
+    },
+    /// Sort Parquet or CSV files (files, directories, globs) into Parquet.
+    Sort {
+        /// Input files, directories or glob patterns, in input order (ties keep it).
+        #[arg(required = true)]
+        inputs: Vec<String>,
+        /// Output Parquet file (a directory with --max-rows-per-file).
+        #[arg(short, long)]
+        output: std::path::PathBuf,
+        /// Sort keys: "<col> [ASC|DESC] [NULLS FIRST|LAST], ...".
+        #[arg(long)]
+        by: String,
+        /// Keep only the first N rows.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Write a directory of files of at most N rows each.
+        #[arg(long)]
+        max_rows_per_file: Option<usize>,
+        /// Rows per Parquet row group.
+        #[arg(long, default_value_t = gpusort::pipeline::DEFAULT_ROW_GROUP_ROWS)]
+        row_group_rows: usize,
+        /// Compression: zstd[(level)], snappy, lz4, lz4_raw, gzip[(level)], brotli[(level)], none.
+        #[arg(long, default_value = "zstd(1)")]
+        compression: String,
+        /// Memory limit (e.g. 4G); larger inputs spill to disk.
+        #[arg(long, value_parser = sort::parse_bytes)]
+        memory_limit: Option<usize>,
+        /// Replace an existing output.
+        #[arg(long)]
+        overwrite: bool,
+        /// Sort backend: auto, cuda or cpu.
+        #[arg(long, default_value = "auto")]
+        backend: BackendChoice,
+        /// No progress bars and no summary line.
+        #[arg(short, long)]
+        quiet: bool,
     },
     /// Benchmarks (on a GPU host).
     Bench {
@@ -100,6 +138,33 @@ async fn main() {
             backend,
             max_rows,
         } => sql::run(&statements, &tables, explain, backend, max_rows).await,
+        Command::Sort {
+            inputs,
+            output,
+            by,
+            limit,
+            max_rows_per_file,
+            row_group_rows,
+            compression,
+            memory_limit,
+            overwrite,
+            backend,
+            quiet,
+        } => {
+            let mut job = gpusort::pipeline::SortJob::new(inputs, output, by);
+            job.limit = limit;
+            job.max_rows_per_file = max_rows_per_file;
+            job.row_group_rows = row_group_rows;
+            job.compression = compression;
+            job.memory_limit = memory_limit;
+            job.overwrite = overwrite;
+            job.backend = backend;
+            if let Err(e) = sort::run(job, quiet).await {
+                eprintln!("gpusort: error: {e}");
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Command::Bench {
             what:
                 BenchCommand::Kernels {

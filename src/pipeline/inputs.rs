@@ -1,0 +1,192 @@
+//! Input paths → the files to read: plain files, directories (searched recursively, hidden
+//! and `_`-prefixed entries skipped) and glob patterns, in the order given (directory
+//! entries and glob matches by name). The order is the input order that ties keep.
+//!
+//! Every Parquet file's footer is read here, so a corrupt file is reported by name before
+//! any work starts; the footers also give the total row count for progress.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use datafusion::parquet::file::metadata::ParquetMetaDataReader;
+
+use super::error::PipelineError;
+
+/// File formats the pipeline reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputFormat {
+    /// `.parquet`, `.parq`, `.pq`
+    Parquet,
+    /// `.csv`, with a header row
+    Csv,
+}
+
+impl InputFormat {
+    /// The format a file name says, if any.
+    pub fn of(path: &Path) -> Option<Self> {
+        let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+        match ext.as_str() {
+            "parquet" | "parq" | "pq" => Some(Self::Parquet),
+            "csv" => Some(Self::Csv),
+            _ => None,
+        }
+    }
+}
+
+/// The resolved inputs of one job.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    /// Their one format.
+    pub format: InputFormat,
+    /// Every file, in input order, without repeats.
+    pub files: Vec<PathBuf>,
+    /// Rows in all files, when the format records it (Parquet).
+    pub rows: Option<u64>,
+    /// Bytes of all files.
+    pub bytes: u64,
+}
+
+/// Resolves `specs` (files, directories, globs) and checks the files.
+pub fn resolve_inputs(specs: &[String]) -> Result<Inputs, PipelineError> {
+    let mut files: Vec<PathBuf> = Vec::new();
+    for spec in specs {
+        for file in expand(spec)? {
+            if !files.contains(&file) {
+                files.push(file);
+            }
+        }
+    }
+    let Some(first) = files.first() else {
+        return Err(PipelineError::NoInputFiles(specs.join(" ")));
+    };
+    let format =
+        InputFormat::of(first).ok_or_else(|| PipelineError::UnknownFormat(first.clone()))?;
+    for file in &files {
+        match InputFormat::of(file) {
+            None => return Err(PipelineError::UnknownFormat(file.clone())),
+            Some(f) if f != format => {
+                return Err(PipelineError::MixedFormats(first.clone(), file.clone()))
+            }
+            Some(_) => {}
+        }
+    }
+    let mut bytes = 0;
+    for file in &files {
+        bytes += std::fs::metadata(file)
+            .map_err(PipelineError::io("reading the size of", file))?
+            .len();
+    }
+    let rows = match format {
+        InputFormat::Parquet => Some(
+            files
+                .iter()
+                .map(|f| parquet_rows(f))
+                .sum::<Result<u64, _>>()?,
+        ),
+        InputFormat::Csv => None,
+    };
+    Ok(Inputs {
+        format,
+        files,
+        rows,
+        bytes,
+    })
+}
+
+/// The files one spec names.
+fn expand(spec: &str) -> Result<Vec<PathBuf>, PipelineError> {
+    if spec.contains(['*', '?', '[']) && !Path::new(spec).exists() {
+        let matches = glob::glob(spec).map_err(|e| PipelineError::BadPattern {
+            pattern: spec.to_string(),
+            message: e.to_string(),
+        })?;
+        let mut files = Vec::new();
+        for entry in matches {
+            let path = entry.map_err(|e| PipelineError::Io {
+                action: "reading",
+                path: e.path().to_path_buf(),
+                source: e.into(),
+            })?;
+            if path.is_dir() {
+                files.extend(directory_files(&path)?);
+            } else {
+                files.push(path);
+            }
+        }
+        if files.is_empty() {
+            return Err(PipelineError::NoInputFiles(spec.to_string()));
+        }
+        return Ok(files);
+    }
+    let path = PathBuf::from(spec);
+    if !path.exists() {
+        return Err(PipelineError::MissingInput(path));
+    }
+    if path.is_dir() {
+        let files = directory_files(&path)?;
+        if files.is_empty() {
+            return Err(PipelineError::NoInputFiles(spec.to_string()));
+        }
+        return Ok(files);
+    }
+    Ok(vec![path])
+}
+
+/// Parquet and CSV files under `dir`, recursively, by name.
+fn directory_files(dir: &Path) -> Result<Vec<PathBuf>, PipelineError> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(PipelineError::io("listing", dir))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()
+        .map_err(PipelineError::io("listing", dir))?;
+    entries.sort();
+    let mut files = Vec::new();
+    for path in entries {
+        let hidden = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with('.') || n.starts_with('_'));
+        if hidden {
+            continue;
+        }
+        if path.is_dir() {
+            files.extend(directory_files(&path)?);
+        } else if InputFormat::of(&path).is_some() {
+            files.push(path);
+        }
+    }
+    Ok(files)
+}
+
+/// Rows in a Parquet file, from its footer.
+fn parquet_rows(path: &Path) -> Result<u64, PipelineError> {
+    let corrupt = |message: String| PipelineError::CorruptParquet {
+        path: path.to_path_buf(),
+        message,
+    };
+    let file = File::open(path).map_err(PipelineError::io("opening", path))?;
+    let metadata = ParquetMetaDataReader::new()
+        .parse_and_finish(&file)
+        .map_err(|e| corrupt(e.to_string()))?;
+    u64::try_from(metadata.file_metadata().num_rows()).map_err(|e| corrupt(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_by_extension() {
+        assert_eq!(
+            InputFormat::of(Path::new("a/b.PARQUET")),
+            Some(InputFormat::Parquet)
+        );
+        assert_eq!(
+            InputFormat::of(Path::new("b.pq")),
+            Some(InputFormat::Parquet)
+        );
+        assert_eq!(InputFormat::of(Path::new("b.csv")), Some(InputFormat::Csv));
+        assert_eq!(InputFormat::of(Path::new("b.json")), None);
+        assert_eq!(InputFormat::of(Path::new("parquet")), None);
+    }
+}

@@ -1,0 +1,408 @@
+//! Sorting files in batch pipelines: Parquet or CSV inputs → one sorted Parquet file, or a
+//! directory of them. `gpusort sort` is this module behind a command line.
+//!
+//! ```text
+//! inputs (files, dirs, globs) ──resolve, read footers──► DataFusion scan (all cores)
+//!   ──► ORDER BY through gpusort's operator (GPU when usable; spills under --memory-limit)
+//!   ──► [LIMIT] ──batches──► writer thread: Parquet (sorting_columns declared), temp name
+//!   ──► rename into place on success; removed on any error
+//! ```
+//!
+//! - `order_by`: the `--by` text.
+//! - `inputs`: input paths → files.
+//! - `output`: the atomic Parquet writer.
+//! - `progress`: live row counts read from the running plan's metrics.
+//! - `error`: [`PipelineError`], one variant per way a job fails.
+
+mod error;
+mod inputs;
+mod order_by;
+mod output;
+mod progress;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::Column;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::logical_expr::{Expr, SortExpr};
+use datafusion::parquet::basic::Compression;
+use datafusion::physical_plan::{execute_stream, ExecutionPlan};
+use datafusion::prelude::{
+    CsvReadOptions, DataFrame, ParquetReadOptions, SessionConfig, SessionContext,
+};
+use futures::StreamExt;
+
+pub use error::PipelineError;
+pub use inputs::{resolve_inputs, InputFormat, Inputs};
+pub use order_by::{parse_order_by, resolve_columns, SortKey};
+pub use output::{OutputOptions, ParquetOutput, WrittenOutput};
+pub use progress::{Progress, ProgressSnapshot};
+
+use crate::{BackendChoice, GpuSortConfig, GpuSortExec, GpuSortRule, SessionStateBuilderExt};
+
+/// Limits up to this many rows keep DataFusion's TopK heap (cheaper than sorting all rows);
+/// larger ones sort on gpusort's operator with the limit applied to each run.
+pub const TOPK_MAX_ROWS: usize = 10_000;
+
+/// Default rows per row group (Parquet's own default).
+pub const DEFAULT_ROW_GROUP_ROWS: usize = 1024 * 1024;
+
+/// One sort of files.
+#[derive(Debug, Clone)]
+pub struct SortJob {
+    /// Files, directories or glob patterns, in input order.
+    pub inputs: Vec<String>,
+    /// Output file, or directory with `max_rows_per_file`.
+    pub output: PathBuf,
+    /// `<col> [ASC|DESC] [NULLS FIRST|LAST], ...`
+    pub by: String,
+    /// Keep only the first rows.
+    pub limit: Option<usize>,
+    /// Write a directory of files of at most this many rows.
+    pub max_rows_per_file: Option<usize>,
+    /// Rows per row group.
+    pub row_group_rows: usize,
+    /// `zstd(1)`, `snappy`, `lz4`, `gzip(6)`, `brotli(4)`, `uncompressed`, ...
+    pub compression: String,
+    /// Memory pool size in bytes (sorts spill beyond it).
+    pub memory_limit: Option<usize>,
+    /// Replace an existing output.
+    pub overwrite: bool,
+    /// Sort backend.
+    pub backend: BackendChoice,
+    /// Partitions of the scan (default: the number of cores).
+    pub target_partitions: Option<usize>,
+    /// Test hook: fail the write once this many rows are written.
+    #[doc(hidden)]
+    pub inject_write_failure_after: Option<u64>,
+}
+
+impl SortJob {
+    /// A job with default options.
+    pub fn new(inputs: Vec<String>, output: impl Into<PathBuf>, by: impl Into<String>) -> Self {
+        Self {
+            inputs,
+            output: output.into(),
+            by: by.into(),
+            limit: None,
+            max_rows_per_file: None,
+            row_group_rows: DEFAULT_ROW_GROUP_ROWS,
+            compression: "zstd(1)".into(),
+            memory_limit: None,
+            overwrite: false,
+            backend: BackendChoice::Auto,
+            target_partitions: None,
+            inject_write_failure_after: None,
+        }
+    }
+}
+
+/// What a finished job did.
+#[derive(Debug, Clone)]
+pub struct SortSummary {
+    /// Rows written.
+    pub rows: u64,
+    /// Bytes of the input files.
+    pub input_bytes: u64,
+    /// The files written, in row order, and their bytes.
+    pub output: WrittenOutput,
+    /// Wall time of the whole job.
+    pub elapsed: Duration,
+    /// Which sort ran: `cuda`, `cpu`, or `datafusion (<why gpusort declined>)`.
+    pub backend: String,
+    /// Algorithms of the sorted runs, e.g. `onesweep`, with spills and fallbacks noted.
+    pub algorithm: String,
+}
+
+impl std::fmt::Display for SortSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "sorted {} rows: {} in, {} out ({} file{}) in {:.2} s; backend {}, algorithm {}",
+            self.rows,
+            human_bytes(self.input_bytes),
+            human_bytes(self.output.bytes),
+            self.output.files.len(),
+            if self.output.files.len() == 1 {
+                ""
+            } else {
+                "s"
+            },
+            self.elapsed.as_secs_f64(),
+            self.backend,
+            self.algorithm
+        )
+    }
+}
+
+/// Runs `job`, publishing live counts in `progress`. On error nothing of the output remains.
+pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummary, PipelineError> {
+    let started = Instant::now();
+    let mut keys = parse_order_by(&job.by)?;
+    let output_options = output_options(job)?;
+    output_options.check_target()?;
+    let inputs = resolve_inputs(&job.inputs)?;
+    progress.set_total(inputs.rows.map(|rows| match job.limit {
+        Some(limit) => rows.min(limit as u64),
+        None => rows,
+    }));
+    let rule = Arc::new(GpuSortRule::new());
+    let ctx = session(job, Arc::clone(&rule))?;
+    let input = read_inputs(&ctx, &inputs).await?;
+    let schema = Arc::new(input.schema().as_arrow().clone());
+    resolve_columns(&mut keys, &schema)?;
+    let sorted = input
+        .sort(keys.iter().map(sort_expr).collect())
+        .and_then(|df| df.limit(0, job.limit))
+        .map_err(PipelineError::execution("planning the sort"))?;
+    let plan = sorted
+        .create_physical_plan()
+        .await
+        .map_err(PipelineError::execution("planning the sort"))?;
+    progress.watch(Arc::clone(&plan));
+    let output = ParquetOutput::create(output_options, plan.schema(), &keys)?;
+    let written = run_and_write(job, &ctx, Arc::clone(&plan), output, progress).await?;
+    let (backend, algorithm) = describe_sort(&plan, &rule);
+    Ok(SortSummary {
+        rows: written.rows,
+        input_bytes: inputs.bytes,
+        output: written,
+        elapsed: started.elapsed(),
+        backend,
+        algorithm,
+    })
+}
+
+fn output_options(job: &SortJob) -> Result<OutputOptions, PipelineError> {
+    if job.row_group_rows == 0 {
+        return Err(PipelineError::BadOption(
+            "--row-group-rows must be at least 1".into(),
+        ));
+    }
+    if job.max_rows_per_file == Some(0) {
+        return Err(PipelineError::BadOption(
+            "--max-rows-per-file must be at least 1".into(),
+        ));
+    }
+    Ok(OutputOptions {
+        path: job.output.clone(),
+        max_rows_per_file: job.max_rows_per_file,
+        row_group_rows: job.row_group_rows,
+        compression: parse_compression(&job.compression)?,
+        overwrite: job.overwrite,
+    })
+}
+
+/// `zstd`, `gzip` and `brotli` without a level get a fast default level.
+fn parse_compression(text: &str) -> Result<Compression, PipelineError> {
+    let lower = text.trim().to_ascii_lowercase();
+    let with_level = match lower.as_str() {
+        "zstd" => "zstd(1)".to_string(),
+        "gzip" => "gzip(6)".to_string(),
+        "brotli" => "brotli(1)".to_string(),
+        "none" => "uncompressed".to_string(),
+        _ => lower,
+    };
+    with_level.parse().map_err(|e| {
+        PipelineError::BadOption(format!(
+            "--compression '{text}': {e} (one of uncompressed, snappy, lz4, lz4_raw, zstd(1..22), \
+             gzip(0..9), brotli(0..11))"
+        ))
+    })
+}
+
+fn session(job: &SortJob, rule: Arc<GpuSortRule>) -> Result<SessionContext, PipelineError> {
+    let config = GpuSortConfig {
+        backend: job.backend,
+        // The user asked for gpusort: small inputs too.
+        min_rows: 0,
+        topk: job.limit.is_some_and(|limit| limit > TOPK_MAX_ROWS),
+        ..Default::default()
+    };
+    let mut session_config = SessionConfig::new();
+    if let Some(partitions) = job.target_partitions {
+        session_config = session_config.with_target_partitions(partitions.max(1));
+    }
+    let mut runtime = RuntimeEnvBuilder::new();
+    if let Some(limit) = job.memory_limit {
+        runtime = runtime.with_memory_limit(limit, 1.0);
+    }
+    let runtime = runtime
+        .build_arc()
+        .map_err(PipelineError::execution("starting the runtime"))?;
+    let state = SessionStateBuilder::new()
+        .with_config(session_config)
+        .with_runtime_env(runtime)
+        .with_default_features()
+        .with_gpu_sort_rule(config, rule)
+        .build();
+    Ok(SessionContext::new_with_state(state))
+}
+
+async fn read_inputs(ctx: &SessionContext, inputs: &Inputs) -> Result<DataFrame, PipelineError> {
+    let paths: Vec<String> = inputs
+        .files
+        .iter()
+        .map(|p| std::path::absolute(p).map(|p| p.to_string_lossy().into_owned()))
+        .collect::<Result<_, _>>()
+        .map_err(PipelineError::io("resolving", inputs.files[0].clone()))?;
+    let read = match inputs.format {
+        InputFormat::Parquet => {
+            ctx.read_parquet(paths, ParquetReadOptions::default().file_extension(""))
+                .await
+        }
+        InputFormat::Csv => {
+            ctx.read_csv(paths, CsvReadOptions::new().file_extension(""))
+                .await
+        }
+    };
+    read.map_err(PipelineError::execution("reading inputs"))
+}
+
+fn sort_expr(key: &SortKey) -> SortExpr {
+    Expr::Column(Column::new_unqualified(&key.column)).sort(!key.descending, key.nulls_first)
+}
+
+/// Streams the plan's batches to a writer thread; commits the output when both succeed.
+async fn run_and_write(
+    job: &SortJob,
+    ctx: &SessionContext,
+    plan: Arc<dyn ExecutionPlan>,
+    mut output: ParquetOutput,
+    progress: &Progress,
+) -> Result<WrittenOutput, PipelineError> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(4);
+    let written = progress.written_counter();
+    let fail_after = job.inject_write_failure_after;
+    let writer = tokio::task::spawn_blocking(move || {
+        for batch in rx {
+            output.write(&batch)?;
+            written.store(output.rows(), std::sync::atomic::Ordering::Relaxed);
+            if fail_after.is_some_and(|n| output.rows() >= n) {
+                return Err(PipelineError::BadOption("injected write failure".into()));
+            }
+        }
+        Ok(output)
+    });
+    let produced = async {
+        let mut stream =
+            execute_stream(plan, ctx.task_ctx()).map_err(PipelineError::execution("sorting"))?;
+        while let Some(batch) = stream.next().await {
+            let batch = batch.map_err(PipelineError::execution("reading and sorting"))?;
+            if tx.send(batch).is_err() {
+                break; // the writer failed; its error is reported below
+            }
+        }
+        Ok::<_, PipelineError>(())
+    }
+    .await;
+    drop(tx);
+    // Wait for the writer either way: its output (and temp files) must be gone or
+    // committed before this returns.
+    let output = writer.await.map_err(|e| {
+        PipelineError::execution("writing")(datafusion::error::DataFusionError::External(Box::new(
+            e,
+        )))
+    })?;
+    produced?;
+    output?.commit()
+}
+
+/// The backend and algorithms of the plan's sort, after it ran.
+fn describe_sort(plan: &Arc<dyn ExecutionPlan>, rule: &GpuSortRule) -> (String, String) {
+    let mut found = None;
+    let _ = plan.apply(|node| {
+        if let Some(exec) = node.downcast_ref::<GpuSortExec>() {
+            found = Some((exec.backend_name(), node.metrics()));
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    let Some((backend, metrics)) = found else {
+        let why = rule
+            .last_decisions()
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join("; ");
+        return (format!("datafusion ({why})"), "datafusion".into());
+    };
+    let count = |name: &str| {
+        metrics
+            .as_ref()
+            .and_then(|m| m.sum_by_name(name))
+            .map_or(0, |v| v.as_usize())
+    };
+    // Radix runs: OneSweep on the GPU, the CPU backend's LSD radix sort elsewhere.
+    let radix = if backend == "cuda" {
+        "onesweep"
+    } else {
+        "lsd radix"
+    };
+    let mut parts: Vec<String> = [(radix, "algorithm_onesweep"), ("merge", "algorithm_merge")]
+        .iter()
+        .filter(|(_, metric)| count(metric) > 0)
+        .map(|(name, _)| name.to_string())
+        .collect();
+    if parts.is_empty() {
+        parts.push("none (no rows)".into());
+    }
+    let runs = count("runs");
+    if runs > 1 {
+        parts.push(format!("{runs} runs merged"));
+    }
+    let spills = metrics.as_ref().and_then(|m| m.spill_count()).unwrap_or(0);
+    if spills > 0 {
+        parts.push(format!("{spills} spill files"));
+    }
+    let fallbacks = count("gpu_fallbacks");
+    if fallbacks > 0 {
+        parts.push(format!("{fallbacks} runs fell back to the CPU"));
+    }
+    (backend.to_string(), parts.join(", "))
+}
+
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compression_names_and_default_levels() {
+        assert_eq!(
+            parse_compression("zstd").unwrap(),
+            parse_compression("ZSTD(1)").unwrap()
+        );
+        assert_eq!(
+            parse_compression("none").unwrap(),
+            Compression::UNCOMPRESSED
+        );
+        assert_eq!(parse_compression("snappy").unwrap(), Compression::SNAPPY);
+        let err = parse_compression("zip").unwrap_err().to_string();
+        assert!(err.contains("--compression 'zip'"), "{err}");
+    }
+
+    #[test]
+    fn human_bytes_units() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(3 << 20), "3.0 MiB");
+    }
+}

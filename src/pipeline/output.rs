@@ -1,0 +1,324 @@
+//! Atomic Parquet output: one file, or a directory of files of at most N rows.
+//!
+//! Everything is written under a temporary name beside the target (same file system) and
+//! renamed into place by [`ParquetOutput::commit`]; dropping an uncommitted output removes
+//! what it wrote, so an error, a panic or a cancelled job leaves no partial output. An
+//! existing target is replaced only when asked, and only once the new output is complete.
+//!
+//! Every file's metadata declares the sort order (`sorting_columns`), so that DataFusion
+//! (and other readers) reading it back know it is sorted.
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{new_null_array, RecordBatch};
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::parquet::arrow::{ArrowSchemaConverter, ArrowWriter};
+use datafusion::parquet::basic::Compression;
+use datafusion::parquet::file::metadata::SortingColumn;
+use datafusion::parquet::file::properties::WriterProperties;
+
+use super::error::PipelineError;
+use super::order_by::SortKey;
+
+/// Where and how the sorted rows are written.
+#[derive(Debug, Clone)]
+pub struct OutputOptions {
+    /// The output file, or directory when `max_rows_per_file` is set.
+    pub path: PathBuf,
+    /// Write a directory of files of at most this many rows.
+    pub max_rows_per_file: Option<usize>,
+    /// Rows per row group.
+    pub row_group_rows: usize,
+    /// Column compression.
+    pub compression: Compression,
+    /// Replace an existing output.
+    pub overwrite: bool,
+}
+
+impl OutputOptions {
+    /// Fails early (before any sorting) when the target cannot be written as asked.
+    pub fn check_target(&self) -> Result<(), PipelineError> {
+        let bad = |message: &str| PipelineError::BadOutput {
+            path: self.path.clone(),
+            message: message.to_string(),
+        };
+        if self.path.file_name().is_none() {
+            return Err(bad("names no file"));
+        }
+        let parent = parent_dir(&self.path);
+        if !parent.is_dir() {
+            return Err(bad("its directory does not exist"));
+        }
+        match (
+            self.path.exists(),
+            self.path.is_dir(),
+            self.max_rows_per_file,
+        ) {
+            (false, _, _) => Ok(()),
+            (true, true, None) => Err(bad(
+                "is a directory; pass --max-rows-per-file to write a directory of files",
+            )),
+            (true, false, Some(_)) => Err(bad(
+                "is a file; --max-rows-per-file writes a directory of files",
+            )),
+            (true, _, _) if !self.overwrite => Err(bad("exists; pass --overwrite to replace it")),
+            (true, _, _) => Ok(()),
+        }
+    }
+}
+
+/// Facts about a committed output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrittenOutput {
+    /// The files written, in row order.
+    pub files: Vec<PathBuf>,
+    /// Rows written.
+    pub rows: u64,
+    /// Bytes of all files.
+    pub bytes: u64,
+}
+
+/// An output being written.
+pub struct ParquetOutput {
+    options: OutputOptions,
+    schema: SchemaRef,
+    properties: WriterProperties,
+    /// The temporary file (single-file output) or directory being written.
+    temp: PathBuf,
+    writer: Option<ArrowWriter<BufWriter<File>>>,
+    rows_in_file: usize,
+    /// Finished or open files, relative to `temp` (directory output).
+    file_names: Vec<String>,
+    rows: u64,
+    committed: bool,
+}
+
+impl ParquetOutput {
+    /// Starts an output of `schema` sorted by `keys`.
+    pub fn create(
+        options: OutputOptions,
+        schema: SchemaRef,
+        keys: &[SortKey],
+    ) -> Result<Self, PipelineError> {
+        check_writable(&schema)?;
+        let properties = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(options.row_group_rows))
+            .set_compression(options.compression)
+            .set_sorting_columns(Some(sorting_columns(&schema, keys)))
+            .build();
+        let temp = temp_sibling(&options.path, "tmp");
+        if options.max_rows_per_file.is_some() {
+            std::fs::create_dir(&temp).map_err(PipelineError::io("creating", &temp))?;
+        }
+        let mut output = Self {
+            options,
+            schema,
+            properties,
+            temp,
+            writer: None,
+            rows_in_file: 0,
+            file_names: Vec::new(),
+            rows: 0,
+            committed: false,
+        };
+        output.open_next_file()?;
+        Ok(output)
+    }
+
+    /// Rows written so far.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Appends `batch`, starting new files at the row limit.
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<(), PipelineError> {
+        let mut offset = 0;
+        while offset < batch.num_rows() {
+            let room = match self.options.max_rows_per_file {
+                Some(limit) if self.rows_in_file >= limit => {
+                    self.close_file()?;
+                    self.open_next_file()?;
+                    limit
+                }
+                Some(limit) => limit - self.rows_in_file,
+                None => usize::MAX,
+            };
+            let take = room.min(batch.num_rows() - offset);
+            let writer = self.writer.as_mut().expect("an open file while writing");
+            writer
+                .write(&batch.slice(offset, take))
+                .map_err(|e| self.write_error(e))?;
+            self.rows_in_file += take;
+            self.rows += take as u64;
+            offset += take;
+        }
+        Ok(())
+    }
+
+    /// Finishes the last file and moves the output into place.
+    pub fn commit(mut self) -> Result<WrittenOutput, PipelineError> {
+        self.close_file()?;
+        let target = self.options.path.clone();
+        let replaced = if target.exists() {
+            let old = temp_sibling(&target, "old");
+            std::fs::rename(&target, &old).map_err(PipelineError::io("moving aside", &target))?;
+            Some(old)
+        } else {
+            None
+        };
+        if let Err(e) = std::fs::rename(&self.temp, &target) {
+            if let Some(old) = &replaced {
+                let _ = std::fs::rename(old, &target);
+            }
+            return Err(PipelineError::io("renaming the output into", target)(e));
+        }
+        self.committed = true;
+        if let Some(old) = replaced {
+            remove_path(&old);
+        }
+        let files: Vec<PathBuf> = if self.options.max_rows_per_file.is_some() {
+            self.file_names.iter().map(|n| target.join(n)).collect()
+        } else {
+            vec![target]
+        };
+        let mut bytes = 0;
+        for file in &files {
+            bytes += std::fs::metadata(file)
+                .map_err(PipelineError::io("reading the size of", file))?
+                .len();
+        }
+        Ok(WrittenOutput {
+            files,
+            rows: self.rows,
+            bytes,
+        })
+    }
+
+    fn open_next_file(&mut self) -> Result<(), PipelineError> {
+        let path = if self.options.max_rows_per_file.is_some() {
+            let name = format!("part-{:05}.parquet", self.file_names.len());
+            let path = self.temp.join(&name);
+            self.file_names.push(name);
+            path
+        } else {
+            self.temp.clone()
+        };
+        let file = File::create(&path).map_err(PipelineError::io("creating", &path))?;
+        let writer = ArrowWriter::try_new(
+            BufWriter::with_capacity(1 << 20, file),
+            Arc::clone(&self.schema),
+            Some(self.properties.clone()),
+        )
+        .map_err(|e| self.write_error(e))?;
+        self.writer = Some(writer);
+        self.rows_in_file = 0;
+        Ok(())
+    }
+
+    fn close_file(&mut self) -> Result<(), PipelineError> {
+        if let Some(writer) = self.writer.take() {
+            writer.close().map_err(|e| self.write_error(e))?;
+        }
+        Ok(())
+    }
+
+    fn write_error(&self, e: datafusion::parquet::errors::ParquetError) -> PipelineError {
+        PipelineError::Execution {
+            stage: "writing Parquet",
+            source: e.into(),
+        }
+    }
+}
+
+impl Drop for ParquetOutput {
+    fn drop(&mut self) {
+        if !self.committed {
+            drop(self.writer.take());
+            remove_path(&self.temp);
+        }
+    }
+}
+
+/// The sort order as Parquet `sorting_columns` (leaf column indices); keys that are not
+/// top-level leaf columns end the declared prefix.
+fn sorting_columns(schema: &Schema, keys: &[SortKey]) -> Vec<SortingColumn> {
+    let Ok(descriptor) = ArrowSchemaConverter::new().convert(schema) else {
+        return Vec::new();
+    };
+    let mut columns = Vec::new();
+    for key in keys {
+        let leaf = descriptor
+            .columns()
+            .iter()
+            .position(|c| c.path().parts() == [key.column.as_str()]);
+        let Some(leaf) = leaf.and_then(|i| i32::try_from(i).ok()) else {
+            break;
+        };
+        columns.push(SortingColumn {
+            column_idx: leaf,
+            descending: key.descending,
+            nulls_first: key.nulls_first,
+        });
+    }
+    columns
+}
+
+/// Names the first column Parquet cannot store, if any: each column is written as one null
+/// row to memory (some types convert to a Parquet schema but fail only when written).
+fn check_writable(schema: &Schema) -> Result<(), PipelineError> {
+    for field in schema.fields() {
+        let one = Arc::new(Schema::new(vec![Arc::new(
+            field.as_ref().clone().with_nullable(true),
+        )]));
+        let written =
+            RecordBatch::try_new(Arc::clone(&one), vec![new_null_array(field.data_type(), 1)])
+                .map_err(Into::into)
+                .and_then(|batch| {
+                    let mut writer = ArrowWriter::try_new(Vec::new(), one, None)?;
+                    writer.write(&batch)?;
+                    writer.close().map(|_| ())
+                });
+        if let Err(e) = written {
+            return Err(PipelineError::UnwritableType {
+                column: field.name().clone(),
+                data_type: field.data_type().clone(),
+                message: e.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// A hidden, unique name beside `path`.
+fn temp_sibling(path: &Path, what: &str) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    parent_dir(path).join(format!(
+        ".{name}.gpusort-{what}-{}-{nanos}",
+        std::process::id()
+    ))
+}
+
+fn remove_path(path: &Path) {
+    let _ = if path.is_dir() {
+        std::fs::remove_dir_all(path)
+    } else {
+        std::fs::remove_file(path)
+    };
+}

@@ -1,0 +1,93 @@
+//! Live row counts of a running job: rows read (the scans' output), sorted (the sort's
+//! output) and written, for a progress display that polls [`Progress::snapshot`].
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::ExecutionPlan;
+
+use crate::GpuSortExec;
+
+/// Counts shared between a job and whoever displays its progress.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Rows the output will have, when the inputs say (`u64::MAX`: unknown).
+    total: AtomicU64,
+    written: Arc<AtomicU64>,
+    plan: Mutex<Option<Arc<dyn ExecutionPlan>>>,
+}
+
+/// One reading of [`Progress`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProgressSnapshot {
+    /// Rows the output will have, if known.
+    pub total: Option<u64>,
+    /// Rows produced by the scans.
+    pub read: u64,
+    /// Rows produced by the sort.
+    pub sorted: u64,
+    /// Rows written to the output.
+    pub written: u64,
+}
+
+impl Progress {
+    /// Counts of nothing yet.
+    pub fn new() -> Self {
+        Self {
+            total: AtomicU64::new(u64::MAX),
+            ..Self::default()
+        }
+    }
+
+    /// The current counts.
+    pub fn snapshot(&self) -> ProgressSnapshot {
+        let total = self.total.load(Ordering::Relaxed);
+        let (read, sorted) = self
+            .plan
+            .lock()
+            .expect("progress lock")
+            .as_ref()
+            .map_or((0, 0), plan_counts);
+        ProgressSnapshot {
+            total: (total != u64::MAX).then_some(total),
+            read,
+            sorted,
+            written: self.written.load(Ordering::Relaxed),
+        }
+    }
+
+    pub(super) fn set_total(&self, total: Option<u64>) {
+        self.total
+            .store(total.unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    pub(super) fn watch(&self, plan: Arc<dyn ExecutionPlan>) {
+        *self.plan.lock().expect("progress lock") = Some(plan);
+    }
+
+    pub(super) fn written_counter(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.written)
+    }
+}
+
+/// (rows out of the leaves, rows out of the topmost sort), from live metrics.
+fn plan_counts(plan: &Arc<dyn ExecutionPlan>) -> (u64, u64) {
+    let rows = |node: &Arc<dyn ExecutionPlan>| {
+        node.metrics().and_then(|m| m.output_rows()).unwrap_or(0) as u64
+    };
+    let (mut read, mut sorted) = (0, None);
+    let _ = plan.apply(|node| {
+        if node.children().is_empty() {
+            read += rows(node);
+        }
+        let is_sort = node.downcast_ref::<GpuSortExec>().is_some()
+            || node.downcast_ref::<SortExec>().is_some();
+        if is_sort && sorted.is_none() {
+            sorted = Some(rows(node));
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    (read, sorted.unwrap_or(0))
+}

@@ -1,0 +1,593 @@
+//! The file-sorting pipeline (`gpusort sort`, `gpusort::pipeline`) end to end on generated
+//! Parquet and CSV files: output equal to DataFusion's own `COPY (... ORDER BY ...)`,
+//! declared sort order, file splitting, atomic output, and the message of each bad input.
+//! Also `COPY (SELECT ... ORDER BY ...)` through `gpusort sql` uses gpusort's operator.
+
+mod common;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use common::compare::{assert_same_sort, assert_stable};
+use common::data::{base_values, case_rng, fixed_width_types, make_column, Distribution};
+use common::seed;
+use datafusion::arrow::array::{new_null_array, ArrayRef, Int64Array, RecordBatch};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
+use datafusion::physical_plan::displayable;
+use datafusion::prelude::{ParquetReadOptions, SessionContext};
+use gpusort::pipeline::{sort_files, Progress, SortJob};
+use gpusort::BackendChoice;
+
+/// Fixed-width types Parquet can store (the others are the unwritable-type case).
+fn writable_types() -> Vec<DataType> {
+    fixed_width_types().into_iter().filter(writable).collect()
+}
+
+/// Whether Parquet stores `dt`: one null row written to memory.
+fn writable(dt: &DataType) -> bool {
+    let schema = Arc::new(Schema::new(vec![Field::new("c", dt.clone(), true)]));
+    let batch = RecordBatch::try_new(Arc::clone(&schema), vec![new_null_array(dt, 1)]).unwrap();
+    ArrowWriter::try_new(Vec::new(), schema, None)
+        .and_then(|mut w| w.write(&batch).and_then(|_| w.close()))
+        .is_ok()
+}
+
+/// Columns: `k0` (Int16, 40 values, nulls), `k1` (Float64, nulls), `c<i>` one per
+/// writable fixed-width type (nulls), `rid` (input order).
+fn table(rows: usize, label: &str) -> RecordBatch {
+    let mut rng = case_rng(seed(), label);
+    let mut fields = Vec::new();
+    let mut columns: Vec<ArrayRef> = Vec::new();
+    let mut add = |name: String, dt: DataType, dist: Distribution, rng: &mut _| {
+        let base = base_values(rng, rows, dist);
+        columns.push(make_column(rng, &dt, &base, 0.1));
+        fields.push(Field::new(name, dt, true));
+    };
+    add(
+        "k0".into(),
+        DataType::Int16,
+        Distribution::Distinct(40),
+        &mut rng,
+    );
+    add(
+        "k1".into(),
+        DataType::Float64,
+        Distribution::Distinct(256),
+        &mut rng,
+    );
+    for (i, dt) in writable_types().into_iter().enumerate() {
+        add(format!("c{i}"), dt, Distribution::Distinct(1000), &mut rng);
+    }
+    columns.push(Arc::new(Int64Array::from_iter_values(0..rows as i64)));
+    fields.push(Field::new("rid", DataType::Int64, false));
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap()
+}
+
+/// Writes `batch` as `files` Parquet files of consecutive rows, named in row order.
+fn write_parquet_files(dir: &Path, batch: &RecordBatch, files: usize) -> Vec<PathBuf> {
+    std::fs::create_dir_all(dir).unwrap();
+    let per_file = batch.num_rows().div_ceil(files);
+    (0..files)
+        .map(|i| {
+            let path = dir.join(format!("part-{i}.parquet"));
+            let start = (i * per_file).min(batch.num_rows());
+            let len = per_file.min(batch.num_rows() - start);
+            let mut writer =
+                ArrowWriter::try_new(File::create(&path).unwrap(), batch.schema(), None).unwrap();
+            // Several batches and row groups per file.
+            for offset in (0..len).step_by(7_000) {
+                writer
+                    .write(&batch.slice(start + offset, 7_000.min(len - offset)))
+                    .unwrap();
+            }
+            writer.close().unwrap();
+            path
+        })
+        .collect()
+}
+
+fn read_parquet(path: &Path) -> Vec<RecordBatch> {
+    let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(path).unwrap())
+        .unwrap()
+        .build()
+        .unwrap();
+    reader.map(|b| b.unwrap()).collect()
+}
+
+fn metadata(path: &Path) -> ParquetMetaData {
+    ParquetMetaDataReader::new()
+        .parse_and_finish(&File::open(path).unwrap())
+        .unwrap()
+}
+
+/// DataFusion alone: `COPY (SELECT * FROM <dir> ORDER BY <order>) TO <out>`.
+async fn datafusion_copy(
+    input_dir: &Path,
+    order: &str,
+    limit: &str,
+    out: &Path,
+) -> Vec<RecordBatch> {
+    let ctx = SessionContext::new();
+    ctx.register_parquet(
+        "t",
+        input_dir.to_str().unwrap(),
+        ParquetReadOptions::default(),
+    )
+    .await
+    .unwrap();
+    let sql = format!(
+        "COPY (SELECT * FROM t ORDER BY {order} {limit}) TO '{}' STORED AS PARQUET",
+        out.display()
+    );
+    ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+    read_parquet(out)
+}
+
+fn job(inputs: &[&Path], output: &Path, by: &str) -> SortJob {
+    let mut job = SortJob::new(
+        inputs.iter().map(|p| p.display().to_string()).collect(),
+        output,
+        by,
+    );
+    job.backend = BackendChoice::Cpu;
+    job.target_partitions = Some(3);
+    job
+}
+
+/// Names in `dir`, sorted (to see leftovers).
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn sorts_parquet_files_like_datafusion_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let batch = table(60_000, "pipeline-equal");
+    let input = dir.path().join("in");
+    write_parquet_files(&input, &batch, 3);
+    for (by, sql_order, limit) in [
+        ("k0 DESC, k1", "k0 DESC, k1 ASC NULLS LAST", None),
+        (
+            "k1 nulls first, k0 asc nulls last",
+            "k1 ASC NULLS FIRST, k0 ASC NULLS LAST",
+            None,
+        ),
+        // With a limit, rid makes the order total: which rows of a tie group cut by the
+        // limit are kept is up to each sort (DataFusion's TopK is not stable).
+        (
+            "k0, k1 DESC NULLS LAST, rid",
+            "k0 ASC NULLS LAST, k1 DESC NULLS LAST, rid",
+            Some(12_345),
+        ),
+        ("k1 DESC, rid", "k1 DESC NULLS FIRST, rid", Some(100)),
+    ] {
+        let context = format!("seed={} by={by} limit={limit:?}", seed());
+        let expected_path = dir.path().join("expected.parquet");
+        let limit_sql = limit.map(|n| format!("LIMIT {n}")).unwrap_or_default();
+        let expected = datafusion_copy(&input, sql_order, &limit_sql, &expected_path).await;
+        let output = dir.path().join("out.parquet");
+        let mut job = job(&[&input], &output, by);
+        job.limit = limit;
+        job.overwrite = true;
+        let summary = sort_files(&job, &Progress::new()).await.unwrap();
+        let actual = read_parquet(&output);
+        assert_same_sort(&expected, &actual, &[0, 1], &context);
+        let rid = batch.num_columns() - 1;
+        assert_stable(&actual, &[0, 1], rid, &context);
+        assert_eq!(summary.rows, limit.unwrap_or(60_000) as u64, "{context}");
+        if limit.is_some_and(|n| n <= gpusort::pipeline::TOPK_MAX_ROWS) {
+            assert!(
+                summary.backend.contains("keeps DataFusion's TopK"),
+                "{context}"
+            );
+        } else {
+            assert_eq!(summary.backend, "cpu", "{context}");
+        }
+        assert_eq!(
+            listing(dir.path()),
+            ["expected.parquet", "in", "out.parquet"]
+        );
+    }
+}
+
+#[tokio::test]
+async fn output_declares_its_order_and_datafusion_reads_it_as_sorted() {
+    let dir = tempfile::tempdir().unwrap();
+    let batch = table(20_000, "pipeline-order");
+    let input = write_parquet_files(&dir.path().join("in"), &batch, 2);
+    let output = dir.path().join("sorted.parquet");
+    let job = job(&[&input[0], &input[1]], &output, "k1 DESC NULLS LAST, k0");
+    sort_files(&job, &Progress::new()).await.unwrap();
+    let meta = metadata(&output);
+    for row_group in meta.row_groups() {
+        let columns = row_group
+            .sorting_columns()
+            .expect("sorting_columns written");
+        let declared: Vec<(i32, bool, bool)> = columns
+            .iter()
+            .map(|c| (c.column_idx, c.descending, c.nulls_first))
+            .collect();
+        assert_eq!(declared, [(1, true, false), (0, false, false)]);
+    }
+    let ctx = SessionContext::new();
+    ctx.register_parquet("s", output.to_str().unwrap(), ParquetReadOptions::default())
+        .await
+        .unwrap();
+    let plan = ctx
+        .sql("SELECT * FROM s ORDER BY k1 DESC NULLS LAST, k0 ASC NULLS LAST")
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    let text = displayable(plan.as_ref()).indent(true).to_string();
+    assert!(
+        !text.contains("SortExec:"),
+        "DataFusion sorts the sorted file again:\n{text}"
+    );
+}
+
+#[tokio::test]
+async fn directory_output_splits_files_row_groups_and_compression() {
+    let dir = tempfile::tempdir().unwrap();
+    let batch = table(25_000, "pipeline-split");
+    let input = dir.path().join("in");
+    write_parquet_files(&input, &batch, 2);
+    let single = dir.path().join("single.parquet");
+    sort_files(&job(&[&input], &single, "k0, k1"), &Progress::new())
+        .await
+        .unwrap();
+    let split = dir.path().join("split");
+    let mut job = job(&[&input], &split, "k0, k1");
+    job.max_rows_per_file = Some(10_000);
+    job.row_group_rows = 3_000;
+    job.compression = "snappy".into();
+    let summary = sort_files(&job, &Progress::new()).await.unwrap();
+    assert_eq!(
+        listing(&split),
+        [
+            "part-00000.parquet",
+            "part-00001.parquet",
+            "part-00002.parquet"
+        ]
+    );
+    assert_eq!(summary.output.files.len(), 3);
+    let mut rows_per_file = Vec::new();
+    let mut concatenated = Vec::new();
+    for file in &summary.output.files {
+        let meta = metadata(file);
+        assert!(meta.row_groups().iter().all(|rg| rg.num_rows() <= 3_000));
+        let codec = meta.row_group(0).column(0).compression();
+        assert_eq!(codec, datafusion::parquet::basic::Compression::SNAPPY);
+        let batches = read_parquet(file);
+        rows_per_file.push(batches.iter().map(|b| b.num_rows()).sum::<usize>());
+        concatenated.extend(batches);
+    }
+    assert_eq!(rows_per_file, [10_000, 10_000, 5_000]);
+    // The files in name order are the single-file output, row for row.
+    let whole = read_parquet(&single);
+    let all: Vec<usize> = (0..batch.num_columns()).collect();
+    assert_same_sort(&whole, &concatenated, &all, "split vs single");
+}
+
+#[tokio::test]
+async fn csv_inputs_by_glob() {
+    let dir = tempfile::tempdir().unwrap();
+    for (i, rows) in ["3,c\n1,a\n", "2,b\n1,z\n"].iter().enumerate() {
+        std::fs::write(
+            dir.path().join(format!("in-{i}.csv")),
+            format!("n,s\n{rows}"),
+        )
+        .unwrap();
+    }
+    let output = dir.path().join("out.parquet");
+    let pattern = dir.path().join("in-*.csv");
+    let job = job(&[&pattern], &output, "n");
+    let summary = sort_files(&job, &Progress::new()).await.unwrap();
+    assert_eq!(summary.rows, 4);
+    let batches = read_parquet(&output);
+    let text = datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+        .unwrap()
+        .to_string();
+    // Ties (n = 1) keep the input order: in-0.csv before in-1.csv.
+    let order: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split('|').nth(2))
+        .map(str::trim)
+        .collect();
+    assert_eq!(order, ["s", "a", "z", "b", "c"], "{text}");
+}
+
+#[tokio::test]
+async fn a_failed_write_leaves_no_output_and_keeps_the_old_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let batch = table(30_000, "pipeline-atomic");
+    let input = dir.path().join("in");
+    write_parquet_files(&input, &batch, 2);
+    for split in [None, Some(4_000)] {
+        let output = dir.path().join(if split.is_some() {
+            "outdir"
+        } else {
+            "out.parquet"
+        });
+        let mut failing = job(&[&input], &output, "k0");
+        failing.max_rows_per_file = split;
+        failing.inject_write_failure_after = Some(10_000);
+        let err = sort_files(&failing, &Progress::new()).await.unwrap_err();
+        assert!(err.to_string().contains("injected write failure"), "{err}");
+        assert_eq!(
+            listing(dir.path()),
+            ["in"],
+            "leftovers after a failed job ({split:?})"
+        );
+
+        // An existing output survives a failed --overwrite, then a good one replaces it.
+        let mut good = job(&[&input], &output, "k1");
+        good.max_rows_per_file = split;
+        sort_files(&good, &Progress::new()).await.unwrap();
+        let before = listing(dir.path());
+        failing.overwrite = true;
+        sort_files(&failing, &Progress::new()).await.unwrap_err();
+        assert_eq!(listing(dir.path()), before);
+        let without_overwrite = sort_files(&good, &Progress::new()).await.unwrap_err();
+        assert!(
+            without_overwrite
+                .to_string()
+                .contains("exists; pass --overwrite"),
+            "{without_overwrite}"
+        );
+        good.overwrite = true;
+        good.by = "k0".into();
+        sort_files(&good, &Progress::new()).await.unwrap();
+        assert_eq!(listing(dir.path()), before);
+        let _ = std::fs::remove_dir_all(&output);
+        let _ = std::fs::remove_file(&output);
+    }
+}
+
+#[tokio::test]
+async fn bad_inputs_say_what_and_where() {
+    let dir = tempfile::tempdir().unwrap();
+    let batch = table(1_000, "pipeline-errors");
+    let good = write_parquet_files(&dir.path().join("in"), &batch, 1).remove(0);
+    let corrupt = dir.path().join("corrupt.parquet");
+    std::fs::write(&corrupt, b"PAR1 this is not a parquet file PAR1").unwrap();
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "hello").unwrap();
+    let csv = dir.path().join("x.csv");
+    std::fs::write(&csv, "k0\n1\n").unwrap();
+    let empty_dir = dir.path().join("empty");
+    std::fs::create_dir(&empty_dir).unwrap();
+    let missing = dir.path().join("missing.parquet");
+    let out = dir.path().join("out.parquet");
+    let cases: Vec<(Vec<&Path>, &str, String)> = vec![
+        (
+            vec![&missing],
+            "k0",
+            format!("input '{}' does not exist", missing.display()),
+        ),
+        (
+            vec![&corrupt],
+            "k0",
+            format!("'{}' is not a readable Parquet file", corrupt.display()),
+        ),
+        (
+            vec![&good],
+            "nope",
+            "unknown column 'nope' in --by; the inputs have: k0, k1,".into(),
+        ),
+        (
+            vec![&good],
+            "k0 upward",
+            "--by 'k0 upward': after column 'k0'".into(),
+        ),
+        (
+            vec![&text],
+            "k0",
+            "is neither Parquet (.parquet, .parq, .pq) nor CSV".into(),
+        ),
+        (
+            vec![&good, &csv],
+            "k0",
+            "inputs mix Parquet and CSV files".into(),
+        ),
+        (
+            vec![&empty_dir],
+            "k0",
+            "matches no .parquet or .csv file".into(),
+        ),
+        (vec![&good], "k0", "its directory does not exist".into()),
+    ];
+    for (i, (inputs, by, message)) in cases.into_iter().enumerate() {
+        let output = if i == 7 {
+            dir.path().join("no/such/dir/out.parquet")
+        } else {
+            out.clone()
+        };
+        let err = sort_files(&job(&inputs, &output, by), &Progress::new())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&message),
+            "case {i}: expected '{message}' in '{err}'"
+        );
+        assert!(!out.exists(), "case {i} left output");
+    }
+}
+
+#[tokio::test]
+async fn unwritable_types_are_named() {
+    let Some(dt) = fixed_width_types().into_iter().find(|dt| !writable(dt)) else {
+        return; // every fixed-width type is writable by this Parquet version
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.parquet");
+    // No input file can carry such a type; the output's check is what names the column.
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("weird", dt.clone(), true),
+    ]));
+    let err = gpusort::pipeline::ParquetOutput::create(
+        gpusort::pipeline::OutputOptions {
+            path: out.clone(),
+            max_rows_per_file: None,
+            row_group_rows: 10,
+            compression: datafusion::parquet::basic::Compression::SNAPPY,
+            overwrite: false,
+        },
+        schema,
+        &gpusort::pipeline::parse_order_by("k").unwrap(),
+    )
+    .err()
+    .expect("an unwritable type is refused")
+    .to_string();
+    assert!(
+        err.contains(&format!("column 'weird' has type {dt}")),
+        "{err}"
+    );
+    assert!(!out.exists());
+}
+
+#[test]
+fn the_command_line_sorts_and_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let batch = table(5_000, "pipeline-cli");
+    let input = dir.path().join("in");
+    write_parquet_files(&input, &batch, 2);
+    let output = dir.path().join("out.parquet");
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_gpusort"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let glob = format!("{}/*.parquet", input.display());
+    let ok = run(&[
+        "sort",
+        &glob,
+        "-o",
+        output.to_str().unwrap(),
+        "--by",
+        "k0 DESC",
+        "--backend",
+        "cpu",
+    ]);
+    let stdout = String::from_utf8_lossy(&ok.stdout);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(stdout.starts_with("sorted 5000 rows:"), "{stdout}");
+    assert!(
+        stdout.contains("backend cpu, algorithm lsd radix"),
+        "{stdout}"
+    );
+    // Not a terminal: no progress drawn on stderr.
+    assert!(
+        ok.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let quiet = run(&[
+        "sort",
+        &glob,
+        "-o",
+        output.to_str().unwrap(),
+        "--by",
+        "k0",
+        "--overwrite",
+        "-q",
+    ]);
+    assert!(quiet.status.success() && quiet.stdout.is_empty());
+    let bad = run(&[
+        "sort",
+        &glob,
+        "-o",
+        output.to_str().unwrap(),
+        "--by",
+        "zz",
+        "--overwrite",
+    ]);
+    assert_eq!(bad.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.starts_with("gpusort: error: unknown column 'zz'"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn memory_limited_sort_spills_and_matches() {
+    let dir = tempfile::tempdir().unwrap();
+    let batch = table(80_000, "pipeline-spill");
+    let input = dir.path().join("in");
+    write_parquet_files(&input, &batch, 2);
+    let expected_path = dir.path().join("expected.parquet");
+    let expected = datafusion_copy(
+        &input,
+        "k0 ASC NULLS LAST, k1 ASC NULLS LAST",
+        "",
+        &expected_path,
+    )
+    .await;
+    let output = dir.path().join("out.parquet");
+    let mut job = job(&[&input], &output, "k0, k1");
+    job.memory_limit = Some(16 << 20);
+    let summary = sort_files(&job, &Progress::new()).await.unwrap();
+    assert!(
+        summary.algorithm.contains("spill files"),
+        "{}",
+        summary.algorithm
+    );
+    let actual = read_parquet(&output);
+    assert_same_sort(&expected, &actual, &[0, 1], "memory-limited");
+    assert_stable(&actual, &[0, 1], batch.num_columns() - 1, "memory-limited");
+}
+
+#[tokio::test]
+async fn copy_through_gpusort_sql_uses_the_operator() {
+    let dir = tempfile::tempdir().unwrap();
+    let batch = table(3_000, "pipeline-copy");
+    let input = dir.path().join("in");
+    write_parquet_files(&input, &batch, 1);
+    let out = dir.path().join("copied.parquet");
+    let sql = format!(
+        "SET gpu_sort.min_rows = 0; \
+         COPY (SELECT * FROM t ORDER BY k0 DESC, rid) TO '{}' STORED AS PARQUET",
+        out.display()
+    );
+    let run = Command::new(env!("CARGO_BIN_EXE_gpusort"))
+        .args(["sql", &sql, "--explain", "--backend", "cpu", "--table"])
+        .arg(format!("t={}", input.display()))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(stdout.contains("DataSinkExec"), "{stdout}");
+    assert!(stdout.contains("GpuSortExec"), "{stdout}");
+    let expected_path = dir.path().join("expected.parquet");
+    let expected = datafusion_copy(&input, "k0 DESC, rid", "", &expected_path).await;
+    let rid = batch.num_columns() - 1;
+    assert_same_sort(
+        &expected,
+        &read_parquet(&out),
+        &[0, rid],
+        "COPY through gpusort sql",
+    );
+}
