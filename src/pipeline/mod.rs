@@ -116,6 +116,35 @@ pub struct SortSummary {
     pub backend: String,
     /// Algorithms of the sorted runs, e.g. `onesweep`, with spills and fallbacks noted.
     pub algorithm: String,
+    /// Where the time went.
+    pub stages: StageTimes,
+}
+
+/// Where a job's time went. Reading and sorting overlap (the scan feeds the sort's buffer),
+/// and so do emitting sorted batches and writing them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StageTimes {
+    /// Resolving inputs, reading footers, planning.
+    pub plan: Duration,
+    /// From starting the plan to its first sorted batch: reading, decoding, sorting.
+    pub read_and_sort: Duration,
+    /// Of which the sort operator's own work (key encoding, device or CPU sort, gather).
+    pub sort: Duration,
+    /// From the first sorted batch to the committed output: writing Parquet.
+    pub write: Duration,
+}
+
+impl std::fmt::Display for StageTimes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "plan {:.3} s, read+sort {:.3} s (sort operator {:.3} s), write {:.3} s",
+            self.plan.as_secs_f64(),
+            self.read_and_sort.as_secs_f64(),
+            self.sort.as_secs_f64(),
+            self.write.as_secs_f64()
+        )
+    }
 }
 
 impl std::fmt::Display for SortSummary {
@@ -165,8 +194,18 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
         .map_err(PipelineError::execution("planning the sort"))?;
     progress.watch(Arc::clone(&plan));
     let output = ParquetOutput::create(output_options, plan.schema(), &keys)?;
-    let written = run_and_write(job, &ctx, Arc::clone(&plan), output, progress).await?;
-    let (backend, algorithm) = describe_sort(&plan, &rule);
+    let planned = started.elapsed();
+    let (written, first_batch) =
+        run_and_write(job, &ctx, Arc::clone(&plan), output, progress).await?;
+    let (backend, algorithm, sort) = describe_sort(&plan, &rule);
+    let done = started.elapsed();
+    let first_batch = first_batch.map_or(done, |t| t.duration_since(started));
+    let stages = StageTimes {
+        plan: planned,
+        read_and_sort: first_batch.saturating_sub(planned),
+        sort,
+        write: done.saturating_sub(first_batch),
+    };
     Ok(SortSummary {
         rows: written.rows,
         input_bytes: inputs.bytes,
@@ -174,6 +213,7 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
         elapsed: started.elapsed(),
         backend,
         algorithm,
+        stages,
     })
 }
 
@@ -268,13 +308,14 @@ fn sort_expr(key: &SortKey) -> SortExpr {
 }
 
 /// Streams the plan's batches to a writer thread; commits the output when both succeed.
+/// Also returns when the first sorted batch arrived.
 async fn run_and_write(
     job: &SortJob,
     ctx: &SessionContext,
     plan: Arc<dyn ExecutionPlan>,
     mut output: ParquetOutput,
     progress: &Progress,
-) -> Result<WrittenOutput, PipelineError> {
+) -> Result<(WrittenOutput, Option<Instant>), PipelineError> {
     let (tx, rx) = std::sync::mpsc::sync_channel(4);
     let written = progress.written_counter();
     let fail_after = job.inject_write_failure_after;
@@ -288,11 +329,13 @@ async fn run_and_write(
         }
         Ok(output)
     });
+    let mut first_batch = None;
     let produced = async {
         let mut stream =
             execute_stream(plan, ctx.task_ctx()).map_err(PipelineError::execution("sorting"))?;
         while let Some(batch) = stream.next().await {
             let batch = batch.map_err(PipelineError::execution("reading and sorting"))?;
+            first_batch.get_or_insert_with(Instant::now);
             if tx.send(batch).is_err() {
                 break; // the writer failed; its error is reported below
             }
@@ -309,11 +352,11 @@ async fn run_and_write(
         )))
     })?;
     produced?;
-    output?.commit()
+    Ok((output?.commit()?, first_batch))
 }
 
-/// The backend and algorithms of the plan's sort, after it ran.
-fn describe_sort(plan: &Arc<dyn ExecutionPlan>, rule: &GpuSortRule) -> (String, String) {
+/// The backend, algorithms and operator time of the plan's sort, after it ran.
+fn describe_sort(plan: &Arc<dyn ExecutionPlan>, rule: &GpuSortRule) -> (String, String, Duration) {
     let mut found = None;
     let _ = plan.apply(|node| {
         if let Some(exec) = node.downcast_ref::<GpuSortExec>() {
@@ -329,7 +372,11 @@ fn describe_sort(plan: &Arc<dyn ExecutionPlan>, rule: &GpuSortRule) -> (String, 
             .map(|d| d.to_string())
             .collect::<Vec<_>>()
             .join("; ");
-        return (format!("datafusion ({why})"), "datafusion".into());
+        return (
+            format!("datafusion ({why})"),
+            "datafusion".into(),
+            Duration::ZERO,
+        );
     };
     let count = |name: &str| {
         metrics
@@ -363,7 +410,15 @@ fn describe_sort(plan: &Arc<dyn ExecutionPlan>, rule: &GpuSortRule) -> (String, 
     if fallbacks > 0 {
         parts.push(format!("{fallbacks} runs fell back to the CPU"));
     }
-    (backend.to_string(), parts.join(", "))
+    let nanos: usize = ["encode_time", "device_sort_time", "gather_time"]
+        .iter()
+        .map(|name| count(name))
+        .sum();
+    (
+        backend.to_string(),
+        parts.join(", "),
+        Duration::from_nanos(nanos as u64),
+    )
 }
 
 fn human_bytes(bytes: u64) -> String {

@@ -91,6 +91,9 @@ enum Command {
         /// No progress bars and no summary line.
         #[arg(short, long)]
         quiet: bool,
+        /// Also print where the time went (plan, read+sort, write).
+        #[arg(long)]
+        timings: bool,
     },
     /// Benchmarks (on a GPU host).
     Bench {
@@ -150,6 +153,7 @@ async fn main() {
             overwrite,
             backend,
             quiet,
+            timings,
         } => {
             let mut job = gpusort::pipeline::SortJob::new(inputs, output, by);
             job.limit = limit;
@@ -159,7 +163,7 @@ async fn main() {
             job.memory_limit = memory_limit;
             job.overwrite = overwrite;
             job.backend = backend;
-            if let Err(e) = sort::run(job, quiet).await {
+            if let Err(e) = sort::run(job, quiet, timings).await {
                 eprintln!("gpusort: error: {e}");
                 std::process::exit(1);
             }

@@ -9,8 +9,9 @@ use std::time::Duration;
 use gpusort::pipeline::{sort_files, Progress, ProgressSnapshot, SortJob, SortSummary};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-/// Runs `job`; the summary line goes to stdout unless `quiet`.
-pub async fn run(job: SortJob, quiet: bool) -> Result<SortSummary, String> {
+/// Runs `job`; the summary line goes to stdout unless `quiet`, with the stage times when
+/// `timings`.
+pub async fn run(job: SortJob, quiet: bool, timings: bool) -> Result<SortSummary, String> {
     let progress = Arc::new(Progress::new());
     let display = (!quiet).then(|| Display::start(Arc::clone(&progress)));
     let result = sort_files(&job, &progress).await;
@@ -20,6 +21,9 @@ pub async fn run(job: SortJob, quiet: bool) -> Result<SortSummary, String> {
     let summary = result.map_err(|e| e.to_string())?;
     if !quiet {
         println!("{summary}");
+        if timings {
+            println!("stages: {}", summary.stages);
+        }
     }
     Ok(summary)
 }
