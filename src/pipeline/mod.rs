@@ -11,6 +11,7 @@
 //! - `order_by`: the `--by` text.
 //! - `inputs`: input paths → files.
 //! - `output`: the atomic Parquet writer.
+//! - `row_groups`: one Parquet file, row groups encoded in parallel.
 //! - `progress`: live row counts read from the running plan's metrics.
 //! - `error`: [`PipelineError`], one variant per way a job fails.
 
@@ -19,6 +20,7 @@ mod inputs;
 mod order_by;
 mod output;
 mod progress;
+mod row_groups;
 
 use std::path::PathBuf;
 use std::sync::Arc;

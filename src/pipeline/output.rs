@@ -5,7 +5,8 @@
 //! what it wrote, so an error, a panic or a cancelled job leaves no partial output. An
 //! existing target is replaced only when asked, and only once the new output is complete.
 //!
-//! Every file's metadata declares the sort order (`sorting_columns`), so that DataFusion
+//! Row groups are encoded in parallel ([`ParallelFileWriter`]). Every file's metadata
+//! declares the sort order (`sorting_columns`), so that DataFusion
 //! (and other readers) reading it back know it is sorted.
 
 use std::fs::File;
@@ -22,6 +23,7 @@ use datafusion::parquet::file::properties::WriterProperties;
 
 use super::error::PipelineError;
 use super::order_by::SortKey;
+use super::row_groups::ParallelFileWriter;
 
 /// Where and how the sorted rows are written.
 #[derive(Debug, Clone)]
@@ -88,7 +90,7 @@ pub struct ParquetOutput {
     properties: WriterProperties,
     /// The temporary file (single-file output) or directory being written.
     temp: PathBuf,
-    writer: Option<ArrowWriter<BufWriter<File>>>,
+    writer: Option<ParallelFileWriter<BufWriter<File>>>,
     rows_in_file: usize,
     /// Finished or open files, relative to `temp` (directory output).
     file_names: Vec<String>,
@@ -207,10 +209,10 @@ impl ParquetOutput {
             self.temp.clone()
         };
         let file = File::create(&path).map_err(PipelineError::io("creating", &path))?;
-        let writer = ArrowWriter::try_new(
+        let writer = ParallelFileWriter::try_new(
             BufWriter::with_capacity(1 << 20, file),
             Arc::clone(&self.schema),
-            Some(self.properties.clone()),
+            self.properties.clone(),
         )
         .map_err(|e| self.write_error(e))?;
         self.writer = Some(writer);
