@@ -24,6 +24,7 @@ mod transfer;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use datafusion::common::Result;
 
@@ -39,7 +40,7 @@ pub use transfer::{Plain as TransferPlain, Staging};
 
 use crate::config::AlgorithmChoice;
 use crate::keys::{column_rows, encode_keys, EncodedKeys, KeyColumn};
-use crate::sort::{identity, Algorithm, CpuBackend, SortBackend, SortedRun};
+use crate::sort::{identity, Algorithm, CpuBackend, SortBackend, SortedRun, TransferTimes};
 
 /// The opened device and what is loaded on it; one per process.
 #[derive(Debug)]
@@ -153,9 +154,10 @@ impl CudaRuntime {
     pub fn sort_rows(&self, keys: &EncodedKeys) -> CudaResult<SortedRun> {
         let n = keys.rows;
         if n < 2 || keys.words.is_empty() {
-            return Ok(radix_run(identity(n), 0, 0));
+            return Ok(radix_run(identity(n), 0, 0, TransferTimes::default()));
         }
         self.with_device(|device, staging| {
+            let started = Instant::now();
             let (device_keys, h2d_bytes) = if keys.fits_u32() {
                 let word = &keys.words[0];
                 let upload = staging.upload::<u32, _>(device, n, "u32 keys", |start, out| {
@@ -176,7 +178,13 @@ impl CudaRuntime {
                     .collect::<CudaResult<Vec<_>>>()?;
                 (DeviceKeys::Words(words), n * 8 * keys.words.len())
             };
-            self.sort_device_keys(device, staging, device_keys, n, h2d_bytes)
+            device.synchronize()?;
+            let uploaded = Uploaded {
+                keys: device_keys,
+                bytes: h2d_bytes,
+                time: started.elapsed(),
+            };
+            self.sort_device_keys(device, staging, uploaded, n)
         })
     }
 
@@ -184,11 +192,18 @@ impl CudaRuntime {
     /// buffers go to the device, which encodes and sorts them.
     pub fn sort_columns(&self, columns: &[KeyColumn], n: usize) -> CudaResult<SortedRun> {
         if n < 2 {
-            return Ok(radix_run(identity(n), 0, 0));
+            return Ok(radix_run(identity(n), 0, 0, TransferTimes::default()));
         }
         self.with_device(|device, staging| {
+            let started = Instant::now();
             let encoded = self.encoder.encode(device, staging, columns, n)?;
-            self.sort_device_keys(device, staging, encoded.keys, n, encoded.h2d_bytes)
+            device.synchronize()?;
+            let uploaded = Uploaded {
+                keys: encoded.keys,
+                bytes: encoded.h2d_bytes,
+                time: started.elapsed(),
+            };
+            self.sort_device_keys(device, staging, uploaded, n)
         })
     }
 
@@ -197,33 +212,52 @@ impl CudaRuntime {
         &self,
         device: &Device,
         staging: &mut Staging,
-        keys: DeviceKeys,
+        uploaded: Uploaded,
         n: usize,
-        h2d_bytes: usize,
     ) -> CudaResult<SortedRun> {
-        let perm = match keys {
+        let perm = match uploaded.keys {
             DeviceKeys::Constant => None,
             DeviceKeys::U32(word) => self.onesweep.sort_rows_u32(device, word, n)?,
             DeviceKeys::Words(words) => self.onesweep.sort_rows_by_words(device, words, n)?,
         };
+        let mut transfer = TransferTimes {
+            upload: uploaded.time,
+            download: Duration::ZERO,
+        };
         let Some(perm) = perm else {
             device.synchronize()?;
-            return Ok(radix_run(identity(n), h2d_bytes, 0));
+            return Ok(radix_run(identity(n), uploaded.bytes, 0, transfer));
         };
+        device.synchronize()?;
+        let download_started = Instant::now();
         let mut permutation = vec![0u32; n];
         staging.download(device, &perm, &mut permutation)?;
         device.synchronize()?;
-        Ok(radix_run(permutation, h2d_bytes, n * 4))
+        transfer.download = download_started.elapsed();
+        Ok(radix_run(permutation, uploaded.bytes, n * 4, transfer))
     }
 }
 
-fn radix_run(permutation: Vec<u32>, h2d_bytes: usize, d2h_bytes: usize) -> SortedRun {
+/// Key words on the device, with the bytes and wall time it took to put them there.
+struct Uploaded {
+    keys: DeviceKeys,
+    bytes: usize,
+    time: Duration,
+}
+
+fn radix_run(
+    permutation: Vec<u32>,
+    h2d_bytes: usize,
+    d2h_bytes: usize,
+    transfer: TransferTimes,
+) -> SortedRun {
     SortedRun {
         permutation,
         algorithm: Algorithm::Radix,
         h2d_bytes,
         d2h_bytes,
         fell_back: false,
+        transfer,
     }
 }
 

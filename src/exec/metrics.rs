@@ -1,12 +1,17 @@
 //! Metrics of `GpuSortExec`: DataFusion's baseline metrics plus the sort's own stages.
 //!
-//! Shown by `EXPLAIN ANALYZE`: `encode_time`, `device_sort_time`, `gather_time` (sum over
-//! runs), `h2d_bytes` / `d2h_bytes` (bytes that crossed PCIe; 0 on the CPU backend), `runs`,
-//! one `algorithm_<name>` count per algorithm that sorted a run, and `gpu_fallbacks`.
+//! Shown by `EXPLAIN ANALYZE`, stage by stage: `collect_time` (wall time until the whole
+//! input was buffered), `encode_time` (host key encoding), `h2d_time` (keys to the device,
+//! device encoding overlapped), `device_sort_time` (the backend's sort itself), `d2h_time`
+//! (the permutation back), `gather_time` (building output batches), all summed over runs;
+//! `h2d_bytes` / `d2h_bytes` (bytes that crossed PCIe; 0 on the CPU backend), `runs`, one
+//! `algorithm_<name>` count per algorithm that sorted a run, and `gpu_fallbacks`.
 
 use datafusion::physical_plan::metrics::{
     BaselineMetrics, Count, ExecutionPlanMetricsSet, MetricBuilder, Time,
 };
+
+use std::time::Duration;
 
 use crate::sort::{Algorithm, SortedRun};
 
@@ -15,10 +20,16 @@ use crate::sort::{Algorithm, SortedRun};
 pub struct SortMetrics {
     /// Output rows, elapsed compute.
     pub baseline: BaselineMetrics,
+    /// Waiting for and buffering the input.
+    pub collect_time: Time,
     /// Key evaluation and encoding.
     pub encode_time: Time,
+    /// Keys host → device (with device encoding).
+    pub h2d_time: Time,
     /// The backend's sort.
     pub sort_time: Time,
+    /// Permutation device → host.
+    pub d2h_time: Time,
     /// Building output batches.
     pub gather_time: Time,
     /// Bytes host → device.
@@ -42,8 +53,11 @@ impl SortMetrics {
         let time = |name: &'static str| MetricBuilder::new(set).subset_time(name, partition);
         Self {
             baseline: BaselineMetrics::new(set, partition),
+            collect_time: time("collect_time"),
             encode_time: time("encode_time"),
+            h2d_time: time("h2d_time"),
             sort_time: time("device_sort_time"),
+            d2h_time: time("d2h_time"),
             gather_time: time("gather_time"),
             h2d_bytes: counter("h2d_bytes"),
             d2h_bytes: counter("d2h_bytes"),
@@ -54,8 +68,14 @@ impl SortMetrics {
         }
     }
 
-    /// Records what sorting one run did.
-    pub fn record_run(&self, run: &SortedRun) {
+    /// Records what sorting one run did; `elapsed` is the wall time of the backend's call,
+    /// split into transfers and the sort proper.
+    pub fn record_run(&self, run: &SortedRun, elapsed: Duration) {
+        let transfers = run.transfer.upload + run.transfer.download;
+        self.h2d_time.add_duration(run.transfer.upload);
+        self.d2h_time.add_duration(run.transfer.download);
+        self.sort_time
+            .add_duration(elapsed.saturating_sub(transfers));
         self.runs.add(1);
         self.h2d_bytes.add(run.h2d_bytes);
         self.d2h_bytes.add(run.d2h_bytes);

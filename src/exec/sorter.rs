@@ -5,6 +5,7 @@
 //! in input order, so merging sorted runs with ties broken by run index stays stable.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow;
@@ -73,13 +74,13 @@ pub fn sort_run(
         return Ok(());
     }
     let columns = evaluate_keys(spec, &rows)?;
+    let started = Instant::now();
     let on_device = {
-        let _timer = metrics.sort_time.timer();
         let _compute = metrics.baseline.elapsed_compute().timer();
         spec.backend.sort_key_columns(&columns, spec.algorithm)?
     };
-    let sorted = match on_device {
-        Some(sorted) => sorted,
+    let (sorted, sort_started) = match on_device {
+        Some(sorted) => (sorted, started),
         None => {
             let keys = {
                 let _timer = metrics.encode_time.timer();
@@ -87,12 +88,12 @@ pub fn sort_run(
                 encode_keys(&columns)?
             };
             drop(columns);
-            let _timer = metrics.sort_time.timer();
+            let sort_started = Instant::now();
             let _compute = metrics.baseline.elapsed_compute().timer();
-            spec.backend.sort(&keys, spec.algorithm)?
+            (spec.backend.sort(&keys, spec.algorithm)?, sort_started)
         }
     };
-    metrics.record_run(&sorted);
+    metrics.record_run(&sorted, sort_started.elapsed());
     let mut permutation = sorted.permutation;
     if let Some(fetch) = spec.fetch {
         permutation.truncate(fetch);

@@ -74,9 +74,12 @@ async fn run_task(task: SortTask, tx: Sender<Result<RecordBatch>>) -> Result<()>
         reservation,
         spiller.clone(),
     );
+    let collecting = metrics.collect_time.timer();
     buffer.fill(inputs).await?;
     let merge_reservation = buffer.reservation().new_empty();
-    match buffer.finish().await? {
+    let buffered = buffer.finish().await?;
+    collecting.done();
+    match buffered {
         Buffered::InMemory(batches) => {
             let mut runs = split_runs(batches, spec.run_rows);
             if runs.len() <= 1 {

@@ -412,10 +412,16 @@ fn describe_sort(plan: &Arc<dyn ExecutionPlan>, rule: &GpuSortRule) -> (String, 
     if fallbacks > 0 {
         parts.push(format!("{fallbacks} runs fell back to the CPU"));
     }
-    let nanos: usize = ["encode_time", "device_sort_time", "gather_time"]
-        .iter()
-        .map(|name| count(name))
-        .sum();
+    let nanos: usize = [
+        "encode_time",
+        "h2d_time",
+        "device_sort_time",
+        "d2h_time",
+        "gather_time",
+    ]
+    .iter()
+    .map(|name| count(name))
+    .sum();
     (
         backend.to_string(),
         parts.join(", "),

@@ -35,6 +35,7 @@ impl SortBackend for CpuBackend {
             h2d_bytes: 0,
             d2h_bytes: 0,
             fell_back: false,
+            transfer: Default::default(),
         })
     }
 }

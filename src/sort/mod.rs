@@ -14,6 +14,7 @@ mod radix;
 
 use std::fmt::Debug;
 use std::sync::Arc;
+use std::time::Duration;
 
 use datafusion::common::Result;
 
@@ -57,6 +58,17 @@ pub struct SortedRun {
     pub d2h_bytes: usize,
     /// The GPU failed on this run and the CPU backend sorted it instead.
     pub fell_back: bool,
+    /// Wall time of the copies to and from the device within the sort (zero on the CPU).
+    pub transfer: TransferTimes,
+}
+
+/// Where a device sort's wall time went besides the sort kernels themselves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TransferTimes {
+    /// Key columns host → device, with the device's key encoding overlapped.
+    pub upload: Duration,
+    /// The permutation device → host.
+    pub download: Duration,
 }
 
 /// Sorts (encoded key, row id) pairs, stably.

@@ -5,11 +5,14 @@
 //! gpusort sql "<statements>" [--table name=path ...] [--explain]
 //! gpusort sort <inputs...> -o <output> --by "<col> [ASC|DESC] [NULLS FIRST|LAST], ..."
 //! gpusort bench kernels [--sizes 20,24,26,28] [--cub PATH]   (needs a GPU)
+//! gpusort bench sql [--rows N] [--query Q1 ...]         rule on vs off, stage breakdown
 //! ```
 //!
 //! `demo`, `sql` and `sort` run on machines without a GPU (the CPU backend answers).
 
 mod bench;
+mod bench_sql;
+mod bench_tables;
 mod demo;
 mod session;
 mod sort;
@@ -122,6 +125,33 @@ enum BenchCommand {
         #[arg(long)]
         cub: Option<String>,
     },
+    /// Q1–Q6 on generated tables with gpusort's rule on and off (medians, stage breakdown).
+    Sql {
+        /// Rows of tables t, g and ts (s has a fifth of them).
+        #[arg(long, default_value_t = 100_000_000)]
+        rows: usize,
+        /// Timed runs per query and mode (median taken, after one warm-up run).
+        #[arg(long, default_value_t = 3)]
+        reps: usize,
+        /// Data seed.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Table partitions and target_partitions (default: the number of cores).
+        #[arg(long)]
+        partitions: Option<usize>,
+        /// Run only this query (Q1 … Q6); repeat for several.
+        #[arg(long = "query")]
+        queries: Vec<String>,
+        /// Sort backend with the rule on: auto, cuda or cpu.
+        #[arg(long, default_value = "auto")]
+        backend: BackendChoice,
+        /// Also write the results as JSON to this file.
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+        /// Write the generated tables to DIR/<table>.parquet (input of benches/sql_duckdb.py).
+        #[arg(long, value_name = "DIR")]
+        write_parquet: Option<std::path::PathBuf>,
+    },
 }
 
 #[tokio::main]
@@ -185,6 +215,31 @@ async fn main() {
             seed,
             cub,
         }),
+        Command::Bench {
+            what:
+                BenchCommand::Sql {
+                    rows,
+                    reps,
+                    seed,
+                    partitions,
+                    queries,
+                    backend,
+                    json,
+                    write_parquet,
+                },
+        } => {
+            bench_sql::run(&bench_sql::SqlBench {
+                rows,
+                reps,
+                seed,
+                partitions,
+                only: queries,
+                backend,
+                json,
+                write_parquet,
+            })
+            .await
+        }
     };
     if let Err(e) = result {
         eprintln!("gpusort: error: {e}");

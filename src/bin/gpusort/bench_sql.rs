@@ -1,0 +1,449 @@
+//! `gpusort bench sql`: whole queries with gpusort's rule on (GPU) and off (DataFusion's own
+//! sort), on the generated tables of [`crate::bench_tables`].
+//!
+//! ```text
+//!  generate t, g, ts, s in memory ──► one session (target_partitions = cores)
+//!  per query, per mode (rule on / off):  warm-up run (its result fingerprinted)
+//!                                        + `reps` timed runs: plan + execute + collect
+//!  the two modes' fingerprints must agree ──► table: medians, speedup, and where the GPU
+//!  run's time went (GpuSortExec's stage metrics of the median run)
+//! ```
+//!
+//! The fingerprint of a result is its row count, an order-insensitive hash of all its rows
+//! and (for queries whose output order is defined) an order-sensitive hash of the sort key
+//! columns: so a wrong order, a lost row or a changed value fails the benchmark, while ties
+//! may come out in either mode's order.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::RecordBatch;
+use arrow::row::{RowConverter, SortField};
+use datafusion::arrow;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::{exec_err, DataFusionError, Result};
+use datafusion::datasource::MemTable;
+use datafusion::physical_plan::{collect, ExecutionPlan};
+use datafusion::prelude::SessionContext;
+use gpusort::{BackendChoice, GpuSortExec};
+use rayon::prelude::*;
+
+use crate::bench_tables::{generate_tables, Table};
+use crate::session::new_session;
+
+/// Options of `gpusort bench sql`.
+#[derive(Debug, Clone)]
+pub struct SqlBench {
+    /// Rows of `t`, `g`, `ts` (`s` has a fifth of them).
+    pub rows: usize,
+    /// Timed runs per query and mode (median taken).
+    pub reps: usize,
+    /// Data seed.
+    pub seed: u64,
+    /// Partitions of the tables and `target_partitions` (default: cores).
+    pub partitions: Option<usize>,
+    /// Only these queries (`Q1` …), all when empty.
+    pub only: Vec<String>,
+    /// The backend of the GPU mode.
+    pub backend: BackendChoice,
+    /// Also write the results here as JSON.
+    pub json: Option<PathBuf>,
+    /// Write the generated tables as `<dir>/<table>.parquet` (for the DuckDB script).
+    pub write_parquet: Option<PathBuf>,
+}
+
+/// One benchmark query.
+struct Query {
+    name: &'static str,
+    sql: &'static str,
+    /// The columns whose order the query defines; empty when its output order across
+    /// partitions is not defined (checked as a multiset only).
+    ordered_by: &'static [&'static str],
+}
+
+const QUERIES: [Query; 6] = [
+    Query {
+        name: "Q1",
+        sql: "SELECT * FROM t ORDER BY k",
+        ordered_by: &["k"],
+    },
+    Query {
+        name: "Q2",
+        sql: "SELECT * FROM g ORDER BY g, v DESC",
+        ordered_by: &["g", "v"],
+    },
+    Query {
+        name: "Q3",
+        sql: "SELECT * FROM s ORDER BY s",
+        ordered_by: &["s"],
+    },
+    Query {
+        name: "Q4",
+        sql: "SELECT g, ts, row_number() OVER (PARTITION BY g ORDER BY ts) AS rn FROM g",
+        ordered_by: &[],
+    },
+    Query {
+        name: "Q5",
+        sql: "SELECT * FROM ts ORDER BY ts",
+        ordered_by: &["ts"],
+    },
+    Query {
+        name: "Q6",
+        sql: "SELECT * FROM t ORDER BY k LIMIT 100",
+        ordered_by: &["k"],
+    },
+];
+
+/// GpuSortExec's stage times in one run, summed over its partitions and runs.
+#[derive(Debug, Clone, Default)]
+struct Stages {
+    backend: String,
+    collect: Duration,
+    encode: Duration,
+    h2d: Duration,
+    sort: Duration,
+    d2h: Duration,
+    gather: Duration,
+    partitions: usize,
+    fallbacks: usize,
+}
+
+/// What one query measured.
+struct Outcome {
+    query: &'static Query,
+    rows: usize,
+    datafusion: Duration,
+    gpusort: Duration,
+    stages: Option<Stages>,
+}
+
+/// Order-insensitive and order-sensitive digests of a result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fingerprint {
+    rows: usize,
+    all_rows: u64,
+    key_sequence: u64,
+}
+
+/// Generates the tables, runs the queries, prints the table.
+pub async fn run(options: &SqlBench) -> Result<()> {
+    let partitions = options
+        .partitions
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let started = Instant::now();
+    let tables = generate_tables(options.rows, partitions, options.seed)?;
+    let sizes: Vec<String> = tables
+        .iter()
+        .map(|t| format!("{} ({} rows)", t.name, t.rows()))
+        .collect();
+    eprintln!(
+        "generated {} in {:.1} s",
+        sizes.join(", "),
+        started.elapsed().as_secs_f64()
+    );
+    if let Some(dir) = &options.write_parquet {
+        write_parquet(&tables, dir)?;
+    }
+    let session = new_session(options.backend);
+    session
+        .ctx
+        .sql(&format!(
+            "SET datafusion.execution.target_partitions = {partitions}"
+        ))
+        .await?
+        .collect()
+        .await?;
+    for table in &tables {
+        let provider = MemTable::try_new(Arc::clone(&table.schema), table.partitions.clone())?;
+        session.ctx.register_table(table.name, Arc::new(provider))?;
+    }
+    drop(tables);
+    let mut outcomes = Vec::new();
+    for query in QUERIES.iter().filter(|q| selected(q, &options.only)) {
+        outcomes.push(measure(&session.ctx, query, options.reps).await?);
+    }
+    let device = gpusort::cuda::runtime()
+        .map(|r| format!("{} (sm_{})", r.device.name, r.device.arch))
+        .unwrap_or_else(|why| format!("no GPU: {why}"));
+    println!(
+        "device: {device}; {partitions} partitions; median of {} runs after a warm-up; \
+         times in seconds, planning + execution + collecting the result",
+        options.reps
+    );
+    print_table(&outcomes);
+    if let Some(path) = &options.json {
+        std::fs::write(path, to_json(&outcomes, &device, partitions, options))
+            .map_err(|e| DataFusionError::Execution(format!("writing {}: {e}", path.display())))?;
+    }
+    Ok(())
+}
+
+fn selected(query: &Query, only: &[String]) -> bool {
+    only.is_empty() || only.iter().any(|q| q.eq_ignore_ascii_case(query.name))
+}
+
+async fn set_rule(ctx: &SessionContext, enabled: bool) -> Result<()> {
+    ctx.sql(&format!("SET gpu_sort.enabled = {enabled}"))
+        .await?
+        .collect()
+        .await?;
+    Ok(())
+}
+
+/// Both modes of one query: the warm-up results must agree, then the timed runs.
+async fn measure(ctx: &SessionContext, query: &'static Query, reps: usize) -> Result<Outcome> {
+    set_rule(ctx, false).await?;
+    let (_, expected) = run_checked(ctx, query).await?;
+    let datafusion = median_run(ctx, query, reps).await?.0;
+    set_rule(ctx, true).await?;
+    let (_, got) = run_checked(ctx, query).await?;
+    if got != expected {
+        return exec_err!(
+            "{}: gpusort's result differs from DataFusion's: {got:?} vs {expected:?}",
+            query.name
+        );
+    }
+    let (gpusort, plan) = median_run(ctx, query, reps).await?;
+    eprintln!(
+        "{}: DataFusion {:.3} s, gpusort {:.3} s",
+        query.name,
+        datafusion.as_secs_f64(),
+        gpusort.as_secs_f64()
+    );
+    Ok(Outcome {
+        query,
+        rows: expected.rows,
+        datafusion,
+        gpusort,
+        stages: stages_of(&plan),
+    })
+}
+
+/// Runs once and fingerprints the result.
+async fn run_checked(ctx: &SessionContext, query: &Query) -> Result<(Duration, Fingerprint)> {
+    let (elapsed, batches, _) = run_once(ctx, query).await?;
+    Ok((elapsed, fingerprint(&batches, query.ordered_by)?))
+}
+
+/// Plans, executes and collects once.
+async fn run_once(
+    ctx: &SessionContext,
+    query: &Query,
+) -> Result<(Duration, Vec<RecordBatch>, Arc<dyn ExecutionPlan>)> {
+    let started = Instant::now();
+    let plan = ctx.sql(query.sql).await?.create_physical_plan().await?;
+    let batches = collect(Arc::clone(&plan), ctx.task_ctx()).await?;
+    Ok((started.elapsed(), batches, plan))
+}
+
+/// The median of `reps` runs, with the plan of that run (its metrics).
+async fn median_run(
+    ctx: &SessionContext,
+    query: &Query,
+    reps: usize,
+) -> Result<(Duration, Arc<dyn ExecutionPlan>)> {
+    let mut runs = Vec::new();
+    for _ in 0..reps.max(1) {
+        let (elapsed, batches, plan) = run_once(ctx, query).await?;
+        drop(batches);
+        runs.push((elapsed, plan));
+    }
+    runs.sort_by_key(|(elapsed, _)| *elapsed);
+    Ok(runs.swap_remove(runs.len() / 2))
+}
+
+fn stages_of(plan: &Arc<dyn ExecutionPlan>) -> Option<Stages> {
+    let mut found: Option<Stages> = None;
+    let _ = plan.apply(|node| {
+        if let Some(exec) = node.downcast_ref::<GpuSortExec>() {
+            let metrics = node.metrics();
+            let value = |name: &str| {
+                metrics
+                    .as_ref()
+                    .and_then(|m| m.sum_by_name(name))
+                    .map_or(0, |v| v.as_usize())
+            };
+            let time = |name: &str| Duration::from_nanos(value(name) as u64);
+            let stages = found.get_or_insert_with(Stages::default);
+            stages.backend = exec.backend_name().to_string();
+            stages.collect += time("collect_time");
+            stages.encode += time("encode_time");
+            stages.h2d += time("h2d_time");
+            stages.sort += time("device_sort_time");
+            stages.d2h += time("d2h_time");
+            stages.gather += time("gather_time");
+            stages.partitions += node.properties().output_partitioning().partition_count();
+            stages.fallbacks += value("gpu_fallbacks");
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
+}
+
+fn fingerprint(batches: &[RecordBatch], ordered_by: &[&str]) -> Result<Fingerprint> {
+    const BASE: u64 = 0x0000_0100_0000_01B3;
+    let per_batch = batches
+        .par_iter()
+        .map(|batch| -> Result<(usize, u64, u64)> {
+            let all_rows: u64 = row_hashes(batch, None)?
+                .into_iter()
+                .fold(0u64, u64::wrapping_add);
+            let mut sequence = 0u64;
+            if !ordered_by.is_empty() {
+                for h in row_hashes(batch, Some(ordered_by))? {
+                    sequence = sequence.wrapping_mul(BASE).wrapping_add(h);
+                }
+            }
+            Ok((batch.num_rows(), all_rows, sequence))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut total = Fingerprint {
+        rows: 0,
+        all_rows: 0,
+        key_sequence: 0,
+    };
+    for (rows, all_rows, sequence) in per_batch {
+        total.rows += rows;
+        total.all_rows = total.all_rows.wrapping_add(all_rows);
+        total.key_sequence = total
+            .key_sequence
+            .wrapping_mul(BASE.wrapping_pow(rows as u32))
+            .wrapping_add(sequence);
+    }
+    Ok(total)
+}
+
+/// One hash per row of `batch` (of the named columns, or of all).
+fn row_hashes(batch: &RecordBatch, columns: Option<&[&str]>) -> Result<Vec<u64>> {
+    let arrays = match columns {
+        Some(names) => names
+            .iter()
+            .map(|name| {
+                Ok(Arc::clone(batch.column_by_name(name).ok_or_else(|| {
+                    DataFusionError::Execution(format!("result has no column {name}"))
+                })?))
+            })
+            .collect::<Result<Vec<_>>>()?,
+        None => batch.columns().to_vec(),
+    };
+    let fields = arrays
+        .iter()
+        .map(|a| SortField::new(a.data_type().clone()))
+        .collect();
+    let rows = RowConverter::new(fields)?.convert_columns(&arrays)?;
+    Ok(rows
+        .iter()
+        .map(|row| {
+            let mut hasher = DefaultHasher::new();
+            row.as_ref().hash(&mut hasher);
+            hasher.finish()
+        })
+        .collect())
+}
+
+fn seconds(d: Duration) -> String {
+    format!("{:.3}", d.as_secs_f64())
+}
+
+fn print_table(outcomes: &[Outcome]) {
+    println!(
+        "| query | rows | DataFusion | gpusort | speedup | backend | collect | encode | h2d | device sort | d2h | gather | other |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for o in outcomes {
+        let speedup = o.datafusion.as_secs_f64() / o.gpusort.as_secs_f64().max(1e-9);
+        let breakdown = match &o.stages {
+            Some(s) => {
+                let staged = s.collect + s.encode + s.h2d + s.sort + s.d2h + s.gather;
+                let other = o
+                    .gpusort
+                    .checked_sub(staged)
+                    .map_or("-".to_string(), seconds);
+                let mut backend = s.backend.clone();
+                if s.partitions > 1 {
+                    backend.push_str(&format!(" ×{} partitions (stage sums)", s.partitions));
+                }
+                if s.fallbacks > 0 {
+                    backend.push_str(&format!(", {} CPU fallbacks", s.fallbacks));
+                }
+                format!(
+                    "{backend} | {} | {} | {} | {} | {} | {} | {other}",
+                    seconds(s.collect),
+                    seconds(s.encode),
+                    seconds(s.h2d),
+                    seconds(s.sort),
+                    seconds(s.d2h),
+                    seconds(s.gather),
+                )
+            }
+            None => "DataFusion's sort kept | - | - | - | - | - | - | -".to_string(),
+        };
+        println!(
+            "| {} `{}` | {} | {} | {} | {speedup:.2}× | {breakdown} |",
+            o.query.name,
+            o.query.sql,
+            o.rows,
+            seconds(o.datafusion),
+            seconds(o.gpusort),
+        );
+    }
+}
+
+fn to_json(outcomes: &[Outcome], device: &str, partitions: usize, options: &SqlBench) -> String {
+    let escape = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
+    let rows: Vec<String> = outcomes
+        .iter()
+        .map(|o| {
+            let stages = match &o.stages {
+                Some(s) => format!(
+                    r#"{{"backend": "{}", "partitions": {}, "collect": {}, "encode": {}, "h2d": {}, "device_sort": {}, "d2h": {}, "gather": {}}}"#,
+                    s.backend,
+                    s.partitions,
+                    s.collect.as_secs_f64(),
+                    s.encode.as_secs_f64(),
+                    s.h2d.as_secs_f64(),
+                    s.sort.as_secs_f64(),
+                    s.d2h.as_secs_f64(),
+                    s.gather.as_secs_f64()
+                ),
+                None => "null".to_string(),
+            };
+            format!(
+                r#"    {{"query": "{}", "sql": "{}", "rows": {}, "datafusion_s": {}, "gpusort_s": {}, "stages": {stages}}}"#,
+                o.query.name,
+                escape(o.query.sql),
+                o.rows,
+                o.datafusion.as_secs_f64(),
+                o.gpusort.as_secs_f64()
+            )
+        })
+        .collect();
+    format!(
+        "{{\n  \"device\": \"{}\",\n  \"partitions\": {partitions},\n  \"rows\": {},\n  \"reps\": {},\n  \"queries\": [\n{}\n  ]\n}}\n",
+        escape(device),
+        options.rows,
+        options.reps,
+        rows.join(",\n")
+    )
+}
+
+/// Writes each table to `<dir>/<name>.parquet`, row order kept.
+fn write_parquet(tables: &[Table], dir: &std::path::Path) -> Result<()> {
+    use datafusion::parquet::arrow::ArrowWriter;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| DataFusionError::Execution(format!("creating {}: {e}", dir.display())))?;
+    for table in tables {
+        let path = dir.join(format!("{}.parquet", table.name));
+        let file = std::fs::File::create(&path)
+            .map_err(|e| DataFusionError::Execution(format!("creating {}: {e}", path.display())))?;
+        let mut writer = ArrowWriter::try_new(file, Arc::clone(&table.schema), None)?;
+        for batch in table.partitions.iter().flatten() {
+            writer.write(batch)?;
+        }
+        writer.close()?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
