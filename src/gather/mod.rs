@@ -1,24 +1,42 @@
 //! Gather: a run's permutation → output `RecordBatch`es of `batch_size` rows.
 //!
-//! The run's rows live in the input batches as they arrived (never concatenated). Output
-//! batch `j` takes rows `permutation[j*batch_size ..]` with arrow's `interleave` (or
-//! `take` when the run is one batch). Batches are built in parallel, a window of them at a
-//! time, and handed out in order as each window completes, so the first rows leave while
-//! later ones are still being built.
+//! The run's rows live in the input batches as they arrived (never concatenated). Each
+//! column gets a gatherer once per run (`columns`); output batch `j` locates rows
+//! `permutation[j*batch_size ..]` (input batch, row) once and every column gathers from
+//! those locations (`take` when the run is one batch). Batches are built in parallel, a
+//! window of them at a time, and handed out in order as each window completes, so the
+//! first rows leave while later ones are still being built.
 
-use arrow::array::{RecordBatch, UInt32Array};
-use arrow::compute::{interleave_record_batch, take_record_batch};
+mod columns;
+
+use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions, UInt32Array};
+use arrow::compute::take_record_batch;
+use arrow::datatypes::SchemaRef;
 use datafusion::arrow;
 use datafusion::common::Result;
 use rayon::prelude::*;
 
+pub use columns::{column_gatherer, ColumnGather, RowAt};
+
 /// The buffered rows of one run, addressed by row id (0 .. rows).
-#[derive(Debug, Clone)]
 pub struct RunRows {
     batches: Vec<RecordBatch>,
     /// `starts[b]` is the row id of the first row of `batches[b]`.
     starts: Vec<usize>,
+    /// Rows of every batch but the last, when they are all equal (locating is a division).
+    uniform: Option<usize>,
     rows: usize,
+    /// One gatherer per column (when the run has more than one batch).
+    columns: Vec<Box<dyn ColumnGather>>,
+}
+
+impl std::fmt::Debug for RunRows {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunRows")
+            .field("batches", &self.batches.len())
+            .field("rows", &self.rows)
+            .finish()
+    }
 }
 
 impl RunRows {
@@ -31,10 +49,30 @@ impl RunRows {
             starts.push(rows);
             rows += batch.num_rows();
         }
+        let uniform = match batches.split_last() {
+            Some((_, [])) | None => None,
+            Some((_, init)) => {
+                let size = init[0].num_rows();
+                init.iter().all(|b| b.num_rows() == size).then_some(size)
+            }
+        };
+        let columns = if batches.len() > 1 {
+            (0..batches[0].num_columns())
+                .map(|c| {
+                    let arrays: Vec<ArrayRef> =
+                        batches.iter().map(|b| b.column(c).clone()).collect();
+                    column_gatherer(arrays)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         Self {
             batches,
             starts,
+            uniform,
             rows,
+            columns,
         }
     }
 
@@ -54,14 +92,28 @@ impl RunRows {
             let indices = UInt32Array::from(ids.to_vec());
             return Ok(take_record_batch(batch, &indices)?);
         }
-        let indices: Vec<(usize, usize)> = ids.iter().map(|&id| self.locate(id as usize)).collect();
-        let refs: Vec<&RecordBatch> = self.batches.iter().collect();
-        Ok(interleave_record_batch(&refs, &indices)?)
+        let at: Vec<RowAt> = ids.iter().map(|&id| self.locate(id as usize)).collect();
+        let columns = self
+            .columns
+            .iter()
+            .map(|column| column.gather(&at))
+            .collect::<Result<Vec<_>>>()?;
+        let schema: SchemaRef = self.batches[0].schema();
+        let options = RecordBatchOptions::new().with_row_count(Some(ids.len()));
+        Ok(RecordBatch::try_new_with_options(
+            schema, columns, &options,
+        )?)
     }
 
-    fn locate(&self, row: usize) -> (usize, usize) {
-        let batch = self.starts.partition_point(|&start| start <= row) - 1;
-        (batch, row - self.starts[batch])
+    fn locate(&self, row: usize) -> RowAt {
+        let batch = match self.uniform {
+            Some(size) => (row / size).min(self.batches.len() - 1),
+            None => self.starts.partition_point(|&start| start <= row) - 1,
+        };
+        RowAt {
+            batch: batch as u32,
+            row: (row - self.starts[batch]) as u32,
+        }
     }
 }
 
