@@ -178,13 +178,7 @@ impl CudaRuntime {
                     .collect::<CudaResult<Vec<_>>>()?;
                 (DeviceKeys::Words(words), n * 8 * keys.words.len())
             };
-            device.synchronize()?;
-            let uploaded = Uploaded {
-                keys: device_keys,
-                bytes: h2d_bytes,
-                time: started.elapsed(),
-            };
-            self.sort_device_keys(device, staging, uploaded, n)
+            self.sort_device_keys(device, staging, device_keys, h2d_bytes, started, n)
         })
     }
 
@@ -197,36 +191,35 @@ impl CudaRuntime {
         self.with_device(|device, staging| {
             let started = Instant::now();
             let encoded = self.encoder.encode(device, staging, columns, n)?;
-            device.synchronize()?;
-            let uploaded = Uploaded {
-                keys: encoded.keys,
-                bytes: encoded.h2d_bytes,
-                time: started.elapsed(),
-            };
-            self.sort_device_keys(device, staging, uploaded, n)
+            let (keys, bytes) = (encoded.keys, encoded.h2d_bytes);
+            self.sort_device_keys(device, staging, keys, bytes, started, n)
         })
     }
 
-    /// Sorts packed key words already on the device and brings the permutation back.
+    /// Sorts packed key words put on the device (`h2d_bytes` copied, since
+    /// `upload_started`) and brings the permutation back.
     fn sort_device_keys(
         &self,
         device: &Device,
         staging: &mut Staging,
-        uploaded: Uploaded,
+        keys: DeviceKeys,
+        h2d_bytes: usize,
+        upload_started: Instant,
         n: usize,
     ) -> CudaResult<SortedRun> {
-        let perm = match uploaded.keys {
+        device.synchronize()?;
+        let mut transfer = TransferTimes {
+            upload: upload_started.elapsed(),
+            download: Duration::ZERO,
+        };
+        let perm = match keys {
             DeviceKeys::Constant => None,
             DeviceKeys::U32(word) => self.onesweep.sort_rows_u32(device, word, n)?,
             DeviceKeys::Words(words) => self.onesweep.sort_rows_by_words(device, words, n)?,
         };
-        let mut transfer = TransferTimes {
-            upload: uploaded.time,
-            download: Duration::ZERO,
-        };
         let Some(perm) = perm else {
             device.synchronize()?;
-            return Ok(radix_run(identity(n), uploaded.bytes, 0, transfer));
+            return Ok(radix_run(identity(n), h2d_bytes, 0, transfer));
         };
         device.synchronize()?;
         let download_started = Instant::now();
@@ -234,15 +227,8 @@ impl CudaRuntime {
         staging.download(device, &perm, &mut permutation)?;
         device.synchronize()?;
         transfer.download = download_started.elapsed();
-        Ok(radix_run(permutation, uploaded.bytes, n * 4, transfer))
+        Ok(radix_run(permutation, h2d_bytes, n * 4, transfer))
     }
-}
-
-/// Key words on the device, with the bytes and wall time it took to put them there.
-struct Uploaded {
-    keys: DeviceKeys,
-    bytes: usize,
-    time: Duration,
 }
 
 fn radix_run(

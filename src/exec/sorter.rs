@@ -8,9 +8,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::array::{ArrayRef, RecordBatch};
+use arrow::datatypes::SchemaRef;
 use datafusion::arrow;
 use datafusion::common::Result;
+use datafusion::execution::memory_pool::MemoryReservation;
 use datafusion::physical_expr::LexOrdering;
+use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet};
+use datafusion::physical_plan::sorts::streaming_merge::StreamingMergeBuilder;
+use datafusion::physical_plan::SendableRecordBatchStream;
 
 use super::metrics::SortMetrics;
 use crate::config::AlgorithmChoice;
@@ -119,6 +124,26 @@ fn evaluate_keys(spec: &SortSpec, rows: &RunRows) -> Result<Vec<KeyColumn>> {
         })
         .collect::<Result<Vec<_>>>()
         .map_err(|e| e.context("gpusort: evaluating sort keys"))
+}
+
+/// Merges sorted `streams` (runs in input order) with DataFusion's streaming merge, ties
+/// broken by run index so the result stays stable.
+pub fn merge_runs(
+    streams: Vec<SendableRecordBatchStream>,
+    schema: SchemaRef,
+    spec: &SortSpec,
+    reservation: MemoryReservation,
+) -> Result<SendableRecordBatchStream> {
+    StreamingMergeBuilder::new()
+        .with_streams(streams)
+        .with_schema(schema)
+        .with_expressions(&spec.exprs)
+        .with_metrics(BaselineMetrics::new(&ExecutionPlanMetricsSet::new(), 0))
+        .with_batch_size(spec.batch_size)
+        .with_fetch(spec.fetch)
+        .with_reservation(reservation)
+        .with_round_robin_tie_breaker(false)
+        .build()
 }
 
 /// Bytes the encode and sort steps of a run of `rows` rows and `keys` sort keys need

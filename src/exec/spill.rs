@@ -20,14 +20,13 @@ use datafusion::common::{resources_err, Result};
 use datafusion::execution::memory_pool::MemoryReservation;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::SpillFile;
-use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet, SpillMetrics};
-use datafusion::physical_plan::sorts::streaming_merge::StreamingMergeBuilder;
+use datafusion::physical_plan::metrics::SpillMetrics;
 use datafusion::physical_plan::spill::SpillManager;
 use datafusion::physical_plan::SendableRecordBatchStream;
 use futures::StreamExt;
 
 use super::metrics::SortMetrics;
-use super::sorter::{sort_run, SortSpec};
+use super::sorter::{merge_runs, sort_run, SortSpec};
 
 /// One sorted run written to disk.
 pub struct SpilledRun {
@@ -126,16 +125,8 @@ impl RunSpiller {
             .into_iter()
             .map(|run| self.read(run))
             .collect::<Result<Vec<_>>>()?;
-        let mut merged = StreamingMergeBuilder::new()
-            .with_streams(streams)
-            .with_schema(Arc::clone(self.manager.schema()))
-            .with_expressions(&spec.exprs)
-            .with_metrics(BaselineMetrics::new(&ExecutionPlanMetricsSet::new(), 0))
-            .with_batch_size(spec.batch_size)
-            .with_fetch(spec.fetch)
-            .with_reservation(reservation.new_empty())
-            .with_round_robin_tie_breaker(false)
-            .build()?;
+        let schema = Arc::clone(self.manager.schema());
+        let mut merged = merge_runs(streams, schema, spec, reservation.new_empty())?;
         let mut file = self
             .manager
             .create_in_progress_file("GpuSortExec: merged sorted runs")?;

@@ -22,8 +22,6 @@ use datafusion::arrow;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::memory_pool::MemoryReservation;
 use datafusion::physical_plan::memory::MemoryStream;
-use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet};
-use datafusion::physical_plan::sorts::streaming_merge::StreamingMergeBuilder;
 use datafusion::physical_plan::stream::RecordBatchReceiverStream;
 use datafusion::physical_plan::SendableRecordBatchStream;
 use futures::StreamExt;
@@ -31,7 +29,7 @@ use tokio::sync::mpsc::Sender;
 
 use super::buffer::{Buffered, InputBuffer};
 use super::metrics::SortMetrics;
-use super::sorter::{sort_run, split_runs, SortSpec};
+use super::sorter::{merge_runs, sort_run, split_runs, SortSpec};
 use super::spill::RunSpiller;
 
 /// Everything one partition's sort owns while it runs.
@@ -161,17 +159,7 @@ async fn merge_sorted(
     if streams.is_empty() {
         return Ok(());
     }
-    let merge_metrics = BaselineMetrics::new(&ExecutionPlanMetricsSet::new(), 0);
-    let mut merged = StreamingMergeBuilder::new()
-        .with_streams(streams)
-        .with_schema(schema)
-        .with_expressions(&spec.exprs)
-        .with_metrics(merge_metrics)
-        .with_batch_size(spec.batch_size)
-        .with_fetch(spec.fetch)
-        .with_reservation(reservation)
-        .with_round_robin_tie_breaker(false)
-        .build()?;
+    let mut merged = merge_runs(streams, schema, &spec, reservation)?;
     while let Some(batch) = merged.next().await {
         if let Ok(batch) = &batch {
             metrics.baseline.record_output(batch.num_rows());

@@ -65,7 +65,8 @@ pub struct KernelBench {
     pub cub: Option<String>,
 }
 
-fn splitmix64(x: u64) -> u64 {
+/// The generator of every benchmark's data (also in `benches/cub_sort.cu`).
+pub fn splitmix64(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);

@@ -11,6 +11,7 @@
 //! on every machine whatever the thread count. Batches of `BATCH_ROWS` rows are generated in
 //! parallel and dealt to the partitions in contiguous, equal shares (input order = row order).
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, StringViewArray};
@@ -18,6 +19,8 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow;
 use datafusion::common::Result;
 use rayon::prelude::*;
+
+use crate::bench::splitmix64;
 
 /// Rows per generated batch (DataFusion's default batch size).
 pub const BATCH_ROWS: usize = 8192;
@@ -48,13 +51,6 @@ pub fn generate_tables(rows: usize, partitions: usize, seed: u64) -> Result<Vec<
     ])
 }
 
-fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// The random stream of one column: value `i` is `splitmix64(base + i)`.
 #[derive(Clone, Copy)]
 struct Stream {
@@ -80,9 +76,21 @@ impl Stream {
     fn unit(self, i: u64) -> f64 {
         (self.at(i) >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
+
+    /// A BIGINT column of uniform random values.
+    fn int64s(self, rows: Range<u64>) -> ArrayRef {
+        Arc::new(Int64Array::from_iter_values(
+            rows.map(|i| self.at(i) as i64),
+        ))
+    }
+
+    /// A DOUBLE column of uniform random values in [0, 1).
+    fn units(self, rows: Range<u64>) -> ArrayRef {
+        Arc::new(Float64Array::from_iter_values(rows.map(|i| self.unit(i))))
+    }
 }
 
-type Columns = (Vec<Field>, fn(u64, std::ops::Range<u64>) -> Vec<ArrayRef>);
+type Columns = (Vec<Field>, fn(u64, Range<u64>) -> Vec<ArrayRef>);
 
 fn table_t() -> Columns {
     (
@@ -98,13 +106,9 @@ fn table_t() -> Columns {
                 Stream::new(seed, "t", "p2"),
             );
             vec![
-                Arc::new(Int64Array::from_iter_values(
-                    rows.clone().map(|i| k.at(i) as i64),
-                )),
-                Arc::new(Int64Array::from_iter_values(
-                    rows.clone().map(|i| p1.at(i) as i64),
-                )),
-                Arc::new(Float64Array::from_iter_values(rows.map(|i| p2.unit(i)))),
+                k.int64s(rows.clone()),
+                p1.int64s(rows.clone()),
+                p2.units(rows),
             ]
         },
     )
@@ -127,10 +131,8 @@ fn table_g() -> Columns {
                 Arc::new(Int32Array::from_iter_values(
                     rows.clone().map(|i| (g.at(i) % 1000) as i32),
                 )),
-                Arc::new(Int64Array::from_iter_values(
-                    rows.clone().map(|i| ts.at(i) as i64),
-                )),
-                Arc::new(Float64Array::from_iter_values(rows.map(|i| v.unit(i)))),
+                ts.int64s(rows.clone()),
+                v.units(rows),
             ]
         },
     )
@@ -149,7 +151,7 @@ fn table_ts() -> Columns {
                     rows.clone()
                         .map(|i| (i * 1000 + noise.at(i) % 64_000) as i64),
                 )),
-                Arc::new(Float64Array::from_iter_values(rows.map(|i| v.unit(i)))),
+                v.units(rows),
             ]
         },
     )
@@ -170,7 +172,7 @@ fn table_s() -> Columns {
             let text = |i: u64| format!("{:x}", pool.at(pick.at(i) % STRING_POOL) >> 4);
             vec![
                 Arc::new(StringViewArray::from_iter_values(rows.clone().map(text))),
-                Arc::new(Int64Array::from_iter_values(rows.map(|i| v.at(i) as i64))),
+                v.int64s(rows),
             ]
         },
     )
