@@ -1,5 +1,5 @@
 //! Differential tests on the CPU backend: gpusort against DataFusion's own `SortExec` over
-//! the test matrix for fixed-width key types (the cases live in `common/differential.rs`;
+//! the test matrix for every supported key type (the cases live in `common/differential.rs`;
 //! `tests/gpu.rs` runs the same cases on the CUDA backend).
 
 mod common;
@@ -50,4 +50,19 @@ async fn many_runs_merged_stay_stable() {
 #[tokio::test]
 async fn negative_zero_and_nan_bitwise() {
     cases::negative_zero_and_nan_bitwise(Cpu).await;
+}
+
+#[tokio::test]
+async fn string_keys_every_type_and_shape() {
+    cases::string_keys_every_type_and_shape(Cpu).await;
+}
+
+#[tokio::test]
+async fn string_keys_mixed_with_other_keys() {
+    cases::string_keys_mixed_with_other_keys(Cpu).await;
+}
+
+#[tokio::test]
+async fn string_keys_in_runs_partitions_and_spills() {
+    cases::string_keys_in_runs_partitions_and_spills(Cpu).await;
 }

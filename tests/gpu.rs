@@ -367,6 +367,7 @@ fn encoded(n: usize, label: &str) -> EncodedKeys {
         words,
         total_bits: 108,
         rows: n,
+        long_keys: Vec::new(),
     }
 }
 
@@ -618,4 +619,7 @@ differential_on_cuda!(
     many_runs_merged_stay_stable,
     memory_limited_sorts_spill,
     negative_zero_and_nan_bitwise,
+    string_keys_every_type_and_shape,
+    string_keys_mixed_with_other_keys,
+    string_keys_in_runs_partitions_and_spills,
 );

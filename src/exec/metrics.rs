@@ -3,7 +3,9 @@
 //! Shown by `EXPLAIN ANALYZE`, stage by stage: `collect_time` (wall time until the whole
 //! input was buffered), `encode_time` (host key encoding), `h2d_time` (keys to the device,
 //! device encoding overlapped), `device_sort_time` (the backend's sort itself), `d2h_time`
-//! (the permutation back), `gather_time` (building output batches), all summed over runs;
+//! (the permutation back), `tie_refine_time` (ordering ties of strings longer than their
+//! encoded prefix, with `tie_groups` the groups it ordered), `gather_time` (building output
+//! batches), all summed over runs;
 //! `h2d_bytes` / `d2h_bytes` (bytes that crossed PCIe; 0 on the CPU backend), `runs`, one
 //! `algorithm_<name>` count per algorithm that sorted a run, and `gpu_fallbacks`.
 
@@ -30,6 +32,10 @@ pub struct SortMetrics {
     pub sort_time: Time,
     /// Permutation device → host.
     pub d2h_time: Time,
+    /// Ordering the ties of long byte-like keys.
+    pub tie_refine_time: Time,
+    /// Tie groups of long byte-like keys ordered.
+    pub tie_groups: Count,
     /// Building output batches.
     pub gather_time: Time,
     /// Bytes host → device.
@@ -58,6 +64,8 @@ impl SortMetrics {
             h2d_time: time("h2d_time"),
             sort_time: time("device_sort_time"),
             d2h_time: time("d2h_time"),
+            tie_refine_time: time("tie_refine_time"),
+            tie_groups: counter("tie_groups"),
             gather_time: time("gather_time"),
             h2d_bytes: counter("h2d_bytes"),
             d2h_bytes: counter("d2h_bytes"),

@@ -21,7 +21,7 @@ use super::metrics::SortMetrics;
 use crate::config::AlgorithmChoice;
 use crate::gather::{gather_sorted, RunRows};
 use crate::keys::{encode_keys, KeyColumn};
-use crate::sort::SortBackend;
+use crate::sort::{refine_long_ties, SortBackend};
 
 /// What every run of one `GpuSortExec` partition is sorted by and with.
 #[derive(Debug, Clone)]
@@ -84,22 +84,29 @@ pub fn sort_run(
         let _compute = metrics.baseline.elapsed_compute().timer();
         spec.backend.sort_key_columns(&columns, spec.algorithm)?
     };
-    let (sorted, sort_started) = match on_device {
-        Some(sorted) => (sorted, started),
+    let (sorted, sort_started, keys) = match on_device {
+        Some(sorted) => (sorted, started, None),
         None => {
             let keys = {
                 let _timer = metrics.encode_time.timer();
                 let _compute = metrics.baseline.elapsed_compute().timer();
                 encode_keys(&columns)?
             };
-            drop(columns);
             let sort_started = Instant::now();
             let _compute = metrics.baseline.elapsed_compute().timer();
-            (spec.backend.sort(&keys, spec.algorithm)?, sort_started)
+            let sorted = spec.backend.sort(&keys, spec.algorithm)?;
+            (sorted, sort_started, Some(keys))
         }
     };
     metrics.record_run(&sorted, sort_started.elapsed());
     let mut permutation = sorted.permutation;
+    if let Some(keys) = keys.filter(|k| !k.long_keys.is_empty()) {
+        let _timer = metrics.tie_refine_time.timer();
+        let _compute = metrics.baseline.elapsed_compute().timer();
+        let groups = refine_long_ties(&columns, &keys, &mut permutation)?;
+        metrics.tie_groups.add(groups);
+    }
+    drop(columns);
     if let Some(fetch) = spec.fetch {
         permutation.truncate(fetch);
     }

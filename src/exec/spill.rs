@@ -13,8 +13,8 @@
 
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
+use arrow::array::{Array, AsArray, GenericByteViewArray, RecordBatch, MAX_INLINE_VIEW_LEN};
+use arrow::datatypes::{ByteViewType, DataType, SchemaRef};
 use datafusion::arrow;
 use datafusion::common::{resources_err, Result};
 use datafusion::execution::memory_pool::MemoryReservation;
@@ -64,7 +64,7 @@ impl RunSpiller {
         let mut max_batch_memory = 0;
         let mut write_error = None;
         sort_run(spec, batches, metrics, |batch| {
-            max_batch_memory = max_batch_memory.max(batch.get_array_memory_size());
+            max_batch_memory = max_batch_memory.max(memory_when_read(&batch));
             match file.append_batch(&batch) {
                 Ok(_) => true,
                 Err(e) => {
@@ -133,7 +133,7 @@ impl RunSpiller {
         let mut max_batch_memory = 0;
         while let Some(batch) = merged.next().await {
             let batch = batch?;
-            max_batch_memory = max_batch_memory.max(batch.get_array_memory_size());
+            max_batch_memory = max_batch_memory.max(memory_when_read(&batch));
             file.append_batch(&batch)?;
         }
         Ok(file.finish()?.map(|file| SpilledRun {
@@ -141,6 +141,33 @@ impl RunSpiller {
             max_batch_memory,
         }))
     }
+}
+
+/// The memory `batch` takes once written and read back. The spill writer compacts string
+/// and binary views (a view array made by a gather shares the input's whole data buffers,
+/// which `get_array_memory_size` would count in full): views, nulls and the bytes of the
+/// values not inlined in their view.
+fn memory_when_read(batch: &RecordBatch) -> usize {
+    batch
+        .columns()
+        .iter()
+        .map(|array| match array.data_type() {
+            DataType::Utf8View => view_memory(array.as_string_view()),
+            DataType::BinaryView => view_memory(array.as_binary_view()),
+            _ => array.get_array_memory_size(),
+        })
+        .sum()
+}
+
+fn view_memory<T: ByteViewType + ?Sized>(array: &GenericByteViewArray<T>) -> usize {
+    let out_of_line: usize = array
+        .views()
+        .iter()
+        .map(|view| *view as u32 as usize)
+        .filter(|len| *len > MAX_INLINE_VIEW_LEN as usize)
+        .sum();
+    let nulls = array.nulls().map_or(0, |n| n.buffer().capacity());
+    16 * array.len() + nulls + out_of_line
 }
 
 /// How many leading `runs` one merge can take, as far as the pool grants the memory now:

@@ -16,6 +16,9 @@
 //! | IntervalMonthDayNano | months, days, nanoseconds (three signed limbs) |
 //! | Null | no limbs (every row is null) |
 //!
+//! Byte-like values (strings, binaries) encode as a prefix window (`bytes`), dictionaries as
+//! the rank of their value (`dictionary`).
+//!
 //! Values under null slots are whatever the buffer holds; callers mask them with validity.
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, PrimitiveArray};
@@ -73,17 +76,22 @@ pub fn unsupported_reason(data_type: &DataType) -> Option<String> {
         | Timestamp(_, _)
         | Duration(_)
         | Interval(_) => None,
-        Utf8
-        | LargeUtf8
-        | Utf8View
-        | Binary
-        | LargeBinary
-        | BinaryView
-        | FixedSizeBinary(_)
-        | Dictionary(_, _) => Some(format!(
-            "sort key type {data_type} is not supported yet (string, binary and dictionary keys)"
+        Utf8 | LargeUtf8 | Utf8View | Binary | LargeBinary | BinaryView | FixedSizeBinary(_) => {
+            None
+        }
+        Dictionary(_, value_type) => {
+            let value_reason = unsupported_reason(value_type);
+            if super::dictionary::is_rankable(value_type, value_reason.is_none()) {
+                None
+            } else {
+                Some(format!(
+                    "sort key type {data_type}: dictionary values of type {value_type} cannot be ranked"
+                ))
+            }
+        }
+        other => Some(format!(
+            "sort key type {other} is not supported by gpusort (nested and union types keep DataFusion's sort)"
         )),
-        other => Some(format!("sort key type {other} is not orderable by gpusort")),
     }
 }
 

@@ -5,15 +5,21 @@
 //! ```text
 //!  column ──► null flag field (only if the column has nulls)
 //!         │     NULLS FIRST: null → 0, value → 1     NULLS LAST: value → 0, null → 1
-//!         └─► value limbs (see `limbs`)  ──DESC: !limb──►  min/max reduction (`reduce`)
+//!         └─► value limbs  ──DESC: !limb──►  min/max reduction (`reduce`)
+//!               fixed width: `limbs`; strings, binaries: a prefix window (`bytes`);
+//!               dictionaries: the rank of the value (`dictionary`)
 //!
 //!  all fields, key by key, flag before value ──► packed MSB-first into 64-bit words (`pack`)
 //! ```
 //!
 //! Comparing the packed words lexicographically as unsigned integers gives exactly the
 //! order of arrow's `lexsort` for the given `SortOptions`; ties are rows whose keys are
-//! equal, and a stable sort on the words keeps them in input order.
+//! equal, and a stable sort on the words keeps them in input order — except for byte-like
+//! values longer than their window: those are listed in [`EncodedKeys::long_keys`] and
+//! their ties are ordered after the sort (`crate::sort::refine`).
 
+pub mod bytes;
+mod dictionary;
 mod limbs;
 mod pack;
 mod reduce;
@@ -47,6 +53,21 @@ pub struct EncodedKeys {
     pub total_bits: u32,
     /// Number of rows.
     pub rows: usize,
+    /// Byte-like key columns with values longer than their encoded window, in key order.
+    pub long_keys: Vec<LongKey>,
+}
+
+/// A byte-like key column whose packed fields hold only a prefix of some values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LongKey {
+    /// Index of the key column.
+    pub column: usize,
+    /// Bytes of each value the packed key holds.
+    pub window: usize,
+    /// Bits of the packed key up to the end of this column's fields.
+    pub bits_end: u32,
+    /// Whether the column sorts descending.
+    pub descending: bool,
 }
 
 impl EncodedKeys {
@@ -69,18 +90,28 @@ impl EncodedKeys {
 pub fn encode_keys(columns: &[KeyColumn]) -> Result<EncodedKeys> {
     let rows = columns.first().map_or(0, column_rows);
     let mut fields = Vec::new();
-    for column in columns {
+    let mut long_keys = Vec::new();
+    for (index, column) in columns.iter().enumerate() {
         if column_rows(column) != rows {
             return internal_err!("gpusort: key columns differ in length");
         }
-        fields.extend(encode_column(column, rows)?);
+        let encoded = encode_column(column, rows)?;
+        fields.extend(encoded.fields.into_iter().filter(|f| f.width > 0));
+        if let Some(window) = encoded.longer_than {
+            long_keys.push(LongKey {
+                column: index,
+                window,
+                bits_end: fields.iter().map(|f| f.width).sum(),
+                descending: column.options.descending,
+            });
+        }
     }
-    fields.retain(|f| f.width > 0);
     let (words, total_bits) = pack::pack_fields(&fields, rows);
     Ok(EncodedKeys {
         words,
         total_bits,
         rows,
+        long_keys,
     })
 }
 
@@ -89,11 +120,24 @@ pub fn column_rows(column: &KeyColumn) -> usize {
     column.arrays.iter().map(|a| a.len()).sum()
 }
 
+/// The fields of one key column.
+struct ColumnFields {
+    /// Null flag first, then the value fields.
+    fields: Vec<KeyField>,
+    /// For a byte-like column with values longer than its window: the window's bytes.
+    longer_than: Option<usize>,
+}
+
 /// The null-flag field and the value fields of one key column.
-fn encode_column(column: &KeyColumn, rows: usize) -> Result<Vec<KeyField>> {
+fn encode_column(column: &KeyColumn, rows: usize) -> Result<ColumnFields> {
     let data_type = match column.arrays.first() {
         Some(array) => array.data_type().clone(),
-        None => return Ok(Vec::new()),
+        None => {
+            return Ok(ColumnFields {
+                fields: Vec::new(),
+                longer_than: None,
+            })
+        }
     };
     if let Some(reason) = unsupported_reason(&data_type) {
         return internal_err!("gpusort: {reason}");
@@ -103,17 +147,31 @@ fn encode_column(column: &KeyColumn, rows: usize) -> Result<Vec<KeyField>> {
     if let Some(valid) = &valid {
         fields.push(null_flag_field(valid, column.options.nulls_first));
     }
-    let mut limbs = vec![Vec::with_capacity(rows); limbs::limb_count(&data_type)];
-    for array in &column.arrays {
-        limbs::append_limbs(array, &mut limbs)?;
-    }
-    for mut limb in limbs {
-        if column.options.descending {
+    let descending = column.options.descending;
+    let finish = |mut limb: Vec<u64>| {
+        if descending {
             limb.iter_mut().for_each(|v| *v = !*v);
         }
-        fields.push(reduce_field(limb, valid.as_deref()));
+        reduce_field(limb, valid.as_deref())
+    };
+    let mut longer_than = None;
+    if bytes::is_byte_like(&data_type) {
+        let window = bytes::window_fields(&column.arrays, rows, valid.as_deref(), finish)?;
+        fields.extend(window.fields);
+        longer_than = window.has_longer.then_some(window.window);
+    } else if matches!(data_type, DataType::Dictionary(_, _)) {
+        fields.push(finish(dictionary::rank_limb(&column.arrays, rows)?));
+    } else {
+        let mut limbs = vec![Vec::with_capacity(rows); limbs::limb_count(&data_type)];
+        for array in &column.arrays {
+            limbs::append_limbs(array, &mut limbs)?;
+        }
+        fields.extend(limbs.into_iter().map(finish));
     }
-    Ok(fields)
+    Ok(ColumnFields {
+        fields,
+        longer_than,
+    })
 }
 
 /// Per-row validity, or `None` when no row is null.

@@ -11,6 +11,7 @@
 mod cpu;
 mod merge;
 mod radix;
+mod refine;
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use crate::keys::{EncodedKeys, KeyColumn};
 pub use cpu::CpuBackend;
 pub use merge::merge_sort;
 pub use radix::radix_sort;
+pub use refine::refine_long_ties;
 
 /// The algorithm that actually sorted a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -97,7 +97,7 @@ pub fn base_values(rng: &mut StdRng, n: usize, dist: Distribution) -> Vec<i64> {
         .collect()
 }
 
-fn null_buffer(rng: &mut StdRng, n: usize, null_fraction: f64) -> Option<NullBuffer> {
+pub fn null_buffer(rng: &mut StdRng, n: usize, null_fraction: f64) -> Option<NullBuffer> {
     if null_fraction <= 0.0 {
         return None;
     }

@@ -18,6 +18,7 @@ use super::data::{
     base_values, case_rng, fixed_width_types, make_column, split_uneven, Distribution,
     DISTRIBUTIONS,
 };
+use super::strings::{byte_types, make_byte_column, Shape, SHAPES};
 use super::{
     forced_context_on, memory_limited_context_on, register, run, run_counting_spills, seed,
     session_config, stock_context,
@@ -31,6 +32,8 @@ struct KeySpec {
     dist: Distribution,
     null_fraction: f64,
     order: &'static str,
+    /// For byte-like and dictionary types: how values are made.
+    shape: Option<Shape>,
 }
 
 /// One differential case.
@@ -82,12 +85,12 @@ impl Case {
         let mut columns: Vec<ArrayRef> = Vec::new();
         for (i, key) in self.keys.iter().enumerate() {
             let base = base_values(&mut rng, self.rows, key.dist);
-            columns.push(make_column(
-                &mut rng,
-                &key.data_type,
-                &base,
-                key.null_fraction,
-            ));
+            columns.push(match key.shape {
+                Some(shape) => {
+                    make_byte_column(&mut rng, &key.data_type, &base, shape, key.null_fraction)
+                }
+                None => make_column(&mut rng, &key.data_type, &base, key.null_fraction),
+            });
             fields.push(Field::new(format!("k{i}"), key.data_type.clone(), true));
         }
         for p in 0..self.payloads {
@@ -205,7 +208,125 @@ fn key(
         dist,
         null_fraction,
         order,
+        shape: None,
     }
+}
+
+fn text_key(
+    data_type: DataType,
+    dist: Distribution,
+    shape: Shape,
+    null_fraction: f64,
+    order: &'static str,
+) -> KeySpec {
+    KeySpec {
+        shape: Some(shape),
+        ..key(data_type, dist, null_fraction, order)
+    }
+}
+
+/// The `string_keys_every_type_and_shape` cases: every byte-like type (and dictionaries)
+/// in every shape, cycling through distributions, null fractions and directions.
+pub async fn string_keys_every_type_and_shape(backend: BackendChoice) {
+    let mut i = 0;
+    for data_type in byte_types() {
+        for shape in SHAPES {
+            i += 1;
+            let dist = DISTRIBUTIONS[i % DISTRIBUTIONS.len()];
+            let nulls = [0.0, 0.01, 0.5, 0.2, 1.0][i % 5];
+            let rows = if shape == Shape::Long { 150 } else { 1500 };
+            let keys = vec![text_key(
+                data_type.clone(),
+                dist,
+                shape,
+                nulls,
+                ORDERS[i % 4],
+            )];
+            Case::new(
+                backend,
+                format!("text-{data_type}-{shape:?}-{i}"),
+                rows,
+                keys,
+            )
+            .check()
+            .await;
+        }
+    }
+}
+
+/// The `string_keys_mixed_with_other_keys` cases: strings before, between and after
+/// numeric keys, two string keys, few distinct values so that later keys decide.
+pub async fn string_keys_mixed_with_other_keys(backend: BackendChoice) {
+    let mut rng = case_rng(seed(), "text-mixed");
+    let types = byte_types();
+    let numeric = fixed_width_types();
+    for round in 0..24 {
+        let count = 2 + round % 3;
+        let keys = (0..count)
+            .map(|k| {
+                let order = ORDERS[rng.random_range(0..4)];
+                let nulls = [0.0, 0.05, 0.5][rng.random_range(0..3)];
+                let dist = [
+                    Distribution::Distinct(2),
+                    Distribution::Distinct(10),
+                    Distribution::Distinct(256),
+                    Distribution::Uniform,
+                ][rng.random_range(0..4)];
+                if (k + round) % 2 == 0 || rng.random_bool(0.3) {
+                    let data_type = types[rng.random_range(0..types.len())].clone();
+                    let shape = SHAPES[rng.random_range(0..SHAPES.len())];
+                    text_key(data_type, dist, shape, nulls, order)
+                } else {
+                    let data_type = numeric[rng.random_range(0..numeric.len())].clone();
+                    key(data_type, dist, nulls, order)
+                }
+            })
+            .collect::<Vec<_>>();
+        let long = keys.iter().any(|k| k.shape == Some(Shape::Long));
+        let rows = if long {
+            300
+        } else {
+            rng.random_range(100..4000)
+        };
+        let mut case = Case::new(backend, format!("text-mixed-{round}"), rows, keys);
+        case.payloads = rng.random_range(0..2);
+        case.check().await;
+    }
+}
+
+/// The `string_keys_in_runs_partitions_and_spills` cases: the multi-run merge, several
+/// partitions and a memory limit with string keys that need the tie refinement.
+pub async fn string_keys_in_runs_partitions_and_spills(backend: BackendChoice) {
+    let keys = || {
+        vec![
+            text_key(
+                DataType::Utf8View,
+                Distribution::Distinct(256),
+                Shape::SharedPrefix(16),
+                0.1,
+                "DESC NULLS FIRST",
+            ),
+            text_key(
+                DataType::Utf8,
+                Distribution::Uniform,
+                Shape::Mixed,
+                0.0,
+                "ASC NULLS LAST",
+            ),
+        ]
+    };
+    for (run_rows, target_partitions) in [(1, 1), (97, 1), (1000, 3)] {
+        let rows = if run_rows == 1 { 200 } else { 6000 };
+        let mut case = Case::new(backend, format!("text-runs-{run_rows}"), rows, keys());
+        case.run_rows = Some(run_rows);
+        case.target_partitions = target_partitions;
+        case.check().await;
+    }
+    let mut case = Case::new(backend, "text-spill", 60_000, keys());
+    case.payloads = 2;
+    case.batch_size = 500;
+    case.memory_limit = Some(4 << 20);
+    case.check().await;
 }
 
 /// The `every_type_every_direction` cases.
