@@ -25,6 +25,7 @@ QUERIES = {
     "Q4": "SELECT g, ts, row_number() OVER (PARTITION BY g ORDER BY ts) AS rn FROM g",
     "Q5": "SELECT * FROM ts ORDER BY ts",
     "Q6": "SELECT * FROM t ORDER BY k LIMIT 100",
+    "Q7": "SELECT * FROM u ORDER BY url",
 }
 
 

@@ -34,8 +34,10 @@ use rayon::prelude::*;
 
 use super::reduce::KeyField;
 
-/// Chunks that must vary before the window stops growing.
-pub const LIVE_CHUNKS: usize = 2;
+/// Chunks that must vary before the window stops growing. Wider windows cost key words
+/// (cheap on the GPU: 8 bytes per row over PCIe and a few digit passes); narrower ones
+/// leave more ties to the host's refinement, which reads values at random.
+pub const LIVE_CHUNKS: usize = 4;
 /// Most chunks in a window (bytes past `8 * MAX_CHUNKS` are left to the refinement).
 pub const MAX_CHUNKS: usize = 8;
 

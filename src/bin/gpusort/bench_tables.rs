@@ -5,6 +5,8 @@
 //!  g (g INT, ts BIGINT, v DOUBLE)          N rows, g uniform in 0..999
 //!  ts(ts BIGINT, v DOUBLE)                 N rows, ts = i*1000 + uniform 0..64000 (nearly sorted)
 //!  s (s VARCHAR, v BIGINT)                 N/5 rows, s = hex of one of 1 M random 60-bit numbers
+//!  u (url VARCHAR, v BIGINT)               N/5 rows, url = a 40-byte prefix every value shares,
+//!                                          the hex of one of 1 M numbers, "/reviews"
 //! ```
 //!
 //! Value `i` of a column is a pure function of (seed, column, i), so the tables are the same
@@ -24,8 +26,10 @@ use crate::bench::splitmix64;
 
 /// Rows per generated batch (DataFusion's default batch size).
 pub const BATCH_ROWS: usize = 8192;
-/// Distinct strings of table `s`.
+/// Distinct strings of tables `s` and `u`.
 const STRING_POOL: u64 = 1_000_000;
+/// The 40 bytes every URL of table `u` starts with.
+const URL_PREFIX: &str = "https://www.example-shop.com/catalog/id/";
 
 /// One generated table: its name, schema and batches per partition.
 pub struct Table {
@@ -41,13 +45,14 @@ impl Table {
     }
 }
 
-/// Generates the four tables: `rows` rows each (`s`: `rows / 5`), `partitions` partitions.
+/// Generates the five tables: `rows` rows each (`s`: `rows / 5`), `partitions` partitions.
 pub fn generate_tables(rows: usize, partitions: usize, seed: u64) -> Result<Vec<Table>> {
     Ok(vec![
         generate("t", rows, partitions, seed, table_t)?,
         generate("g", rows, partitions, seed, table_g)?,
         generate("ts", rows, partitions, seed, table_ts)?,
         generate("s", rows / 5, partitions, seed, table_s)?,
+        generate("u", rows / 5, partitions, seed, table_u)?,
     ])
 }
 
@@ -178,6 +183,30 @@ fn table_s() -> Columns {
     )
 }
 
+fn table_u() -> Columns {
+    (
+        vec![
+            Field::new("url", DataType::Utf8View, false),
+            Field::new("v", DataType::Int64, false),
+        ],
+        |seed, rows| {
+            let (pick, pool, v) = (
+                Stream::new(seed, "u", "pick"),
+                Stream::new(seed, "u", "pool"),
+                Stream::new(seed, "u", "v"),
+            );
+            let url = |i: u64| {
+                let id = pool.at(pick.at(i) % STRING_POOL) >> 4;
+                format!("{URL_PREFIX}{id:x}/reviews")
+            };
+            vec![
+                Arc::new(StringViewArray::from_iter_values(rows.clone().map(url))),
+                v.int64s(rows),
+            ]
+        },
+    )
+}
+
 fn generate(
     name: &'static str,
     rows: usize,
@@ -238,5 +267,19 @@ mod tests {
             .iter()
             .enumerate()
             .all(|(i, &v)| (0..64_000).contains(&(v - i as i64 * 1000))));
+    }
+
+    #[test]
+    fn urls_share_their_40_byte_prefix() {
+        let u = generate("u", 1000, 2, 7, table_u).unwrap();
+        assert_eq!(URL_PREFIX.len(), 40);
+        for batch in u.partitions.iter().flatten() {
+            for url in batch.column(0).as_string_view().iter().flatten() {
+                assert!(
+                    url.starts_with(URL_PREFIX) && url.ends_with("/reviews"),
+                    "{url}"
+                );
+            }
+        }
     }
 }

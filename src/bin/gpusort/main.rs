@@ -125,7 +125,7 @@ enum BenchCommand {
         #[arg(long)]
         cub: Option<String>,
     },
-    /// Q1–Q6 on generated tables with gpusort's rule on and off (medians, stage breakdown).
+    /// Q1–Q7 on generated tables with gpusort's rule on and off (medians, stage breakdown).
     Sql {
         /// Rows of tables t, g and ts (s has a fifth of them).
         #[arg(long, default_value_t = 100_000_000)]
@@ -139,7 +139,7 @@ enum BenchCommand {
         /// Table partitions and target_partitions (default: the number of cores).
         #[arg(long)]
         partitions: Option<usize>,
-        /// Run only this query (Q1 … Q6); repeat for several.
+        /// Run only this query (Q1 … Q7); repeat for several.
         #[arg(long = "query")]
         queries: Vec<String>,
         /// Sort backend with the rule on: auto, cuda or cpu.
