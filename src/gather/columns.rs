@@ -9,6 +9,7 @@
 //!  primitive columns (ints, floats, decimals, dates, times, intervals …):
 //!     values slices + validity of every input array, collected once
 //!     output batch: value[i] = slices[batch(i)][row(i)]; validity likewise
+//!  strings and binaries (`bytes`): views copied, or values copied behind new offsets
 //!  every other type:
 //!     arrow's interleave over only the input arrays this output batch reads
 //! ```
@@ -22,6 +23,8 @@ use arrow::compute::interleave;
 use arrow::datatypes::DataType;
 use datafusion::arrow;
 use datafusion::common::Result;
+
+use super::bytes::byte_gatherer;
 
 /// Where a row of a run lives: input batch and row within it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,10 +52,39 @@ pub fn column_gatherer(arrays: Vec<ArrayRef>) -> Box<dyn ColumnGather> {
         Some(array) => array.data_type().clone(),
         None => DataType::Null,
     };
+    if let Some(gather) = byte_gatherer(&arrays) {
+        return gather;
+    }
     downcast_primitive! {
         data_type => (primitive, arrays),
         _ => Box::new(InterleaveGather { arrays })
     }
+}
+
+/// The validity of each input array, or `None` when no input has a null.
+pub(super) fn input_nulls(arrays: &[&dyn Array]) -> Option<Vec<Option<NullBuffer>>> {
+    arrays
+        .iter()
+        .any(|a| a.null_count() > 0)
+        .then(|| arrays.iter().map(|a| a.nulls().cloned()).collect())
+}
+
+/// The validity of the gathered `rows`, given [`input_nulls`].
+pub(super) fn gather_nulls(
+    nulls: Option<&Vec<Option<NullBuffer>>>,
+    rows: &[RowAt],
+) -> Option<NullBuffer> {
+    nulls.map(|nulls| {
+        let valid: BooleanBuffer = rows
+            .iter()
+            .map(|at| {
+                nulls[at.batch as usize]
+                    .as_ref()
+                    .is_none_or(|n| n.is_valid(at.row as usize))
+            })
+            .collect();
+        NullBuffer::new(valid)
+    })
 }
 
 /// Fixed-width values read straight from the input arrays' buffers.
@@ -73,10 +105,7 @@ impl<T: ArrowPrimitiveType> PrimitiveGather<T> {
                     .expect("column arrays share the column's type")
             })
             .collect();
-        let nulls = typed
-            .iter()
-            .any(|a| a.null_count() > 0)
-            .then(|| typed.iter().map(|a| a.nulls().cloned()).collect());
+        let nulls = input_nulls(&typed.iter().map(|a| *a as &dyn Array).collect::<Vec<_>>());
         Self {
             values: typed.iter().map(|a| a.values().clone()).collect(),
             nulls,
@@ -93,17 +122,7 @@ impl<T: ArrowPrimitiveType> ColumnGather for PrimitiveGather<T> {
             .iter()
             .map(|at| self.values[at.batch as usize][at.row as usize])
             .collect();
-        let nulls = self.nulls.as_ref().map(|nulls| {
-            let valid: BooleanBuffer = rows
-                .iter()
-                .map(|at| {
-                    nulls[at.batch as usize]
-                        .as_ref()
-                        .is_none_or(|n| n.is_valid(at.row as usize))
-                })
-                .collect();
-            NullBuffer::new(valid)
-        });
+        let nulls = gather_nulls(self.nulls.as_ref(), rows);
         let array =
             PrimitiveArray::<T>::try_new(values, nulls)?.with_data_type(self.data_type.clone());
         Ok(Arc::new(array))

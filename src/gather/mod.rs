@@ -7,6 +7,7 @@
 //! window of them at a time, and handed out in order as each window completes, so the
 //! first rows leave while later ones are still being built.
 
+mod bytes;
 mod columns;
 
 use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions, UInt32Array};

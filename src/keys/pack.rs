@@ -75,11 +75,22 @@ fn pack_word(fields: &[KeyField], parts: &[Placement], rows: usize) -> Vec<u64> 
         .enumerate()
         .for_each(|(i, chunk)| {
             let start = i * CHUNK_ROWS;
-            for part in parts {
+            for (p, part) in parts.iter().enumerate() {
                 let values = &fields[part.field].values[start..start + chunk.len()];
                 let mask = low_mask(part.bits);
-                for (out, v) in chunk.iter_mut().zip(values) {
-                    *out |= ((v >> part.drop_low) & mask) << part.place;
+                let bits = |v: &u64| ((v >> part.drop_low) & mask) << part.place;
+                // The first part stores (no read of the fresh page: a read-then-write
+                // of newly mapped memory faults twice), the others OR in.
+                if p == 0 {
+                    chunk
+                        .iter_mut()
+                        .zip(values)
+                        .for_each(|(out, v)| *out = bits(v));
+                } else {
+                    chunk
+                        .iter_mut()
+                        .zip(values)
+                        .for_each(|(out, v)| *out |= bits(v));
                 }
             }
         });

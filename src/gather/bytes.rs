@@ -1,0 +1,236 @@
+//! Gatherers for strings and binaries, prepared once per run.
+//!
+//! ```text
+//!  views (Utf8View, BinaryView):
+//!     once: every input array's views and data buffers; the run's buffers numbered
+//!           array by array (array a's buffer i is run buffer first[a] + i)
+//!     per output batch: copy each row's 16-byte view; a value longer than 12 bytes points
+//!           into a data buffer, renumbered to its place among the buffers this batch
+//!           reads (so an output batch holds only the buffers it uses, never a copy)
+//!  offsets (Utf8, LargeUtf8, Binary, LargeBinary):
+//!     per output batch: new offsets, then the values' bytes copied behind them
+//! ```
+//!
+//! Null rows get an empty value (an all-zero view, or no bytes).
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, ByteView, GenericByteArray, GenericByteViewArray, MAX_INLINE_VIEW_LEN,
+};
+use arrow::buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow::datatypes::{
+    ArrowNativeType, BinaryType, BinaryViewType, ByteArrayType, ByteViewType, DataType,
+    LargeBinaryType, LargeUtf8Type, StringViewType, Utf8Type,
+};
+use datafusion::arrow;
+use datafusion::common::{exec_err, Result};
+
+use super::columns::{gather_nulls, input_nulls, ColumnGather, RowAt};
+
+/// The gatherer for string and binary columns, or `None` for other types.
+pub fn byte_gatherer(arrays: &[ArrayRef]) -> Option<Box<dyn ColumnGather>> {
+    use DataType::*;
+    let gather: Box<dyn ColumnGather> = match arrays.first()?.data_type() {
+        Utf8View => Box::new(ViewGather::<StringViewType>::new(arrays)),
+        BinaryView => Box::new(ViewGather::<BinaryViewType>::new(arrays)),
+        Utf8 => Box::new(OffsetGather::<Utf8Type>::new(arrays)),
+        LargeUtf8 => Box::new(OffsetGather::<LargeUtf8Type>::new(arrays)),
+        Binary => Box::new(OffsetGather::<BinaryType>::new(arrays)),
+        LargeBinary => Box::new(OffsetGather::<LargeBinaryType>::new(arrays)),
+        _ => return None,
+    };
+    Some(gather)
+}
+
+/// Views copied, data buffers shared.
+struct ViewGather<T: ByteViewType> {
+    views: Vec<ScalarBuffer<u128>>,
+    /// Every data buffer of the run, array by array.
+    buffers: Vec<Buffer>,
+    /// Run buffer number of each input array's buffer 0.
+    first: Vec<u32>,
+    nulls: Option<Vec<Option<NullBuffer>>>,
+    _type: PhantomData<T>,
+}
+
+impl<T: ByteViewType> ViewGather<T> {
+    fn new(arrays: &[ArrayRef]) -> Self {
+        let typed: Vec<&GenericByteViewArray<T>> =
+            arrays.iter().map(|a| a.as_byte_view::<T>()).collect();
+        let mut buffers = Vec::new();
+        let mut first = Vec::with_capacity(typed.len());
+        for array in &typed {
+            first.push(buffers.len() as u32);
+            buffers.extend(array.data_buffers().iter().cloned());
+        }
+        Self {
+            views: typed.iter().map(|a| a.views().clone()).collect(),
+            buffers,
+            first,
+            nulls: input_nulls(&typed.iter().map(|a| *a as &dyn Array).collect::<Vec<_>>()),
+            _type: PhantomData,
+        }
+    }
+}
+
+impl<T: ByteViewType> ColumnGather for ViewGather<T> {
+    fn gather(&self, rows: &[RowAt]) -> Result<ArrayRef> {
+        let nulls = gather_nulls(self.nulls.as_ref(), rows);
+        let mut slot_of = vec![u32::MAX; self.buffers.len()];
+        let mut used: Vec<Buffer> = Vec::new();
+        let views: ScalarBuffer<u128> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, at)| {
+                if nulls.as_ref().is_some_and(|n| n.is_null(i)) {
+                    return 0;
+                }
+                let view = self.views[at.batch as usize][at.row as usize];
+                if (view as u32) <= MAX_INLINE_VIEW_LEN {
+                    return view;
+                }
+                let mut view = ByteView::from(view);
+                let run_buffer = (self.first[at.batch as usize] + view.buffer_index) as usize;
+                let slot = &mut slot_of[run_buffer];
+                if *slot == u32::MAX {
+                    *slot = used.len() as u32;
+                    used.push(self.buffers[run_buffer].clone());
+                }
+                view.buffer_index = *slot;
+                view.as_u128()
+            })
+            .collect();
+        // SAFETY: each view is a valid view of an input array of this type (or the empty
+        // inline view for a null row); an out-of-line view keeps its offset and length and
+        // points at the same buffer under its new number in `used`.
+        let array = unsafe { GenericByteViewArray::<T>::new_unchecked(views, used, nulls) };
+        Ok(Arc::new(array))
+    }
+}
+
+/// Values copied behind new offsets.
+struct OffsetGather<T: ByteArrayType> {
+    arrays: Vec<GenericByteArray<T>>,
+    nulls: Option<Vec<Option<NullBuffer>>>,
+}
+
+impl<T: ByteArrayType> OffsetGather<T> {
+    fn new(arrays: &[ArrayRef]) -> Self {
+        let typed: Vec<GenericByteArray<T>> =
+            arrays.iter().map(|a| a.as_bytes::<T>().clone()).collect();
+        let nulls = input_nulls(&typed.iter().map(|a| a as &dyn Array).collect::<Vec<_>>());
+        Self {
+            arrays: typed,
+            nulls,
+        }
+    }
+
+    fn bytes(&self, at: RowAt) -> &[u8] {
+        let array = &self.arrays[at.batch as usize];
+        let offsets = array.value_offsets();
+        let row = at.row as usize;
+        &array.value_data()[offsets[row].as_usize()..offsets[row + 1].as_usize()]
+    }
+}
+
+impl<T: ByteArrayType> ColumnGather for OffsetGather<T> {
+    fn gather(&self, rows: &[RowAt]) -> Result<ArrayRef> {
+        let nulls = gather_nulls(self.nulls.as_ref(), rows);
+        let is_null = |i: usize| nulls.as_ref().is_some_and(|n| n.is_null(i));
+        let mut offsets = Vec::with_capacity(rows.len() + 1);
+        offsets.push(T::Offset::usize_as(0));
+        let mut total = 0usize;
+        for (i, at) in rows.iter().enumerate() {
+            if !is_null(i) {
+                total += self.bytes(*at).len();
+            }
+            match T::Offset::from_usize(total) {
+                Some(offset) => offsets.push(offset),
+                None => {
+                    return exec_err!(
+                        "gpusort: gathered {} values overflow their offsets",
+                        T::PREFIX
+                    )
+                }
+            }
+        }
+        let mut values = Vec::with_capacity(total);
+        for (i, at) in rows.iter().enumerate() {
+            if !is_null(i) {
+                values.extend_from_slice(self.bytes(*at));
+            }
+        }
+        // SAFETY: the offsets start at 0 and never decrease, the last one is the length of
+        // `values`; each value is the bytes of a valid value of this type (whole UTF-8
+        // strings for the string types), so the concatenation is valid too.
+        let array = unsafe {
+            GenericByteArray::<T>::new_unchecked(
+                OffsetBuffer::new_unchecked(ScalarBuffer::from(offsets)),
+                Buffer::from_vec(values),
+                nulls,
+            )
+        };
+        Ok(Arc::new(array))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{BinaryArray, StringViewArray};
+
+    fn at(pairs: &[(u32, u32)]) -> Vec<RowAt> {
+        pairs
+            .iter()
+            .map(|&(batch, row)| RowAt { batch, row })
+            .collect()
+    }
+
+    #[test]
+    fn views_keep_only_the_buffers_they_read() {
+        let long = |s: &str| format!("{s} is longer than twelve bytes");
+        let arrays: Vec<ArrayRef> = vec![
+            Arc::new(StringViewArray::from(vec![
+                Some("short"),
+                Some(&long("a")),
+                None,
+            ])),
+            Arc::new(StringViewArray::from(vec![
+                Some(long("b")),
+                Some("x".into()),
+            ])),
+            Arc::new(StringViewArray::from(vec![long("c")])),
+        ];
+        let gather = byte_gatherer(&arrays).unwrap();
+        let out = gather
+            .gather(&at(&[(1, 0), (0, 2), (0, 0), (0, 1), (1, 1)]))
+            .unwrap();
+        let out = out.as_string_view();
+        let expected = StringViewArray::from(vec![
+            Some(long("b")),
+            None,
+            Some("short".into()),
+            Some(long("a")),
+            Some("x".into()),
+        ]);
+        assert_eq!(out, &expected);
+        // Arrays 0 and 1 hold one buffer each; array 2's is not read.
+        assert_eq!(out.data_buffers().len(), 2);
+    }
+
+    #[test]
+    fn offsets_copy_values_and_nulls() {
+        let arrays: Vec<ArrayRef> = vec![
+            Arc::new(BinaryArray::from(vec![Some(b"ab".as_slice()), None])),
+            Arc::new(BinaryArray::from(vec![b"".as_slice(), b"xyz"]).slice(1, 1)),
+        ];
+        let out = byte_gatherer(&arrays)
+            .unwrap()
+            .gather(&at(&[(1, 0), (0, 1), (0, 0)]))
+            .unwrap();
+        let expected = BinaryArray::from(vec![Some(b"xyz".as_slice()), None, Some(b"ab")]);
+        assert_eq!(out.as_binary::<i32>(), &expected);
+    }
+}
