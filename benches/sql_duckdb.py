@@ -49,7 +49,7 @@ def time_query(con, sql, reps):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", required=True, help="directory of t/g/ts/s .parquet")
+    parser.add_argument("--data", required=True, help="directory of t/g/ts/s/u .parquet")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--query", action="append", help="only these queries (Q1 ...)")
@@ -62,7 +62,7 @@ def main():
     con = duckdb.connect()
     con.execute(f"SET threads = {args.threads}")
     con.execute("SET preserve_insertion_order = true")
-    for table in ("t", "g", "ts", "s"):
+    for table in ("t", "g", "ts", "s", "u"):
         path = os.path.join(args.data, f"{table}.parquet")
         started = time.perf_counter()
         con.execute(f"CREATE TABLE {table} AS SELECT * FROM read_parquet('{path}')")

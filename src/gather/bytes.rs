@@ -27,7 +27,7 @@ use arrow::datatypes::{
 use datafusion::arrow;
 use datafusion::common::{exec_err, Result};
 
-use super::columns::{gather_nulls, input_nulls, prefetch, ColumnGather, RowAt, PREFETCH_AHEAD};
+use super::columns::{gather_nulls, input_nulls, ColumnGather, RowAt};
 
 /// The gatherer for string and binary columns, or `None` for other types.
 pub fn byte_gatherer(arrays: &[ArrayRef]) -> Option<Box<dyn ColumnGather>> {
@@ -84,9 +84,6 @@ impl<T: ByteViewType> ColumnGather for ViewGather<T> {
             .iter()
             .enumerate()
             .map(|(i, at)| {
-                if let Some(ahead) = rows.get(i + PREFETCH_AHEAD) {
-                    prefetch(&self.views[ahead.batch as usize], ahead.row as usize);
-                }
                 if nulls.as_ref().is_some_and(|n| n.is_null(i)) {
                     return 0;
                 }

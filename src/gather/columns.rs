@@ -61,27 +61,6 @@ pub fn column_gatherer(arrays: Vec<ArrayRef>) -> Box<dyn ColumnGather> {
     }
 }
 
-/// Rows ahead whose value is prefetched: a gather reads at random, and asking for the
-/// cache lines early keeps many reads in flight instead of waiting for each.
-pub(super) const PREFETCH_AHEAD: usize = 16;
-
-/// Hints the CPU to load `values[index]` into the cache (no effect off x86-64).
-#[inline(always)]
-pub(super) fn prefetch<T>(values: &[T], index: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if let Some(value) = values.get(index) {
-        // SAFETY: a prefetch hint on the address of an element of `values`; it reads
-        // nothing and cannot fault.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                (value as *const T).cast(),
-            )
-        };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (values, index);
-}
-
 /// The validity of each input array, or `None` when no input has a null.
 pub(super) fn input_nulls(arrays: &[&dyn Array]) -> Option<Vec<Option<NullBuffer>>> {
     arrays
@@ -141,13 +120,7 @@ impl<T: ArrowPrimitiveType> ColumnGather for PrimitiveGather<T> {
     fn gather(&self, rows: &[RowAt]) -> Result<ArrayRef> {
         let values: ScalarBuffer<T::Native> = rows
             .iter()
-            .enumerate()
-            .map(|(i, at)| {
-                if let Some(ahead) = rows.get(i + PREFETCH_AHEAD) {
-                    prefetch(&self.values[ahead.batch as usize], ahead.row as usize);
-                }
-                self.values[at.batch as usize][at.row as usize]
-            })
+            .map(|at| self.values[at.batch as usize][at.row as usize])
             .collect();
         let nulls = gather_nulls(self.nulls.as_ref(), rows);
         let array =

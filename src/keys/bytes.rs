@@ -32,7 +32,7 @@ use datafusion::arrow;
 use datafusion::common::{internal_err, Result};
 use rayon::prelude::*;
 
-use super::reduce::KeyField;
+use super::reduce::{FieldStats, KeyField, Reduction};
 
 /// Chunks that must vary before the window stops growing. Wider windows cost key words
 /// (cheap on the GPU: 8 bytes per row over PCIe and a few digit passes); narrower ones
@@ -148,20 +148,39 @@ impl<'a> ByteValues<'a> {
         (!is_null).then(|| self.arrays[array].value(index))
     }
 
-    /// Fills `out[row]` with `f(value of row)` for every run row, in parallel by array.
-    fn map_into<T: Send>(&self, out: &mut [T], f: impl Fn(&[u8]) -> T + Sync) {
+    /// Fills `out[row]` with `f(row, value of row)` for every run row, in parallel by array.
+    fn map_into<T: Send>(&self, out: &mut [T], f: impl Fn(usize, &[u8]) -> T + Sync) {
         let mut pieces = Vec::with_capacity(self.arrays.len());
         let mut rest = out;
         for (i, array) in self.arrays.iter().enumerate() {
             let (piece, tail) = rest.split_at_mut(self.starts[i + 1] - self.starts[i]);
-            pieces.push((*array, piece));
+            pieces.push((*array, self.starts[i], piece));
             rest = tail;
         }
-        pieces.into_par_iter().for_each(|(array, piece)| {
+        pieces.into_par_iter().for_each(|(array, start, piece)| {
             for (i, slot) in piece.iter_mut().enumerate() {
-                *slot = f(array.value(i));
+                *slot = f(start + i, array.value(i));
             }
         });
+    }
+
+    /// Folds `f` over the valid rows (`valid`: `None` when all are), in parallel by array.
+    fn fold_valid<A: Send + Clone + Sync>(
+        &self,
+        valid: Option<&[bool]>,
+        init: A,
+        f: impl Fn(A, &[u8]) -> A + Sync,
+        merge: impl Fn(A, A) -> A + Sync + Send,
+    ) -> A {
+        (0..self.arrays.len())
+            .into_par_iter()
+            .map(|i| {
+                let (array, start) = (self.arrays[i], self.starts[i]);
+                (0..self.starts[i + 1] - start)
+                    .filter(|row| valid.is_none_or(|valid| valid[start + row]))
+                    .fold(init.clone(), |acc, row| f(acc, array.value(row)))
+            })
+            .reduce(|| init.clone(), merge)
     }
 }
 
@@ -196,48 +215,93 @@ pub struct WindowFields {
     pub has_longer: bool,
 }
 
-/// Encodes the byte-like `arrays` of a key column (`rows` rows) as a window of chunks and
-/// a length marker; `finish` turns each limb into its field (DESC inversion, reduction).
+/// What one scan over a column's valid values finds: the statistics of each of the first
+/// [`MAX_CHUNKS`] chunk limbs (inverted when descending) and the longest value.
+#[derive(Clone, Copy)]
+struct Scan {
+    chunks: [FieldStats; MAX_CHUNKS],
+    longest: usize,
+}
+
+impl Scan {
+    const EMPTY: Self = Self {
+        chunks: [FieldStats::EMPTY; MAX_CHUNKS],
+        longest: 0,
+    };
+
+    fn add(mut self, value: &[u8], descending: bool) -> Self {
+        for (c, stats) in self.chunks.iter_mut().enumerate() {
+            let limb = chunk_at(value, 8 * c);
+            *stats = stats.add(if descending { !limb } else { limb });
+        }
+        self.longest = self.longest.max(value.len());
+        self
+    }
+
+    fn merge(mut self, other: Self) -> Self {
+        for (mine, theirs) in self.chunks.iter_mut().zip(other.chunks) {
+            *mine = mine.merge(theirs);
+        }
+        self.longest = self.longest.max(other.longest);
+        self
+    }
+}
+
+/// Encodes the byte-like `arrays` of a key column (`rows` rows) as a window of chunks and a
+/// length marker. One scan finds which chunks vary and how to reduce them; the chunks that
+/// vary are then written already reduced (nulls 0), and the marker goes through `finish`
+/// (DESC inversion and reduction, as any limb).
 pub fn window_fields(
     arrays: &[ArrayRef],
     rows: usize,
     valid: Option<&[bool]>,
-    mut finish: impl FnMut(Vec<u64>) -> KeyField,
+    descending: bool,
+    finish: impl FnOnce(Vec<u64>) -> KeyField,
 ) -> Result<WindowFields> {
     let values = ByteValues::new(arrays)?;
-    let mut lengths = vec![0usize; rows];
-    values.map_into(&mut lengths, |v| v.len());
-    let longest = lengths
-        .par_iter()
-        .enumerate()
-        .filter(|(row, _)| valid.is_none_or(|valid| valid[*row]))
-        .map(|(_, len)| *len)
-        .max()
-        .unwrap_or(0);
-    let mut fields = Vec::new();
-    let (mut chunks, mut live) = (0, 0);
-    while live < LIVE_CHUNKS && chunks < MAX_CHUNKS && 8 * chunks < longest {
-        let start = 8 * chunks;
-        let mut limb = vec![0u64; rows];
-        values.map_into(&mut limb, |v| chunk_at(v, start));
-        chunks += 1;
-        let field = finish(limb);
-        if field.width > 0 {
-            live += 1;
-            fields.push(field);
+    let scan = values.fold_valid(
+        valid,
+        Scan::EMPTY,
+        |scan, value| scan.add(value, descending),
+        Scan::merge,
+    );
+    let mut live: Vec<(usize, Reduction)> = Vec::new();
+    let mut chunks = 0;
+    while live.len() < LIVE_CHUNKS && chunks < scan.longest.div_ceil(8).min(MAX_CHUNKS) {
+        if let Some(reduction) = scan.chunks[chunks].reduction() {
+            live.push((chunks, reduction));
         }
+        chunks += 1;
     }
     let window = 8 * chunks;
-    let marker = lengths
-        .par_iter()
-        .map(|len| length_marker(*len, window))
+    let is_valid = |row: usize| valid.is_none_or(|valid| valid[row]);
+    let mut fields: Vec<KeyField> = live
+        .into_iter()
+        .map(|(chunk, reduction)| {
+            let mut limb = vec![0u64; rows];
+            values.map_into(&mut limb, |row, value| {
+                let v = chunk_at(value, 8 * chunk);
+                let v = if descending { !v } else { v };
+                if is_valid(row) {
+                    reduction.apply(v)
+                } else {
+                    0
+                }
+            });
+            KeyField {
+                values: limb,
+                width: reduction.width,
+            }
+        })
         .collect();
+    let mut marker = vec![0u64; rows];
+    values.map_into(&mut marker, |_, value| length_marker(value.len(), window));
     fields.push(finish(marker));
     fields.retain(|f| f.width > 0);
     Ok(WindowFields {
         fields,
         window,
-        has_longer: longest > window,
+        has_longer: scan.longest > window,
     })
 }
 
@@ -288,7 +352,8 @@ mod tests {
         let prefix = "https://www.example.com/";
         let strings: Vec<String> = (0..50).map(|i| format!("{prefix}{i:05}/page")).collect();
         let array: ArrayRef = Arc::new(StringArray::from(strings.clone()));
-        let encoded = window_fields(&[array], 50, None, |limb| reduce_field(limb, None)).unwrap();
+        let encoded =
+            window_fields(&[array], 50, None, false, |limb| reduce_field(limb, None)).unwrap();
         // Bytes 0..24 are shared, 24..32 vary, 32..40 hold the shared "ge"; every value
         // (34 bytes) ends inside the 40-byte window, and its marker is the same for all.
         assert_eq!(encoded.window, 40);

@@ -156,7 +156,8 @@ fn encode_column(column: &KeyColumn, rows: usize) -> Result<ColumnFields> {
     };
     let mut longer_than = None;
     if bytes::is_byte_like(&data_type) {
-        let window = bytes::window_fields(&column.arrays, rows, valid.as_deref(), finish)?;
+        let window =
+            bytes::window_fields(&column.arrays, rows, valid.as_deref(), descending, finish)?;
         fields.extend(window.fields);
         longer_than = window.has_longer.then_some(window.window);
     } else if matches!(data_type, DataType::Dictionary(_, _)) {

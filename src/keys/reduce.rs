@@ -53,7 +53,7 @@ impl FieldStats {
         and: u64::MAX,
     };
 
-    fn add(self, v: u64) -> Self {
+    pub(super) fn add(self, v: u64) -> Self {
         Self {
             min: self.min.min(v),
             max: self.max.max(v),
