@@ -16,9 +16,10 @@
 //! them after the sort by the bytes past the window.
 //!
 //! The window grows chunk by chunk. A chunk that is the same in every row — a prefix all
-//! values share, such as `https://www.` — costs nothing after min/max reduction, so chunks
-//! are added until [`LIVE_CHUNKS`] of them vary, every value ends inside the window, or the
-//! window reaches [`MAX_CHUNKS`] chunks.
+//! values share, such as `https://www.` — is left out of the key (min/max reduction gives it
+//! no bits), so chunks are added until [`LIVE_CHUNKS`] of them vary, every value ends inside
+//! the window, or the window reaches [`MAX_CHUNKS`] chunks. One scan over the values gathers
+//! the statistics of all candidate chunks; only the varying ones are then written.
 
 use arrow::array::{
     Array, ArrayRef, AsArray, BinaryViewArray, FixedSizeBinaryArray, GenericByteArray,
