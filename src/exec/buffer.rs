@@ -18,7 +18,7 @@ use datafusion::physical_plan::SendableRecordBatchStream;
 use futures::StreamExt;
 
 use super::metrics::SortMetrics;
-use super::sorter::{split_runs, working_bytes, SortSpec};
+use super::sorter::{key_limbs, split_runs, working_bytes, SortSpec};
 use super::spill::{RunSpiller, SpilledRun};
 
 /// The whole input, once every partition is drained.
@@ -101,8 +101,8 @@ impl InputBuffer {
     }
 
     async fn admit(&mut self, partition: usize, batch: RecordBatch) -> Result<()> {
-        let bytes =
-            batch.get_array_memory_size() + working_bytes(batch.num_rows(), self.spec.exprs.len());
+        let limbs = key_limbs(&self.spec, &batch.schema());
+        let bytes = batch.get_array_memory_size() + working_bytes(batch.num_rows(), limbs);
         if let Err(e) = self.reservation.try_grow(bytes) {
             if self.buffered.iter().all(Vec::is_empty) {
                 return Err(e.context(

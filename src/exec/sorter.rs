@@ -20,7 +20,7 @@ use datafusion::physical_plan::SendableRecordBatchStream;
 use super::metrics::SortMetrics;
 use crate::config::AlgorithmChoice;
 use crate::gather::{gather_sorted, RunRows};
-use crate::keys::{encode_keys, KeyColumn};
+use crate::keys::{encode_keys, working_limbs, KeyColumn};
 use crate::sort::{refine_long_ties, SortBackend};
 
 /// What every run of one `GpuSortExec` partition is sorted by and with.
@@ -153,10 +153,20 @@ pub fn merge_runs(
         .build()
 }
 
-/// Bytes the encode and sort steps of a run of `rows` rows and `keys` sort keys need
-/// beyond the buffered input (limbs, packed words, the sort's double buffers).
-pub fn working_bytes(rows: usize, keys: usize) -> usize {
-    rows.saturating_mul(8 * (2 * keys + 4))
+/// Bytes the encode and sort steps of a run of `rows` rows need beyond the buffered input
+/// (limbs, packed words, the sort's double buffers), for keys of `limbs` value limbs in all
+/// (see [`crate::keys::working_limbs`]).
+pub fn working_bytes(rows: usize, limbs: usize) -> usize {
+    rows.saturating_mul(8 * (2 * limbs + 4))
+}
+
+/// The value limbs of `spec`'s keys over batches of `schema` (1 per key whose type cannot
+/// be resolved).
+pub fn key_limbs(spec: &SortSpec, schema: &arrow::datatypes::Schema) -> usize {
+    spec.exprs
+        .iter()
+        .map(|e| e.expr.data_type(schema).map_or(1, |t| working_limbs(&t)))
+        .sum()
 }
 
 #[cfg(test)]

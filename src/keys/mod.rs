@@ -115,6 +115,16 @@ pub fn encode_keys(columns: &[KeyColumn]) -> Result<EncodedKeys> {
     })
 }
 
+/// Value limbs a key of `data_type` may need per row while encoding (for memory estimates):
+/// a string's widest window and its marker, a dictionary's rank, a fixed-width type's limbs.
+pub fn working_limbs(data_type: &DataType) -> usize {
+    match data_type {
+        t if bytes::is_byte_like(t) => bytes::LIVE_CHUNKS + 1,
+        DataType::Dictionary(_, _) => 1,
+        t => limbs::limb_count(t).max(1),
+    }
+}
+
 /// Rows of a key column (over all its arrays).
 pub fn column_rows(column: &KeyColumn) -> usize {
     column.arrays.iter().map(|a| a.len()).sum()
