@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, GenericByteViewArray, RecordBatch, MAX_INLINE_VIEW_LEN};
+use arrow::array::{Array, AsArray, GenericByteViewArray, RecordBatch};
 use arrow::datatypes::{ByteViewType, DataType, SchemaRef};
 use datafusion::arrow;
 use datafusion::common::{resources_err, Result};
@@ -160,14 +160,8 @@ fn memory_when_read(batch: &RecordBatch) -> usize {
 }
 
 fn view_memory<T: ByteViewType + ?Sized>(array: &GenericByteViewArray<T>) -> usize {
-    let out_of_line: usize = array
-        .views()
-        .iter()
-        .map(|view| *view as u32 as usize)
-        .filter(|len| *len > MAX_INLINE_VIEW_LEN as usize)
-        .sum();
     let nulls = array.nulls().map_or(0, |n| n.buffer().capacity());
-    16 * array.len() + nulls + out_of_line
+    16 * array.len() + nulls + array.total_buffer_bytes_used()
 }
 
 /// How many leading `runs` one merge can take, as far as the pool grants the memory now:

@@ -69,7 +69,7 @@ impl<T: ByteViewType> ViewGather<T> {
             views: typed.iter().map(|a| a.views().clone()).collect(),
             buffers,
             first,
-            nulls: input_nulls(&typed.iter().map(|a| *a as &dyn Array).collect::<Vec<_>>()),
+            nulls: input_nulls(arrays),
             _type: PhantomData,
         }
     }
@@ -120,10 +120,9 @@ impl<T: ByteArrayType> OffsetGather<T> {
     fn new(arrays: &[ArrayRef]) -> Self {
         let typed: Vec<GenericByteArray<T>> =
             arrays.iter().map(|a| a.as_bytes::<T>().clone()).collect();
-        let nulls = input_nulls(&typed.iter().map(|a| a as &dyn Array).collect::<Vec<_>>());
         Self {
             arrays: typed,
-            nulls,
+            nulls: input_nulls(arrays),
         }
     }
 
@@ -178,15 +177,9 @@ impl<T: ByteArrayType> ColumnGather for OffsetGather<T> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::columns::at;
     use super::*;
     use arrow::array::{BinaryArray, StringViewArray};
-
-    fn at(pairs: &[(u32, u32)]) -> Vec<RowAt> {
-        pairs
-            .iter()
-            .map(|&(batch, row)| RowAt { batch, row })
-            .collect()
-    }
 
     #[test]
     fn views_keep_only_the_buffers_they_read() {

@@ -61,8 +61,17 @@ pub fn column_gatherer(arrays: Vec<ArrayRef>) -> Box<dyn ColumnGather> {
     }
 }
 
+/// Row locations from (batch, row) pairs (for tests).
+#[cfg(test)]
+pub(super) fn at(pairs: &[(u32, u32)]) -> Vec<RowAt> {
+    pairs
+        .iter()
+        .map(|&(batch, row)| RowAt { batch, row })
+        .collect()
+}
+
 /// The validity of each input array, or `None` when no input has a null.
-pub(super) fn input_nulls(arrays: &[&dyn Array]) -> Option<Vec<Option<NullBuffer>>> {
+pub(super) fn input_nulls(arrays: &[ArrayRef]) -> Option<Vec<Option<NullBuffer>>> {
     arrays
         .iter()
         .any(|a| a.null_count() > 0)
@@ -105,7 +114,7 @@ impl<T: ArrowPrimitiveType> PrimitiveGather<T> {
                     .expect("column arrays share the column's type")
             })
             .collect();
-        let nulls = input_nulls(&typed.iter().map(|a| *a as &dyn Array).collect::<Vec<_>>());
+        let nulls = input_nulls(arrays);
         Self {
             values: typed.iter().map(|a| a.values().clone()).collect(),
             nulls,
@@ -158,13 +167,6 @@ impl ColumnGather for InterleaveGather {
 mod tests {
     use super::*;
     use arrow::array::{StringArray, TimestampMillisecondArray};
-
-    fn at(pairs: &[(u32, u32)]) -> Vec<RowAt> {
-        pairs
-            .iter()
-            .map(|&(batch, row)| RowAt { batch, row })
-            .collect()
-    }
 
     #[test]
     fn primitive_keeps_nulls_and_the_exact_type() {

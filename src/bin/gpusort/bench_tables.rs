@@ -162,6 +162,15 @@ fn table_ts() -> Columns {
     )
 }
 
+/// Row `i`'s number in `table`: one of `STRING_POOL` random 60-bit numbers, picked at random.
+fn pooled_ids(seed: u64, table: &str) -> impl Fn(u64) -> u64 {
+    let (pick, pool) = (
+        Stream::new(seed, table, "pick"),
+        Stream::new(seed, table, "pool"),
+    );
+    move |i| pool.at(pick.at(i) % STRING_POOL) >> 4
+}
+
 fn table_s() -> Columns {
     (
         vec![
@@ -169,12 +178,8 @@ fn table_s() -> Columns {
             Field::new("v", DataType::Int64, false),
         ],
         |seed, rows| {
-            let (pick, pool, v) = (
-                Stream::new(seed, "s", "pick"),
-                Stream::new(seed, "s", "pool"),
-                Stream::new(seed, "s", "v"),
-            );
-            let text = |i: u64| format!("{:x}", pool.at(pick.at(i) % STRING_POOL) >> 4);
+            let (id, v) = (pooled_ids(seed, "s"), Stream::new(seed, "s", "v"));
+            let text = |i: u64| format!("{:x}", id(i));
             vec![
                 Arc::new(StringViewArray::from_iter_values(rows.clone().map(text))),
                 v.int64s(rows),
@@ -190,15 +195,8 @@ fn table_u() -> Columns {
             Field::new("v", DataType::Int64, false),
         ],
         |seed, rows| {
-            let (pick, pool, v) = (
-                Stream::new(seed, "u", "pick"),
-                Stream::new(seed, "u", "pool"),
-                Stream::new(seed, "u", "v"),
-            );
-            let url = |i: u64| {
-                let id = pool.at(pick.at(i) % STRING_POOL) >> 4;
-                format!("{URL_PREFIX}{id:x}/reviews")
-            };
+            let (id, v) = (pooled_ids(seed, "u"), Stream::new(seed, "u", "v"));
+            let url = |i: u64| format!("{URL_PREFIX}{:x}/reviews", id(i));
             vec![
                 Arc::new(StringViewArray::from_iter_values(rows.clone().map(url))),
                 v.int64s(rows),
