@@ -83,6 +83,10 @@ choice_text!(AlgorithmChoice, "algorithm", {
 config_field!(BackendChoice);
 config_field!(AlgorithmChoice);
 
+/// Default of `device_gather_min_rows`: below it the host gathers a run from its caches
+/// faster than a round trip to the device.
+pub const DEFAULT_DEVICE_GATHER_MIN_ROWS: usize = 1 << 20;
+
 /// Default rows per device run: 2^28 rows of up to 256 key bits fit any lent GPU.
 pub const DEFAULT_RUN_ROWS: usize = 1 << 28;
 
@@ -102,6 +106,10 @@ extensions_options! {
         pub algorithm: AlgorithmChoice, default = AlgorithmChoice::Auto
         /// Also replace sorts with a LIMIT (default false: they keep DataFusion's TopK heap).
         pub topk: bool, default = false
+        /// Runs of at least this many rows have their fixed-width columns gathered into
+        /// sorted order on the GPU (CUDA backend); smaller runs, and other columns, are
+        /// gathered on the host.
+        pub device_gather_min_rows: usize, default = DEFAULT_DEVICE_GATHER_MIN_ROWS
     }
 }
 
@@ -117,6 +125,7 @@ impl GpuSortConfig {
             backend: BackendChoice::Cpu,
             min_rows: 0,
             topk: true,
+            device_gather_min_rows: 0,
             ..Self::default()
         }
     }

@@ -208,6 +208,7 @@ impl GpuSortRule {
             backend,
             run_rows: settings.run_rows,
             algorithm: settings.algorithm,
+            device_gather_min_rows: settings.device_gather_min_rows,
         })
     }
 }

@@ -9,6 +9,9 @@
 //! - key encoding on the device from raw Arrow buffers: every fixed-width type, nulls,
 //!   directions, sliced and several arrays, several keys; same permutation as the host
 //!   encoding, and only the key columns' bytes uploaded;
+//! - the payload gather on the device: every fixed-width type, nulls, sliced and uneven
+//!   input batches, batch sizes that split bitmap words, several windows; batch for batch
+//!   equal to the host's gather;
 //! - faults: device out of memory and a sticky error (in a child process, since it disables
 //!   the device for the process) leave every answer correct.
 
@@ -23,6 +26,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use gpusort::cuda::{
     self, CudaBackend, CudaRuntime, DeviceBuffer, Fault, PassMode, RadixKey, TransferPlain, Values,
 };
+use gpusort::gather::{gather_sorted, PayloadGather, RunRows};
 use gpusort::keys::{encode_keys, EncodedKeys, KeyColumn};
 use gpusort::sort::{radix_sort, CpuBackend, SortBackend};
 use gpusort::{AlgorithmChoice, BackendChoice::Cuda};
@@ -623,3 +627,159 @@ differential_on_cuda!(
     string_keys_mixed_with_other_keys,
     string_keys_in_runs_partitions_and_spills,
 );
+
+/// A run of `columns` (one column per type, named `c<i>`) in uneven input batches: the
+/// first rows cut off (offsets that are not byte aligned), one batch empty.
+fn uneven_run(columns: Vec<ArrayRef>) -> (RunRows, usize) {
+    let fields: Vec<Field> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Field::new(format!("c{i}"), c.data_type().clone(), true))
+        .collect();
+    let whole = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap();
+    let n = whole.num_rows() - 3;
+    let cuts = [3, 3 + n / 7, 3 + n / 7, 3 + n / 2 + 1, 3 + n];
+    let batches = cuts
+        .windows(2)
+        .map(|w| whole.slice(w[0], w[1] - w[0]))
+        .collect();
+    (RunRows::new(batches), n)
+}
+
+/// The columns of `rows` in `permutation` order gathered with the device's payload gather
+/// equal the host's gather, batch for batch; returns the columns the device gathered.
+fn assert_device_gather_matches_host(
+    rows: &RunRows,
+    permutation: &[u32],
+    batch_size: usize,
+    label: &str,
+) -> Vec<usize> {
+    let gathered = |payload: Option<&mut dyn PayloadGather>| {
+        let mut out = Vec::new();
+        gather_sorted(rows, permutation, batch_size, payload, |b| {
+            out.push(b);
+            true
+        })
+        .unwrap();
+        out
+    };
+    let expected = gathered(None);
+    let fallbacks = cuda::fallback_count();
+    let mut payload = CudaBackend::new()
+        .unwrap()
+        .payload_gatherer(rows, permutation)
+        .unwrap_or_else(|| panic!("{label}: nothing gathered on the device"));
+    let actual = gathered(Some(payload.as_mut()));
+    assert_eq!(cuda::fallback_count(), fallbacks, "{label}: fell back");
+    assert_eq!(actual.len(), expected.len(), "{label}: batch count");
+    for (i, (a, e)) in actual.iter().zip(&expected).enumerate() {
+        assert_eq!(a, e, "{label}: batch {i} differs");
+    }
+    let (up, down) = payload.transferred_bytes();
+    assert!(
+        up > permutation.len() * 4 && down > 0,
+        "{label}: bytes {up} / {down}"
+    );
+    payload.columns().to_vec()
+}
+
+/// A random permutation of `n` rows.
+fn shuffled(n: usize, label: &str) -> Vec<u32> {
+    use rand::seq::SliceRandom;
+    let mut permutation: Vec<u32> = (0..n as u32).collect();
+    permutation.shuffle(&mut rng(label));
+    permutation
+}
+
+gpu_test!(device_gather_of_every_fixed_width_type, |rt| {
+    let _ = rt;
+    use datafusion::arrow::array::FixedSizeBinaryArray;
+    let n = 40_003;
+    let mut r = rng("payload types");
+    let mut columns: Vec<ArrayRef> = common::data::fixed_width_types()
+        .iter()
+        .enumerate()
+        .map(|(i, dt)| {
+            let base = common::data::base_values(&mut r, n, common::data::Distribution::Uniform);
+            common::data::make_column(&mut r, dt, &base, [0.0, 0.2, 1.0][i % 3])
+        })
+        .collect();
+    let fixed = |width: usize, nulls: bool| -> ArrayRef {
+        let values = (0..n).map(|i| {
+            let bytes = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes();
+            (!nulls || i % 5 != 0).then(|| {
+                bytes
+                    .iter()
+                    .cycle()
+                    .take(width)
+                    .copied()
+                    .collect::<Vec<u8>>()
+            })
+        });
+        Arc::new(
+            FixedSizeBinaryArray::try_from_sparse_iter_with_size(values, width as i32).unwrap(),
+        )
+    };
+    // 16 bytes on the device; 3 bytes and strings on the host.
+    columns.push(fixed(16, true));
+    columns.push(fixed(3, false));
+    columns.push(Arc::new(
+        datafusion::arrow::array::StringArray::from_iter_values((0..n).map(|i| format!("s{i}"))),
+    ));
+    let types = columns.len();
+    let (rows, n) = uneven_run(columns);
+    let permutation = shuffled(n, "payload types perm");
+    for (batch_size, take) in [(8192, n), (1000, n), (77, 1234)] {
+        let label = format!("batch {batch_size}, {take} rows");
+        let on_device =
+            assert_device_gather_matches_host(&rows, &permutation[..take], batch_size, &label);
+        assert_eq!(on_device, (0..types - 2).collect::<Vec<_>>(), "{label}");
+    }
+});
+
+gpu_test!(device_gather_over_several_windows, |rt| {
+    let _ = rt;
+    use datafusion::arrow::array::{BooleanArray, Float64Array};
+    let n = 2 * gpusort::gather::DEVICE_WINDOW_ROWS + 4321;
+    let ints: ArrayRef = Arc::new(Int64Array::from_iter_values((0..n as i64).map(|i| i * 3)));
+    let floats: ArrayRef = Arc::new(Float64Array::from_iter(
+        (0..n).map(|i| (i % 7 != 0).then_some(i as f64 * 0.5)),
+    ));
+    let bools: ArrayRef = Arc::new(BooleanArray::from_iter(
+        (0..n).map(|i| (i % 11 != 0).then_some(i % 3 == 0)),
+    ));
+    let (rows, n) = uneven_run(vec![ints, floats, bools]);
+    let permutation = shuffled(n, "windows perm");
+    let on_device = assert_device_gather_matches_host(&rows, &permutation, 8192, "windows");
+    assert_eq!(on_device, vec![0, 1, 2]);
+});
+
+gpu_test!(device_gather_out_of_memory_gathers_on_the_host, |rt| {
+    let _ = rt;
+    let n = 100_000;
+    let values: ArrayRef = Arc::new(Int64Array::from_iter_values((0..n as i64).map(|i| -i)));
+    let (rows, n) = uneven_run(vec![values]);
+    let permutation = shuffled(n, "oom perm");
+    let gathered = |payload: Option<&mut dyn PayloadGather>| {
+        let mut out = Vec::new();
+        gather_sorted(&rows, &permutation, 4096, payload, |b| {
+            out.push(b);
+            true
+        })
+        .unwrap();
+        out
+    };
+    let expected = gathered(None);
+    let backend = CudaBackend::new().unwrap();
+    // Out of memory while uploading: the host gathers everything.
+    let fallbacks = cuda::fallback_count();
+    cuda::inject_fault(Fault::OutOfMemory);
+    assert!(backend.payload_gatherer(&rows, &permutation).is_none());
+    assert_eq!(cuda::fallback_count(), fallbacks + 1);
+    // Out of memory in the first window: the host gathers that window and the rest.
+    let mut payload = backend.payload_gatherer(&rows, &permutation).unwrap();
+    cuda::inject_fault(Fault::OutOfMemory);
+    assert_eq!(gathered(Some(payload.as_mut())), expected);
+    assert_eq!(cuda::fallback_count(), fallbacks + 2);
+    assert!(cuda::disabled_reason().is_none(), "OOM is not fatal");
+});

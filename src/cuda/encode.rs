@@ -298,7 +298,7 @@ fn upload_column(
 }
 
 /// The bitmaps one after the other, from bit 0.
-fn concat_bits(parts: impl Iterator<Item = BooleanBuffer>) -> BooleanBuffer {
+pub(super) fn concat_bits(parts: impl Iterator<Item = BooleanBuffer>) -> BooleanBuffer {
     let mut builder = arrow::array::BooleanBufferBuilder::new(0);
     for part in parts {
         builder.append_buffer(&part);
@@ -308,7 +308,7 @@ fn concat_bits(parts: impl Iterator<Item = BooleanBuffer>) -> BooleanBuffer {
 
 /// Uploads `parts` back to back, padded with zeros to a multiple of 8 bytes (so that the
 /// kernels' word reads of bitmaps stay inside the buffer).
-fn upload_bytes(
+pub(super) fn upload_bytes(
     device: &Device,
     staging: &mut Staging,
     parts: &[&[u8]],

@@ -18,6 +18,7 @@ mod device;
 mod encode;
 mod error;
 pub mod faults;
+mod gather;
 mod module;
 mod onesweep;
 mod transfer;
@@ -32,6 +33,7 @@ pub use device::{Device, DeviceBuffer, Event};
 pub use encode::{encodable_on_device, DeviceKeys, Encoded, Encoder};
 pub use error::{CudaError, CudaResult};
 pub use faults::{inject as inject_fault, Fault};
+pub use gather::{payload_layout, DevicePayload, Gatherer, PayloadLayout};
 pub use module::{compile_cubin, is_nvrtc_present, nvrtc_version, KernelFile, ALL_KERNELS};
 pub use onesweep::{
     defines as onesweep_defines, Onesweep, PassMode, PassTuning, RadixKey, Sorted, Values,
@@ -39,6 +41,7 @@ pub use onesweep::{
 pub use transfer::{Plain as TransferPlain, Staging};
 
 use crate::config::AlgorithmChoice;
+use crate::gather::{PayloadGather, RunRows};
 use crate::keys::{column_rows, encode_keys, EncodedKeys, KeyColumn};
 use crate::sort::{identity, Algorithm, CpuBackend, SortBackend, SortedRun, TransferTimes};
 
@@ -51,6 +54,8 @@ pub struct CudaRuntime {
     pub onesweep: Onesweep,
     /// The key encoding kernels.
     pub encoder: Encoder,
+    /// The payload gather kernels.
+    pub gatherer: Gatherer,
     /// Pinned staging buffers; holding the lock is holding the device.
     staging: Mutex<Staging>,
 }
@@ -117,11 +122,13 @@ fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
         let device = Device::open(ordinal)?;
         let onesweep = Onesweep::load(&device)?;
         let encoder = Encoder::load(&device)?;
+        let gatherer = Gatherer::load(&device)?;
         let staging = Mutex::new(Staging::new(&device)?);
         Ok(CudaRuntime {
             device,
             onesweep,
             encoder,
+            gatherer,
             staging,
         })
     })
@@ -305,14 +312,44 @@ impl SortBackend for CudaBackend {
             }
         }
     }
+
+    fn payload_gatherer(
+        &self,
+        rows: &RunRows,
+        permutation: &[u32],
+    ) -> Option<Box<dyn PayloadGather>> {
+        if disabled_reason().is_some() {
+            return None;
+        }
+        match self.runtime.upload_payload(rows, permutation) {
+            Ok(payload) => payload.map(|p| Box::new(p) as Box<dyn PayloadGather>),
+            Err(error) => {
+                note_gather_failure(&error, permutation.len());
+                None
+            }
+        }
+    }
+}
+
+/// Logs a failed device gather (the host gathers instead, counted as a fallback); a fatal
+/// error disables the device for the process.
+fn note_gather_failure(error: &CudaError, rows: usize) {
+    FALLBACKS.fetch_add(1, Ordering::Relaxed);
+    note_failure_of("gather", "gathering on the host", error, rows);
 }
 
 /// Logs a failed device sort; a fatal error disables the device for the process.
 fn note_failure(error: &CudaError, rows: usize) {
+    note_failure_of("sort", "sorting this run on the CPU", error, rows);
+}
+
+/// Logs a failed device step (`what`, handled as `then`); a fatal error disables the
+/// device for the process.
+fn note_failure_of(what: &str, then: &str, error: &CudaError, rows: usize) {
     if error.is_fatal() {
         disable_device(&error.to_string());
     }
-    log::warn!("gpusort: CUDA sort of {rows} rows failed ({error}); sorting this run on the CPU");
+    log::warn!("gpusort: CUDA {what} of {rows} rows failed ({error}); {then}");
 }
 
 fn cpu_fallback(keys: &EncodedKeys, algorithm: AlgorithmChoice) -> Result<SortedRun> {

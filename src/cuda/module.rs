@@ -43,8 +43,14 @@ pub const ENCODE: KernelFile = KernelFile {
     source: include_str!("../../kernels/encode.cu"),
 };
 
+/// Payload columns gathered in sorted order.
+pub const GATHER: KernelFile = KernelFile {
+    name: "gather.cu",
+    source: include_str!("../../kernels/gather.cu"),
+};
+
 /// Every kernel file, for compile checks.
-pub const ALL_KERNELS: &[KernelFile] = &[ONESWEEP, ENCODE];
+pub const ALL_KERNELS: &[KernelFile] = &[ONESWEEP, ENCODE, GATHER];
 
 /// The source of a kernel file or header: embedded, or, for kernel tuning runs, read from
 /// `$GPUSORT_KERNEL_DIR/<name>` when that variable is set and the file exists there.

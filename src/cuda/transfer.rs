@@ -11,6 +11,8 @@
 //! Pageable copies run at a fraction of PCIe speed; pinned ones at full speed, and with two
 //! buffers the host's conversion of one chunk overlaps the copy of the other.
 
+use std::mem::MaybeUninit;
+
 use rayon::prelude::*;
 
 use super::device::{Device, DeviceBuffer, Event, PinnedBuffer};
@@ -92,36 +94,97 @@ impl Staging {
             dst.len(),
             "download into a slice of another length"
         );
+        self.download_with(device, src, |start, staged| {
+            dst[start..start + staged.len()]
+                .par_chunks_mut(PAR_ELEMS)
+                .zip(staged.par_chunks(PAR_ELEMS))
+                .for_each(|(d, s)| d.copy_from_slice(s));
+        })
+    }
+
+    /// Downloads all of `src` into `parts` laid end to end (their lengths add up to
+    /// `src.len()`): a gathered column lands straight in its output batches' buffers.
+    /// Every byte of every part is written.
+    pub fn download_parts(
+        &mut self,
+        device: &Device,
+        src: &DeviceBuffer<u8>,
+        parts: &mut [&mut [MaybeUninit<u8>]],
+    ) -> CudaResult<()> {
+        let mut starts = Vec::with_capacity(parts.len());
+        let mut total = 0;
+        for part in parts.iter() {
+            starts.push(total);
+            total += part.len();
+        }
+        assert_eq!(total, src.len(), "download into parts of another length");
+        self.download_with(device, src, |start, staged| {
+            let end = start + staged.len();
+            let first = starts.partition_point(|&s| s <= start).saturating_sub(1);
+            let last = starts.partition_point(|&s| s < end);
+            parts[first..last]
+                .par_iter_mut()
+                .zip(&starts[first..last])
+                .for_each(|(part, &part_start)| {
+                    let from = part_start.max(start);
+                    let to = (part_start + part.len()).min(end);
+                    if from < to {
+                        let src = &staged[from - start..to - start];
+                        let dst = &mut part[from - part_start..to - part_start];
+                        // SAFETY: `dst` and `src` have the same length and do not overlap
+                        // (one is pinned staging memory, the other an output buffer).
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                src.as_ptr(),
+                                dst.as_mut_ptr() as *mut u8,
+                                src.len(),
+                            )
+                        };
+                    }
+                });
+        })
+    }
+
+    /// Downloads `src` chunk by chunk through the staging buffers, the copy of one chunk
+    /// overlapping the drain of the other; `drain(start, staged)` consumes elements
+    /// `start .. start + staged.len()`.
+    fn download_with<T: Plain>(
+        &mut self,
+        device: &Device,
+        src: &DeviceBuffer<T>,
+        mut drain: impl FnMut(usize, &[T]),
+    ) -> CudaResult<()> {
+        let n = src.len();
         let chunk = CHUNK_BYTES / std::mem::size_of::<T>();
-        let starts: Vec<usize> = (0..dst.len()).step_by(chunk).collect();
         let mut pending: Option<(usize, usize)> = None;
-        for (i, &start) in starts.iter().enumerate() {
+        for (i, start) in (0..n).step_by(chunk).enumerate() {
             let which = i % 2;
-            let len = chunk.min(dst.len() - start);
+            let len = chunk.min(n - start);
             self.done[which].wait()?;
             let staged = self.slice_mut::<T>(which, len);
             // SAFETY: the staged chunk is read only after `done[which]` has completed.
             unsafe { device.download(staged, src, start)? };
             self.done[which].record(device)?;
             if let Some((prev, prev_start)) = pending.replace((i, start)) {
-                self.drain(prev % 2, &mut dst[prev_start..], chunk)?;
+                self.drain_chunk(prev % 2, prev_start, chunk.min(n - prev_start), &mut drain)?;
             }
         }
         if let Some((last, last_start)) = pending {
-            self.drain(last % 2, &mut dst[last_start..], chunk)?;
+            self.drain_chunk(last % 2, last_start, chunk.min(n - last_start), &mut drain)?;
         }
         Ok(())
     }
 
-    /// Waits for staging buffer `which` and copies its chunk into `dst`.
-    fn drain<T: Plain>(&mut self, which: usize, dst: &mut [T], chunk: usize) -> CudaResult<()> {
+    /// Waits for staging buffer `which` and hands its `len` elements to `drain`.
+    fn drain_chunk<T: Plain>(
+        &mut self,
+        which: usize,
+        start: usize,
+        len: usize,
+        drain: &mut impl FnMut(usize, &[T]),
+    ) -> CudaResult<()> {
         self.done[which].wait()?;
-        let len = chunk.min(dst.len());
-        let staged = self.slice_mut::<T>(which, len);
-        dst[..len]
-            .par_chunks_mut(PAR_ELEMS)
-            .zip(staged.par_chunks(PAR_ELEMS))
-            .for_each(|(d, s)| d.copy_from_slice(s));
+        drain(start, self.slice_mut::<T>(which, len));
         Ok(())
     }
 }

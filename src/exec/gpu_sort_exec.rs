@@ -47,6 +47,8 @@ pub struct GpuSortOptions {
     pub run_rows: usize,
     /// Requested algorithm.
     pub algorithm: AlgorithmChoice,
+    /// Runs of at least this many rows may gather columns on the backend's device.
+    pub device_gather_min_rows: usize,
 }
 
 /// Sorts its input on the GPU (or the CPU backend) by `expr`.
@@ -228,6 +230,7 @@ impl ExecutionPlan for GpuSortExec {
             batch_size: context.session_config().batch_size(),
             run_rows: self.options.run_rows,
             algorithm: self.options.algorithm,
+            device_gather_min_rows: self.options.device_gather_min_rows,
             backend: Arc::clone(&self.options.backend),
         };
         Ok(sort_stream(SortTask {

@@ -5,7 +5,8 @@
 //! device encoding overlapped), `device_sort_time` (the backend's sort itself), `d2h_time`
 //! (the permutation back), `tie_refine_time` (ordering ties of strings longer than their
 //! encoded prefix, with `tie_groups` the groups it ordered), `gather_time` (building output
-//! batches), all summed over runs;
+//! batches, with the device's gather of fixed-width columns), all summed over runs;
+//! `device_gathered_columns` (columns of runs gathered on the GPU);
 //! `h2d_bytes` / `d2h_bytes` (bytes that crossed PCIe; 0 on the CPU backend), `runs`, one
 //! `algorithm_<name>` count per algorithm that sorted a run, and `gpu_fallbacks`.
 
@@ -38,6 +39,8 @@ pub struct SortMetrics {
     pub tie_groups: Count,
     /// Building output batches.
     pub gather_time: Time,
+    /// Columns of runs gathered on the device (summed over runs).
+    pub device_gathered_columns: Count,
     /// Bytes host → device.
     pub h2d_bytes: Count,
     /// Bytes device → host.
@@ -67,6 +70,7 @@ impl SortMetrics {
             tie_refine_time: time("tie_refine_time"),
             tie_groups: counter("tie_groups"),
             gather_time: time("gather_time"),
+            device_gathered_columns: counter("device_gathered_columns"),
             h2d_bytes: counter("h2d_bytes"),
             d2h_bytes: counter("d2h_bytes"),
             runs: counter("runs"),

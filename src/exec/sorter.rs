@@ -36,6 +36,8 @@ pub struct SortSpec {
     pub run_rows: usize,
     /// Requested algorithm.
     pub algorithm: AlgorithmChoice,
+    /// Runs of at least this many rows may gather columns on the backend's device.
+    pub device_gather_min_rows: usize,
     /// The backend that sorts.
     pub backend: Arc<dyn SortBackend>,
 }
@@ -112,7 +114,23 @@ pub fn sort_run(
     }
     let _timer = metrics.gather_time.timer();
     let _compute = metrics.baseline.elapsed_compute().timer();
-    gather_sorted(&rows, &permutation, spec.batch_size, emit)
+    let mut payload = (permutation.len() >= spec.device_gather_min_rows)
+        .then(|| spec.backend.payload_gatherer(&rows, &permutation))
+        .flatten();
+    let gathered = gather_sorted(
+        &rows,
+        &permutation,
+        spec.batch_size,
+        payload.as_deref_mut(),
+        emit,
+    );
+    if let Some(payload) = &payload {
+        let (up, down) = payload.transferred_bytes();
+        metrics.h2d_bytes.add(up);
+        metrics.d2h_bytes.add(down);
+        metrics.device_gathered_columns.add(payload.columns().len());
+    }
+    gathered
 }
 
 fn evaluate_keys(spec: &SortSpec, rows: &RunRows) -> Result<Vec<KeyColumn>> {

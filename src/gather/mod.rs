@@ -6,18 +6,41 @@
 //! those locations (`take` when the run is one batch). Batches are built in parallel, a
 //! window of them at a time, and handed out in order as each window completes, so the
 //! first rows leave while later ones are still being built.
+//!
+//! A backend may gather some columns itself ([`PayloadGather`]: the CUDA backend gathers
+//! fixed-width columns on the device); the host then gathers only the others, and windows
+//! are larger ([`DEVICE_WINDOW_ROWS`]) so that each device round trip moves megabytes.
 
 mod bytes;
 mod columns;
 
 use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions, UInt32Array};
-use arrow::compute::take_record_batch;
+use arrow::compute::{take, take_record_batch};
 use arrow::datatypes::SchemaRef;
 use datafusion::arrow;
 use datafusion::common::Result;
 use rayon::prelude::*;
 
 pub use columns::{column_gatherer, ColumnGather, RowAt};
+
+/// Output rows per window when a [`PayloadGather`] takes part.
+pub const DEVICE_WINDOW_ROWS: usize = 1 << 22;
+
+/// Gathers some columns of a run's output somewhere other than the host's gather (the
+/// GPU), window by window.
+pub trait PayloadGather: Send {
+    /// Indices of the columns it gathers.
+    fn columns(&self) -> &[usize];
+
+    /// Those columns for output rows `start .. start + batch_rows.iter().sum()`, one array
+    /// per output batch of `batch_rows` rows (all of the same size but the last):
+    /// `[column][batch]`. `Ok(None)` when it could not (the reason is logged): the caller
+    /// gathers these columns itself from then on.
+    fn gather(&mut self, start: usize, batch_rows: &[usize]) -> Result<Option<Vec<Vec<ArrayRef>>>>;
+
+    /// Bytes it moved so far: (host → device, device → host).
+    fn transferred_bytes(&self) -> (usize, usize);
+}
 
 /// The buffered rows of one run, addressed by row id (0 .. rows).
 pub struct RunRows {
@@ -87,17 +110,49 @@ impl RunRows {
         &self.batches
     }
 
+    /// Number of columns.
+    pub fn num_columns(&self) -> usize {
+        self.batches.first().map_or(0, |b| b.num_columns())
+    }
+
+    /// The type of column `c`, when the run has rows.
+    pub fn column_type(&self, c: usize) -> Option<&arrow::datatypes::DataType> {
+        self.batches.first().map(|b| b.column(c).data_type())
+    }
+
+    /// Column `c`'s array of every buffered batch, in order.
+    pub fn column_arrays(&self, c: usize) -> Vec<ArrayRef> {
+        self.batches.iter().map(|b| b.column(c).clone()).collect()
+    }
+
     /// Builds one output batch holding rows `ids`, in that order.
     pub fn gather(&self, ids: &[u32]) -> Result<RecordBatch> {
+        self.gather_with(ids, vec![None; self.num_columns()])
+    }
+
+    /// [`RunRows::gather`], with the columns already gathered elsewhere given in `ready`
+    /// (one entry per column).
+    pub fn gather_with(&self, ids: &[u32], ready: Vec<Option<ArrayRef>>) -> Result<RecordBatch> {
         if let [batch] = self.batches.as_slice() {
-            let indices = UInt32Array::from(ids.to_vec());
-            return Ok(take_record_batch(batch, &indices)?);
+            if ready.iter().all(Option::is_none) {
+                let indices = UInt32Array::from(ids.to_vec());
+                return Ok(take_record_batch(batch, &indices)?);
+            }
         }
-        let at: Vec<RowAt> = ids.iter().map(|&id| self.locate(id as usize)).collect();
-        let columns = self
-            .columns
-            .iter()
-            .map(|column| column.gather(&at))
+        let missing = ready.iter().any(Option::is_none);
+        let at: Vec<RowAt> = match (missing, self.batches.len()) {
+            (true, n) if n > 1 => ids.iter().map(|&id| self.locate(id as usize)).collect(),
+            _ => Vec::new(),
+        };
+        let indices = (missing && self.batches.len() == 1).then(|| UInt32Array::from(ids.to_vec()));
+        let columns = ready
+            .into_iter()
+            .enumerate()
+            .map(|(c, ready)| match (ready, &indices) {
+                (Some(array), _) => Ok(array),
+                (None, Some(indices)) => Ok(take(self.batches[0].column(c), indices, None)?),
+                (None, None) => self.columns[c].gather(&at),
+            })
             .collect::<Result<Vec<_>>>()?;
         let schema: SchemaRef = self.batches[0].schema();
         let options = RecordBatchOptions::new().with_row_count(Some(ids.len()));
@@ -120,18 +175,59 @@ impl RunRows {
 
 /// Gathers `permutation` in output batches of `batch_size` rows, in parallel, calling
 /// `emit` with each in order. Stops early (returning `Ok`) when `emit` returns `false`.
+/// `payload`, when given, gathers its columns (see [`PayloadGather`]).
 pub fn gather_sorted(
     rows: &RunRows,
     permutation: &[u32],
     batch_size: usize,
+    payload: Option<&mut (dyn PayloadGather + '_)>,
+    emit: impl FnMut(RecordBatch) -> bool,
+) -> Result<()> {
+    gather_in_windows(
+        rows,
+        permutation,
+        batch_size,
+        payload,
+        DEVICE_WINDOW_ROWS,
+        emit,
+    )
+}
+
+/// [`gather_sorted`] with windows of about `device_window` rows when `payload` is given.
+fn gather_in_windows(
+    rows: &RunRows,
+    permutation: &[u32],
+    batch_size: usize,
+    mut payload: Option<&mut (dyn PayloadGather + '_)>,
+    device_window: usize,
     mut emit: impl FnMut(RecordBatch) -> bool,
 ) -> Result<()> {
     let batch_size = batch_size.max(1);
-    let window = batch_size * rayon::current_num_threads().max(1);
-    for window_ids in permutation.chunks(window) {
+    let host_window = batch_size * rayon::current_num_threads().max(1);
+    let window = match payload {
+        Some(_) => (device_window / batch_size).max(1) * batch_size,
+        None => host_window,
+    };
+    for (w, window_ids) in permutation.chunks(window).enumerate() {
+        let batch_rows: Vec<usize> = window_ids.chunks(batch_size).map(<[u32]>::len).collect();
+        let mut ready: Vec<Vec<Option<ArrayRef>>> =
+            vec![vec![None; rows.num_columns()]; batch_rows.len()];
+        if let Some(gatherer) = payload.as_deref_mut() {
+            match gatherer.gather(w * window, &batch_rows)? {
+                Some(columns) => {
+                    for (&c, arrays) in gatherer.columns().iter().zip(columns) {
+                        for (batch, array) in ready.iter_mut().zip(arrays) {
+                            batch[c] = Some(array);
+                        }
+                    }
+                }
+                None => payload = None,
+            }
+        }
         let batches: Vec<Result<RecordBatch>> = window_ids
             .par_chunks(batch_size)
-            .map(|ids| rows.gather(ids))
+            .zip(ready)
+            .map(|(ids, ready)| rows.gather_with(ids, ready))
             .collect();
         for batch in batches {
             if !emit(batch?) {
@@ -162,7 +258,7 @@ mod tests {
             batch(vec![12, 13, 14]),
         ]);
         let mut out = Vec::new();
-        gather_sorted(&rows, &[4, 0, 3, 1, 2], 2, |b| {
+        gather_sorted(&rows, &[4, 0, 3, 1, 2], 2, None, |b| {
             out.extend(
                 b.column(0)
                     .as_primitive::<Int32Type>()
@@ -176,12 +272,116 @@ mod tests {
         assert_eq!(out, vec![14, 10, 13, 11, 12]);
     }
 
+    /// Gathers its columns on the host with `take`, as a device would, and fails (returns
+    /// `None`) from window `fail_at` on.
+    struct TakeGather {
+        columns: Vec<usize>,
+        all: RecordBatch,
+        permutation: Vec<u32>,
+        windows: usize,
+        fail_at: usize,
+    }
+
+    impl PayloadGather for TakeGather {
+        fn columns(&self) -> &[usize] {
+            &self.columns
+        }
+
+        fn gather(
+            &mut self,
+            start: usize,
+            batch_rows: &[usize],
+        ) -> Result<Option<Vec<Vec<ArrayRef>>>> {
+            self.windows += 1;
+            if self.windows > self.fail_at {
+                return Ok(None);
+            }
+            let mut at = start;
+            let mut per_batch = Vec::new();
+            for &len in batch_rows {
+                let ids = UInt32Array::from(self.permutation[at..at + len].to_vec());
+                per_batch.push(ids);
+                at += len;
+            }
+            Ok(Some(
+                self.columns
+                    .iter()
+                    .map(|&c| {
+                        per_batch
+                            .iter()
+                            .map(|ids| take(self.all.column(c), ids, None).unwrap())
+                            .collect()
+                    })
+                    .collect(),
+            ))
+        }
+
+        fn transferred_bytes(&self) -> (usize, usize) {
+            (0, 0)
+        }
+    }
+
+    fn two_columns(values: std::ops::Range<i32>) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int32, false),
+            Field::new("b", DataType::Int32, true),
+        ]));
+        let b: Int32Array = values.clone().map(|v| (v % 3 != 0).then_some(-v)).collect();
+        RecordBatch::try_new(
+            schema,
+            vec![Arc::new(Int32Array::from_iter_values(values)), Arc::new(b)],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn payload_columns_fill_their_place_window_by_window() {
+        let all = two_columns(0..1000);
+        let batches = vec![all.slice(0, 333), all.slice(333, 0), all.slice(333, 667)];
+        let rows = RunRows::new(batches.clone());
+        let single = RunRows::new(vec![all.clone()]);
+        let permutation: Vec<u32> = (0..1000u32).map(|i| (i * 7919) % 1000).collect();
+        let gathered = |rows: &RunRows, payload: Option<&mut TakeGather>, window| {
+            let mut out = Vec::new();
+            let payload = payload.map(|p| p as &mut dyn PayloadGather);
+            gather_in_windows(rows, &permutation[..998], 30, payload, window, |b| {
+                out.push(b);
+                true
+            })
+            .unwrap();
+            out
+        };
+        let expected = gathered(&rows, None, 0);
+        for (fail_at, rows) in [(usize::MAX, &rows), (2, &rows), (0, &rows), (1, &single)] {
+            let mut payload = TakeGather {
+                columns: vec![1],
+                all: all.clone(),
+                permutation: permutation.clone(),
+                windows: 0,
+                fail_at,
+            };
+            let actual = gathered(rows, Some(&mut payload), 100);
+            assert_eq!(actual, expected, "payload failing from window {fail_at}");
+            assert!(actual.iter().all(|b| b.num_rows() <= 30));
+            // Windows of 90 rows (whole batches of 30): 12 for 998 rows.
+            let windows = if fail_at == usize::MAX {
+                12
+            } else {
+                fail_at + 1
+            };
+            assert_eq!(
+                payload.windows, windows,
+                "asked once per window until it fails"
+            );
+        }
+    }
+
     #[test]
     fn stops_when_emit_declines() {
         let rows = RunRows::new(vec![batch((0..100).collect())]);
         let perm: Vec<u32> = (0..100).collect();
         let mut emitted = 0;
-        gather_sorted(&rows, &perm, 10, |_| {
+        gather_sorted(&rows, &perm, 10, None, |_| {
             emitted += 1;
             false
         })

@@ -21,6 +21,7 @@ use datafusion::common::Result;
 
 use crate::config::{AlgorithmChoice, BackendChoice};
 use crate::cuda::CudaBackend;
+use crate::gather::{PayloadGather, RunRows};
 use crate::keys::{EncodedKeys, KeyColumn};
 
 pub use cpu::CpuBackend;
@@ -90,6 +91,17 @@ pub trait SortBackend: Debug + Send + Sync {
         _algorithm: AlgorithmChoice,
     ) -> Result<Option<SortedRun>> {
         Ok(None)
+    }
+
+    /// Prepares the gather of some of a run's columns into `permutation` order by the
+    /// backend itself, or returns `None` to have the host gather every column. The CUDA
+    /// backend gathers fixed-width columns on the device.
+    fn payload_gatherer(
+        &self,
+        _rows: &RunRows,
+        _permutation: &[u32],
+    ) -> Option<Box<dyn PayloadGather>> {
+        None
     }
 }
 
