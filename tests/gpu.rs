@@ -26,9 +26,9 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use gpusort::cuda::{
     self, CudaBackend, CudaRuntime, DeviceBuffer, Fault, PassMode, RadixKey, TransferPlain, Values,
 };
-use gpusort::gather::{gather_sorted, PayloadGather, RunRows};
+use gpusort::gather::{gather_sorted, PayloadGather, PayloadStats, RunRows};
 use gpusort::keys::{encode_keys, EncodedKeys, KeyColumn};
-use gpusort::sort::{radix_sort, CpuBackend, SortBackend};
+use gpusort::sort::{radix_sort, CpuBackend, Retained, SortBackend};
 use gpusort::{AlgorithmChoice, BackendChoice::Cuda};
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
@@ -654,6 +654,23 @@ fn assert_device_gather_matches_host(
     batch_size: usize,
     label: &str,
 ) -> Vec<usize> {
+    let (columns, stats) = device_gather_against_host(rows, permutation, None, batch_size, label);
+    assert!(
+        stats.h2d_bytes > permutation.len() * 4 && stats.d2h_bytes > 0,
+        "{label}: {stats:?}"
+    );
+    columns
+}
+
+/// [`assert_device_gather_matches_host`] given what the sort retained; returns the
+/// columns gathered on the device and the gather's statistics.
+fn device_gather_against_host(
+    rows: &RunRows,
+    permutation: &[u32],
+    retained: Option<Retained>,
+    batch_size: usize,
+    label: &str,
+) -> (Vec<usize>, PayloadStats) {
     let gathered = |payload: Option<&mut dyn PayloadGather>| {
         let mut out = Vec::new();
         gather_sorted(rows, permutation, batch_size, payload, |b| {
@@ -667,7 +684,7 @@ fn assert_device_gather_matches_host(
     let fallbacks = cuda::fallback_count();
     let mut payload = CudaBackend::new()
         .unwrap()
-        .payload_gatherer(rows, permutation)
+        .payload_gatherer(rows, permutation, retained)
         .unwrap_or_else(|| panic!("{label}: nothing gathered on the device"));
     let actual = gathered(Some(payload.as_mut()));
     assert_eq!(cuda::fallback_count(), fallbacks, "{label}: fell back");
@@ -675,12 +692,7 @@ fn assert_device_gather_matches_host(
     for (i, (a, e)) in actual.iter().zip(&expected).enumerate() {
         assert_eq!(a, e, "{label}: batch {i} differs");
     }
-    let (up, down) = payload.transferred_bytes();
-    assert!(
-        up > permutation.len() * 4 && down > 0,
-        "{label}: bytes {up} / {down}"
-    );
-    payload.columns().to_vec()
+    (payload.columns().to_vec(), payload.stats())
 }
 
 /// A random permutation of `n` rows.
@@ -774,12 +786,41 @@ gpu_test!(device_gather_out_of_memory_gathers_on_the_host, |rt| {
     // Out of memory while uploading: the host gathers everything.
     let fallbacks = cuda::fallback_count();
     cuda::inject_fault(Fault::OutOfMemory);
-    assert!(backend.payload_gatherer(&rows, &permutation).is_none());
+    assert!(backend
+        .payload_gatherer(&rows, &permutation, None)
+        .is_none());
     assert_eq!(cuda::fallback_count(), fallbacks + 1);
     // Out of memory in the first window: the host gathers that window and the rest.
-    let mut payload = backend.payload_gatherer(&rows, &permutation).unwrap();
+    let mut payload = backend.payload_gatherer(&rows, &permutation, None).unwrap();
     cuda::inject_fault(Fault::OutOfMemory);
     assert_eq!(gathered(Some(payload.as_mut())), expected);
     assert_eq!(cuda::fallback_count(), fallbacks + 2);
     assert!(cuda::disabled_reason().is_none(), "OOM is not fatal");
+});
+
+gpu_test!(device_gather_reuses_the_sorts_permutation_and_keys, |rt| {
+    let _ = rt;
+    use datafusion::arrow::array::Float64Array;
+    let n = 300_000;
+    let mut r = rng("reuse");
+    let keys: ArrayRef = Arc::new(Int64Array::from_iter(
+        (0..n).map(|i| (i % 13 != 0).then(|| r.random_range(-1000..1000i64))),
+    ));
+    let payload: ArrayRef = Arc::new(Float64Array::from_iter_values((0..n).map(|i| i as f64)));
+    let (rows, n) = uneven_run(vec![keys, payload]);
+    let key = KeyColumn {
+        arrays: rows.column_arrays(0),
+        options: SortOptions::default(),
+    };
+    let run = CudaBackend::new()
+        .unwrap()
+        .sort_key_columns(&[key], AlgorithmChoice::Auto)
+        .unwrap()
+        .expect("sorted on the device");
+    assert!(!run.fell_back && run.retained.is_some());
+    let (columns, stats) =
+        device_gather_against_host(&rows, &run.permutation, run.retained, 8192, "reuse");
+    assert_eq!(columns, vec![0, 1]);
+    // Only the payload column's values go up: the key column and the order are reused.
+    assert_eq!(stats.h2d_bytes, n * 8, "{stats:?}");
 });

@@ -17,8 +17,11 @@ use arrow::datatypes::DataType;
 use cudarc::driver::sys::CUdeviceptr;
 use datafusion::arrow;
 
+use std::sync::Arc;
+
 use super::device::{Device, DeviceBuffer};
 use super::error::CudaResult;
+use super::gather::{DeviceColumn, PayloadLayout};
 use super::module::{arg, cached_cubin, launch, Kernel, Module, ENCODE};
 use super::transfer::Staging;
 use crate::keys::{
@@ -55,12 +58,13 @@ pub enum DeviceKeys {
 }
 
 /// The encoded keys and the bytes uploaded for them.
-#[derive(Debug)]
 pub struct Encoded {
     /// The packed words.
     pub keys: DeviceKeys,
     /// Bytes copied host → device (values and bitmaps of the key columns).
     pub h2d_bytes: usize,
+    /// The key columns' raw buffers, left on the device for the payload gather.
+    pub columns: Vec<DeviceColumn>,
 }
 
 /// The loaded encode kernels of one device.
@@ -85,8 +89,25 @@ pub fn encodable_on_device(columns: &[KeyColumn]) -> bool {
 #[derive(Default)]
 struct ColumnOnDevice {
     sources: Vec<LimbSource>,
-    values: Option<DeviceBuffer<u8>>,
-    validity: Option<DeviceBuffer<u8>>,
+    values: Option<Arc<DeviceBuffer<u8>>>,
+    validity: Option<Arc<DeviceBuffer<u8>>>,
+}
+
+impl ColumnOnDevice {
+    /// The column as the payload gather reads it (`None`: no values were uploaded).
+    fn into_payload(self, column: &KeyColumn) -> Option<DeviceColumn> {
+        let first = self.sources.first()?;
+        let layout = match first.kind {
+            LimbKind::Bit => PayloadLayout::Bits,
+            _ => PayloadLayout::Fixed(first.stride as usize),
+        };
+        Some(DeviceColumn {
+            arrays: column.arrays.clone(),
+            layout,
+            values: self.values?,
+            validity: self.validity,
+        })
+    }
 }
 
 impl Encoder {
@@ -142,8 +163,16 @@ impl Encoder {
             }
             DeviceKeys::Words(words)
         };
-        drop(on_device);
-        Ok(Encoded { keys, h2d_bytes })
+        let columns = on_device
+            .into_iter()
+            .zip(columns)
+            .filter_map(|(buffers, column)| buffers.into_payload(column))
+            .collect();
+        Ok(Encoded {
+            keys,
+            h2d_bytes,
+            columns,
+        })
     }
 
     /// The statistics of every field (one small download for all of them).
@@ -291,8 +320,8 @@ fn upload_column(
     };
     let buffers = ColumnOnDevice {
         sources,
-        values: Some(values),
-        validity,
+        values: Some(Arc::new(values)),
+        validity: validity.map(Arc::new),
     };
     Ok((buffers, bytes))
 }

@@ -9,6 +9,8 @@
 //! ```text
 //!  once per run (device lock held):  permutation, each gathered column's values
 //!                                    (+ validity bitmap when a row is null) ──pinned──► device
+//!                                    (the sort's permutation and key columns, still on the
+//!                                    device, are reused: Q1's key `k` never goes up twice)
 //!  per window of output batches (lock held for that window only, never while emitting):
 //!     gather_w<width> / gather_bits ─► window buffer ──pinned──► each batch's own buffers
 //! ```
@@ -20,6 +22,7 @@
 
 use std::mem::MaybeUninit;
 use std::sync::Arc;
+use std::time::Instant;
 
 use arrow::array::{make_array, Array, ArrayData, ArrayRef, BooleanArray};
 use arrow::buffer::{BooleanBuffer, Buffer, MutableBuffer, NullBuffer};
@@ -33,7 +36,7 @@ use super::error::{CudaError, CudaResult};
 use super::module::{arg, cached_cubin, launch, Kernel, Module, GATHER};
 use super::transfer::Staging;
 use super::{note_gather_failure, CudaRuntime};
-use crate::gather::{PayloadGather, RunRows};
+use crate::gather::{PayloadGather, PayloadStats, RunRows};
 
 const THREADS: u32 = 256;
 /// Value widths with a kernel of their own, in the order of [`Gatherer::values`].
@@ -97,9 +100,30 @@ struct PayloadColumn {
     data_type: DataType,
     layout: PayloadLayout,
     /// The values (or Boolean bitmap) of every input array, back to back.
-    values: DeviceBuffer<u8>,
+    values: Arc<DeviceBuffer<u8>>,
     /// The validity of every input array, back to back; `None` when no row is null.
-    validity: Option<DeviceBuffer<u8>>,
+    validity: Option<Arc<DeviceBuffer<u8>>>,
+}
+
+/// A column's raw buffers on the device in the payload layout: a key column the encoder
+/// uploaded, kept for the gather.
+pub struct DeviceColumn {
+    /// The column's input arrays (the key's own, compared by pointer with the run's).
+    pub arrays: Vec<ArrayRef>,
+    /// How `values` holds them.
+    pub layout: PayloadLayout,
+    /// Values (or Boolean bitmap) of every array, back to back.
+    pub values: Arc<DeviceBuffer<u8>>,
+    /// Validity of every array, back to back; `None` when no row is null.
+    pub validity: Option<Arc<DeviceBuffer<u8>>>,
+}
+
+/// What a device sort leaves on the device for the payload gather.
+pub struct DeviceRun {
+    /// The sorted order, when the sort produced one (not for constant keys).
+    pub permutation: Option<DeviceBuffer<u32>>,
+    /// The key columns the device encoded.
+    pub columns: Vec<DeviceColumn>,
 }
 
 /// A run's gathered columns and permutation on the device; gathers windows of output
@@ -109,17 +133,18 @@ pub struct DevicePayload {
     permutation: DeviceBuffer<u32>,
     indices: Vec<usize>,
     columns: Vec<PayloadColumn>,
-    h2d_bytes: usize,
-    d2h_bytes: usize,
+    stats: PayloadStats,
 }
 
 impl CudaRuntime {
-    /// Uploads the permutation and every column of `rows` that the device can gather (as
-    /// many as fit in device memory); `None` when no column qualifies.
+    /// Puts on the device the permutation and every column of `rows` that the device can
+    /// gather (as many as fit in device memory); `None` when no column qualifies. What the
+    /// sort `retained` (its permutation, the key columns) is reused, not uploaded again.
     pub fn upload_payload(
         self: &Arc<Self>,
         rows: &RunRows,
         permutation: &[u32],
+        retained: Option<DeviceRun>,
     ) -> CudaResult<Option<DevicePayload>> {
         let candidates: Vec<(usize, PayloadLayout)> = (0..rows.num_columns())
             .filter_map(|c| payload_layout(rows.column_type(c)?).map(|layout| (c, layout)))
@@ -127,34 +152,59 @@ impl CudaRuntime {
         if candidates.is_empty() || permutation.is_empty() {
             return Ok(None);
         }
+        let (kept_permutation, kept_columns) = match retained {
+            Some(run) => (run.permutation, run.columns),
+            None => (None, Vec::new()),
+        };
+        let started = Instant::now();
         self.with_device(|device, staging| {
             let n = permutation.len();
-            let device_permutation =
-                staging.upload::<u32, _>(device, n, "gather permutation", |start, out| {
-                    out.copy_from_slice(&permutation[start..start + out.len()])
-                })?;
+            let mut stats = PayloadStats::default();
+            let device_permutation = match kept_permutation.filter(|p| p.len() >= n) {
+                Some(kept) => kept,
+                None => {
+                    stats.h2d_bytes += n * 4;
+                    staging.upload::<u32, _>(device, n, "gather permutation", |start, out| {
+                        out.copy_from_slice(&permutation[start..start + out.len()])
+                    })?
+                }
+            };
             let mut payload = DevicePayload {
                 runtime: Arc::clone(self),
                 permutation: device_permutation,
                 indices: Vec::new(),
                 columns: Vec::new(),
-                h2d_bytes: n * 4,
-                d2h_bytes: 0,
+                stats,
             };
             for (index, layout) in candidates {
                 let arrays = rows.column_arrays(index);
-                match upload_payload_column(device, staging, &arrays, layout) {
-                    Ok((column, bytes)) => {
-                        payload.indices.push(index);
-                        payload.columns.push(column);
-                        payload.h2d_bytes += bytes;
-                    }
-                    // The columns uploaded so far are gathered here, the rest on the host.
-                    Err(CudaError::OutOfMemory { .. }) => break,
-                    Err(other) => return Err(other),
-                }
+                let kept = kept_columns.iter().find(|k| {
+                    k.layout == layout
+                        && k.arrays.len() == arrays.len()
+                        && k.arrays.iter().zip(&arrays).all(|(a, b)| Arc::ptr_eq(a, b))
+                });
+                let column = match kept {
+                    Some(kept) => PayloadColumn {
+                        data_type: arrays[0].data_type().clone(),
+                        layout,
+                        values: Arc::clone(&kept.values),
+                        validity: kept.validity.clone(),
+                    },
+                    None => match upload_payload_column(device, staging, &arrays, layout) {
+                        Ok((column, bytes)) => {
+                            payload.stats.h2d_bytes += bytes;
+                            column
+                        }
+                        // The columns put there so far are gathered here, the rest on the host.
+                        Err(CudaError::OutOfMemory { .. }) => break,
+                        Err(other) => return Err(other),
+                    },
+                };
+                payload.indices.push(index);
+                payload.columns.push(column);
             }
             device.synchronize()?;
+            payload.stats.upload = started.elapsed();
             Ok((!payload.columns.is_empty()).then_some(payload))
         })
     }
@@ -203,8 +253,8 @@ fn upload_payload_column(
     let column = PayloadColumn {
         data_type,
         layout,
-        values,
-        validity,
+        values: Arc::new(values),
+        validity: validity.map(Arc::new),
     };
     Ok((column, bytes))
 }
@@ -217,28 +267,10 @@ impl PayloadGather for DevicePayload {
     fn gather(&mut self, start: usize, batch_rows: &[usize]) -> Result<Option<Vec<Vec<ArrayRef>>>> {
         let rows: usize = batch_rows.iter().sum();
         let runtime = Arc::clone(&self.runtime);
-        let host = runtime.with_device(|device, staging| {
-            self.columns
-                .iter()
-                .map(|column| {
-                    let values = match column.layout {
-                        PayloadLayout::Fixed(width) => {
-                            self.gather_values(device, staging, column, start, batch_rows, width)?
-                        }
-                        PayloadLayout::Bits => {
-                            self.gather_bits(device, staging, &column.values, start, batch_rows)?
-                        }
-                    };
-                    let validity = match &column.validity {
-                        Some(bits) => {
-                            Some(self.gather_bits(device, staging, bits, start, batch_rows)?)
-                        }
-                        None => None,
-                    };
-                    Ok((values, validity))
-                })
-                .collect::<CudaResult<Vec<_>>>()
-        });
+        let started = Instant::now();
+        let host = runtime
+            .with_device(|device, staging| self.gather_window(device, staging, start, batch_rows));
+        self.stats.windows += started.elapsed();
         let host = match host {
             Ok(host) => host,
             Err(error) => {
@@ -248,8 +280,8 @@ impl PayloadGather for DevicePayload {
         };
         let mut out = Vec::with_capacity(host.len());
         for (column, (values, validity)) in self.columns.iter().zip(host) {
-            self.d2h_bytes += values.iter().map(Buffer::len).sum::<usize>();
-            self.d2h_bytes += validity.iter().flatten().map(Buffer::len).sum::<usize>();
+            self.stats.d2h_bytes += values.iter().map(Buffer::len).sum::<usize>();
+            self.stats.d2h_bytes += validity.iter().flatten().map(Buffer::len).sum::<usize>();
             let arrays = batch_rows
                 .iter()
                 .enumerate()
@@ -271,8 +303,8 @@ impl PayloadGather for DevicePayload {
         Ok(Some(out))
     }
 
-    fn transferred_bytes(&self) -> (usize, usize) {
-        (self.h2d_bytes, self.d2h_bytes)
+    fn stats(&self) -> PayloadStats {
+        self.stats
     }
 }
 
@@ -282,58 +314,130 @@ impl DevicePayload {
         self.permutation.ptr() + (start * 4) as u64
     }
 
-    /// Gathers fixed-width values of output rows `start ..` into one buffer per batch.
-    fn gather_values(
+    /// Gathers every column for output rows `start ..` into one device buffer (each
+    /// column's values, then its validity, at 256-byte aligned offsets) and downloads it
+    /// in one stream of copies, so that the copy of one column overlaps the host's drain of
+    /// the previous one. Per column: its values and its validity, one buffer per batch.
+    #[allow(clippy::type_complexity)]
+    fn gather_window(
         &self,
         device: &Device,
         staging: &mut Staging,
-        column: &PayloadColumn,
         start: usize,
         batch_rows: &[usize],
+    ) -> CudaResult<Vec<(Vec<Buffer>, Option<Vec<Buffer>>)>> {
+        let batches = batch_rows.len();
+        let bitmap_bytes = batch_rows[0].div_ceil(32) * 4;
+        // Every part of the window buffer in order (batch buffers and padding), and where
+        // each gathered bitmap or value array starts: (byte offset, first part).
+        let mut sizes: Vec<usize> = Vec::new();
+        let mut offset = 0;
+        let mut place = |part_sizes: &mut dyn Iterator<Item = usize>| {
+            let at = (offset, sizes.len());
+            for size in part_sizes {
+                sizes.push(size);
+                offset += size;
+            }
+            let padding = offset.next_multiple_of(256) - offset;
+            if padding > 0 {
+                sizes.push(padding);
+                offset += padding;
+            }
+            at
+        };
+        let regions: Vec<((usize, usize), Option<(usize, usize)>)> = self
+            .columns
+            .iter()
+            .map(|column| {
+                let values = match column.layout {
+                    PayloadLayout::Fixed(width) => place(&mut batch_rows.iter().map(|r| r * width)),
+                    PayloadLayout::Bits => place(&mut std::iter::repeat_n(bitmap_bytes, batches)),
+                };
+                let validity = column
+                    .validity
+                    .as_ref()
+                    .map(|_| place(&mut std::iter::repeat_n(bitmap_bytes, batches)));
+                (values, validity)
+            })
+            .collect();
+        let out = device.alloc::<u8>(offset, "gathered window")?;
+        for (column, (values, validity)) in self.columns.iter().zip(&regions) {
+            let at = out.ptr() + values.0 as u64;
+            match column.layout {
+                PayloadLayout::Fixed(width) => {
+                    self.launch_values(device, &column.values, width, start, batch_rows, at)?
+                }
+                PayloadLayout::Bits => {
+                    self.launch_bits(device, &column.values, start, batch_rows, at)?
+                }
+            }
+            if let (Some(bits), Some(validity)) = (&column.validity, validity) {
+                let at = out.ptr() + validity.0 as u64;
+                self.launch_bits(device, bits, start, batch_rows, at)?;
+            }
+        }
+        let mut parts: Vec<Option<Buffer>> = download_into_buffers(device, staging, &out, &sizes)?
+            .into_iter()
+            .map(Some)
+            .collect();
+        let take = |parts: &mut Vec<Option<Buffer>>, first: usize| -> Vec<Buffer> {
+            parts[first..first + batches]
+                .iter_mut()
+                .map(|p| p.take().expect("each part taken once"))
+                .collect()
+        };
+        Ok(regions
+            .iter()
+            .map(|(values, validity)| {
+                let values = take(&mut parts, values.1);
+                let validity = validity.map(|v| take(&mut parts, v.1));
+                (values, validity)
+            })
+            .collect())
+    }
+
+    /// Queues the gather of fixed-width values of output rows `start ..` to device
+    /// address `dst`.
+    fn launch_values(
+        &self,
+        device: &Device,
+        values: &DeviceBuffer<u8>,
         width: usize,
-    ) -> CudaResult<Vec<Buffer>> {
+        start: usize,
+        batch_rows: &[usize],
+        dst: u64,
+    ) -> CudaResult<()> {
         let rows: usize = batch_rows.iter().sum();
-        let out = device.alloc::<u8>(rows * width, "gathered window")?;
         let which = WIDTHS
             .iter()
             .position(|&w| w == width)
             .expect("a gathered width");
         let kernel = self.runtime.gatherer.values[which];
-        let mut src = column.values.ptr();
-        let mut perm = self.permutation_at(start);
-        let mut n = rows as u32;
-        let mut dst = out.ptr();
+        let (mut src, mut perm, mut n, mut dst) =
+            (values.ptr(), self.permutation_at(start), rows as u32, dst);
         let mut params = [arg(&mut src), arg(&mut perm), arg(&mut n), arg(&mut dst)];
-        let grid = self
-            .runtime
-            .gatherer
-            .grid
-            .min(rows.div_ceil(THREADS as usize) as u32);
-        launch(device, kernel, grid.max(1), THREADS, &mut params, rows)?;
-        let sizes: Vec<usize> = batch_rows.iter().map(|&r| r * width).collect();
-        download_into_buffers(device, staging, &out, &sizes)
+        let grid = self.grid_for(rows);
+        launch(device, kernel, grid, THREADS, &mut params, rows)
     }
 
-    /// Gathers a bitmap of output rows `start ..` into one bitmap per batch, each starting
-    /// at bit 0 (`batch_rows` all equal but the last).
-    fn gather_bits(
+    /// Queues the gather of a bitmap of output rows `start ..` to device address `dst`:
+    /// one bitmap per batch, each starting at bit 0 of its own words (`batch_rows` all
+    /// equal but the last).
+    fn launch_bits(
         &self,
         device: &Device,
-        staging: &mut Staging,
         bits: &DeviceBuffer<u8>,
         start: usize,
         batch_rows: &[usize],
-    ) -> CudaResult<Vec<Buffer>> {
+        dst: u64,
+    ) -> CudaResult<()> {
         let rows: usize = batch_rows.iter().sum();
         let full = batch_rows[0];
         let words = full.div_ceil(32);
         let batches = batch_rows.len();
-        let out = device.alloc::<u8>(batches * words * 4, "gathered bitmap window")?;
-        let mut src = bits.ptr();
-        let mut perm = self.permutation_at(start);
+        let (mut src, mut perm, mut dst) = (bits.ptr(), self.permutation_at(start), dst);
         let (mut n, mut batch, mut batch_words, mut count) =
             (rows as u32, full as u32, words as u32, batches as u32);
-        let mut dst = out.ptr();
         let mut params = [
             arg(&mut src),
             arg(&mut perm),
@@ -343,21 +447,20 @@ impl DevicePayload {
             arg(&mut count),
             arg(&mut dst),
         ];
-        let threads = batches * words * 32;
-        let grid = self
-            .runtime
-            .gatherer
-            .grid
-            .min(threads.div_ceil(THREADS as usize) as u32);
+        let grid = self.grid_for(batches * words * 32);
         launch(
             device,
             self.runtime.gatherer.bits,
-            grid.max(1),
+            grid,
             THREADS,
             &mut params,
             rows,
-        )?;
-        download_into_buffers(device, staging, &out, &vec![words * 4; batches])
+        )
+    }
+
+    /// Blocks for `threads` threads of work, at most the kernels' grid.
+    fn grid_for(&self, threads: usize) -> u32 {
+        (threads.div_ceil(THREADS as usize) as u32).clamp(1, self.runtime.gatherer.grid)
     }
 }
 

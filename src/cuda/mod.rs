@@ -33,6 +33,7 @@ pub use device::{Device, DeviceBuffer, Event};
 pub use encode::{encodable_on_device, DeviceKeys, Encoded, Encoder};
 pub use error::{CudaError, CudaResult};
 pub use faults::{inject as inject_fault, Fault};
+use gather::DeviceRun;
 pub use gather::{payload_layout, DevicePayload, Gatherer, PayloadLayout};
 pub use module::{compile_cubin, is_nvrtc_present, nvrtc_version, KernelFile, ALL_KERNELS};
 pub use onesweep::{
@@ -43,7 +44,9 @@ pub use transfer::{Plain as TransferPlain, Staging};
 use crate::config::AlgorithmChoice;
 use crate::gather::{PayloadGather, RunRows};
 use crate::keys::{column_rows, encode_keys, EncodedKeys, KeyColumn};
-use crate::sort::{identity, Algorithm, CpuBackend, SortBackend, SortedRun, TransferTimes};
+use crate::sort::{
+    identity, Algorithm, CpuBackend, Retained, SortBackend, SortedRun, TransferTimes,
+};
 
 /// The opened device and what is loaded on it; one per process.
 #[derive(Debug)]
@@ -199,7 +202,17 @@ impl CudaRuntime {
             let started = Instant::now();
             let encoded = self.encoder.encode(device, staging, columns, n)?;
             let (keys, bytes) = (encoded.keys, encoded.h2d_bytes);
-            self.sort_device_keys(device, staging, keys, bytes, started, n)
+            let mut run = self.sort_device_keys(device, staging, keys, bytes, started, n)?;
+            let permutation = run
+                .retained
+                .take()
+                .and_then(|r| r.0.downcast::<DeviceRun>().ok())
+                .and_then(|r| r.permutation);
+            run.retained = Some(Retained(Box::new(DeviceRun {
+                permutation,
+                columns: encoded.columns,
+            })));
+            Ok(run)
         })
     }
 
@@ -234,7 +247,12 @@ impl CudaRuntime {
         staging.download(device, &perm, &mut permutation)?;
         device.synchronize()?;
         transfer.download = download_started.elapsed();
-        Ok(radix_run(permutation, h2d_bytes, n * 4, transfer))
+        let mut run = radix_run(permutation, h2d_bytes, n * 4, transfer);
+        run.retained = Some(Retained(Box::new(DeviceRun {
+            permutation: Some(perm),
+            columns: Vec::new(),
+        })));
+        Ok(run)
     }
 }
 
@@ -251,6 +269,7 @@ fn radix_run(
         d2h_bytes,
         fell_back: false,
         transfer,
+        retained: None,
     }
 }
 
@@ -317,11 +336,15 @@ impl SortBackend for CudaBackend {
         &self,
         rows: &RunRows,
         permutation: &[u32],
+        retained: Option<Retained>,
     ) -> Option<Box<dyn PayloadGather>> {
         if disabled_reason().is_some() {
             return None;
         }
-        match self.runtime.upload_payload(rows, permutation) {
+        let retained = retained
+            .and_then(|r| r.0.downcast::<DeviceRun>().ok())
+            .map(|r| *r);
+        match self.runtime.upload_payload(rows, permutation, retained) {
             Ok(payload) => payload.map(|p| Box::new(p) as Box<dyn PayloadGather>),
             Err(error) => {
                 note_gather_failure(&error, permutation.len());

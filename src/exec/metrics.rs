@@ -6,7 +6,9 @@
 //! (the permutation back), `tie_refine_time` (ordering ties of strings longer than their
 //! encoded prefix, with `tie_groups` the groups it ordered), `gather_time` (building output
 //! batches, with the device's gather of fixed-width columns), all summed over runs;
-//! `device_gathered_columns` (columns of runs gathered on the GPU);
+//! `gather_h2d_time` and `gather_d2h_time` (the device gather's part of it: uploads, and
+//! windows gathered and copied back), `device_gathered_columns` (columns of runs gathered
+//! on the GPU);
 //! `h2d_bytes` / `d2h_bytes` (bytes that crossed PCIe; 0 on the CPU backend), `runs`, one
 //! `algorithm_<name>` count per algorithm that sorted a run, and `gpu_fallbacks`.
 
@@ -39,6 +41,12 @@ pub struct SortMetrics {
     pub tie_groups: Count,
     /// Building output batches.
     pub gather_time: Time,
+    /// Within `gather_time`: the device gather's uploads (permutation and columns not on
+    /// the device yet).
+    pub gather_h2d_time: Time,
+    /// Within `gather_time`: the device gather's windows (kernels and copies back into
+    /// the output batches).
+    pub gather_d2h_time: Time,
     /// Columns of runs gathered on the device (summed over runs).
     pub device_gathered_columns: Count,
     /// Bytes host → device.
@@ -70,6 +78,8 @@ impl SortMetrics {
             tie_refine_time: time("tie_refine_time"),
             tie_groups: counter("tie_groups"),
             gather_time: time("gather_time"),
+            gather_h2d_time: time("gather_h2d_time"),
+            gather_d2h_time: time("gather_d2h_time"),
             device_gathered_columns: counter("device_gathered_columns"),
             h2d_bytes: counter("h2d_bytes"),
             d2h_bytes: counter("d2h_bytes"),

@@ -102,7 +102,10 @@ pub fn sort_run(
     };
     metrics.record_run(&sorted, sort_started.elapsed());
     let mut permutation = sorted.permutation;
+    let mut retained = sorted.retained;
     if let Some(keys) = keys.filter(|k| !k.long_keys.is_empty()) {
+        // The order changes: what the backend kept no longer matches it.
+        retained = None;
         let _timer = metrics.tie_refine_time.timer();
         let _compute = metrics.baseline.elapsed_compute().timer();
         let groups = refine_long_ties(&columns, &keys, &mut permutation)?;
@@ -115,7 +118,7 @@ pub fn sort_run(
     let _timer = metrics.gather_time.timer();
     let _compute = metrics.baseline.elapsed_compute().timer();
     let mut payload = (permutation.len() >= spec.device_gather_min_rows)
-        .then(|| spec.backend.payload_gatherer(&rows, &permutation))
+        .then(|| spec.backend.payload_gatherer(&rows, &permutation, retained))
         .flatten();
     let gathered = gather_sorted(
         &rows,
@@ -125,9 +128,11 @@ pub fn sort_run(
         emit,
     );
     if let Some(payload) = &payload {
-        let (up, down) = payload.transferred_bytes();
-        metrics.h2d_bytes.add(up);
-        metrics.d2h_bytes.add(down);
+        let stats = payload.stats();
+        metrics.h2d_bytes.add(stats.h2d_bytes);
+        metrics.d2h_bytes.add(stats.d2h_bytes);
+        metrics.gather_h2d_time.add_duration(stats.upload);
+        metrics.gather_d2h_time.add_duration(stats.windows);
         metrics.device_gathered_columns.add(payload.columns().len());
     }
     gathered

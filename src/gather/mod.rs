@@ -38,8 +38,21 @@ pub trait PayloadGather: Send {
     /// gathers these columns itself from then on.
     fn gather(&mut self, start: usize, batch_rows: &[usize]) -> Result<Option<Vec<Vec<ArrayRef>>>>;
 
-    /// Bytes it moved so far: (host → device, device → host).
-    fn transferred_bytes(&self) -> (usize, usize);
+    /// What it did so far.
+    fn stats(&self) -> PayloadStats;
+}
+
+/// What a [`PayloadGather`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PayloadStats {
+    /// Bytes moved host → device.
+    pub h2d_bytes: usize,
+    /// Bytes moved device → host.
+    pub d2h_bytes: usize,
+    /// Wall time of its uploads.
+    pub upload: std::time::Duration,
+    /// Wall time of its windows (gather and copies back).
+    pub windows: std::time::Duration,
 }
 
 /// The buffered rows of one run, addressed by row id (0 .. rows).
@@ -316,8 +329,8 @@ mod tests {
             ))
         }
 
-        fn transferred_bytes(&self) -> (usize, usize) {
-            (0, 0)
+        fn stats(&self) -> PayloadStats {
+            PayloadStats::default()
         }
     }
 

@@ -36,6 +36,7 @@ impl SortBackend for CpuBackend {
             d2h_bytes: 0,
             fell_back: false,
             transfer: Default::default(),
+            retained: None,
         })
     }
 }

@@ -48,8 +48,19 @@ impl Algorithm {
     }
 }
 
+/// What a backend kept of a sorted run for its later steps (the CUDA backend: the
+/// permutation and the raw key columns, still on the device, which its payload gather
+/// reuses instead of uploading them again). Opaque to the operator; dropping it frees it.
+pub struct Retained(pub Box<dyn std::any::Any + Send + Sync>);
+
+impl Debug for Retained {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Retained")
+    }
+}
+
 /// The outcome of sorting one run.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct SortedRun {
     /// Row indices of the run in sorted order.
     pub permutation: Vec<u32>,
@@ -63,6 +74,9 @@ pub struct SortedRun {
     pub fell_back: bool,
     /// Wall time of the copies to and from the device within the sort (zero on the CPU).
     pub transfer: TransferTimes,
+    /// What the backend kept for [`SortBackend::payload_gatherer`] (valid for exactly this
+    /// permutation, or a prefix of it).
+    pub retained: Option<Retained>,
 }
 
 /// Where a device sort's wall time went besides the sort kernels themselves.
@@ -96,10 +110,13 @@ pub trait SortBackend: Debug + Send + Sync {
     /// Prepares the gather of some of a run's columns into `permutation` order by the
     /// backend itself, or returns `None` to have the host gather every column. The CUDA
     /// backend gathers fixed-width columns on the device.
+    /// `retained` is what the backend's sort of this run kept, when `permutation` is still
+    /// its order (or a prefix of it).
     fn payload_gatherer(
         &self,
         _rows: &RunRows,
         _permutation: &[u32],
+        _retained: Option<Retained>,
     ) -> Option<Box<dyn PayloadGather>> {
         None
     }

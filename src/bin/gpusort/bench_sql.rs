@@ -111,6 +111,9 @@ struct Stages {
     sort: Duration,
     d2h: Duration,
     gather: Duration,
+    /// Within `gather`: the device gather's uploads and windows.
+    gather_h2d: Duration,
+    gather_d2h: Duration,
     partitions: usize,
     fallbacks: usize,
 }
@@ -280,6 +283,8 @@ fn stages_of(plan: &Arc<dyn ExecutionPlan>) -> Option<Stages> {
             stages.sort += time("device_sort_time") + time("tie_refine_time");
             stages.d2h += time("d2h_time");
             stages.gather += time("gather_time");
+            stages.gather_h2d += time("gather_h2d_time");
+            stages.gather_d2h += time("gather_d2h_time");
             stages.partitions += node.properties().output_partitioning().partition_count();
             stages.fallbacks += value("gpu_fallbacks");
         }
@@ -374,14 +379,21 @@ fn print_table(outcomes: &[Outcome]) {
                 if s.fallbacks > 0 {
                     backend.push_str(&format!(", {} CPU fallbacks", s.fallbacks));
                 }
+                let mut gather = seconds(s.gather);
+                if !(s.gather_h2d + s.gather_d2h).is_zero() {
+                    gather.push_str(&format!(
+                        " (device: up {}, windows {})",
+                        seconds(s.gather_h2d),
+                        seconds(s.gather_d2h)
+                    ));
+                }
                 format!(
-                    "{backend} | {} | {} | {} | {} | {} | {} | {other}",
+                    "{backend} | {} | {} | {} | {} | {} | {gather} | {other}",
                     seconds(s.collect),
                     seconds(s.encode),
                     seconds(s.h2d),
                     seconds(s.sort),
                     seconds(s.d2h),
-                    seconds(s.gather),
                 )
             }
             None => "DataFusion's sort kept | - | - | - | - | - | - | -".to_string(),
@@ -404,7 +416,7 @@ fn to_json(outcomes: &[Outcome], device: &str, partitions: usize, options: &SqlB
         .map(|o| {
             let stages = match &o.stages {
                 Some(s) => format!(
-                    r#"{{"backend": "{}", "partitions": {}, "collect": {}, "encode": {}, "h2d": {}, "device_sort": {}, "d2h": {}, "gather": {}}}"#,
+                    r#"{{"backend": "{}", "partitions": {}, "collect": {}, "encode": {}, "h2d": {}, "device_sort": {}, "d2h": {}, "gather": {}, "gather_h2d": {}, "gather_d2h": {}}}"#,
                     s.backend,
                     s.partitions,
                     s.collect.as_secs_f64(),
@@ -412,7 +424,9 @@ fn to_json(outcomes: &[Outcome], device: &str, partitions: usize, options: &SqlB
                     s.h2d.as_secs_f64(),
                     s.sort.as_secs_f64(),
                     s.d2h.as_secs_f64(),
-                    s.gather.as_secs_f64()
+                    s.gather.as_secs_f64(),
+                    s.gather_h2d.as_secs_f64(),
+                    s.gather_d2h.as_secs_f64()
                 ),
                 None => "null".to_string(),
             };
