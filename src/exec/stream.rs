@@ -48,9 +48,16 @@ pub struct SortTask {
     pub spiller: RunSpiller,
 }
 
+/// Output batches that may wait in the channel. A run's gather builds a window of batches
+/// at once, so batches waiting here cost no memory beyond that window (merged output: at
+/// most this many batches more); a deeper channel
+/// lets the sort hand them over without a wake-up of the consumer per batch.
+const OUTPUT_CHANNEL_BATCHES: usize = 32;
+
 /// Starts the sort of one partition; its batches arrive on the returned stream.
 pub fn sort_stream(task: SortTask) -> SendableRecordBatchStream {
-    let mut builder = RecordBatchReceiverStream::builder(Arc::clone(&task.schema), 2);
+    let mut builder =
+        RecordBatchReceiverStream::builder(Arc::clone(&task.schema), OUTPUT_CHANNEL_BATCHES);
     let tx = builder.tx();
     builder.spawn(async move { run_task(task, tx).await });
     builder.build()
