@@ -50,8 +50,8 @@ pub struct SortTask {
 
 /// Output batches that may wait in the channel. A run's gather builds a window of batches
 /// at once, so batches waiting here cost no memory beyond that window (merged output: at
-/// most this many batches more); a deeper channel
-/// lets the sort hand them over without a wake-up of the consumer per batch.
+/// most this many batches more); a deeper channel lets the sort hand them over without
+/// waiting for the consumer to wake up for each one.
 const OUTPUT_CHANNEL_BATCHES: usize = 32;
 
 /// Starts the sort of one partition; its batches arrive on the returned stream.
