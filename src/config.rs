@@ -161,6 +161,7 @@ mod tests {
             "run_rows",
             "algorithm",
             "topk",
+            "device_gather_min_rows",
         ] {
             assert!(keys.iter().any(|k| k == key), "{key} missing from {keys:?}");
         }

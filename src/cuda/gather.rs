@@ -308,6 +308,14 @@ impl PayloadGather for DevicePayload {
     }
 }
 
+impl Drop for DevicePayload {
+    fn drop(&mut self) {
+        // The buffers are freed in stream order right after this; make the device's
+        // context current on this thread in case it was never bound here.
+        let _ = self.runtime.device.bind();
+    }
+}
+
 impl DevicePayload {
     /// The permutation entries of output rows `start ..`, as a device pointer.
     fn permutation_at(&self, start: usize) -> u64 {
