@@ -11,17 +11,15 @@
 //! The result is the input of the OneSweep launcher: one u32 word per row when the key has
 //! at most 32 significant bits, else 64-bit words, most significant first.
 
-use arrow::array::{Array, ArrayData};
-use arrow::buffer::{BooleanBuffer, NullBuffer};
+use arrow::array::Array;
 use arrow::datatypes::DataType;
 use cudarc::driver::sys::CUdeviceptr;
 use datafusion::arrow;
 
-use std::sync::Arc;
-
+use super::columns::{upload_raw_column, PayloadLayout, RawColumn};
 use super::device::{Device, DeviceBuffer};
 use super::error::CudaResult;
-use super::gather::{DeviceColumn, PayloadLayout};
+use super::gather::DeviceColumn;
 use super::module::{arg, cached_cubin, launch, Kernel, Module, ENCODE};
 use super::transfer::Staging;
 use crate::keys::{
@@ -85,29 +83,12 @@ pub fn encodable_on_device(columns: &[KeyColumn]) -> bool {
     })
 }
 
-/// One column's buffers on the device and how its limbs are read from them.
+/// One column's buffers on the device (none when it has no rows or is all `Null`) and how
+/// its limbs are read from them.
 #[derive(Default)]
 struct ColumnOnDevice {
     sources: Vec<LimbSource>,
-    values: Option<Arc<DeviceBuffer<u8>>>,
-    validity: Option<Arc<DeviceBuffer<u8>>>,
-}
-
-impl ColumnOnDevice {
-    /// The column as the payload gather reads it (`None`: no values were uploaded).
-    fn into_payload(self, column: &KeyColumn) -> Option<DeviceColumn> {
-        let first = self.sources.first()?;
-        let layout = match first.kind {
-            LimbKind::Bit => PayloadLayout::Bits,
-            _ => PayloadLayout::Fixed(first.stride as usize),
-        };
-        Some(DeviceColumn {
-            arrays: column.arrays.clone(),
-            layout,
-            values: self.values?,
-            validity: self.validity,
-        })
-    }
+    raw: Option<RawColumn>,
 }
 
 impl Encoder {
@@ -166,7 +147,12 @@ impl Encoder {
         let columns = on_device
             .into_iter()
             .zip(columns)
-            .filter_map(|(buffers, column)| buffers.into_payload(column))
+            .filter_map(|(buffers, column)| {
+                Some(DeviceColumn {
+                    arrays: column.arrays.clone(),
+                    raw: buffers.raw?,
+                })
+            })
             .collect();
         Ok(Encoded {
             keys,
@@ -252,9 +238,11 @@ impl Encoder {
 
 /// The fields of one column, in the host encoder's order: null flag, then limbs.
 fn column_fields(column: &KeyColumn, buffers: &ColumnOnDevice) -> Vec<FieldSource> {
+    let raw = buffers.raw.as_ref();
+    let valid = raw.and_then(|r| r.validity.as_ref());
     let base = FieldSource {
-        values: buffers.values.as_ref().map_or(0, |b| b.ptr()),
-        valid: buffers.validity.as_ref().map_or(0, |b| b.ptr()),
+        values: raw.map_or(0, |r| r.values.ptr()),
+        valid: valid.map_or(0, |b| b.ptr()),
         stride: 0,
         offset: 0,
         width: 0,
@@ -262,7 +250,7 @@ fn column_fields(column: &KeyColumn, buffers: &ColumnOnDevice) -> Vec<FieldSourc
         descending: column.options.descending as u32,
         nulls_first: column.options.nulls_first as u32,
     };
-    let flag = buffers.validity.is_some().then_some(base);
+    let flag = valid.is_some().then_some(base);
     let limbs = buffers.sources.iter().map(|source| FieldSource {
         stride: source.stride,
         offset: source.offset,
@@ -286,114 +274,21 @@ fn upload_column(
         return Ok((ColumnOnDevice::default(), 0));
     };
     let sources = limb_sources(data_type).unwrap_or_default();
-    let values = if sources.first().is_some_and(|s| s.kind == LimbKind::Bit) {
-        let bits = concat_bits(column.arrays.iter().map(|a| {
-            a.as_any()
-                .downcast_ref::<arrow::array::BooleanArray>()
-                .expect("Boolean key column")
-                .values()
-                .clone()
-        }));
-        upload_bytes(device, staging, &[bits.values()], "boolean key values")?
-    } else {
-        let stride = sources.first().map_or(0, |s| s.stride as usize);
-        let data: Vec<ArrayData> = column.arrays.iter().map(|a| a.to_data()).collect();
-        let parts: Vec<&[u8]> = data
-            .iter()
-            .map(|d| {
-                &d.buffers()[0].as_slice()[d.offset() * stride..(d.offset() + d.len()) * stride]
-            })
-            .collect();
-        upload_bytes(device, staging, &parts, "key column values")?
+    let layout = match sources.first() {
+        Some(first) if first.kind == LimbKind::Bit => PayloadLayout::Bits,
+        first => PayloadLayout::Fixed(first.map_or(0, |s| s.stride as usize)),
     };
-    let mut bytes = values.len();
-    let validity = if column.arrays.iter().any(|a| a.logical_null_count() > 0) {
-        let bits = concat_bits(column.arrays.iter().map(|a| match a.logical_nulls() {
-            Some(nulls) => nulls.inner().clone(),
-            None => NullBuffer::new_valid(a.len()).inner().clone(),
-        }));
-        let buffer = upload_bytes(device, staging, &[bits.values()], "key column validity")?;
-        bytes += buffer.len();
-        Some(buffer)
-    } else {
-        None
-    };
+    let (raw, bytes) = upload_raw_column(device, staging, &column.arrays, layout)?;
     let buffers = ColumnOnDevice {
         sources,
-        values: Some(Arc::new(values)),
-        validity: validity.map(Arc::new),
+        raw: Some(raw),
     };
     Ok((buffers, bytes))
-}
-
-/// The bitmaps one after the other, from bit 0.
-pub(super) fn concat_bits(parts: impl Iterator<Item = BooleanBuffer>) -> BooleanBuffer {
-    let mut builder = arrow::array::BooleanBufferBuilder::new(0);
-    for part in parts {
-        builder.append_buffer(&part);
-    }
-    builder.finish()
-}
-
-/// Uploads `parts` back to back, padded with zeros to a multiple of 8 bytes (so that the
-/// kernels' word reads of bitmaps stay inside the buffer).
-pub(super) fn upload_bytes(
-    device: &Device,
-    staging: &mut Staging,
-    parts: &[&[u8]],
-    what: &'static str,
-) -> CudaResult<DeviceBuffer<u8>> {
-    let mut starts = Vec::with_capacity(parts.len() + 1);
-    let mut total = 0usize;
-    for part in parts {
-        starts.push(total);
-        total += part.len();
-    }
-    starts.push(total);
-    let padded = total.div_ceil(8).max(1) * 8;
-    staging.upload::<u8, _>(device, padded, what, |start, out| {
-        copy_from_parts(parts, &starts, start, out)
-    })
-}
-
-/// Fills `out` with bytes `start ..` of the concatenation of `parts` (zeros past the end);
-/// `starts[i]` is where part `i` begins, `starts[parts.len()]` the total.
-fn copy_from_parts(parts: &[&[u8]], starts: &[usize], start: usize, out: &mut [u8]) {
-    let mut at = start;
-    let mut written = 0;
-    let mut part = starts.partition_point(|&s| s <= at).saturating_sub(1);
-    while written < out.len() {
-        if part >= parts.len() {
-            out[written..].fill(0);
-            return;
-        }
-        let within = at - starts[part];
-        let take = (parts[part].len() - within).min(out.len() - written);
-        out[written..written + take].copy_from_slice(&parts[part][within..within + take]);
-        written += take;
-        at += take;
-        part += 1;
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn copy_from_parts_crosses_parts_and_pads() {
-        let parts: [&[u8]; 4] = [&[1, 2, 3], &[], &[4, 5], &[6]];
-        let starts = [0, 3, 3, 5, 6];
-        let mut out = [9u8; 8];
-        copy_from_parts(&parts, &starts, 0, &mut out);
-        assert_eq!(out, [1, 2, 3, 4, 5, 6, 0, 0]);
-        let mut out = [9u8; 3];
-        copy_from_parts(&parts, &starts, 2, &mut out);
-        assert_eq!(out, [3, 4, 5]);
-        let mut out = [9u8; 2];
-        copy_from_parts(&parts, &starts, 5, &mut out);
-        assert_eq!(out, [6, 0]);
-    }
 
     #[test]
     fn field_source_matches_the_kernel_struct() {

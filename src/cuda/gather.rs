@@ -24,14 +24,14 @@ use std::mem::MaybeUninit;
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow::array::{make_array, Array, ArrayData, ArrayRef, BooleanArray};
+use arrow::array::{make_array, Array, ArrayData, ArrayRef};
 use arrow::buffer::{BooleanBuffer, Buffer, MutableBuffer, NullBuffer};
 use arrow::datatypes::DataType;
 use datafusion::arrow;
 use datafusion::common::Result;
 
+use super::columns::{upload_raw_column, PayloadLayout, RawColumn};
 use super::device::{Device, DeviceBuffer};
-use super::encode::{concat_bits, upload_bytes};
 use super::error::{CudaError, CudaResult};
 use super::module::{arg, cached_cubin, launch, Kernel, Module, GATHER};
 use super::transfer::Staging;
@@ -41,15 +41,6 @@ use crate::gather::{PayloadGather, PayloadStats, RunRows};
 const THREADS: u32 = 256;
 /// Value widths with a kernel of their own, in the order of [`Gatherer::values`].
 const WIDTHS: [usize; 6] = [1, 2, 4, 8, 16, 32];
-
-/// How a column's values are laid out, for the device gather.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PayloadLayout {
-    /// Values of this many bytes each, back to back.
-    Fixed(usize),
-    /// One bit per value (`Boolean`).
-    Bits,
-}
 
 /// How `data_type` is gathered on the device, or `None` when the host gathers it.
 pub fn payload_layout(data_type: &DataType) -> Option<PayloadLayout> {
@@ -98,24 +89,15 @@ impl Gatherer {
 /// One column of the run, on the device.
 struct PayloadColumn {
     data_type: DataType,
-    layout: PayloadLayout,
-    /// The values (or Boolean bitmap) of every input array, back to back.
-    values: Arc<DeviceBuffer<u8>>,
-    /// The validity of every input array, back to back; `None` when no row is null.
-    validity: Option<Arc<DeviceBuffer<u8>>>,
+    raw: RawColumn,
 }
 
-/// A column's raw buffers on the device in the payload layout: a key column the encoder
-/// uploaded, kept for the gather.
+/// A key column the encoder uploaded, kept for the gather.
 pub struct DeviceColumn {
     /// The column's input arrays (the key's own, compared by pointer with the run's).
     pub arrays: Vec<ArrayRef>,
-    /// How `values` holds them.
-    pub layout: PayloadLayout,
-    /// Values (or Boolean bitmap) of every array, back to back.
-    pub values: Arc<DeviceBuffer<u8>>,
-    /// Validity of every array, back to back; `None` when no row is null.
-    pub validity: Option<Arc<DeviceBuffer<u8>>>,
+    /// Its buffers on the device.
+    pub raw: RawColumn,
 }
 
 /// What a device sort leaves on the device for the payload gather.
@@ -179,21 +161,16 @@ impl CudaRuntime {
             for (index, layout) in candidates {
                 let arrays = rows.column_arrays(index);
                 let kept = kept_columns.iter().find(|k| {
-                    k.layout == layout
+                    k.raw.layout == layout
                         && k.arrays.len() == arrays.len()
                         && k.arrays.iter().zip(&arrays).all(|(a, b)| Arc::ptr_eq(a, b))
                 });
-                let column = match kept {
-                    Some(kept) => PayloadColumn {
-                        data_type: arrays[0].data_type().clone(),
-                        layout,
-                        values: Arc::clone(&kept.values),
-                        validity: kept.validity.clone(),
-                    },
-                    None => match upload_payload_column(device, staging, &arrays, layout) {
-                        Ok((column, bytes)) => {
+                let raw = match kept {
+                    Some(kept) => kept.raw.clone(),
+                    None => match upload_raw_column(device, staging, &arrays, layout) {
+                        Ok((raw, bytes)) => {
                             payload.stats.h2d_bytes += bytes;
-                            column
+                            raw
                         }
                         // The columns put there so far are gathered here, the rest on the host.
                         Err(CudaError::OutOfMemory { .. }) => break,
@@ -201,62 +178,16 @@ impl CudaRuntime {
                     },
                 };
                 payload.indices.push(index);
-                payload.columns.push(column);
+                payload.columns.push(PayloadColumn {
+                    data_type: arrays[0].data_type().clone(),
+                    raw,
+                });
             }
             device.synchronize()?;
             payload.stats.upload = started.elapsed();
             Ok((!payload.columns.is_empty()).then_some(payload))
         })
     }
-}
-
-/// Uploads one column's values and validity; returns it and the bytes copied.
-fn upload_payload_column(
-    device: &Device,
-    staging: &mut Staging,
-    arrays: &[ArrayRef],
-    layout: PayloadLayout,
-) -> CudaResult<(PayloadColumn, usize)> {
-    let data_type = arrays[0].data_type().clone();
-    let values = match layout {
-        PayloadLayout::Bits => {
-            let bits = concat_bits(arrays.iter().map(|a| {
-                a.as_any()
-                    .downcast_ref::<BooleanArray>()
-                    .expect("Boolean column")
-                    .values()
-                    .clone()
-            }));
-            upload_bytes(device, staging, &[bits.values()], "gathered Boolean values")?
-        }
-        PayloadLayout::Fixed(width) => {
-            let data: Vec<ArrayData> = arrays.iter().map(|a| a.to_data()).collect();
-            let parts: Vec<&[u8]> = data
-                .iter()
-                .map(|d| &d.buffers()[0].as_slice()[d.offset() * width..][..d.len() * width])
-                .collect();
-            upload_bytes(device, staging, &parts, "gathered column values")?
-        }
-    };
-    let mut bytes = values.len();
-    let validity = if arrays.iter().any(|a| a.null_count() > 0) {
-        let bits = concat_bits(arrays.iter().map(|a| match a.nulls() {
-            Some(nulls) => nulls.inner().clone(),
-            None => NullBuffer::new_valid(a.len()).inner().clone(),
-        }));
-        let buffer = upload_bytes(device, staging, &[bits.values()], "gathered validity")?;
-        bytes += buffer.len();
-        Some(buffer)
-    } else {
-        None
-    };
-    let column = PayloadColumn {
-        data_type,
-        layout,
-        values: Arc::new(values),
-        validity: validity.map(Arc::new),
-    };
-    Ok((column, bytes))
 }
 
 impl PayloadGather for DevicePayload {
@@ -357,11 +288,12 @@ impl DevicePayload {
             .columns
             .iter()
             .map(|column| {
-                let values = match column.layout {
+                let values = match column.raw.layout {
                     PayloadLayout::Fixed(width) => place(&mut batch_rows.iter().map(|r| r * width)),
                     PayloadLayout::Bits => place(&mut std::iter::repeat_n(bitmap_bytes, batches)),
                 };
                 let validity = column
+                    .raw
                     .validity
                     .as_ref()
                     .map(|_| place(&mut std::iter::repeat_n(bitmap_bytes, batches)));
@@ -371,15 +303,15 @@ impl DevicePayload {
         let out = device.alloc::<u8>(offset, "gathered window")?;
         for (column, (values, validity)) in self.columns.iter().zip(&regions) {
             let at = out.ptr() + values.0 as u64;
-            match column.layout {
+            match column.raw.layout {
                 PayloadLayout::Fixed(width) => {
-                    self.launch_values(device, &column.values, width, start, batch_rows, at)?
+                    self.launch_values(device, &column.raw.values, width, start, batch_rows, at)?
                 }
                 PayloadLayout::Bits => {
-                    self.launch_bits(device, &column.values, start, batch_rows, at)?
+                    self.launch_bits(device, &column.raw.values, start, batch_rows, at)?
                 }
             }
-            if let (Some(bits), Some(validity)) = (&column.validity, validity) {
+            if let (Some(bits), Some(validity)) = (&column.raw.validity, validity) {
                 let at = out.ptr() + validity.0 as u64;
                 self.launch_bits(device, bits, start, batch_rows, at)?;
             }

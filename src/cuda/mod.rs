@@ -14,6 +14,7 @@
 //! the library first and runs the rest under `catch_unwind`; a machine without a GPU gets a
 //! reason, never a panic.
 
+mod columns;
 mod device;
 mod encode;
 mod error;
@@ -29,12 +30,13 @@ use std::time::{Duration, Instant};
 
 use datafusion::common::Result;
 
+pub use columns::PayloadLayout;
 pub use device::{Device, DeviceBuffer, Event};
 pub use encode::{encodable_on_device, DeviceKeys, Encoded, Encoder};
 pub use error::{CudaError, CudaResult};
 pub use faults::{inject as inject_fault, Fault};
-use gather::DeviceRun;
-pub use gather::{payload_layout, DevicePayload, Gatherer, PayloadLayout};
+pub use gather::{payload_layout, DevicePayload, Gatherer};
+use gather::{DeviceColumn, DeviceRun};
 pub use module::{compile_cubin, is_nvrtc_present, nvrtc_version, KernelFile, ALL_KERNELS};
 pub use onesweep::{
     defines as onesweep_defines, Onesweep, PassMode, PassTuning, RadixKey, Sorted, Values,
@@ -188,7 +190,15 @@ impl CudaRuntime {
                     .collect::<CudaResult<Vec<_>>>()?;
                 (DeviceKeys::Words(words), n * 8 * keys.words.len())
             };
-            self.sort_device_keys(device, staging, device_keys, h2d_bytes, started, n)
+            self.sort_device_keys(
+                device,
+                staging,
+                device_keys,
+                h2d_bytes,
+                started,
+                Vec::new(),
+                n,
+            )
         })
     }
 
@@ -201,23 +211,15 @@ impl CudaRuntime {
         self.with_device(|device, staging| {
             let started = Instant::now();
             let encoded = self.encoder.encode(device, staging, columns, n)?;
-            let (keys, bytes) = (encoded.keys, encoded.h2d_bytes);
-            let mut run = self.sort_device_keys(device, staging, keys, bytes, started, n)?;
-            let permutation = run
-                .retained
-                .take()
-                .and_then(|r| r.0.downcast::<DeviceRun>().ok())
-                .and_then(|r| r.permutation);
-            run.retained = Some(Retained(Box::new(DeviceRun {
-                permutation,
-                columns: encoded.columns,
-            })));
-            Ok(run)
+            let (keys, bytes, columns) = (encoded.keys, encoded.h2d_bytes, encoded.columns);
+            self.sort_device_keys(device, staging, keys, bytes, started, columns, n)
         })
     }
 
     /// Sorts packed key words put on the device (`h2d_bytes` copied, since
-    /// `upload_started`) and brings the permutation back.
+    /// `upload_started`) and brings the permutation back; the permutation and the raw
+    /// `key_columns` stay on the device for the payload gather (`SortedRun::retained`).
+    #[allow(clippy::too_many_arguments)]
     fn sort_device_keys(
         &self,
         device: &Device,
@@ -225,6 +227,7 @@ impl CudaRuntime {
         keys: DeviceKeys,
         h2d_bytes: usize,
         upload_started: Instant,
+        key_columns: Vec<DeviceColumn>,
         n: usize,
     ) -> CudaResult<SortedRun> {
         device.synchronize()?;
@@ -237,20 +240,21 @@ impl CudaRuntime {
             DeviceKeys::U32(word) => self.onesweep.sort_rows_u32(device, word, n)?,
             DeviceKeys::Words(words) => self.onesweep.sort_rows_by_words(device, words, n)?,
         };
-        let Some(perm) = perm else {
-            device.synchronize()?;
-            return Ok(radix_run(identity(n), h2d_bytes, 0, transfer));
+        device.synchronize()?;
+        let mut run = match &perm {
+            None => radix_run(identity(n), h2d_bytes, 0, transfer),
+            Some(perm) => {
+                let download_started = Instant::now();
+                let mut permutation = vec![0u32; n];
+                staging.download(device, perm, &mut permutation)?;
+                device.synchronize()?;
+                transfer.download = download_started.elapsed();
+                radix_run(permutation, h2d_bytes, n * 4, transfer)
+            }
         };
-        device.synchronize()?;
-        let download_started = Instant::now();
-        let mut permutation = vec![0u32; n];
-        staging.download(device, &perm, &mut permutation)?;
-        device.synchronize()?;
-        transfer.download = download_started.elapsed();
-        let mut run = radix_run(permutation, h2d_bytes, n * 4, transfer);
         run.retained = Some(Retained(Box::new(DeviceRun {
-            permutation: Some(perm),
-            columns: Vec::new(),
+            permutation: perm,
+            columns: key_columns,
         })));
         Ok(run)
     }

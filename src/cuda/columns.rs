@@ -1,0 +1,153 @@
+//! A fixed-width column's raw Arrow buffers on the device, as both the key encoder
+//! (`encode.rs`) and the payload gather (`gather.rs`) read them: the values (or the
+//! `Boolean` bitmap) of every input array back to back, and their validity bitmaps back to
+//! back when some row is null. A key column the encoder put there is handed on to the
+//! gather instead of being uploaded again.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayData, ArrayRef, BooleanArray};
+use arrow::buffer::{BooleanBuffer, NullBuffer};
+use datafusion::arrow;
+
+use super::device::{Device, DeviceBuffer};
+use super::error::CudaResult;
+use super::transfer::Staging;
+
+/// How a column's values are laid out on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PayloadLayout {
+    /// Values of this many bytes each, back to back.
+    Fixed(usize),
+    /// One bit per value (`Boolean`).
+    Bits,
+}
+
+/// One column's buffers on the device.
+#[derive(Debug, Clone)]
+pub struct RawColumn {
+    /// How `values` holds the column.
+    pub layout: PayloadLayout,
+    /// The values (or `Boolean` bitmap) of every input array, back to back.
+    pub values: Arc<DeviceBuffer<u8>>,
+    /// The validity of every input array, back to back; `None` when no row is null.
+    pub validity: Option<Arc<DeviceBuffer<u8>>>,
+}
+
+/// Uploads the column given as `arrays` (all of one type, laid out as `layout`); returns
+/// its buffers and the bytes copied.
+pub fn upload_raw_column(
+    device: &Device,
+    staging: &mut Staging,
+    arrays: &[ArrayRef],
+    layout: PayloadLayout,
+) -> CudaResult<(RawColumn, usize)> {
+    let values = match layout {
+        PayloadLayout::Bits => {
+            let bits = concat_bits(arrays.iter().map(|a| {
+                a.as_any()
+                    .downcast_ref::<BooleanArray>()
+                    .expect("Boolean column")
+                    .values()
+                    .clone()
+            }));
+            upload_bytes(device, staging, &[bits.values()], "Boolean column values")?
+        }
+        PayloadLayout::Fixed(width) => {
+            let data: Vec<ArrayData> = arrays.iter().map(|a| a.to_data()).collect();
+            let parts: Vec<&[u8]> = data
+                .iter()
+                .map(|d| &d.buffers()[0].as_slice()[d.offset() * width..][..d.len() * width])
+                .collect();
+            upload_bytes(device, staging, &parts, "column values")?
+        }
+    };
+    let mut bytes = values.len();
+    let validity = if arrays.iter().any(|a| a.logical_null_count() > 0) {
+        let bits = concat_bits(arrays.iter().map(|a| match a.logical_nulls() {
+            Some(nulls) => nulls.inner().clone(),
+            None => NullBuffer::new_valid(a.len()).inner().clone(),
+        }));
+        let buffer = upload_bytes(device, staging, &[bits.values()], "column validity")?;
+        bytes += buffer.len();
+        Some(Arc::new(buffer))
+    } else {
+        None
+    };
+    let column = RawColumn {
+        layout,
+        values: Arc::new(values),
+        validity,
+    };
+    Ok((column, bytes))
+}
+
+/// The bitmaps one after the other, from bit 0.
+fn concat_bits(parts: impl Iterator<Item = BooleanBuffer>) -> BooleanBuffer {
+    let mut builder = arrow::array::BooleanBufferBuilder::new(0);
+    for part in parts {
+        builder.append_buffer(&part);
+    }
+    builder.finish()
+}
+
+/// Uploads `parts` back to back, padded with zeros to a multiple of 8 bytes (so that the
+/// kernels' word reads of bitmaps stay inside the buffer).
+fn upload_bytes(
+    device: &Device,
+    staging: &mut Staging,
+    parts: &[&[u8]],
+    what: &'static str,
+) -> CudaResult<DeviceBuffer<u8>> {
+    let mut starts = Vec::with_capacity(parts.len() + 1);
+    let mut total = 0usize;
+    for part in parts {
+        starts.push(total);
+        total += part.len();
+    }
+    starts.push(total);
+    let padded = total.div_ceil(8).max(1) * 8;
+    staging.upload::<u8, _>(device, padded, what, |start, out| {
+        copy_from_parts(parts, &starts, start, out)
+    })
+}
+
+/// Fills `out` with bytes `start ..` of the concatenation of `parts` (zeros past the end);
+/// `starts[i]` is where part `i` begins, `starts[parts.len()]` the total.
+fn copy_from_parts(parts: &[&[u8]], starts: &[usize], start: usize, out: &mut [u8]) {
+    let mut at = start;
+    let mut written = 0;
+    let mut part = starts.partition_point(|&s| s <= at).saturating_sub(1);
+    while written < out.len() {
+        if part >= parts.len() {
+            out[written..].fill(0);
+            return;
+        }
+        let within = at - starts[part];
+        let take = (parts[part].len() - within).min(out.len() - written);
+        out[written..written + take].copy_from_slice(&parts[part][within..within + take]);
+        written += take;
+        at += take;
+        part += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_from_parts_crosses_parts_and_pads() {
+        let parts: [&[u8]; 4] = [&[1, 2, 3], &[], &[4, 5], &[6]];
+        let starts = [0, 3, 3, 5, 6];
+        let mut out = [9u8; 8];
+        copy_from_parts(&parts, &starts, 0, &mut out);
+        assert_eq!(out, [1, 2, 3, 4, 5, 6, 0, 0]);
+        let mut out = [9u8; 3];
+        copy_from_parts(&parts, &starts, 2, &mut out);
+        assert_eq!(out, [3, 4, 5]);
+        let mut out = [9u8; 2];
+        copy_from_parts(&parts, &starts, 5, &mut out);
+        assert_eq!(out, [6, 0]);
+    }
+}
