@@ -379,13 +379,13 @@ gpu_test!(out_of_memory_falls_back_with_the_same_rows, |rt| {
     let _ = rt;
     let keys = encoded(300_000, "oom");
     let backend = CudaBackend::new().unwrap();
-    let expected = CpuBackend.sort(&keys, AlgorithmChoice::Auto).unwrap();
+    let expected = CpuBackend.sort(&keys, AlgorithmChoice::Auto, None).unwrap();
     cuda::inject_fault(Fault::OutOfMemory);
-    let run = backend.sort(&keys, AlgorithmChoice::Auto).unwrap();
+    let run = backend.sort(&keys, AlgorithmChoice::Auto, None).unwrap();
     assert!(run.fell_back, "an injected device OOM must fall back");
     assert_eq!(run.permutation, expected.permutation);
     assert!(cuda::disabled_reason().is_none(), "OOM is not fatal");
-    let run = backend.sort(&keys, AlgorithmChoice::Auto).unwrap();
+    let run = backend.sort(&keys, AlgorithmChoice::Auto, None).unwrap();
     assert!(!run.fell_back, "the next run uses the GPU again");
     assert_eq!(run.permutation, expected.permutation);
 });
@@ -416,11 +416,11 @@ fn key_column(
 fn assert_device_encoding_matches(columns: &[KeyColumn], label: &str) {
     let backend = CudaBackend::new().unwrap();
     let expected = CpuBackend
-        .sort(&encode_keys(columns).unwrap(), AlgorithmChoice::Auto)
+        .sort(&encode_keys(columns).unwrap(), AlgorithmChoice::Auto, None)
         .unwrap();
     let fallbacks = cuda::fallback_count();
     let run = backend
-        .sort_key_columns(columns, AlgorithmChoice::Auto)
+        .sort_key_columns(columns, AlgorithmChoice::Auto, None)
         .unwrap()
         .unwrap_or_else(|| panic!("{label}: not encoded on the device"));
     assert_eq!(cuda::fallback_count(), fallbacks, "{label}: fell back");
@@ -517,12 +517,13 @@ gpu_test!(device_encoding_out_of_memory_falls_back, |_rt| {
         .sort(
             &encode_keys(std::slice::from_ref(&column)).unwrap(),
             AlgorithmChoice::Auto,
+            None,
         )
         .unwrap();
     cuda::inject_fault(Fault::OutOfMemory);
     let backend = CudaBackend::new().unwrap();
     let run = backend
-        .sort_key_columns(std::slice::from_ref(&column), AlgorithmChoice::Auto)
+        .sort_key_columns(std::slice::from_ref(&column), AlgorithmChoice::Auto, None)
         .unwrap()
         .expect("handled by the CUDA backend");
     assert!(run.fell_back, "an injected device OOM must fall back");
@@ -814,7 +815,7 @@ gpu_test!(device_gather_reuses_the_sorts_permutation_and_keys, |rt| {
     };
     let run = CudaBackend::new()
         .unwrap()
-        .sort_key_columns(&[key], AlgorithmChoice::Auto)
+        .sort_key_columns(&[key], AlgorithmChoice::Auto, None)
         .unwrap()
         .expect("sorted on the device");
     assert!(!run.fell_back && run.retained.is_some());
@@ -824,3 +825,245 @@ gpu_test!(device_gather_reuses_the_sorts_permutation_and_keys, |rt| {
     // Only the payload column's values go up: the key column and the order are reused.
     assert_eq!(stats.h2d_bytes, n * 8, "{stats:?}");
 });
+
+// ---- locality and segmented merge sorts ----
+
+/// Sizes around the merge tile, and a few with several merge passes.
+fn merge_sizes() -> Vec<usize> {
+    let tile = cuda::MERGE_TILE as usize;
+    let mut sizes = vec![0, 1, 2, 3, 17, 1000];
+    sizes.extend((tile - 2..=tile + 2).chain(2 * tile - 1..=2 * tile + 1));
+    sizes.extend([
+        3 * tile + 5,
+        16 * tile,
+        16 * tile + 1,
+        1 << 20,
+        (1 << 22) + 12_345,
+    ]);
+    sizes
+}
+
+/// Keys of one word with `bits` significant bits (top-aligned) for `n` rows, in the given
+/// shape: random, nearly sorted (disorder within `noise` positions), all equal.
+fn shaped_word(n: usize, label: &str, bits: u32, shape: &str, noise: u64) -> Vec<u64> {
+    let random = random_keys(n, label, |x| x);
+    let mask = if bits == 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    };
+    let value = |i: usize| -> u64 {
+        match shape {
+            "random" => random[i] & mask,
+            "equal" => 7 & mask,
+            _ => (i as u64 * 8 + random[i] % (noise * 8 + 1)) & mask,
+        }
+    };
+    (0..n).map(|i| value(i) << (64 - bits)).collect()
+}
+
+fn one_word(word: Vec<u64>, bits: u32) -> EncodedKeys {
+    EncodedKeys {
+        rows: word.len(),
+        words: vec![word],
+        total_bits: bits,
+        long_keys: Vec::new(),
+    }
+}
+
+gpu_test!(
+    locality_sort_equals_the_stable_sort_at_every_size_and_shape,
+    |rt| {
+        let _ = rt;
+        let backend = CudaBackend::new().unwrap();
+        for n in merge_sizes() {
+            for bits in [20, 32, 48, 64] {
+                for (shape, noise) in [
+                    ("random", 0),
+                    ("nearly", 0),
+                    ("nearly", 1),
+                    ("nearly", 64),
+                    ("nearly", 4096),
+                    ("equal", 0),
+                ] {
+                    let label = format!("locality n={n} bits={bits} {shape} noise={noise}");
+                    let keys = one_word(shaped_word(n, &label, bits, shape, noise), bits);
+                    let expected = radix_sort(&keys.words, n);
+                    let run = backend
+                        .sort(&keys, AlgorithmChoice::Locality, None)
+                        .unwrap();
+                    assert!(!run.fell_back, "{label}: fell back");
+                    assert!(run.permutation == expected, "{label}: order differs");
+                    if n > 1 {
+                        assert_eq!(run.algorithm, gpusort::sort::Algorithm::Locality, "{label}");
+                    }
+                }
+            }
+        }
+    }
+);
+
+gpu_test!(auto_probes_for_nearly_sorted_keys, |rt| {
+    let _ = rt;
+    let backend = CudaBackend::new().unwrap();
+    let n = (1 << 21) + 99;
+    for (shape, noise, locality) in [
+        ("nearly", 0, true),
+        ("nearly", 64, true),
+        ("random", 0, false),
+        ("nearly", 1 << 14, false),
+    ] {
+        let label = format!("probe {shape} {noise}");
+        let keys = one_word(shaped_word(n, &label, 64, shape, noise), 64);
+        let run = backend.sort(&keys, AlgorithmChoice::Auto, None).unwrap();
+        let expected = if locality {
+            gpusort::sort::Algorithm::Locality
+        } else {
+            gpusort::sort::Algorithm::Radix
+        };
+        assert_eq!(run.algorithm, expected, "{label}");
+        assert!(
+            run.permutation == radix_sort(&keys.words, n),
+            "{label}: order differs"
+        );
+    }
+});
+
+/// Segment starts of `n` rows with lengths drawn as `lengths` says.
+fn segments_of(
+    n: usize,
+    label: &str,
+    lengths: common::strategies::Lengths,
+) -> gpusort::sort::Segments {
+    let mut rng = rng(label);
+    let mut starts = Vec::new();
+    let mut at = 0;
+    for len in common::strategies::segment_lengths(&mut rng, n, lengths) {
+        starts.push(at as u32);
+        at += len;
+    }
+    gpusort::sort::Segments::new(starts, n)
+}
+
+gpu_test!(segmented_sort_equals_the_cpu_segmented_sort, |rt| {
+    use common::strategies::Lengths;
+    let _ = rt;
+    let backend = CudaBackend::new().unwrap();
+    let shapes = [
+        Lengths::Fixed(1),
+        Lengths::Short,
+        Lengths::Fixed(100),
+        Lengths::Fixed(113),
+        Lengths::Fixed(1000),
+        Lengths::Fixed(5000),
+        Lengths::Fixed(100_000),
+        Lengths::One,
+        Lengths::PowerLaw,
+    ];
+    for n in merge_sizes() {
+        for lengths in shapes {
+            for (bits, words) in [(24u32, 1usize), (64, 1), (64, 2)] {
+                let label = format!("segmented n={n} {lengths:?} bits={bits} words={words}");
+                if n == 0 {
+                    continue;
+                }
+                let segments = segments_of(n, &label, lengths);
+                let mut keys = one_word(shaped_word(n, &label, bits, "random", 0), bits);
+                if words == 2 {
+                    keys.words
+                        .push(random_keys(n, &format!("{label}b"), |x| x & 0xff00));
+                    keys.total_bits = 128;
+                }
+                let expected = gpusort::sort::segmented_sort(&keys.words, &segments);
+                for algorithm in [AlgorithmChoice::Auto, AlgorithmChoice::Onesweep] {
+                    let run = backend.sort(&keys, algorithm, Some(&segments)).unwrap();
+                    assert!(!run.fell_back, "{label}: fell back");
+                    assert!(
+                        run.permutation == expected,
+                        "{label} {algorithm:?}: order differs"
+                    );
+                    assert_eq!(
+                        run.algorithm,
+                        gpusort::sort::Algorithm::Segmented,
+                        "{label}"
+                    );
+                }
+            }
+        }
+    }
+});
+
+gpu_test!(segmented_sort_of_device_encoded_columns, |rt| {
+    let _ = rt;
+    let backend = CudaBackend::new().unwrap();
+    let mut rng = rng("segmented columns");
+    let n = (1 << 20) + 333;
+    for (dt, lengths) in [
+        (DataType::Int32, common::strategies::Lengths::Short),
+        (DataType::Int64, common::strategies::Lengths::Fixed(700)),
+        (
+            DataType::Float64,
+            common::strategies::Lengths::Fixed(50_000),
+        ),
+    ] {
+        let label = format!("segmented columns {dt}");
+        let column = key_column(
+            &mut rng,
+            &dt,
+            n,
+            common::data::Distribution::Uniform,
+            0.1,
+            SortOptions::default(),
+        );
+        let segments = segments_of(n, &label, lengths);
+        let columns = std::slice::from_ref(&column);
+        let expected = CpuBackend
+            .sort(
+                &encode_keys(columns).unwrap(),
+                AlgorithmChoice::Auto,
+                Some(&segments),
+            )
+            .unwrap();
+        let run = backend
+            .sort_key_columns(columns, AlgorithmChoice::Auto, Some(&segments))
+            .unwrap()
+            .unwrap_or_else(|| panic!("{label}: not on the device"));
+        assert!(
+            run.permutation == expected.permutation,
+            "{label}: order differs"
+        );
+    }
+});
+
+macro_rules! strategies_on_cuda {
+    ($($name:ident ( $($arg:expr),* )),* $(,)?) => {$(
+        #[tokio::test]
+        #[ignore = "needs a CUDA GPU"]
+        async fn $name() {
+            if device().is_none() {
+                return;
+            }
+            let fallbacks = cuda::fallback_count();
+            common::strategies::$name(Cuda, $($arg),*).await;
+            assert_eq!(cuda::fallback_count(), fallbacks, "every run sorted on the GPU");
+        }
+    )*};
+}
+
+strategies_on_cuda!(
+    segment_lengths_and_suffixes(300_000),
+    window_over_ordered_input(1 << 20),
+);
+
+#[tokio::test]
+#[ignore = "needs a CUDA GPU"]
+async fn nearly_sorted_inputs_auto_and_locality() {
+    if device().is_none() {
+        return;
+    }
+    let rows = (1 << 20) + 4321;
+    common::strategies::nearly_sorted_inputs(Cuda, rows, "locality", |_| true).await;
+    // The probe: disorder within a tile (noise ≤ 64, runs of 1 000 reversed) is nearly
+    // sorted; noise 4 096 moves keys past several tiles.
+    common::strategies::nearly_sorted_inputs(Cuda, rows, "auto", |noise| noise != Some(4096)).await;
+}

@@ -5,7 +5,8 @@
 //!     │        any failure: the reason is kept, `backend = auto` uses the CPU
 //!     ▼
 //!  CudaBackend::sort(keys)        one sort at a time per device (the staging lock)
-//!     keys ──pinned, chunked──► device ──OneSweep──► permutation ──pinned, chunked──► host
+//!     keys ──pinned, chunked──► device ──OneSweep / locality / segmented (strategy.rs)──►
+//!          permutation ──pinned, chunked──► host
 //!     error: fatal (sticky) → device disabled for the process; any error → this run is
 //!            sorted by the CPU backend instead (same result, counted in `gpu_fallbacks`)
 //! ```
@@ -20,8 +21,10 @@ mod encode;
 mod error;
 pub mod faults;
 mod gather;
+mod merge;
 mod module;
 mod onesweep;
+mod strategy;
 mod transfer;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,17 +40,19 @@ pub use error::{CudaError, CudaResult};
 pub use faults::{inject as inject_fault, Fault};
 pub use gather::{payload_layout, DevicePayload, Gatherer};
 use gather::{DeviceColumn, DeviceRun};
+pub use merge::{MergeKeys, MergeSorted, MergeSorts, MERGE_TILE};
 pub use module::{compile_cubin, is_nvrtc_present, nvrtc_version, KernelFile, ALL_KERNELS};
 pub use onesweep::{
     defines as onesweep_defines, Onesweep, PassMode, PassTuning, RadixKey, Sorted, Values,
 };
+pub use strategy::{LOCALITY_MAX_INVERSIONS_PER, SEGMENTED_MERGE_MAX_MEAN_ROWS};
 pub use transfer::{Plain as TransferPlain, Staging};
 
 use crate::config::AlgorithmChoice;
 use crate::gather::{PayloadGather, RunRows};
 use crate::keys::{column_rows, encode_keys, EncodedKeys, KeyColumn};
 use crate::sort::{
-    identity, Algorithm, CpuBackend, Retained, SortBackend, SortedRun, TransferTimes,
+    identity, Algorithm, CpuBackend, Retained, Segments, SortBackend, SortedRun, TransferTimes,
 };
 
 /// The opened device and what is loaded on it; one per process.
@@ -57,6 +62,8 @@ pub struct CudaRuntime {
     pub device: Device,
     /// The radix sort kernels.
     pub onesweep: Onesweep,
+    /// The locality and segmented merge sort kernels.
+    pub merge: MergeSorts,
     /// The key encoding kernels.
     pub encoder: Encoder,
     /// The payload gather kernels.
@@ -126,12 +133,14 @@ fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
     let opened = std::panic::catch_unwind(|| -> CudaResult<CudaRuntime> {
         let device = Device::open(ordinal)?;
         let onesweep = Onesweep::load(&device)?;
+        let merge = MergeSorts::load(&device)?;
         let encoder = Encoder::load(&device)?;
         let gatherer = Gatherer::load(&device)?;
         let staging = Mutex::new(Staging::new(&device)?);
         Ok(CudaRuntime {
             device,
             onesweep,
+            merge,
             encoder,
             gatherer,
             staging,
@@ -161,12 +170,17 @@ impl CudaRuntime {
         work(&self.device, &mut staging)
     }
 
-    /// Sorts the rows of `keys` (encoded on the host) by OneSweep on the device: the
-    /// stable permutation.
-    pub fn sort_rows(&self, keys: &EncodedKeys) -> CudaResult<SortedRun> {
+    /// Sorts the rows of `keys` (encoded on the host) on the device, as `algorithm` and
+    /// `segments` say: the stable permutation.
+    pub fn sort_rows(
+        &self,
+        keys: &EncodedKeys,
+        algorithm: AlgorithmChoice,
+        segments: Option<&Segments>,
+    ) -> CudaResult<SortedRun> {
         let n = keys.rows;
         if n < 2 || keys.words.is_empty() {
-            return Ok(radix_run(identity(n), 0, 0, TransferTimes::default()));
+            return Ok(in_order(n, segments));
         }
         self.with_device(|device, staging| {
             let started = Instant::now();
@@ -190,66 +204,70 @@ impl CudaRuntime {
                     .collect::<CudaResult<Vec<_>>>()?;
                 (DeviceKeys::Words(words), n * 8 * keys.words.len())
             };
-            self.sort_device_keys(
-                device,
-                staging,
-                device_keys,
+            let how = How {
+                algorithm,
+                segments,
+                upload_started: started,
                 h2d_bytes,
-                started,
-                Vec::new(),
-                n,
-            )
+            };
+            self.sort_device_keys(device, staging, device_keys, how, Vec::new(), n)
         })
     }
 
     /// Sorts the rows of key columns (every one [`encodable_on_device`]): their raw
     /// buffers go to the device, which encodes and sorts them.
-    pub fn sort_columns(&self, columns: &[KeyColumn], n: usize) -> CudaResult<SortedRun> {
+    pub fn sort_columns(
+        &self,
+        columns: &[KeyColumn],
+        n: usize,
+        algorithm: AlgorithmChoice,
+        segments: Option<&Segments>,
+    ) -> CudaResult<SortedRun> {
         if n < 2 {
-            return Ok(radix_run(identity(n), 0, 0, TransferTimes::default()));
+            return Ok(in_order(n, segments));
         }
         self.with_device(|device, staging| {
             let started = Instant::now();
             let encoded = self.encoder.encode(device, staging, columns, n)?;
-            let (keys, bytes, columns) = (encoded.keys, encoded.h2d_bytes, encoded.columns);
-            self.sort_device_keys(device, staging, keys, bytes, started, columns, n)
+            let how = How {
+                algorithm,
+                segments,
+                upload_started: started,
+                h2d_bytes: encoded.h2d_bytes,
+            };
+            self.sort_device_keys(device, staging, encoded.keys, how, encoded.columns, n)
         })
     }
 
-    /// Sorts packed key words put on the device (`h2d_bytes` copied, since
-    /// `upload_started`) and brings the permutation back; the permutation and the raw
-    /// `key_columns` stay on the device for the payload gather (`SortedRun::retained`).
-    #[allow(clippy::too_many_arguments)]
+    /// Sorts packed key words put on the device as `how` says and brings the permutation
+    /// back; the permutation and the raw `key_columns` stay on the device for the payload
+    /// gather (`SortedRun::retained`).
     fn sort_device_keys(
         &self,
         device: &Device,
         staging: &mut Staging,
         keys: DeviceKeys,
-        h2d_bytes: usize,
-        upload_started: Instant,
+        how: How,
         key_columns: Vec<DeviceColumn>,
         n: usize,
     ) -> CudaResult<SortedRun> {
         device.synchronize()?;
         let mut transfer = TransferTimes {
-            upload: upload_started.elapsed(),
+            upload: how.upload_started.elapsed(),
             download: Duration::ZERO,
         };
-        let perm = match keys {
-            DeviceKeys::Constant => None,
-            DeviceKeys::U32(word) => self.onesweep.sort_rows_u32(device, word, n)?,
-            DeviceKeys::Words(words) => self.onesweep.sort_rows_by_words(device, words, n)?,
-        };
+        let order = self.sort_on_device(device, keys, how.algorithm, how.segments, n)?;
         device.synchronize()?;
+        let (algorithm, perm) = (order.algorithm, order.permutation);
         let mut run = match &perm {
-            None => radix_run(identity(n), h2d_bytes, 0, transfer),
+            None => device_run(identity(n), algorithm, how.h2d_bytes, 0, transfer),
             Some(perm) => {
                 let download_started = Instant::now();
                 let mut permutation = vec![0u32; n];
                 staging.download(device, perm, &mut permutation)?;
                 device.synchronize()?;
                 transfer.download = download_started.elapsed();
-                radix_run(permutation, h2d_bytes, n * 4, transfer)
+                device_run(permutation, algorithm, how.h2d_bytes, n * 4, transfer)
             }
         };
         run.retained = Some(Retained(Box::new(DeviceRun {
@@ -260,15 +278,33 @@ impl CudaRuntime {
     }
 }
 
-fn radix_run(
+/// How one run is sorted on the device, and what its upload took.
+struct How<'a> {
+    algorithm: AlgorithmChoice,
+    segments: Option<&'a Segments>,
+    upload_started: Instant,
+    h2d_bytes: usize,
+}
+
+/// A run of fewer than two rows (or no keys): already in order.
+fn in_order(n: usize, segments: Option<&Segments>) -> SortedRun {
+    let algorithm = match segments {
+        Some(_) => Algorithm::Segmented,
+        None => Algorithm::Radix,
+    };
+    device_run(identity(n), algorithm, 0, 0, TransferTimes::default())
+}
+
+fn device_run(
     permutation: Vec<u32>,
+    algorithm: Algorithm,
     h2d_bytes: usize,
     d2h_bytes: usize,
     transfer: TransferTimes,
 ) -> SortedRun {
     SortedRun {
         permutation,
-        algorithm: Algorithm::Radix,
+        algorithm,
         h2d_bytes,
         d2h_bytes,
         fell_back: false,
@@ -295,24 +331,21 @@ impl SortBackend for CudaBackend {
         "cuda"
     }
 
-    fn sort(&self, keys: &EncodedKeys, algorithm: AlgorithmChoice) -> Result<SortedRun> {
-        // The merge-based device algorithms (segmented, locality) are not built yet: those
-        // choices run the CPU backend's merge sort.
-        if matches!(
-            algorithm,
-            AlgorithmChoice::Segmented | AlgorithmChoice::Locality
-        ) {
-            return CpuBackend.sort(keys, algorithm);
-        }
+    fn sort(
+        &self,
+        keys: &EncodedKeys,
+        algorithm: AlgorithmChoice,
+        segments: Option<&Segments>,
+    ) -> Result<SortedRun> {
         if let Some(reason) = disabled_reason() {
             log::debug!("gpusort: CUDA disabled ({reason}); sorting on the CPU");
-            return cpu_fallback(keys, algorithm);
+            return cpu_fallback(keys, algorithm, segments);
         }
-        match self.runtime.sort_rows(keys) {
+        match self.runtime.sort_rows(keys, algorithm, segments) {
             Ok(run) => Ok(run),
             Err(error) => {
                 note_failure(&error, keys.rows);
-                cpu_fallback(keys, algorithm)
+                cpu_fallback(keys, algorithm, segments)
             }
         }
     }
@@ -321,17 +354,20 @@ impl SortBackend for CudaBackend {
         &self,
         columns: &[KeyColumn],
         algorithm: AlgorithmChoice,
+        segments: Option<&Segments>,
     ) -> Result<Option<SortedRun>> {
-        let device_sorts = matches!(algorithm, AlgorithmChoice::Auto | AlgorithmChoice::Onesweep);
-        if !device_sorts || disabled_reason().is_some() || !encodable_on_device(columns) {
+        if disabled_reason().is_some() || !encodable_on_device(columns) {
             return Ok(None);
         }
         let rows = columns.first().map_or(0, column_rows);
-        match self.runtime.sort_columns(columns, rows) {
+        match self
+            .runtime
+            .sort_columns(columns, rows, algorithm, segments)
+        {
             Ok(run) => Ok(Some(run)),
             Err(error) => {
                 note_failure(&error, rows);
-                cpu_fallback(&encode_keys(columns)?, algorithm).map(Some)
+                cpu_fallback(&encode_keys(columns)?, algorithm, segments).map(Some)
             }
         }
     }
@@ -379,9 +415,13 @@ fn note_failure_of(what: &str, then: &str, error: &CudaError, rows: usize) {
     log::warn!("gpusort: CUDA {what} of {rows} rows failed ({error}); {then}");
 }
 
-fn cpu_fallback(keys: &EncodedKeys, algorithm: AlgorithmChoice) -> Result<SortedRun> {
+fn cpu_fallback(
+    keys: &EncodedKeys,
+    algorithm: AlgorithmChoice,
+    segments: Option<&Segments>,
+) -> Result<SortedRun> {
     FALLBACKS.fetch_add(1, Ordering::Relaxed);
-    let mut run = CpuBackend.sort(keys, algorithm)?;
+    let mut run = CpuBackend.sort(keys, algorithm, segments)?;
     run.fell_back = true;
     Ok(run)
 }

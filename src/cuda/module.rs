@@ -29,7 +29,10 @@ pub struct KernelFile {
 }
 
 /// Headers the kernel files may include (`#include "common.cuh"`).
-pub const HEADERS: &[(&str, &str)] = &[("common.cuh", include_str!("../../kernels/common.cuh"))];
+pub const HEADERS: &[(&str, &str)] = &[
+    ("common.cuh", include_str!("../../kernels/common.cuh")),
+    ("merge.cuh", include_str!("../../kernels/merge.cuh")),
+];
 
 /// The OneSweep radix sort kernels.
 pub const ONESWEEP: KernelFile = KernelFile {
@@ -49,8 +52,20 @@ pub const GATHER: KernelFile = KernelFile {
     source: include_str!("../../kernels/gather.cu"),
 };
 
+/// The merge sort for nearly sorted keys, and the sortedness probe.
+pub const LOCALITY: KernelFile = KernelFile {
+    name: "locality_sort.cu",
+    source: include_str!("../../kernels/locality_sort.cu"),
+};
+
+/// The merge sort within known segments.
+pub const SEGMENTED: KernelFile = KernelFile {
+    name: "segmented_sort.cu",
+    source: include_str!("../../kernels/segmented_sort.cu"),
+};
+
 /// Every kernel file, for compile checks.
-pub const ALL_KERNELS: &[KernelFile] = &[ONESWEEP, ENCODE, GATHER];
+pub const ALL_KERNELS: &[KernelFile] = &[ONESWEEP, ENCODE, GATHER, LOCALITY, SEGMENTED];
 
 /// The source of a kernel file or header: embedded, or, for kernel tuning runs, read from
 /// `$GPUSORT_KERNEL_DIR/<name>` when that variable is set and the file exists there.

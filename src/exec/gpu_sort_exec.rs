@@ -14,6 +14,10 @@
 //! Its plan properties (partitioning, ordering, equivalences, boundedness) are computed by
 //! DataFusion's own `SortExec` for the same keys, fetch and partitioning, so the rest of
 //! the plan sees exactly what the replaced sort promised.
+//!
+//! When each stream it sorts is already ordered by the first keys (`segmented_prefix` in
+//! EXPLAIN; from the input's equivalence properties), runs are sorted only within runs of
+//! equal values of those keys: the segmented strategy.
 
 use std::fmt;
 use std::sync::Arc;
@@ -65,6 +69,8 @@ pub struct GpuSortExec {
     preserve_partitioning: bool,
     /// Plan properties, as DataFusion's `SortExec` computes them.
     cache: Arc<PlanProperties>,
+    /// Leading keys that every stream it sorts is already ordered by.
+    prefix: usize,
     // How.
     /// Backend, run size, algorithm.
     options: GpuSortOptions,
@@ -85,8 +91,10 @@ impl GpuSortExec {
         let reference = SortExec::new(expr.clone(), Arc::clone(&input))
             .with_preserve_partitioning(preserve_partitioning)
             .with_fetch(fetch);
+        let prefix = ordered_prefix(&input, &expr, preserve_partitioning)?;
         Ok(Self {
             cache: Arc::clone(reference.properties()),
+            prefix,
             input,
             expr,
             fetch,
@@ -111,6 +119,12 @@ impl GpuSortExec {
         self.preserve_partitioning
     }
 
+    /// Leading sort keys the input is already ordered by (the segmented strategy sorts
+    /// within runs of equal values of those); 0 when none.
+    pub fn ordered_prefix(&self) -> usize {
+        self.prefix
+    }
+
     /// The backend's name: `cpu` or `cuda`.
     pub fn backend_name(&self) -> &'static str {
         self.options.backend.name()
@@ -133,6 +147,38 @@ impl GpuSortExec {
     }
 }
 
+impl GpuSortExec {
+    /// Whether runs are sorted within segments: the input is ordered by a prefix of the
+    /// keys and the algorithm setting allows it.
+    fn uses_segments(&self) -> bool {
+        self.prefix > 0
+            && matches!(
+                self.options.algorithm,
+                AlgorithmChoice::Auto | AlgorithmChoice::Segmented
+            )
+    }
+}
+
+/// How many leading keys of `expr` every stream the sort reads is ordered by: those of
+/// each input partition when partitions are sorted separately; when all partitions go
+/// into one sort, only a single input partition counts (partitions one after another are
+/// not ordered as a whole).
+fn ordered_prefix(
+    input: &Arc<dyn ExecutionPlan>,
+    expr: &LexOrdering,
+    preserve_partitioning: bool,
+) -> Result<usize> {
+    if !preserve_partitioning && input.output_partitioning().partition_count() > 1 {
+        return Ok(0);
+    }
+    let properties = input.equivalence_properties();
+    let mut prefix = 0;
+    while prefix < expr.len() && properties.ordering_satisfy(expr[..=prefix].to_vec())? {
+        prefix += 1;
+    }
+    Ok(prefix)
+}
+
 impl DisplayAs for GpuSortExec {
     fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         match t {
@@ -148,12 +194,20 @@ impl DisplayAs for GpuSortExec {
                     self.preserve_partitioning,
                     self.options.backend.name(),
                     self.options.algorithm
-                )
+                )?;
+                if self.uses_segments() {
+                    write!(f, ", segmented_prefix={}", self.prefix)?;
+                }
+                Ok(())
             }
             DisplayFormatType::TreeRender => {
                 writeln!(f, "sort keys=[{}]", self.expr)?;
                 writeln!(f, "backend={}", self.options.backend.name())?;
-                write!(f, "algorithm={}", self.options.algorithm)
+                write!(f, "algorithm={}", self.options.algorithm)?;
+                if self.uses_segments() {
+                    write!(f, "\nsegmented_prefix={}", self.prefix)?;
+                }
+                Ok(())
             }
         }
     }
@@ -230,6 +284,7 @@ impl ExecutionPlan for GpuSortExec {
             batch_size: context.session_config().batch_size(),
             run_rows: self.options.run_rows,
             algorithm: self.options.algorithm,
+            prefix: if self.uses_segments() { self.prefix } else { 0 },
             device_gather_min_rows: self.options.device_gather_min_rows,
             backend: Arc::clone(&self.options.backend),
         };

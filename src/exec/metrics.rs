@@ -55,10 +55,9 @@ pub struct SortMetrics {
     pub d2h_bytes: Count,
     /// Sorted runs (more than one: the runs were merged).
     pub runs: Count,
-    /// Runs sorted by radix sort.
-    pub onesweep_runs: Count,
-    /// Runs sorted by merge sort.
-    pub merge_runs: Count,
+    /// Runs sorted by each [`Algorithm`] (in the order of [`Algorithm::ALL`]):
+    /// `algorithm_onesweep`, `algorithm_locality`, `algorithm_segmented`.
+    pub algorithm_runs: [Count; 3],
     /// Runs that fell back from the GPU to the CPU.
     pub gpu_fallbacks: Count,
 }
@@ -84,8 +83,11 @@ impl SortMetrics {
             h2d_bytes: counter("h2d_bytes"),
             d2h_bytes: counter("d2h_bytes"),
             runs: counter("runs"),
-            onesweep_runs: counter("algorithm_onesweep"),
-            merge_runs: counter("algorithm_merge"),
+            algorithm_runs: [
+                counter("algorithm_onesweep"),
+                counter("algorithm_locality"),
+                counter("algorithm_segmented"),
+            ],
             gpu_fallbacks: counter("gpu_fallbacks"),
         }
     }
@@ -104,9 +106,10 @@ impl SortMetrics {
         if run.fell_back {
             self.gpu_fallbacks.add(1);
         }
-        match run.algorithm {
-            Algorithm::Radix => self.onesweep_runs.add(1),
-            Algorithm::Merge => self.merge_runs.add(1),
-        }
+        let index = Algorithm::ALL
+            .iter()
+            .position(|a| *a == run.algorithm)
+            .expect("every algorithm is listed");
+        self.algorithm_runs[index].add(1);
     }
 }

@@ -1,4 +1,10 @@
-//! Sorting one run: evaluate keys → encode → backend sort → gather.
+//! Sorting one run: evaluate keys → (segments) → encode → backend sort → gather.
+//!
+//! When the input is ordered by the first `prefix` sort keys (the planner knows it from
+//! DataFusion's equivalence properties), runs of rows with equal prefix values are
+//! *segments*: only the remaining keys are encoded, and the backend sorts within segments.
+//! Should the rows not be in prefix order after all (checked at every segment boundary),
+//! the run is sorted by all keys.
 //!
 //! Runs on a blocking thread (never on the async runtime). A run is at most
 //! `gpu_sort.run_rows` rows of buffered input; [`split_runs`] cuts the input into runs
@@ -20,8 +26,10 @@ use datafusion::physical_plan::SendableRecordBatchStream;
 use super::metrics::SortMetrics;
 use crate::config::AlgorithmChoice;
 use crate::gather::{gather_sorted, RunRows};
-use crate::keys::{encode_keys, working_limbs, KeyColumn};
-use crate::sort::{refine_long_ties, SortBackend};
+use crate::keys::{encode_keys, working_limbs, EncodedKeys, KeyColumn};
+use crate::sort::{
+    identity, refine_long_ties, segment_starts, Algorithm, Segments, SortBackend, SortedRun,
+};
 
 /// What every run of one `GpuSortExec` partition is sorted by and with.
 #[derive(Debug, Clone)]
@@ -36,6 +44,9 @@ pub struct SortSpec {
     pub run_rows: usize,
     /// Requested algorithm.
     pub algorithm: AlgorithmChoice,
+    /// Leading sort keys the input is already ordered by (0: none): the segmented
+    /// strategy sorts only within runs of equal values of those.
+    pub prefix: usize,
     /// Runs of at least this many rows may gather columns on the backend's device.
     pub device_gather_min_rows: usize,
     /// The backend that sorts.
@@ -80,25 +91,23 @@ pub fn sort_run(
     if rows.rows() == 0 {
         return Ok(());
     }
-    let columns = evaluate_keys(spec, &rows)?;
+    let all_columns = evaluate_keys(spec, &rows)?;
     let started = Instant::now();
-    let on_device = {
+    let segments = {
+        let _timer = metrics.encode_time.timer();
         let _compute = metrics.baseline.elapsed_compute().timer();
-        spec.backend.sort_key_columns(&columns, spec.algorithm)?
+        find_segments(spec, &all_columns)?
     };
-    let (sorted, sort_started, keys) = match on_device {
-        Some(sorted) => (sorted, started, None),
-        None => {
-            let keys = {
-                let _timer = metrics.encode_time.timer();
-                let _compute = metrics.baseline.elapsed_compute().timer();
-                encode_keys(&columns)?
-            };
-            let sort_started = Instant::now();
-            let _compute = metrics.baseline.elapsed_compute().timer();
-            let sorted = spec.backend.sort(&keys, spec.algorithm)?;
-            (sorted, sort_started, Some(keys))
+    let columns = match &segments {
+        Some(_) => &all_columns[spec.prefix..],
+        None => &all_columns[..],
+    };
+    let (sorted, sort_started, keys) = match &segments {
+        // Every key is in the prefix, or every segment is one row: already in order.
+        Some(s) if columns.is_empty() || s.len() == rows.rows() => {
+            (in_order(rows.rows()), started, None)
         }
+        _ => sort_keys(spec, columns, segments.as_ref(), metrics, started)?,
     };
     metrics.record_run(&sorted, sort_started.elapsed());
     let mut permutation = sorted.permutation;
@@ -108,10 +117,10 @@ pub fn sort_run(
         retained = None;
         let _timer = metrics.tie_refine_time.timer();
         let _compute = metrics.baseline.elapsed_compute().timer();
-        let groups = refine_long_ties(&columns, &keys, &mut permutation)?;
+        let groups = refine_long_ties(columns, &keys, segments.as_ref(), &mut permutation)?;
         metrics.tie_groups.add(groups);
     }
-    drop(columns);
+    drop(all_columns);
     if let Some(fetch) = spec.fetch {
         permutation.truncate(fetch);
     }
@@ -136,6 +145,67 @@ pub fn sort_run(
         metrics.device_gathered_columns.add(payload.columns().len());
     }
     gathered
+}
+
+/// The segments of the run when the input is ordered by a prefix of the keys and the
+/// algorithm allows the segmented strategy.
+fn find_segments(spec: &SortSpec, columns: &[KeyColumn]) -> Result<Option<Segments>> {
+    let allowed = matches!(
+        spec.algorithm,
+        AlgorithmChoice::Auto | AlgorithmChoice::Segmented
+    );
+    if spec.prefix == 0 || !allowed {
+        return Ok(None);
+    }
+    let segments = segment_starts(&columns[..spec.prefix.min(columns.len())])?;
+    if segments.is_none() {
+        log::warn!(
+            "gpusort: input not ordered by its first {} sort keys as planned; sorting by all keys",
+            spec.prefix
+        );
+    }
+    Ok(segments)
+}
+
+/// Encodes `columns` (on the backend's device where it can) and sorts by them, within
+/// `segments` when given; also the host-encoded keys, when the host encoded them.
+fn sort_keys(
+    spec: &SortSpec,
+    columns: &[KeyColumn],
+    segments: Option<&Segments>,
+    metrics: &SortMetrics,
+    started: Instant,
+) -> Result<(SortedRun, Instant, Option<EncodedKeys>)> {
+    let on_device = {
+        let _compute = metrics.baseline.elapsed_compute().timer();
+        spec.backend
+            .sort_key_columns(columns, spec.algorithm, segments)?
+    };
+    if let Some(sorted) = on_device {
+        return Ok((sorted, started, None));
+    }
+    let keys = {
+        let _timer = metrics.encode_time.timer();
+        let _compute = metrics.baseline.elapsed_compute().timer();
+        encode_keys(columns)?
+    };
+    let sort_started = Instant::now();
+    let _compute = metrics.baseline.elapsed_compute().timer();
+    let sorted = spec.backend.sort(&keys, spec.algorithm, segments)?;
+    Ok((sorted, sort_started, Some(keys)))
+}
+
+/// The run of rows that are already in order.
+fn in_order(rows: usize) -> SortedRun {
+    SortedRun {
+        permutation: identity(rows),
+        algorithm: Algorithm::Segmented,
+        h2d_bytes: 0,
+        d2h_bytes: 0,
+        fell_back: false,
+        transfer: Default::default(),
+        retained: None,
+    }
 }
 
 fn evaluate_keys(spec: &SortSpec, rows: &RunRows) -> Result<Vec<KeyColumn>> {

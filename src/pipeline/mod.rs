@@ -392,11 +392,15 @@ fn describe_sort(plan: &Arc<dyn ExecutionPlan>, rule: &GpuSortRule) -> (String, 
     } else {
         "lsd radix"
     };
-    let mut parts: Vec<String> = [(radix, "algorithm_onesweep"), ("merge", "algorithm_merge")]
-        .iter()
-        .filter(|(_, metric)| count(metric) > 0)
-        .map(|(name, _)| name.to_string())
-        .collect();
+    let mut parts: Vec<String> = [
+        (radix, "algorithm_onesweep"),
+        ("locality", "algorithm_locality"),
+        ("segmented", "algorithm_segmented"),
+    ]
+    .iter()
+    .filter(|(_, metric)| count(metric) > 0)
+    .map(|(name, _)| name.to_string())
+    .collect();
     if parts.is_empty() {
         parts.push("none (no rows)".into());
     }

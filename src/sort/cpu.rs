@@ -3,11 +3,11 @@
 //! `auto` and `onesweep` use the LSD radix sort (the CPU counterpart of OneSweep);
 //! `locality` and `segmented` use the stable run-adaptive merge sort, which does little
 //! work on nearly sorted input. Without known segments a segmented sort is a sort of one
-//! segment.
+//! segment. With segments every segment is sorted on its own, in parallel.
 
 use datafusion::common::Result;
 
-use super::{merge_sort, radix_sort, Algorithm, SortBackend, SortedRun};
+use super::{merge_sort, radix_sort, segmented_sort, Algorithm, Segments, SortBackend, SortedRun};
 use crate::config::AlgorithmChoice;
 use crate::keys::EncodedKeys;
 
@@ -20,14 +20,20 @@ impl SortBackend for CpuBackend {
         "cpu"
     }
 
-    fn sort(&self, keys: &EncodedKeys, algorithm: AlgorithmChoice) -> Result<SortedRun> {
-        let algorithm = match algorithm {
-            AlgorithmChoice::Auto | AlgorithmChoice::Onesweep => Algorithm::Radix,
-            AlgorithmChoice::Locality | AlgorithmChoice::Segmented => Algorithm::Merge,
-        };
-        let permutation = match algorithm {
-            Algorithm::Radix => radix_sort(&keys.words, keys.rows),
-            Algorithm::Merge => merge_sort(&keys.words, keys.rows),
+    fn sort(
+        &self,
+        keys: &EncodedKeys,
+        algorithm: AlgorithmChoice,
+        segments: Option<&Segments>,
+    ) -> Result<SortedRun> {
+        let (algorithm, permutation) = match (segments, algorithm) {
+            (Some(segments), _) => (Algorithm::Segmented, segmented_sort(&keys.words, segments)),
+            (None, AlgorithmChoice::Auto | AlgorithmChoice::Onesweep) => {
+                (Algorithm::Radix, radix_sort(&keys.words, keys.rows))
+            }
+            (None, AlgorithmChoice::Locality | AlgorithmChoice::Segmented) => {
+                (Algorithm::Locality, merge_sort(&keys.words, keys.rows))
+            }
         };
         Ok(SortedRun {
             permutation,

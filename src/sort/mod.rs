@@ -6,12 +6,19 @@
 //! their input order, so results do not depend on the backend.
 //!
 //! Backends: `cpu` (this crate's parallel LSD radix and merge sorts) and `cuda`
-//! ([`crate::cuda::CudaBackend`]: OneSweep on the GPU) behind the same trait.
+//! ([`crate::cuda::CudaBackend`]: OneSweep, locality and segmented sorts on the GPU)
+//! behind the same trait.
+//!
+//! A run may come with **segments** (see [`Segments`]): rows already grouped so that every
+//! row of an earlier segment sorts before every row of a later one (the input was ordered
+//! by a prefix of the sort keys). Then only rows within one segment change places, and the
+//! keys need only order rows within a segment.
 
 mod cpu;
 mod merge;
 mod radix;
 mod refine;
+mod segments;
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -28,22 +35,30 @@ pub use cpu::CpuBackend;
 pub use merge::merge_sort;
 pub use radix::radix_sort;
 pub use refine::refine_long_ties;
+pub use segments::{segment_starts, segmented_sort, Segments};
 
 /// The algorithm that actually sorted a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Algorithm {
-    /// LSD radix sort over 8-bit digits, constant digits skipped.
+    /// LSD radix sort over 8-bit digits, constant digits skipped (with segments: the
+    /// segment index as the leading key).
     Radix,
-    /// Stable, run-adaptive merge sort (locality sort; segmented sort of one segment).
-    Merge,
+    /// Stable merge sort that does little work on nearly sorted input.
+    Locality,
+    /// Stable sort within known segments.
+    Segmented,
 }
 
 impl Algorithm {
+    /// Every algorithm, in the order of their metrics.
+    pub const ALL: [Algorithm; 3] = [Algorithm::Radix, Algorithm::Locality, Algorithm::Segmented];
+
     /// Name shown in metrics and logs.
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::Radix => "onesweep",
-            Algorithm::Merge => "merge",
+            Algorithm::Locality => "locality",
+            Algorithm::Segmented => "segmented",
         }
     }
 }
@@ -93,8 +108,14 @@ pub trait SortBackend: Debug + Send + Sync {
     /// Short name shown in EXPLAIN: `cpu` or `cuda`.
     fn name(&self) -> &'static str;
 
-    /// Sorts the `keys.rows` rows of one run. `keys.rows` fits in `u32`.
-    fn sort(&self, keys: &EncodedKeys, algorithm: AlgorithmChoice) -> Result<SortedRun>;
+    /// Sorts the `keys.rows` rows of one run. `keys.rows` fits in `u32`. With
+    /// `segments`, rows stay within their segment (the keys order rows within one).
+    fn sort(
+        &self,
+        keys: &EncodedKeys,
+        algorithm: AlgorithmChoice,
+        segments: Option<&Segments>,
+    ) -> Result<SortedRun>;
 
     /// Encodes and sorts the key columns of one run itself, or returns `None` to have the
     /// caller encode them on the host and call [`SortBackend::sort`]. The CUDA backend
@@ -103,6 +124,7 @@ pub trait SortBackend: Debug + Send + Sync {
         &self,
         _columns: &[KeyColumn],
         _algorithm: AlgorithmChoice,
+        _segments: Option<&Segments>,
     ) -> Result<Option<SortedRun>> {
         Ok(None)
     }

@@ -27,6 +27,7 @@ use rayon::prelude::*;
 
 use datafusion::common::Result;
 
+use super::Segments;
 use crate::keys::bytes::{chunk_at, ByteValues};
 use crate::keys::{EncodedKeys, KeyColumn, LongKey};
 
@@ -36,10 +37,12 @@ const STEP: usize = 16;
 const PARALLEL_GROUP: usize = 1 << 15;
 
 /// Orders the tie groups of the long byte-like keys of `keys` in `permutation` (the stable
-/// sort of `keys`); returns how many groups were refined.
+/// sort of `keys`, within `segments` when given: a group never spans two segments);
+/// returns how many groups were refined.
 pub fn refine_long_ties(
     columns: &[KeyColumn],
     keys: &EncodedKeys,
+    segments: Option<&Segments>,
     permutation: &mut [u32],
 ) -> Result<usize> {
     if keys.long_keys.is_empty() || permutation.len() < 2 {
@@ -47,6 +50,10 @@ pub fn refine_long_ties(
     }
     let mut heads = vec![false; permutation.len()];
     heads[0] = true;
+    // A segment's rows sit at the positions of its own rows after a segmented sort.
+    for &start in segments.map_or(&[][..], |s| s.starts()) {
+        heads[start as usize] = true;
+    }
     let mut refined = 0;
     for long in &keys.long_keys {
         mark_packed_differences(keys, long.bits_end, permutation, &mut heads);
@@ -191,7 +198,7 @@ mod tests {
     fn sorted(columns: &[KeyColumn]) -> Vec<u32> {
         let keys = encode_keys(columns).unwrap();
         let mut permutation = radix_sort(&keys.words, keys.rows);
-        refine_long_ties(columns, &keys, &mut permutation).unwrap();
+        refine_long_ties(columns, &keys, None, &mut permutation).unwrap();
         permutation
     }
 

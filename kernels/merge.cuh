@@ -1,0 +1,374 @@
+// merge.cuh: the merge machinery shared by locality_sort.cu and segmented_sort.cu.
+//
+// A stable merge sort of (key, row id) elements, optionally with a segment index that
+// orders before the key (segmented sort: rows of an earlier segment always come first):
+//
+//   block_sort        each block sorts one tile of TILE elements in shared memory
+//                     (odd-even transposition in registers, then merge-path merges) and
+//                     generates the row ids; in place, since a block touches only its tile
+//   find_dirty        for run length R, per pair of adjacent runs (A, B): the part that
+//                     really needs merging. A's elements <= B[0] and B's elements >= A's
+//                     last stay where they are, so only A[a_lo..R) and B[0..b_hi) are
+//                     merged, into the same positions. Also counts run boundaries that are
+//                     out of order: none means the whole array is sorted (early exit).
+//   scan_tiles        one block: prefix sums of the pairs' tile counts = the work queue
+//   merge_tiles       persistent blocks take work-queue tiles: merge-path split of the
+//                     pair's dirty range, merge in shared memory, write to the scratch copy
+//   copy_back         the merged ranges from the scratch copy back into place
+//
+// With segments the dirty range of a pair never leaves the segment that straddles the
+// interface between A and B; nearly sorted input (locality sort) has short dirty ranges;
+// tiles that are already in order cost nothing after the block sort.
+#pragma once
+#include "common.cuh"
+
+#ifndef MERGE_THREADS
+#define MERGE_THREADS 256
+#endif
+#ifndef MERGE_ITEMS
+#define MERGE_ITEMS 8
+#endif
+#define MERGE_TILE (MERGE_THREADS * MERGE_ITEMS)
+#define SCAN_THREADS 1024
+
+template <typename K, bool SEG>
+struct Elem;
+template <typename K>
+struct Elem<K, false> {
+    K key;
+    u32 id;
+};
+template <typename K>
+struct Elem<K, true> {
+    K key;
+    u32 seg;
+    u32 id;
+};
+
+// a <= b in sort order (segment first, then key); ties keep a first (stability).
+template <typename K>
+__device__ __forceinline__ bool le(const Elem<K, false>& a, const Elem<K, false>& b) {
+    return a.key <= b.key;
+}
+template <typename K>
+__device__ __forceinline__ bool le(const Elem<K, true>& a, const Elem<K, true>& b) {
+    return a.seg < b.seg || (a.seg == b.seg && a.key <= b.key);
+}
+
+// An element that sorts after every real one (padding of a partial tile; never stored).
+template <typename K>
+__device__ __forceinline__ void set_padding(Elem<K, false>& e) {
+    e.key = (K)~(K)0;
+    e.id = ~0u;
+}
+template <typename K>
+__device__ __forceinline__ void set_padding(Elem<K, true>& e) {
+    e.key = (K)~(K)0;
+    e.seg = ~0u;
+    e.id = ~0u;
+}
+
+// The element arrays in global memory (structure of arrays; `segs` only with SEG).
+template <typename K, bool SEG>
+struct Arrays {
+    K* keys;
+    u32* segs;
+    u32* ids;
+    __device__ __forceinline__ Elem<K, SEG> load(u64 i) const {
+        Elem<K, SEG> e;
+        e.key = keys[i];
+        e.id = ids[i];
+        if constexpr (SEG) e.seg = segs[i];
+        return e;
+    }
+    __device__ __forceinline__ void store(u64 i, const Elem<K, SEG>& e) const {
+        keys[i] = e.key;
+        ids[i] = e.id;
+        if constexpr (SEG) segs[i] = e.seg;
+    }
+};
+
+// Views that merge_path reads through: shared memory, or a range of global arrays.
+template <typename E>
+struct SharedView {
+    const E* p;
+    __device__ __forceinline__ E operator()(u32 i) const { return p[i]; }
+};
+template <typename K, bool SEG>
+struct GlobalView {
+    Arrays<K, SEG> a;
+    u64 offset;
+    __device__ __forceinline__ Elem<K, SEG> operator()(u32 i) const { return a.load(offset + i); }
+};
+
+// How many of the first `diag` outputs of the stable merge of A and B come from A.
+template <typename VA, typename VB>
+__device__ u32 merge_path(VA A, u32 a_len, VB B, u32 b_len, u32 diag) {
+    u32 lo = diag > b_len ? diag - b_len : 0;
+    u32 hi = diag < a_len ? diag : a_len;
+    while (lo < hi) {
+        const u32 mid = (lo + hi) >> 1;
+        if (le(A(mid), B(diag - 1 - mid))) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+// Up to `count` outputs of the merge of A[a..a_end) and B[b..b_end), A first on ties.
+template <typename E>
+__device__ __forceinline__ void serial_merge(const E* A, u32 a, u32 a_end, const E* B, u32 b, u32 b_end,
+                                             u32 count, E (&out)[MERGE_ITEMS]) {
+#pragma unroll
+    for (int i = 0; i < MERGE_ITEMS; ++i) {
+        if ((u32)i < count) {
+            const bool take_a = b >= b_end || (a < a_end && le(A[a], B[b]));
+            out[i] = take_a ? A[a] : B[b];
+            if (take_a) ++a;
+            else ++b;
+        }
+    }
+}
+
+// Sorts tile blockIdx.x of `data` in place and numbers its rows (row id = position).
+template <typename K, bool SEG>
+__device__ void block_sort(Arrays<K, SEG> data, u32 n) {
+    typedef Elem<K, SEG> E;
+    __shared__ E s[MERGE_TILE];
+    const u64 base = (u64)blockIdx.x * MERGE_TILE;
+    const u32 count = (u32)min((u64)MERGE_TILE, n - base);
+    for (u32 i = threadIdx.x; i < MERGE_TILE; i += MERGE_THREADS) {
+        E e;
+        if (i < count) {
+            e.key = data.keys[base + i];
+            if constexpr (SEG) e.seg = data.segs[base + i];
+            e.id = (u32)(base + i);
+        } else {
+            set_padding(e);
+        }
+        s[i] = e;
+    }
+    __syncthreads();
+    E r[MERGE_ITEMS];
+#pragma unroll
+    for (int i = 0; i < MERGE_ITEMS; ++i) r[i] = s[threadIdx.x * MERGE_ITEMS + i];
+    // Odd-even transposition: swaps only strictly greater neighbours, so it is stable.
+#pragma unroll
+    for (int round = 0; round < MERGE_ITEMS; ++round) {
+#pragma unroll
+        for (int i = round & 1; i + 1 < MERGE_ITEMS; i += 2) {
+            if (!le(r[i], r[i + 1])) {
+                const E t = r[i];
+                r[i] = r[i + 1];
+                r[i + 1] = t;
+            }
+        }
+    }
+    for (u32 run = MERGE_ITEMS; run < MERGE_TILE; run *= 2) {
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < MERGE_ITEMS; ++i) s[threadIdx.x * MERGE_ITEMS + i] = r[i];
+        __syncthreads();
+        const u32 group = 2 * run / MERGE_ITEMS;  // threads per merged pair of runs
+        const E* A = s + (threadIdx.x / group) * 2 * run;
+        const E* B = A + run;
+        const u32 diag = (threadIdx.x % group) * MERGE_ITEMS;
+        const u32 a = merge_path(SharedView<E>{A}, run, SharedView<E>{B}, run, diag);
+        serial_merge(A, a, run, B, diag - a, run, MERGE_ITEMS, r);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < MERGE_ITEMS; ++i) s[threadIdx.x * MERGE_ITEMS + i] = r[i];
+    __syncthreads();
+    for (u32 i = threadIdx.x; i < count; i += MERGE_THREADS) data.store(base + i, s[i]);
+}
+
+// One thread per run of length `run`: counts out-of-order run boundaries into
+// summary[1]; the thread of each even run (a pair's A) finds the pair's dirty range.
+template <typename K, bool SEG>
+__device__ void find_dirty(Arrays<K, SEG> data, u32 n, u32 run, u32* a_lo, u32* b_hi, u32* tiles,
+                           u32* summary) {
+    const u32 runs = (u32)(((u64)n + run - 1) / run);
+    const u32 idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= runs) return;
+    const u64 at = (u64)idx * run;
+    if (idx > 0 && !le(data.load(at - 1), data.load(at))) atomicAdd(&summary[1], 1u);
+    if (idx % 2 != 0) return;
+    const u32 pair = idx / 2;
+    u32 lo = run, hi = 0, count = 0;
+    if (at + run < n) {
+        const u32 b_len = (u32)min((u64)run, n - at - run);
+        const GlobalView<K, SEG> A{data, at};
+        const GlobalView<K, SEG> B{data, at + run};
+        const Elem<K, SEG> a_last = A(run - 1);
+        const Elem<K, SEG> b_first = B(0);
+        if (!le(a_last, b_first)) {
+            // A's elements <= B[0] stay in front; B's elements >= A's last stay behind.
+            u32 l = 0, h = run;
+            while (l < h) {
+                const u32 m = (l + h) >> 1;
+                if (le(A(m), b_first)) l = m + 1;
+                else h = m;
+            }
+            lo = l;
+            l = 0;
+            h = b_len;
+            while (l < h) {
+                const u32 m = (l + h) >> 1;
+                if (!le(a_last, B(m))) l = m + 1;
+                else h = m;
+            }
+            hi = l;
+            count = (run - lo + hi + MERGE_TILE - 1) / MERGE_TILE;
+        }
+    }
+    a_lo[pair] = lo;
+    b_hi[pair] = hi;
+    tiles[pair] = count;
+}
+
+// One block of SCAN_THREADS: tile_start[p] = tiles of pairs before p, tile_start[pairs] and
+// summary[0] = all tiles.
+__device__ void scan_tiles(const u32* tiles, u32 pairs, u32* tile_start, u32* summary) {
+    __shared__ u32 s_warp[SCAN_THREADS / WARP];
+    const u32 per = (pairs + SCAN_THREADS - 1) / SCAN_THREADS;
+    const u32 first = threadIdx.x * per;
+    const u32 last = min(first + per, pairs);
+    u32 sum = 0;
+    for (u32 p = first; p < last; ++p) sum += tiles[p];
+    const u32 inclusive = warp_inclusive_sum(sum);
+    if (lane_id() == WARP - 1) s_warp[warp_id()] = inclusive;
+    __syncthreads();
+    if (warp_id() == 0) {
+        const u32 w = lane_id() < SCAN_THREADS / WARP ? s_warp[lane_id()] : 0;
+        const u32 w_inclusive = warp_inclusive_sum(w);
+        if (lane_id() < SCAN_THREADS / WARP) s_warp[lane_id()] = w_inclusive - w;
+    }
+    __syncthreads();
+    u32 running = s_warp[warp_id()] + inclusive - sum;
+    for (u32 p = first; p < last; ++p) {
+        tile_start[p] = running;
+        running += tiles[p];
+    }
+    if (threadIdx.x == SCAN_THREADS - 1) {
+        tile_start[pairs] = running;
+        summary[0] = running;
+    }
+}
+
+// The pair whose work-queue tiles include tile `w` (tile_start is ascending).
+__device__ __forceinline__ u32 pair_of_tile(const u32* tile_start, u32 pairs, u32 w) {
+    u32 lo = 0, hi = pairs;
+    while (lo < hi) {
+        const u32 m = (lo + hi) >> 1;
+        if (tile_start[m] <= w) lo = m + 1;
+        else hi = m;
+    }
+    return lo - 1;
+}
+
+// Where one work-queue tile writes: its pair's dirty range, and the tile's part of it.
+struct TileJob {
+    u64 a_start;  // first element of A's dirty part (= first output position)
+    u64 b_start;  // first element of B (its dirty part starts there)
+    u32 a_len, b_len;
+    u32 d0, d1;   // output diagonals of this tile within the dirty range
+};
+
+__device__ __forceinline__ TileJob tile_job(u32 w, u32 n, u32 run, const u32* a_lo, const u32* b_hi,
+                                            const u32* tile_start, u32 pairs) {
+    const u32 p = pair_of_tile(tile_start, pairs, w);
+    const u64 base = (u64)p * 2 * run;
+    TileJob j;
+    j.a_start = base + a_lo[p];
+    j.b_start = base + run;
+    j.a_len = run - a_lo[p];
+    j.b_len = b_hi[p];
+    j.d0 = (w - tile_start[p]) * MERGE_TILE;
+    j.d1 = min(j.d0 + MERGE_TILE, j.a_len + j.b_len);
+    return j;
+}
+
+// Persistent blocks merge the work queue's `total` tiles from `data` into `scratch`.
+template <typename K, bool SEG>
+__device__ void merge_tiles(Arrays<K, SEG> data, Arrays<K, SEG> scratch, u32 n, u32 run, const u32* a_lo,
+                            const u32* b_hi, const u32* tile_start, u32 pairs, u32 total) {
+    typedef Elem<K, SEG> E;
+    __shared__ E s[MERGE_TILE];
+    __shared__ u32 s_split[2];
+    for (u32 w = blockIdx.x; w < total; w += gridDim.x) {
+        const TileJob j = tile_job(w, n, run, a_lo, b_hi, tile_start, pairs);
+        const GlobalView<K, SEG> A{data, j.a_start};
+        const GlobalView<K, SEG> B{data, j.b_start};
+        if (threadIdx.x < 2) {
+            s_split[threadIdx.x] = merge_path(A, j.a_len, B, j.b_len, threadIdx.x == 0 ? j.d0 : j.d1);
+        }
+        __syncthreads();
+        const u32 a0 = s_split[0], a1 = s_split[1];
+        const u32 b0 = j.d0 - a0, b1 = j.d1 - a1;
+        const u32 na = a1 - a0, nb = b1 - b0;
+        for (u32 i = threadIdx.x; i < na + nb; i += MERGE_THREADS) {
+            s[i] = i < na ? A(a0 + i) : B(b0 + i - na);
+        }
+        __syncthreads();
+        const u32 count = j.d1 - j.d0;
+        const u32 diag = threadIdx.x * MERGE_ITEMS;
+        E r[MERGE_ITEMS];
+        u32 mine = 0;
+        if (diag < count) {
+            mine = min((u32)MERGE_ITEMS, count - diag);
+            const u32 a = merge_path(SharedView<E>{s}, na, SharedView<E>{s + na}, nb, diag);
+            serial_merge(s, a, na, s + na, diag - a, nb, mine, r);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < MERGE_ITEMS; ++i) {
+            if ((u32)i < mine) s[diag + i] = r[i];
+        }
+        __syncthreads();
+        const u64 out = j.a_start + j.d0;
+        for (u32 i = threadIdx.x; i < count; i += MERGE_THREADS) scratch.store(out + i, s[i]);
+        __syncthreads();
+    }
+}
+
+// The merged ranges of the work queue back from `scratch` into `data`.
+template <typename K, bool SEG>
+__device__ void copy_back(Arrays<K, SEG> data, Arrays<K, SEG> scratch, u32 n, u32 run, const u32* a_lo,
+                          const u32* b_hi, const u32* tile_start, u32 pairs, u32 total) {
+    for (u32 w = blockIdx.x; w < total; w += gridDim.x) {
+        const TileJob j = tile_job(w, n, run, a_lo, b_hi, tile_start, pairs);
+        const u64 out = j.a_start + j.d0;
+        for (u32 i = threadIdx.x; i < j.d1 - j.d0; i += MERGE_THREADS) data.store(out + i, scratch.load(out + i));
+    }
+}
+
+// The extern "C" entry points of one element type, named <prefix>_<what>.
+#define MERGE_ENTRY_POINTS(PREFIX, K, SEG)                                                                  \
+    extern "C" __global__ void __launch_bounds__(MERGE_THREADS)                                             \
+        PREFIX##_block_sort(K* keys, u32* segs, u32* ids, u32 n) {                                          \
+        block_sort<K, SEG>(Arrays<K, SEG>{keys, segs, ids}, n);                                             \
+    }                                                                                                       \
+    extern "C" __global__ void PREFIX##_find_dirty(K* keys, u32* segs, u32* ids, u32 n, u32 run, u32* a_lo, \
+                                                   u32* b_hi, u32* tiles, u32* summary) {                   \
+        find_dirty<K, SEG>(Arrays<K, SEG>{keys, segs, ids}, n, run, a_lo, b_hi, tiles, summary);           \
+    }                                                                                                       \
+    extern "C" __global__ void __launch_bounds__(MERGE_THREADS)                                             \
+        PREFIX##_merge_tiles(K* keys, u32* segs, u32* ids, K* s_keys, u32* s_segs, u32* s_ids, u32 n,     \
+                             u32 run, const u32* a_lo, const u32* b_hi, const u32* tile_start, u32 pairs,  \
+                             u32 total) {                                                                   \
+        merge_tiles<K, SEG>(Arrays<K, SEG>{keys, segs, ids}, Arrays<K, SEG>{s_keys, s_segs, s_ids}, n, run, \
+                            a_lo, b_hi, tile_start, pairs, total);                                          \
+    }                                                                                                       \
+    extern "C" __global__ void __launch_bounds__(MERGE_THREADS)                                             \
+        PREFIX##_copy_back(K* keys, u32* segs, u32* ids, K* s_keys, u32* s_segs, u32* s_ids, u32 n,       \
+                           u32 run, const u32* a_lo, const u32* b_hi, const u32* tile_start, u32 pairs,    \
+                           u32 total) {                                                                     \
+        copy_back<K, SEG>(Arrays<K, SEG>{keys, segs, ids}, Arrays<K, SEG>{s_keys, s_segs, s_ids}, n, run,   \
+                          a_lo, b_hi, tile_start, pairs, total);                                            \
+    }
+
+#define MERGE_SCAN_ENTRY_POINT                                                                               \
+    extern "C" __global__ void __launch_bounds__(SCAN_THREADS)                                              \
+        merge_scan_tiles(const u32* tiles, u32 pairs, u32* tile_start, u32* summary) {                      \
+        scan_tiles(tiles, pairs, tile_start, summary);                                                      \
+    }

@@ -1,0 +1,420 @@
+//! Launcher of `kernels/locality_sort.cu` and `kernels/segmented_sort.cu`: the stable merge
+//! sorts for nearly sorted keys and for rows in known segments, and the sortedness probe.
+//!
+//! ```text
+//!  block_sort                 every tile of MERGE_TILE rows sorted in place, row ids made
+//!  run = MERGE_TILE; while run < n:
+//!      find_dirty + scan_tiles  per pair of runs: the overlapping stretch to merge → work
+//!                               queue; 8 bytes back: queue length, boundaries out of order
+//!      no boundary out of order → sorted: stop (early exit)
+//!      merge_tiles, copy_back   persistent blocks over the queue (skipped when it is empty)
+//!      run *= 2
+//! ```
+//!
+//! A pass costs in proportion to the rows that really move: for nearly sorted input and for
+//! short segments that is a small fraction of the rows, and most passes only compare the
+//! keys at run boundaries. Random input makes every pass merge everything (twice the
+//! traffic of a radix pass), which is why the backend probes before it picks this sort.
+
+use cudarc::driver::sys::CUdeviceptr;
+
+use super::device::{Device, DeviceBuffer};
+use super::error::{CudaError, CudaResult};
+use super::module::{arg, cached_cubin, launch, Kernel, Module, LOCALITY, SEGMENTED};
+
+/// Threads of a merge block.
+const MERGE_THREADS: u32 = 256;
+/// Elements per thread.
+const MERGE_ITEMS: u32 = 8;
+/// Rows per tile of the block sort and per work-queue tile of the merge passes.
+pub const MERGE_TILE: u32 = MERGE_THREADS * MERGE_ITEMS;
+const SCAN_THREADS: u32 = 1024;
+const SIMPLE_THREADS: u32 = 256;
+/// Resident merge blocks per SM that the persistent grid asks for.
+const MERGE_BLOCKS_PER_SM: u32 = 8;
+
+/// The `-D` options that carry the block shape into the merge kernels.
+pub fn defines() -> Vec<(String, String)> {
+    vec![
+        ("MERGE_THREADS".into(), MERGE_THREADS.to_string()),
+        ("MERGE_ITEMS".into(), MERGE_ITEMS.to_string()),
+    ]
+}
+
+/// The kernels of one element type.
+#[derive(Debug, Clone, Copy)]
+struct MergeKernels {
+    block_sort: Kernel,
+    find_dirty: Kernel,
+    merge_tiles: Kernel,
+    copy_back: Kernel,
+    scan: Kernel,
+}
+
+/// The entry points of one element type: `<prefix>_block_sort`, `_find_dirty`,
+/// `_merge_tiles`, `_copy_back`.
+macro_rules! merge_kernels {
+    ($module:expr, $prefix:literal, $scan:expr) => {
+        MergeKernels {
+            block_sort: $module.kernel(concat!($prefix, "_block_sort"))?,
+            find_dirty: $module.kernel(concat!($prefix, "_find_dirty"))?,
+            merge_tiles: $module.kernel(concat!($prefix, "_merge_tiles"))?,
+            copy_back: $module.kernel(concat!($prefix, "_copy_back"))?,
+            scan: $scan,
+        }
+    };
+}
+
+/// Keys of one word for the locality sort.
+#[derive(Debug)]
+pub enum MergeKeys {
+    /// 32-bit keys.
+    U32(DeviceBuffer<u32>),
+    /// 64-bit keys.
+    U64(DeviceBuffer<u64>),
+}
+
+impl MergeKeys {
+    fn index(&self) -> usize {
+        match self {
+            MergeKeys::U32(_) => 0,
+            MergeKeys::U64(_) => 1,
+        }
+    }
+
+    fn ptr(&self) -> CUdeviceptr {
+        match self {
+            MergeKeys::U32(k) => k.ptr(),
+            MergeKeys::U64(k) => k.ptr(),
+        }
+    }
+
+    fn key_bytes(&self) -> usize {
+        match self {
+            MergeKeys::U32(_) => 4,
+            MergeKeys::U64(_) => 8,
+        }
+    }
+}
+
+/// What a merge sort produced.
+#[derive(Debug)]
+pub struct MergeSorted {
+    /// Row ids in sorted order.
+    pub permutation: DeviceBuffer<u32>,
+    /// Merge passes that merged at least one tile.
+    pub merge_passes: u32,
+    /// Work-queue tiles merged over all passes.
+    pub merged_tiles: u64,
+}
+
+/// The loaded merge sort kernels of one device.
+#[derive(Debug)]
+pub struct MergeSorts {
+    _locality_module: Module,
+    _segmented_module: Module,
+    locality: [MergeKernels; 2],
+    segmented: MergeKernels,
+    inversions: [Kernel; 2],
+    segment_ids: Kernel,
+    segment_key_u32: Kernel,
+    segment_word: Kernel,
+    sm_count: u32,
+}
+
+impl MergeSorts {
+    /// Compiles (or takes from the cache) and loads the kernels for `device`.
+    pub fn load(device: &Device) -> CudaResult<Self> {
+        let locality_module = Module::load(
+            LOCALITY.name,
+            &cached_cubin(LOCALITY, device.arch, &defines())?,
+        )?;
+        let segmented_module = Module::load(
+            SEGMENTED.name,
+            &cached_cubin(SEGMENTED, device.arch, &defines())?,
+        )?;
+        let locality_scan = locality_module.kernel("merge_scan_tiles")?;
+        let segmented_scan = segmented_module.kernel("merge_scan_tiles")?;
+        Ok(Self {
+            locality: [
+                merge_kernels!(locality_module, "locality_u32", locality_scan),
+                merge_kernels!(locality_module, "locality_u64", locality_scan),
+            ],
+            segmented: merge_kernels!(segmented_module, "segmented", segmented_scan),
+            inversions: [
+                locality_module.kernel("locality_inversions_u32")?,
+                locality_module.kernel("locality_inversions_u64")?,
+            ],
+            segment_ids: segmented_module.kernel("segment_ids")?,
+            segment_key_u32: segmented_module.kernel("segment_key_u32")?,
+            segment_word: segmented_module.kernel("segment_word")?,
+            sm_count: device.sm_count,
+            _locality_module: locality_module,
+            _segmented_module: segmented_module,
+        })
+    }
+
+    /// The sortedness probe: how many of the `n` keys are greater than the key one tile
+    /// further on.
+    pub fn inversions(&self, device: &Device, keys: &MergeKeys, n: usize) -> CudaResult<u64> {
+        check_rows(n)?;
+        let count = device.alloc::<u64>(1, "probe counter")?;
+        device.zero(&count)?;
+        let (mut ptr, mut rows, mut distance, mut out) =
+            (keys.ptr(), n as u32, MERGE_TILE, count.ptr());
+        let mut params = [
+            arg(&mut ptr),
+            arg(&mut rows),
+            arg(&mut distance),
+            arg(&mut out),
+        ];
+        let kernel = self.inversions[keys.index()];
+        launch(
+            device,
+            kernel,
+            self.simple_grid(n),
+            SIMPLE_THREADS,
+            &mut params,
+            n,
+        )?;
+        Ok(device.download_now(&count)?[0])
+    }
+
+    /// Stable locality sort of `n` keys: the permutation.
+    pub fn sort_rows(&self, device: &Device, keys: MergeKeys, n: usize) -> CudaResult<MergeSorted> {
+        check_rows(n)?;
+        let kernels = self.locality[keys.index()];
+        let key_bytes = keys.key_bytes();
+        self.run(device, kernels, keys.ptr(), key_bytes, None, n)
+    }
+
+    /// Stable sort of `n` rows with u64 `keys` within the segments `segs` (each row's
+    /// segment index, ascending): the permutation.
+    pub fn sort_segmented_rows(
+        &self,
+        device: &Device,
+        keys: &DeviceBuffer<u64>,
+        segs: &DeviceBuffer<u32>,
+        n: usize,
+    ) -> CudaResult<MergeSorted> {
+        check_rows(n)?;
+        self.run(device, self.segmented, keys.ptr(), 8, Some(segs.ptr()), n)
+    }
+
+    /// Each row's segment index, from the segments' first rows (`starts[0] == 0`,
+    /// ascending).
+    pub fn segment_ids(
+        &self,
+        device: &Device,
+        starts: &[u32],
+        n: usize,
+    ) -> CudaResult<DeviceBuffer<u32>> {
+        check_rows(n)?;
+        let on_device = device.alloc::<u32>(starts.len(), "segment starts")?;
+        // SAFETY: `starts` outlives the copy: we synchronize below.
+        unsafe { device.upload(&on_device, 0, starts)? };
+        let out = device.alloc::<u32>(n, "segment ids")?;
+        let (mut s, mut count, mut rows, mut o) =
+            (on_device.ptr(), starts.len() as u32, n as u32, out.ptr());
+        let mut params = [arg(&mut s), arg(&mut count), arg(&mut rows), arg(&mut o)];
+        launch(
+            device,
+            self.segment_ids,
+            self.simple_grid(n),
+            SIMPLE_THREADS,
+            &mut params,
+            n,
+        )?;
+        device.synchronize()?;
+        Ok(out)
+    }
+
+    /// `segment << 32 | key` for every row: one u64 word that sorts like (segment, key).
+    pub fn segment_key_u32(
+        &self,
+        device: &Device,
+        segs: &DeviceBuffer<u32>,
+        keys: &DeviceBuffer<u32>,
+        n: usize,
+    ) -> CudaResult<DeviceBuffer<u64>> {
+        let out = device.alloc::<u64>(n, "segment keys")?;
+        let (mut s, mut k, mut rows, mut o) = (segs.ptr(), keys.ptr(), n as u32, out.ptr());
+        let mut params = [arg(&mut s), arg(&mut k), arg(&mut rows), arg(&mut o)];
+        let grid = self.simple_grid(n);
+        launch(
+            device,
+            self.segment_key_u32,
+            grid,
+            SIMPLE_THREADS,
+            &mut params,
+            n,
+        )?;
+        Ok(out)
+    }
+
+    /// The segment index of every row as a u64 key word.
+    pub fn segment_word(
+        &self,
+        device: &Device,
+        segs: &DeviceBuffer<u32>,
+        n: usize,
+    ) -> CudaResult<DeviceBuffer<u64>> {
+        let out = device.alloc::<u64>(n, "segment key word")?;
+        let (mut s, mut rows, mut o) = (segs.ptr(), n as u32, out.ptr());
+        let mut params = [arg(&mut s), arg(&mut rows), arg(&mut o)];
+        let grid = self.simple_grid(n);
+        launch(
+            device,
+            self.segment_word,
+            grid,
+            SIMPLE_THREADS,
+            &mut params,
+            n,
+        )?;
+        Ok(out)
+    }
+
+    fn simple_grid(&self, n: usize) -> u32 {
+        (n.div_ceil(SIMPLE_THREADS as usize) as u32).clamp(1, self.sm_count * 16)
+    }
+
+    /// The block sort and the merge passes over keys at `keys` (sorted in place, as are
+    /// the segment indices at `segs`).
+    fn run(
+        &self,
+        device: &Device,
+        kernels: MergeKernels,
+        keys: CUdeviceptr,
+        key_bytes: usize,
+        segs: Option<CUdeviceptr>,
+        n: usize,
+    ) -> CudaResult<MergeSorted> {
+        let ids = device.alloc::<u32>(n, "merge row ids")?;
+        let mut sorted = MergeSorted {
+            permutation: ids,
+            merge_passes: 0,
+            merged_tiles: 0,
+        };
+        if n == 0 {
+            return Ok(sorted);
+        }
+        let data = [keys, segs.unwrap_or(0), sorted.permutation.ptr()];
+        let tiles = n.div_ceil(MERGE_TILE as usize) as u32;
+        {
+            let [mut k, mut s, mut i] = data;
+            let mut rows = n as u32;
+            let mut params = [arg(&mut k), arg(&mut s), arg(&mut i), arg(&mut rows)];
+            launch(
+                device,
+                kernels.block_sort,
+                tiles,
+                MERGE_THREADS,
+                &mut params,
+                n,
+            )?;
+        }
+        if tiles == 1 {
+            return Ok(sorted);
+        }
+        let scratch_keys = device.alloc::<u8>(n * key_bytes, "merge scratch keys")?;
+        let scratch_segs = match segs {
+            Some(_) => Some(device.alloc::<u32>(n, "merge scratch segments")?),
+            None => None,
+        };
+        let scratch_ids = device.alloc::<u32>(n, "merge scratch row ids")?;
+        let scratch = [
+            scratch_keys.ptr(),
+            scratch_segs.as_ref().map_or(0, |s| s.ptr()),
+            scratch_ids.ptr(),
+        ];
+        let max_pairs = (tiles as usize).div_ceil(2);
+        let a_lo = device.alloc::<u32>(max_pairs, "merge pair starts")?;
+        let b_hi = device.alloc::<u32>(max_pairs, "merge pair ends")?;
+        let pair_tiles = device.alloc::<u32>(max_pairs, "merge pair tiles")?;
+        let tile_start = device.alloc::<u32>(max_pairs + 1, "merge work queue")?;
+        let summary = device.alloc::<u32>(2, "merge pass summary")?;
+        let mut run = MERGE_TILE as usize;
+        while run < n {
+            let runs = n.div_ceil(run) as u32;
+            let pairs = runs.div_ceil(2);
+            device.zero(&summary)?;
+            {
+                let [mut k, mut s, mut i] = data;
+                let (mut rows, mut r) = (n as u32, run as u32);
+                let (mut lo, mut hi, mut t, mut sum) =
+                    (a_lo.ptr(), b_hi.ptr(), pair_tiles.ptr(), summary.ptr());
+                let mut params = [
+                    arg(&mut k),
+                    arg(&mut s),
+                    arg(&mut i),
+                    arg(&mut rows),
+                    arg(&mut r),
+                    arg(&mut lo),
+                    arg(&mut hi),
+                    arg(&mut t),
+                    arg(&mut sum),
+                ];
+                let grid = runs.div_ceil(SIMPLE_THREADS);
+                launch(
+                    device,
+                    kernels.find_dirty,
+                    grid,
+                    SIMPLE_THREADS,
+                    &mut params,
+                    n,
+                )?;
+            }
+            {
+                let (mut t, mut p, mut starts, mut sum) =
+                    (pair_tiles.ptr(), pairs, tile_start.ptr(), summary.ptr());
+                let mut params = [arg(&mut t), arg(&mut p), arg(&mut starts), arg(&mut sum)];
+                launch(device, kernels.scan, 1, SCAN_THREADS, &mut params, n)?;
+            }
+            let [queued, out_of_order] = device.download_now(&summary)?[..] else {
+                unreachable!("the summary holds two counts");
+            };
+            if out_of_order == 0 {
+                break;
+            }
+            if queued > 0 {
+                let grid = queued.min(self.sm_count * MERGE_BLOCKS_PER_SM);
+                for kernel in [kernels.merge_tiles, kernels.copy_back] {
+                    let [mut k, mut s, mut i] = data;
+                    let [mut sk, mut ss, mut si] = scratch;
+                    let (mut rows, mut r, mut p, mut total) = (n as u32, run as u32, pairs, queued);
+                    let (mut lo, mut hi, mut starts) = (a_lo.ptr(), b_hi.ptr(), tile_start.ptr());
+                    let mut params = [
+                        arg(&mut k),
+                        arg(&mut s),
+                        arg(&mut i),
+                        arg(&mut sk),
+                        arg(&mut ss),
+                        arg(&mut si),
+                        arg(&mut rows),
+                        arg(&mut r),
+                        arg(&mut lo),
+                        arg(&mut hi),
+                        arg(&mut starts),
+                        arg(&mut p),
+                        arg(&mut total),
+                    ];
+                    launch(device, kernel, grid, MERGE_THREADS, &mut params, n)?;
+                }
+                sorted.merge_passes += 1;
+                sorted.merged_tiles += queued as u64;
+            }
+            run *= 2;
+        }
+        device.synchronize()?;
+        Ok(sorted)
+    }
+}
+
+/// The merge kernels index rows with u32.
+fn check_rows(n: usize) -> CudaResult<()> {
+    let max = u32::MAX as usize - MERGE_TILE as usize;
+    if n > max {
+        return Err(CudaError::TooLarge { rows: n, max });
+    }
+    Ok(())
+}

@@ -1,0 +1,150 @@
+//! Which device sort a run gets, and running it on keys already on the device.
+//!
+//! ```text
+//!  segments known (input ordered by a key prefix):
+//!     mean segment ≤ SEGMENTED_MERGE_MAX_MEAN_ROWS, key of one word
+//!         → segmented merge sort: (segment, key) elements; with u32 keys (segment << 32 | key)
+//!           as one word through the locality kernels
+//!     otherwise → OneSweep over (segment index word, key words): a composite radix sort,
+//!           whose cost does not depend on segment length (no cliff)
+//!  no segments:
+//!     onesweep → OneSweep
+//!     locality / segmented → locality merge sort (keys of one word; longer keys: OneSweep)
+//!     auto → sortedness probe (keys greater than the key one tile on); few enough:
+//!            locality merge sort, else OneSweep
+//! ```
+//!
+//! The thresholds come from `gpusort bench merge` (docs/performance.md).
+
+use super::device::{Device, DeviceBuffer};
+use super::encode::DeviceKeys;
+use super::error::CudaResult;
+use super::merge::{MergeKeys, MERGE_TILE};
+use super::CudaRuntime;
+use crate::config::AlgorithmChoice;
+use crate::sort::{Algorithm, Segments};
+
+/// Segments of at most this many rows on average are merge sorted; longer ones go to
+/// the composite radix sort.
+pub const SEGMENTED_MERGE_MAX_MEAN_ROWS: usize = 16 * MERGE_TILE as usize;
+
+/// `auto` picks the locality sort when at most one key in this many is greater than the
+/// key one tile further on.
+pub const LOCALITY_MAX_INVERSIONS_PER: u64 = 64;
+
+/// What the device did with one run's keys.
+pub struct DeviceOrder {
+    /// The permutation on the device; `None` is the identity.
+    pub permutation: Option<DeviceBuffer<u32>>,
+    /// The algorithm that ran.
+    pub algorithm: Algorithm,
+}
+
+impl CudaRuntime {
+    /// Sorts `n` rows by `keys` (consumed) on the device, as `algorithm` and `segments`
+    /// say (see the module docs).
+    pub(super) fn sort_on_device(
+        &self,
+        device: &Device,
+        keys: DeviceKeys,
+        algorithm: AlgorithmChoice,
+        segments: Option<&Segments>,
+        n: usize,
+    ) -> CudaResult<DeviceOrder> {
+        if let Some(segments) = segments {
+            return self.sort_segments(device, keys, algorithm, segments, n);
+        }
+        let keys = match keys {
+            DeviceKeys::Constant => return Ok(radix(None)),
+            DeviceKeys::U32(word) => MergeKeys::U32(word),
+            DeviceKeys::Words(words) if words.len() == 1 => {
+                MergeKeys::U64(words.into_iter().next().expect("one word"))
+            }
+            DeviceKeys::Words(words) => {
+                return Ok(radix(self.onesweep.sort_rows_by_words(device, words, n)?));
+            }
+        };
+        let locality = match algorithm {
+            AlgorithmChoice::Onesweep => false,
+            AlgorithmChoice::Locality | AlgorithmChoice::Segmented => true,
+            AlgorithmChoice::Auto => self.nearly_sorted(device, &keys, n)?,
+        };
+        if locality {
+            let sorted = self.merge.sort_rows(device, keys, n)?;
+            return Ok(DeviceOrder {
+                permutation: Some(sorted.permutation),
+                algorithm: Algorithm::Locality,
+            });
+        }
+        let permutation = match keys {
+            MergeKeys::U32(word) => self.onesweep.sort_rows_u32(device, word, n)?,
+            MergeKeys::U64(word) => self.onesweep.sort_rows_by_words(device, vec![word], n)?,
+        };
+        Ok(radix(permutation))
+    }
+
+    /// Whether the sortedness probe finds `keys` nearly sorted.
+    fn nearly_sorted(&self, device: &Device, keys: &MergeKeys, n: usize) -> CudaResult<bool> {
+        if n <= 2 * MERGE_TILE as usize {
+            return Ok(false);
+        }
+        let inversions = self.merge.inversions(device, keys, n)?;
+        Ok(inversions * LOCALITY_MAX_INVERSIONS_PER <= n as u64)
+    }
+
+    fn sort_segments(
+        &self,
+        device: &Device,
+        keys: DeviceKeys,
+        algorithm: AlgorithmChoice,
+        segments: &Segments,
+        n: usize,
+    ) -> CudaResult<DeviceOrder> {
+        let segmented = |permutation| DeviceOrder {
+            permutation,
+            algorithm: Algorithm::Segmented,
+        };
+        if matches!(keys, DeviceKeys::Constant) || segments.len() == n {
+            return Ok(segmented(None));
+        }
+        let merge = algorithm != AlgorithmChoice::Onesweep
+            && segments.mean_rows() <= SEGMENTED_MERGE_MAX_MEAN_ROWS;
+        let segs = self.merge.segment_ids(device, segments.starts(), n)?;
+        let permutation = match keys {
+            DeviceKeys::Constant => None,
+            DeviceKeys::U32(word) => {
+                let composite = self.merge.segment_key_u32(device, &segs, &word, n)?;
+                drop((word, segs));
+                if merge {
+                    Some(
+                        self.merge
+                            .sort_rows(device, MergeKeys::U64(composite), n)?
+                            .permutation,
+                    )
+                } else {
+                    self.onesweep
+                        .sort_rows_by_words(device, vec![composite], n)?
+                }
+            }
+            DeviceKeys::Words(words) if merge && words.len() == 1 => Some(
+                self.merge
+                    .sort_segmented_rows(device, &words[0], &segs, n)?
+                    .permutation,
+            ),
+            DeviceKeys::Words(words) => {
+                let mut all = vec![self.merge.segment_word(device, &segs, n)?];
+                drop(segs);
+                all.extend(words);
+                self.onesweep.sort_rows_by_words(device, all, n)?
+            }
+        };
+        Ok(segmented(permutation))
+    }
+}
+
+fn radix(permutation: Option<DeviceBuffer<u32>>) -> DeviceOrder {
+    DeviceOrder {
+        permutation,
+        algorithm: Algorithm::Radix,
+    }
+}
