@@ -18,10 +18,10 @@ async fn window_over_ordered_input() {
 
 #[tokio::test]
 async fn nearly_sorted_inputs_with_the_locality_setting() {
-    cases::nearly_sorted_inputs(Cpu, 50_000, "locality", |_| true).await;
+    cases::nearly_sorted_inputs(Cpu, 50_000, "locality", |_, _| true).await;
 }
 
 #[tokio::test]
 async fn nearly_sorted_inputs_with_auto_use_the_radix_sort_on_the_cpu() {
-    cases::nearly_sorted_inputs(Cpu, 50_000, "auto", |_| false).await;
+    cases::nearly_sorted_inputs(Cpu, 50_000, "auto", |_, _| false).await;
 }

@@ -45,7 +45,7 @@ pub use module::{compile_cubin, is_nvrtc_present, nvrtc_version, KernelFile, ALL
 pub use onesweep::{
     defines as onesweep_defines, Onesweep, PassMode, PassTuning, RadixKey, Sorted, Values,
 };
-pub use strategy::{LOCALITY_MAX_INVERSIONS_PER, SEGMENTED_MERGE_MAX_MEAN_ROWS};
+pub use strategy::{DeviceOrder, LOCALITY_MAX_INVERSIONS_PER, SEGMENTED_MERGE_MAX_MEAN_ROWS};
 pub use transfer::{Plain as TransferPlain, Staging};
 
 use crate::config::AlgorithmChoice;

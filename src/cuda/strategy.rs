@@ -43,7 +43,7 @@ pub struct DeviceOrder {
 impl CudaRuntime {
     /// Sorts `n` rows by `keys` (consumed) on the device, as `algorithm` and `segments`
     /// say (see the module docs).
-    pub(super) fn sort_on_device(
+    pub fn sort_on_device(
         &self,
         device: &Device,
         keys: DeviceKeys,

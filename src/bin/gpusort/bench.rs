@@ -73,7 +73,7 @@ pub fn splitmix64(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-fn generate<T: Send>(n: usize, seed: u64, make: impl Fn(u64) -> T + Sync + Send) -> Vec<T> {
+pub fn generate<T: Send>(n: usize, seed: u64, make: impl Fn(u64) -> T + Sync + Send) -> Vec<T> {
     (0..n as u64)
         .into_par_iter()
         .map(|i| make(splitmix64(seed.wrapping_add(i))))

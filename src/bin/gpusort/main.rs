@@ -5,12 +5,14 @@
 //! gpusort sql "<statements>" [--table name=path ...] [--explain]
 //! gpusort sort <inputs...> -o <output> --by "<col> [ASC|DESC] [NULLS FIRST|LAST], ..."
 //! gpusort bench kernels [--sizes 20,24,26,28] [--cub PATH]   (needs a GPU)
+//! gpusort bench merge [--size 26] [--cub PATH]        segmented and locality sorts vs CUB
 //! gpusort bench sql [--rows N] [--query Q1 ...]         rule on vs off, stage breakdown
 //! ```
 //!
 //! `demo`, `sql` and `sort` run on machines without a GPU (the CPU backend answers).
 
 mod bench;
+mod bench_merge;
 mod bench_sql;
 mod bench_tables;
 mod demo;
@@ -125,6 +127,24 @@ enum BenchCommand {
         #[arg(long)]
         cub: Option<String>,
     },
+    /// Segmented and locality sorts against CUB (segment lengths, nearly sorted keys).
+    Merge {
+        /// log2 of the number of keys.
+        #[arg(long, default_value_t = 26)]
+        size: u32,
+        /// Timed runs per cell.
+        #[arg(long, default_value_t = 10)]
+        reps: usize,
+        /// Untimed warm-up runs per cell.
+        #[arg(long, default_value_t = 3)]
+        warmup: usize,
+        /// Data seed.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// The CUB baseline binary (built from benches/cub_merge.cu with nvcc).
+        #[arg(long)]
+        cub: Option<String>,
+    },
     /// Q1–Q7 on generated tables with gpusort's rule on and off (medians, stage breakdown).
     Sql {
         /// Rows of tables t, g and ts (s has a fifth of them).
@@ -210,6 +230,22 @@ async fn main() {
                 },
         } => bench::run(&bench::KernelBench {
             log2_sizes: sizes,
+            reps: reps.max(1),
+            warmup,
+            seed,
+            cub,
+        }),
+        Command::Bench {
+            what:
+                BenchCommand::Merge {
+                    size,
+                    reps,
+                    warmup,
+                    seed,
+                    cub,
+                },
+        } => bench_merge::run(&bench_merge::MergeBench {
+            log2_size: size,
             reps: reps.max(1),
             warmup,
             seed,
