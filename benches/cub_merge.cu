@@ -66,7 +66,7 @@ __global__ void iota(u32* out, size_t n) {
 
 __global__ void segment_offsets(int* out, int segments, size_t n, size_t length) {
     for (size_t s = blockIdx.x * (size_t)blockDim.x + threadIdx.x; s <= (size_t)segments; s += (size_t)gridDim.x * blockDim.x)
-        out[s] = (int)std::min(s * length, n);
+        out[s] = (int)(s * length < n ? s * length : n);
 }
 
 // Median ms of `sort(keys_in, keys_out, vals_in, vals_out, temp, temp_bytes)` over fresh

@@ -30,6 +30,12 @@
 #endif
 #define MERGE_TILE (MERGE_THREADS * MERGE_ITEMS)
 #define SCAN_THREADS 1024
+// Shared tiles leave one element free after every MERGE_ITEMS: a thread's run of
+// MERGE_ITEMS elements then starts in another bank than its neighbour's (without it, the
+// blocked reads and writes of a warp all hit the same banks).
+#define PADDED_TILE (MERGE_TILE + MERGE_TILE / MERGE_ITEMS)
+
+__device__ __forceinline__ u32 pad(u32 e) { return e + e / MERGE_ITEMS; }
 
 template <typename K, bool SEG>
 struct Elem;
@@ -88,11 +94,13 @@ struct Arrays {
     }
 };
 
-// Views that merge_path reads through: shared memory, or a range of global arrays.
+// Views that merge_path and serial_merge read through: a padded shared tile from element
+// `base` on, or a range of global arrays.
 template <typename E>
 struct SharedView {
     const E* p;
-    __device__ __forceinline__ E operator()(u32 i) const { return p[i]; }
+    u32 base;
+    __device__ __forceinline__ E operator()(u32 i) const { return p[pad(base + i)]; }
 };
 template <typename K, bool SEG>
 struct GlobalView {
@@ -116,15 +124,23 @@ __device__ u32 merge_path(VA A, u32 a_len, VB B, u32 b_len, u32 diag) {
 
 // Up to `count` outputs of the merge of A[a..a_end) and B[b..b_end), A first on ties.
 template <typename E>
-__device__ __forceinline__ void serial_merge(const E* A, u32 a, u32 a_end, const E* B, u32 b, u32 b_end,
-                                             u32 count, E (&out)[MERGE_ITEMS]) {
+__device__ __forceinline__ void serial_merge(SharedView<E> A, u32 a, u32 a_end, SharedView<E> B, u32 b,
+                                             u32 b_end, u32 count, E (&out)[MERGE_ITEMS]) {
+    E next_a, next_b;  // read only while in range
+    if (a < a_end) next_a = A(a);
+    if (b < b_end) next_b = B(b);
 #pragma unroll
     for (int i = 0; i < MERGE_ITEMS; ++i) {
         if ((u32)i < count) {
-            const bool take_a = b >= b_end || (a < a_end && le(A[a], B[b]));
-            out[i] = take_a ? A[a] : B[b];
-            if (take_a) ++a;
-            else ++b;
+            const bool take_a = b >= b_end || (a < a_end && le(next_a, next_b));
+            out[i] = take_a ? next_a : next_b;
+            if (take_a) {
+                ++a;
+                if (a < a_end) next_a = A(a);
+            } else {
+                ++b;
+                if (b < b_end) next_b = B(b);
+            }
         }
     }
 }
@@ -133,7 +149,7 @@ __device__ __forceinline__ void serial_merge(const E* A, u32 a, u32 a_end, const
 template <typename K, bool SEG>
 __device__ void block_sort(Arrays<K, SEG> data, u32 n) {
     typedef Elem<K, SEG> E;
-    __shared__ E s[MERGE_TILE];
+    __shared__ E s[PADDED_TILE];
     const u64 base = (u64)blockIdx.x * MERGE_TILE;
     const u32 count = (u32)min((u64)MERGE_TILE, n - base);
     for (u32 i = threadIdx.x; i < MERGE_TILE; i += MERGE_THREADS) {
@@ -145,12 +161,23 @@ __device__ void block_sort(Arrays<K, SEG> data, u32 n) {
         } else {
             set_padding(e);
         }
-        s[i] = e;
+        s[pad(i)] = e;
     }
     __syncthreads();
     E r[MERGE_ITEMS];
 #pragma unroll
-    for (int i = 0; i < MERGE_ITEMS; ++i) r[i] = s[threadIdx.x * MERGE_ITEMS + i];
+    for (int i = 0; i < MERGE_ITEMS; ++i) r[i] = s[pad(threadIdx.x * MERGE_ITEMS + i)];
+    // A tile already in order (sorted or nearly sorted input, short segments of such)
+    // keeps its keys where they are: only its row ids are written.
+    bool in_order = true;
+#pragma unroll
+    for (int i = 0; i + 1 < MERGE_ITEMS; ++i) in_order = in_order && le(r[i], r[i + 1]);
+    const u32 next = threadIdx.x * MERGE_ITEMS + MERGE_ITEMS;
+    if (next < MERGE_TILE) in_order = in_order && le(r[MERGE_ITEMS - 1], s[pad(next)]);
+    if (__syncthreads_and(in_order)) {
+        for (u32 i = threadIdx.x; i < count; i += MERGE_THREADS) data.ids[base + i] = (u32)(base + i);
+        return;
+    }
     // Odd-even transposition: swaps only strictly greater neighbours, so it is stable.
 #pragma unroll
     for (int round = 0; round < MERGE_ITEMS; ++round) {
@@ -166,20 +193,21 @@ __device__ void block_sort(Arrays<K, SEG> data, u32 n) {
     for (u32 run = MERGE_ITEMS; run < MERGE_TILE; run *= 2) {
         __syncthreads();
 #pragma unroll
-        for (int i = 0; i < MERGE_ITEMS; ++i) s[threadIdx.x * MERGE_ITEMS + i] = r[i];
+        for (int i = 0; i < MERGE_ITEMS; ++i) s[pad(threadIdx.x * MERGE_ITEMS + i)] = r[i];
         __syncthreads();
         const u32 group = 2 * run / MERGE_ITEMS;  // threads per merged pair of runs
-        const E* A = s + (threadIdx.x / group) * 2 * run;
-        const E* B = A + run;
+        const u32 first = (threadIdx.x / group) * 2 * run;
+        const SharedView<E> A{s, first};
+        const SharedView<E> B{s, first + run};
         const u32 diag = (threadIdx.x % group) * MERGE_ITEMS;
-        const u32 a = merge_path(SharedView<E>{A}, run, SharedView<E>{B}, run, diag);
+        const u32 a = merge_path(A, run, B, run, diag);
         serial_merge(A, a, run, B, diag - a, run, MERGE_ITEMS, r);
     }
     __syncthreads();
 #pragma unroll
-    for (int i = 0; i < MERGE_ITEMS; ++i) s[threadIdx.x * MERGE_ITEMS + i] = r[i];
+    for (int i = 0; i < MERGE_ITEMS; ++i) s[pad(threadIdx.x * MERGE_ITEMS + i)] = r[i];
     __syncthreads();
-    for (u32 i = threadIdx.x; i < count; i += MERGE_THREADS) data.store(base + i, s[i]);
+    for (u32 i = threadIdx.x; i < count; i += MERGE_THREADS) data.store(base + i, s[pad(i)]);
 }
 
 // One thread per run of length `run`: counts out-of-order run boundaries into
@@ -293,7 +321,7 @@ template <typename K, bool SEG>
 __device__ void merge_tiles(Arrays<K, SEG> data, Arrays<K, SEG> scratch, u32 n, u32 run, const u32* a_lo,
                             const u32* b_hi, const u32* tile_start, u32 pairs, u32 total) {
     typedef Elem<K, SEG> E;
-    __shared__ E s[MERGE_TILE];
+    __shared__ E s[PADDED_TILE];
     __shared__ u32 s_split[2];
     for (u32 w = blockIdx.x; w < total; w += gridDim.x) {
         const TileJob j = tile_job(w, n, run, a_lo, b_hi, tile_start, pairs);
@@ -307,7 +335,7 @@ __device__ void merge_tiles(Arrays<K, SEG> data, Arrays<K, SEG> scratch, u32 n, 
         const u32 b0 = j.d0 - a0, b1 = j.d1 - a1;
         const u32 na = a1 - a0, nb = b1 - b0;
         for (u32 i = threadIdx.x; i < na + nb; i += MERGE_THREADS) {
-            s[i] = i < na ? A(a0 + i) : B(b0 + i - na);
+            s[pad(i)] = i < na ? A(a0 + i) : B(b0 + i - na);
         }
         __syncthreads();
         const u32 count = j.d1 - j.d0;
@@ -316,17 +344,19 @@ __device__ void merge_tiles(Arrays<K, SEG> data, Arrays<K, SEG> scratch, u32 n, 
         u32 mine = 0;
         if (diag < count) {
             mine = min((u32)MERGE_ITEMS, count - diag);
-            const u32 a = merge_path(SharedView<E>{s}, na, SharedView<E>{s + na}, nb, diag);
-            serial_merge(s, a, na, s + na, diag - a, nb, mine, r);
+            const SharedView<E> SA{s, 0};
+            const SharedView<E> SB{s, na};
+            const u32 a = merge_path(SA, na, SB, nb, diag);
+            serial_merge(SA, a, na, SB, diag - a, nb, mine, r);
         }
         __syncthreads();
 #pragma unroll
         for (int i = 0; i < MERGE_ITEMS; ++i) {
-            if ((u32)i < mine) s[diag + i] = r[i];
+            if ((u32)i < mine) s[pad(diag + i)] = r[i];
         }
         __syncthreads();
         const u64 out = j.a_start + j.d0;
-        for (u32 i = threadIdx.x; i < count; i += MERGE_THREADS) scratch.store(out + i, s[i]);
+        for (u32 i = threadIdx.x; i < count; i += MERGE_THREADS) scratch.store(out + i, s[pad(i)]);
         __syncthreads();
     }
 }

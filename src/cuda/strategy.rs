@@ -25,8 +25,9 @@ use crate::config::AlgorithmChoice;
 use crate::sort::{Algorithm, Segments};
 
 /// Segments of at most this many rows on average are merge sorted; longer ones go to
-/// the composite radix sort.
-pub const SEGMENTED_MERGE_MAX_MEAN_ROWS: usize = 16 * MERGE_TILE as usize;
+/// the composite radix sort (H100, 2^26 u64 keys: the merge sort wins at 1 000 rows per
+/// segment, the radix sort at 10 000; docs/performance.md).
+pub const SEGMENTED_MERGE_MAX_MEAN_ROWS: usize = 2 * MERGE_TILE as usize;
 
 /// `auto` picks the locality sort when at most one key in this many is greater than the
 /// key one tile further on.
