@@ -292,7 +292,7 @@ fn in_order(n: usize, segments: Option<&Segments>) -> SortedRun {
         Some(_) => Algorithm::Segmented,
         None => Algorithm::Radix,
     };
-    device_run(identity(n), algorithm, 0, 0, TransferTimes::default())
+    SortedRun::on_host(identity(n), algorithm)
 }
 
 fn device_run(
@@ -303,13 +303,10 @@ fn device_run(
     transfer: TransferTimes,
 ) -> SortedRun {
     SortedRun {
-        permutation,
-        algorithm,
         h2d_bytes,
         d2h_bytes,
-        fell_back: false,
         transfer,
-        retained: None,
+        ..SortedRun::on_host(permutation, algorithm)
     }
 }
 

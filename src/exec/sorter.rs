@@ -104,9 +104,11 @@ pub fn sort_run(
     };
     let (sorted, sort_started, keys) = match &segments {
         // Every key is in the prefix, or every segment is one row: already in order.
-        Some(s) if columns.is_empty() || s.len() == rows.rows() => {
-            (in_order(rows.rows()), started, None)
-        }
+        Some(s) if columns.is_empty() || s.len() == rows.rows() => (
+            SortedRun::on_host(identity(rows.rows()), Algorithm::Segmented),
+            started,
+            None,
+        ),
         _ => sort_keys(spec, columns, segments.as_ref(), metrics, started)?,
     };
     metrics.record_run(&sorted, sort_started.elapsed());
@@ -193,19 +195,6 @@ fn sort_keys(
     let _compute = metrics.baseline.elapsed_compute().timer();
     let sorted = spec.backend.sort(&keys, spec.algorithm, segments)?;
     Ok((sorted, sort_started, Some(keys)))
-}
-
-/// The run of rows that are already in order.
-fn in_order(rows: usize) -> SortedRun {
-    SortedRun {
-        permutation: identity(rows),
-        algorithm: Algorithm::Segmented,
-        h2d_bytes: 0,
-        d2h_bytes: 0,
-        fell_back: false,
-        transfer: Default::default(),
-        retained: None,
-    }
 }
 
 fn evaluate_keys(spec: &SortSpec, rows: &RunRows) -> Result<Vec<KeyColumn>> {

@@ -35,14 +35,6 @@ impl SortBackend for CpuBackend {
                 (Algorithm::Locality, merge_sort(&keys.words, keys.rows))
             }
         };
-        Ok(SortedRun {
-            permutation,
-            algorithm,
-            h2d_bytes: 0,
-            d2h_bytes: 0,
-            fell_back: false,
-            transfer: Default::default(),
-            retained: None,
-        })
+        Ok(SortedRun::on_host(permutation, algorithm))
     }
 }

@@ -94,6 +94,22 @@ pub struct SortedRun {
     pub retained: Option<Retained>,
 }
 
+impl SortedRun {
+    /// A run sorted without the device: `permutation` found by `algorithm`, nothing
+    /// copied, nothing kept.
+    pub fn on_host(permutation: Vec<u32>, algorithm: Algorithm) -> Self {
+        Self {
+            permutation,
+            algorithm,
+            h2d_bytes: 0,
+            d2h_bytes: 0,
+            fell_back: false,
+            transfer: TransferTimes::default(),
+            retained: None,
+        }
+    }
+}
+
 /// Where a device sort's wall time went besides the sort kernels themselves.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TransferTimes {

@@ -101,6 +101,8 @@ pub fn segment_starts(prefix: &[KeyColumn]) -> Result<Option<Segments>> {
     };
     let mut starts: Vec<u32> = Vec::new();
     let mut offset = 0usize;
+    // The prefix arrays of the last batch with rows, for the comparison across the seam.
+    let mut previous: Option<Vec<ArrayRef>> = None;
     for b in 0..first.arrays.len() {
         let arrays: Vec<ArrayRef> = prefix.iter().map(|c| c.arrays[b].clone()).collect();
         let len = arrays[0].len();
@@ -109,10 +111,12 @@ pub fn segment_starts(prefix: &[KeyColumn]) -> Result<Option<Segments>> {
         }
         let within = comparators(prefix, &arrays, &arrays)?;
         for range in partition(&arrays)?.ranges() {
-            let ordered = match range.start {
-                0 if offset == 0 => Ordering::Less,
-                0 => seam_order(prefix, b, &arrays)?,
-                start => compare(&within, start - 1, start),
+            let ordered = match (range.start, &previous) {
+                (0, None) => Ordering::Less,
+                (0, Some(last)) => {
+                    compare(&comparators(prefix, last, &arrays)?, last[0].len() - 1, 0)
+                }
+                (start, _) => compare(&within, start - 1, start),
             };
             match ordered {
                 Ordering::Less => starts.push((offset + range.start) as u32),
@@ -121,25 +125,9 @@ pub fn segment_starts(prefix: &[KeyColumn]) -> Result<Option<Segments>> {
             }
         }
         offset += len;
+        previous = Some(arrays);
     }
     Ok(Some(Segments::new(starts, offset)))
-}
-
-/// How the last row before batch `b` compares with its first row.
-fn seam_order(prefix: &[KeyColumn], b: usize, arrays: &[ArrayRef]) -> Result<Ordering> {
-    let previous: Vec<ArrayRef> = prefix
-        .iter()
-        .map(|c| {
-            (0..b)
-                .rev()
-                .map(|p| &c.arrays[p])
-                .find(|a| !a.is_empty())
-                .cloned()
-                .expect("an earlier batch has rows")
-        })
-        .collect();
-    let last = previous[0].len() - 1;
-    Ok(compare(&comparators(prefix, &previous, arrays)?, last, 0))
 }
 
 fn comparators(

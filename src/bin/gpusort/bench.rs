@@ -148,7 +148,8 @@ fn time_variant(
     }
 }
 
-fn upload<T: TransferPlain>(
+/// `data` copied to a new device buffer through the staging buffers.
+pub fn upload<T: TransferPlain>(
     device: &cuda::Device,
     staging: &mut cuda::Staging,
     data: &[T],

@@ -13,11 +13,11 @@
 use std::process::Command;
 
 use datafusion::common::{exec_err, DataFusionError, Result};
-use gpusort::cuda::{self, CudaRuntime, DeviceBuffer, DeviceKeys};
+use gpusort::cuda::{self, CudaRuntime, DeviceKeys};
 use gpusort::sort::Segments;
 use gpusort::AlgorithmChoice;
 
-use crate::bench::{generate, splitmix64};
+use crate::bench::{generate, splitmix64, upload};
 
 /// Options of `gpusort bench merge`.
 #[derive(Debug, Clone)]
@@ -180,16 +180,6 @@ fn choice_of(runtime: &CudaRuntime, data: &[u64], bits: u32) -> Result<&'static 
         })
         .map_err(DataFusionError::from)?;
     Ok(order.algorithm.name())
-}
-
-fn upload<T: cuda::TransferPlain>(
-    device: &cuda::Device,
-    staging: &mut cuda::Staging,
-    data: &[T],
-) -> cuda::CudaResult<DeviceBuffer<T>> {
-    staging.upload::<T, _>(device, data.len(), "bench input", |s, o| {
-        o.copy_from_slice(&data[s..s + o.len()])
-    })
 }
 
 /// Median ms of sorting u64 keys (within `segments`) by `path`.
