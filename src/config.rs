@@ -110,6 +110,9 @@ extensions_options! {
         /// sorted order on the GPU (CUDA backend); smaller runs, and other columns, are
         /// gathered on the host.
         pub device_gather_min_rows: usize, default = DEFAULT_DEVICE_GATHER_MIN_ROWS
+        /// A sort that keeps its input's partitions (below a window's `PARTITION BY`)
+        /// sorts all of them at once, each on its own, instead of one sort per partition.
+        pub combine_partitions: bool, default = true
     }
 }
 
@@ -162,6 +165,7 @@ mod tests {
             "algorithm",
             "topk",
             "device_gather_min_rows",
+            "combine_partitions",
         ] {
             assert!(keys.iter().any(|k| k == key), "{key} missing from {keys:?}");
         }

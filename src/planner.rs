@@ -209,6 +209,7 @@ impl GpuSortRule {
             run_rows: settings.run_rows,
             algorithm: settings.algorithm,
             device_gather_min_rows: settings.device_gather_min_rows,
+            combine_partitions: settings.combine_partitions,
         })
     }
 }

@@ -1055,6 +1055,31 @@ strategies_on_cuda!(
     window_over_ordered_input(1 << 20),
 );
 
+macro_rules! partitions_on_cuda {
+    ($($name:ident ( $($arg:expr),* )),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        #[ignore = "needs a CUDA GPU"]
+        async fn $name() {
+            if device().is_none() {
+                return;
+            }
+            let fallbacks = cuda::fallback_count();
+            common::partitions::$name(Cuda, $($arg),*).await;
+            assert_eq!(cuda::fallback_count(), fallbacks, "every run sorted on the GPU");
+        }
+    )*};
+}
+
+// Scale 20 000: partitions of up to 4 M rows, so the shared device gather serves
+// partitions across its windows.
+partitions_on_cuda!(
+    combined_partitions_equal_each_partition_sorted(20_000),
+    combined_partitions_in_any_order_and_again(2_000),
+    combined_partitions_in_runs_and_spilled(2_000),
+    combined_partitions_with_ordered_prefix(5_000),
+    window_over_hash_partitions(2_000_000),
+);
+
 #[tokio::test]
 #[ignore = "needs a CUDA GPU"]
 async fn nearly_sorted_inputs_auto_and_locality() {

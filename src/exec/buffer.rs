@@ -100,6 +100,28 @@ impl InputBuffer {
         ))
     }
 
+    /// The drained input of each partition on its own, and the reservation its buffered
+    /// batches are accounted in: every partition in memory if nothing was spilled, else
+    /// every partition's runs on disk.
+    pub async fn finish_partitions(mut self) -> Result<(Vec<Buffered>, MemoryReservation)> {
+        let spilled = !self.spilled.iter().all(Vec::is_empty);
+        if spilled {
+            self.spill_buffered().await?;
+        }
+        let partitions = if spilled {
+            std::mem::take(&mut self.spilled)
+                .into_iter()
+                .map(Buffered::OnDisk)
+                .collect()
+        } else {
+            std::mem::take(&mut self.buffered)
+                .into_iter()
+                .map(Buffered::InMemory)
+                .collect()
+        };
+        Ok((partitions, self.reservation))
+    }
+
     async fn admit(&mut self, partition: usize, batch: RecordBatch) -> Result<()> {
         let limbs = key_limbs(&self.spec, &batch.schema());
         let bytes = batch.get_array_memory_size() + working_bytes(batch.num_rows(), limbs);

@@ -9,6 +9,9 @@
 //!
 //!            GpuSortExec  (preserve_partitioning = true: N output partitions)
 //!   partition i ──► sort of partition i ──► output partition i
+//!   or, `gpu_sort.combine_partitions` (`combined_partitions=N` in EXPLAIN):
+//!   partitions 0..N ──► one sort, each partition a segment ──► output partition i gets
+//!                       partition i's rows (see `combined.rs`)
 //! ```
 //!
 //! Its plan properties (partitioning, ordering, equivalences, boundedness) are computed by
@@ -35,6 +38,7 @@ use datafusion::physical_plan::{
     PlanProperties, SendableRecordBatchStream,
 };
 
+use super::combined::{CombinedSort, CombinedSorts};
 use super::metrics::SortMetrics;
 use super::sorter::SortSpec;
 use super::spill::RunSpiller;
@@ -53,6 +57,8 @@ pub struct GpuSortOptions {
     pub algorithm: AlgorithmChoice,
     /// Runs of at least this many rows may gather columns on the backend's device.
     pub device_gather_min_rows: usize,
+    /// Sort every partition in one sort when partitioning is kept.
+    pub combine_partitions: bool,
 }
 
 /// Sorts its input on the GPU (or the CPU backend) by `expr`.
@@ -71,6 +77,8 @@ pub struct GpuSortExec {
     cache: Arc<PlanProperties>,
     /// Leading keys that every stream it sorts is already ordered by.
     prefix: usize,
+    /// The shared sorts of all partitions, when they are sorted at once.
+    combined: Arc<CombinedSorts>,
     // How.
     /// Backend, run size, algorithm.
     options: GpuSortOptions,
@@ -95,6 +103,7 @@ impl GpuSortExec {
         Ok(Self {
             cache: Arc::clone(reference.properties()),
             prefix,
+            combined: Arc::default(),
             input,
             expr,
             fetch,
@@ -148,6 +157,14 @@ impl GpuSortExec {
 }
 
 impl GpuSortExec {
+    /// The number of partitions sorted at once (each on its own, as segments of one sort),
+    /// when they are.
+    pub fn combined_partitions(&self) -> Option<usize> {
+        let partitions = self.input.output_partitioning().partition_count();
+        (self.preserve_partitioning && self.options.combine_partitions && partitions > 1)
+            .then_some(partitions)
+    }
+
     /// Whether runs are sorted within segments: the input is ordered by a prefix of the
     /// keys and the algorithm setting allows it.
     fn uses_segments(&self) -> bool {
@@ -198,6 +215,9 @@ impl DisplayAs for GpuSortExec {
                 if self.uses_segments() {
                     write!(f, ", segmented_prefix={}", self.prefix)?;
                 }
+                if let Some(partitions) = self.combined_partitions() {
+                    write!(f, ", combined_partitions={partitions}")?;
+                }
                 Ok(())
             }
             DisplayFormatType::TreeRender => {
@@ -206,6 +226,9 @@ impl DisplayAs for GpuSortExec {
                 write!(f, "algorithm={}", self.options.algorithm)?;
                 if self.uses_segments() {
                     write!(f, "\nsegmented_prefix={}", self.prefix)?;
+                }
+                if let Some(partitions) = self.combined_partitions() {
+                    write!(f, "\ncombined_partitions={partitions}")?;
                 }
                 Ok(())
             }
@@ -269,16 +292,12 @@ impl ExecutionPlan for GpuSortExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let inputs = self.input_streams(partition, &context)?;
-        let reservation = MemoryConsumer::new(format!("GpuSortExec[{partition}]"))
-            .with_can_spill(true)
-            .register(context.memory_pool());
         let spiller = RunSpiller::new(
             context.runtime_env(),
             SpillMetrics::new(&self.metrics, partition),
             self.schema(),
         );
-        let spec = SortSpec {
+        let spec = Arc::new(SortSpec {
             exprs: self.expr.clone(),
             fetch: self.fetch,
             batch_size: context.session_config().batch_size(),
@@ -287,13 +306,41 @@ impl ExecutionPlan for GpuSortExec {
             prefix: if self.uses_segments() { self.prefix } else { 0 },
             device_gather_min_rows: self.options.device_gather_min_rows,
             backend: Arc::clone(&self.options.backend),
-        };
+        });
+        let metrics = SortMetrics::new(&self.metrics, partition);
+        if let Some(partitions) = self.combined_partitions() {
+            if partition >= partitions {
+                return internal_err!(
+                    "GpuSortExec has {partitions} output partitions, asked for {partition}"
+                );
+            }
+            let shared = self.combined.claim(partition, partitions, || {
+                let inputs = (0..partitions)
+                    .map(|p| self.input.execute(p, Arc::clone(&context)))
+                    .collect::<Result<Vec<_>>>()?;
+                let reservation = MemoryConsumer::new("GpuSortExec[combined]")
+                    .with_can_spill(true)
+                    .register(context.memory_pool());
+                Ok(CombinedSort::start(
+                    inputs,
+                    Arc::clone(&spec),
+                    metrics.clone(),
+                    reservation,
+                    spiller.clone(),
+                ))
+            })?;
+            return Ok(shared.partition_stream(partition, self.schema(), spec, metrics, spiller));
+        }
+        let inputs = self.input_streams(partition, &context)?;
+        let reservation = MemoryConsumer::new(format!("GpuSortExec[{partition}]"))
+            .with_can_spill(true)
+            .register(context.memory_pool());
         Ok(sort_stream(SortTask {
             inputs,
             schema: self.schema(),
-            spec: Arc::new(spec),
+            spec,
             reservation,
-            metrics: SortMetrics::new(&self.metrics, partition),
+            metrics,
             spiller,
         }))
     }

@@ -18,6 +18,7 @@ use datafusion::physical_plan::metrics::{
 
 use std::time::Duration;
 
+use crate::gather::PayloadStats;
 use crate::sort::{Algorithm, SortedRun};
 
 /// The metrics of one output partition.
@@ -90,6 +91,15 @@ impl SortMetrics {
             ],
             gpu_fallbacks: counter("gpu_fallbacks"),
         }
+    }
+    /// What a device gather did for a run: bytes and times, and how many of its columns
+    /// it gathered.
+    pub fn record_payload(&self, stats: PayloadStats, columns: usize) {
+        self.h2d_bytes.add(stats.h2d_bytes);
+        self.d2h_bytes.add(stats.d2h_bytes);
+        self.gather_h2d_time.add_duration(stats.upload);
+        self.gather_d2h_time.add_duration(stats.windows);
+        self.device_gathered_columns.add(columns);
     }
 
     /// Records what sorting one run did; `elapsed` is the wall time of the backend's call,

@@ -1,6 +1,7 @@
 //! The operator: [`GpuSortExec`] and the machinery behind one of its partitions.
 //!
 //! - `gpu_sort_exec`: the `ExecutionPlan` (properties, display, execute).
+//! - `combined`: one sort for all partitions of a sort that keeps its input's partitioning.
 //! - `stream`: run splitting, merging runs, the output channel.
 //! - `buffer`: draining the input within the memory reservation; spilling when it is full.
 //! - `spill`: sorted runs written to and read back from disk.
@@ -8,6 +9,7 @@
 //! - `metrics`: stage times and transfer bytes.
 
 mod buffer;
+mod combined;
 mod gpu_sort_exec;
 mod metrics;
 mod sorter;

@@ -25,10 +25,11 @@ use datafusion::physical_plan::SendableRecordBatchStream;
 
 use super::metrics::SortMetrics;
 use crate::config::AlgorithmChoice;
-use crate::gather::{gather_sorted, RunRows};
+use crate::gather::{gather_sorted, PayloadGather, RunRows};
 use crate::keys::{encode_keys, working_limbs, EncodedKeys, KeyColumn};
 use crate::sort::{
-    identity, refine_long_ties, segment_starts, Algorithm, Segments, SortBackend, SortedRun,
+    identity, refine_long_ties, segment_starts, Algorithm, Retained, Segments, SortBackend,
+    SortedRun,
 };
 
 /// What every run of one `GpuSortExec` partition is sorted by and with.
@@ -91,17 +92,57 @@ pub fn sort_run(
     if rows.rows() == 0 {
         return Ok(());
     }
-    let all_columns = evaluate_keys(spec, &rows)?;
+    let RunOrder {
+        mut permutation,
+        retained,
+    } = order_rows(spec, &rows, None, metrics)?;
+    if let Some(fetch) = spec.fetch {
+        permutation.truncate(fetch);
+    }
+    let mut payload = {
+        let _timer = metrics.gather_time.timer();
+        device_payload(spec, &rows, &permutation, retained)
+    };
+    gather_rows(
+        spec,
+        &rows,
+        &permutation,
+        payload.as_deref_mut(),
+        metrics,
+        emit,
+    )
+}
+
+/// The sorted order of a run's rows.
+pub struct RunOrder {
+    /// Row ids in sorted order.
+    pub permutation: Vec<u32>,
+    /// What the backend kept for gathering this order on its device.
+    pub retained: Option<Retained>,
+}
+
+/// Sorts the rows of `rows` by the spec's keys. With `partitions`, rows stay within their
+/// partition (the rows of several input partitions sorted at once, each on its own).
+pub fn order_rows(
+    spec: &SortSpec,
+    rows: &RunRows,
+    partitions: Option<&Segments>,
+    metrics: &SortMetrics,
+) -> Result<RunOrder> {
+    if rows.rows() == 0 {
+        return Ok(RunOrder {
+            permutation: Vec::new(),
+            retained: None,
+        });
+    }
+    let all_columns = evaluate_keys(spec, rows)?;
     let started = Instant::now();
-    let segments = {
+    let (segments, sorted_keys) = {
         let _timer = metrics.encode_time.timer();
         let _compute = metrics.baseline.elapsed_compute().timer();
-        find_segments(spec, &all_columns)?
+        find_segments(spec, &all_columns, rows, partitions)?
     };
-    let columns = match &segments {
-        Some(_) => &all_columns[spec.prefix..],
-        None => &all_columns[..],
-    };
+    let columns = &all_columns[sorted_keys..];
     let (sorted, sort_started, keys) = match &segments {
         // Every key is in the prefix, or every segment is one row: already in order.
         Some(s) if columns.is_empty() || s.len() == rows.rows() => (
@@ -122,51 +163,112 @@ pub fn sort_run(
         let groups = refine_long_ties(columns, &keys, segments.as_ref(), &mut permutation)?;
         metrics.tie_groups.add(groups);
     }
-    drop(all_columns);
-    if let Some(fetch) = spec.fetch {
-        permutation.truncate(fetch);
-    }
+    Ok(RunOrder {
+        permutation,
+        retained,
+    })
+}
+
+/// The backend's gatherer of fixed-width columns on its device for `permutation` (row
+/// ids of `rows`), when the run is large enough for it; `retained` is what the backend's
+/// sort kept, when `permutation` is still its order.
+pub fn device_payload(
+    spec: &SortSpec,
+    rows: &RunRows,
+    permutation: &[u32],
+    retained: Option<Retained>,
+) -> Option<Box<dyn PayloadGather>> {
+    (permutation.len() >= spec.device_gather_min_rows)
+        .then(|| spec.backend.payload_gatherer(rows, permutation, retained))
+        .flatten()
+}
+
+/// Builds the output batches of `permutation` (row ids of `rows`), `payload` gathering
+/// its columns on the device, and hands them, in order, to `emit` (which returns `false`
+/// to stop).
+pub fn gather_rows(
+    spec: &SortSpec,
+    rows: &RunRows,
+    permutation: &[u32],
+    mut payload: Option<&mut (dyn PayloadGather + '_)>,
+    metrics: &SortMetrics,
+    emit: impl FnMut(RecordBatch) -> bool,
+) -> Result<()> {
     let _timer = metrics.gather_time.timer();
     let _compute = metrics.baseline.elapsed_compute().timer();
-    let mut payload = (permutation.len() >= spec.device_gather_min_rows)
-        .then(|| spec.backend.payload_gatherer(&rows, &permutation, retained))
-        .flatten();
     let gathered = gather_sorted(
-        &rows,
-        &permutation,
+        rows,
+        permutation,
         spec.batch_size,
         payload.as_deref_mut(),
         emit,
     );
     if let Some(payload) = &payload {
-        let stats = payload.stats();
-        metrics.h2d_bytes.add(stats.h2d_bytes);
-        metrics.d2h_bytes.add(stats.d2h_bytes);
-        metrics.gather_h2d_time.add_duration(stats.upload);
-        metrics.gather_d2h_time.add_duration(stats.windows);
-        metrics.device_gathered_columns.add(payload.columns().len());
+        metrics.record_payload(payload.stats(), payload.columns().len());
     }
     gathered
 }
 
-/// The segments of the run when the input is ordered by a prefix of the keys and the
-/// algorithm allows the segmented strategy.
-fn find_segments(spec: &SortSpec, columns: &[KeyColumn]) -> Result<Option<Segments>> {
+/// The segments to sort within, and how many leading keys they make redundant: the runs
+/// of equal prefix values when the input is ordered by a prefix of the keys and the
+/// algorithm allows the segmented strategy (within each partition, when given; the prefix
+/// keys are then not sorted by), else the partitions (every key sorted by).
+fn find_segments(
+    spec: &SortSpec,
+    columns: &[KeyColumn],
+    rows: &RunRows,
+    partitions: Option<&Segments>,
+) -> Result<(Option<Segments>, usize)> {
     let allowed = matches!(
         spec.algorithm,
         AlgorithmChoice::Auto | AlgorithmChoice::Segmented
     );
     if spec.prefix == 0 || !allowed {
-        return Ok(None);
+        return Ok((partitions.cloned(), 0));
     }
-    let segments = segment_starts(&columns[..spec.prefix.min(columns.len())])?;
-    if segments.is_none() {
-        log::warn!(
-            "gpusort: input not ordered by its first {} sort keys as planned; sorting by all keys",
-            spec.prefix
-        );
+    let prefix = &columns[..spec.prefix.min(columns.len())];
+    let segments = match partitions {
+        None => segment_starts(prefix)?,
+        Some(partitions) => segments_within(prefix, rows, partitions)?,
+    };
+    match segments {
+        Some(segments) => Ok((Some(segments), prefix.len())),
+        None => {
+            log::warn!(
+                "gpusort: input not ordered by its first {} sort keys as planned; sorting by \
+                 all keys",
+                spec.prefix
+            );
+            Ok((partitions.cloned(), 0))
+        }
     }
-    Ok(segments)
+}
+
+/// The runs of equal `prefix` values inside each partition (partitions begin at batch
+/// boundaries of `rows`); `None` when some partition is not ordered by the prefix.
+fn segments_within(
+    prefix: &[KeyColumn],
+    rows: &RunRows,
+    partitions: &Segments,
+) -> Result<Option<Segments>> {
+    let batch_starts = rows.batch_starts();
+    let mut starts = Vec::new();
+    for range in partitions.ranges() {
+        let first = batch_starts.partition_point(|&s| s < range.start);
+        let end = batch_starts.partition_point(|&s| s < range.end);
+        let slice: Vec<KeyColumn> = prefix
+            .iter()
+            .map(|c| KeyColumn {
+                arrays: c.arrays[first..end].to_vec(),
+                options: c.options,
+            })
+            .collect();
+        let Some(within) = segment_starts(&slice)? else {
+            return Ok(None);
+        };
+        starts.extend(within.starts().iter().map(|&s| s + range.start as u32));
+    }
+    Ok(Some(Segments::new(starts, rows.rows())))
 }
 
 /// Encodes `columns` (on the backend's device where it can) and sorts by them, within

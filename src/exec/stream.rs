@@ -52,7 +52,7 @@ pub struct SortTask {
 /// at once, so batches waiting here cost no memory beyond that window (merged output: at
 /// most this many batches more); a deeper channel lets the sort hand them over without
 /// waiting for the consumer to wake up for each one.
-const OUTPUT_CHANNEL_BATCHES: usize = 32;
+pub(super) const OUTPUT_CHANNEL_BATCHES: usize = 32;
 
 /// Starts the sort of one partition; its batches arrive on the returned stream.
 pub fn sort_stream(task: SortTask) -> SendableRecordBatchStream {
@@ -84,26 +84,53 @@ async fn run_task(task: SortTask, tx: Sender<Result<RecordBatch>>) -> Result<()>
     let merge_reservation = buffer.reservation().new_empty();
     let buffered = buffer.finish().await?;
     collecting.done();
+    emit_buffered(
+        buffered,
+        &schema,
+        &spec,
+        merge_reservation,
+        &metrics,
+        &spiller,
+        tx,
+    )
+    .await?;
+    metrics.baseline.done();
+    Ok(())
+}
+
+/// Sorts a drained input and sends its batches: one run straight through, several runs
+/// (or spilled ones) through DataFusion's streaming merge.
+pub(super) async fn emit_buffered(
+    buffered: Buffered,
+    schema: &SchemaRef,
+    spec: &Arc<SortSpec>,
+    merge_reservation: MemoryReservation,
+    metrics: &SortMetrics,
+    spiller: &RunSpiller,
+    tx: Sender<Result<RecordBatch>>,
+) -> Result<()> {
     match buffered {
         Buffered::InMemory(batches) => {
             let mut runs = split_runs(batches, spec.run_rows);
             if runs.len() <= 1 {
                 if let Some(run) = runs.pop() {
-                    sort_run_into(spec, run, metrics.clone(), tx).await?;
+                    sort_run_into(Arc::clone(spec), run, metrics.clone(), tx).await?;
                 }
             } else {
-                let sorted = sort_runs_in_memory(runs, &schema, &spec, &metrics, &tx).await?;
-                merge_sorted(sorted, schema, spec, merge_reservation, &metrics, tx).await?;
+                let sorted = sort_runs_in_memory(runs, schema, spec, metrics, &tx).await?;
+                let schema = Arc::clone(schema);
+                let spec = Arc::clone(spec);
+                merge_sorted(sorted, schema, spec, merge_reservation, metrics, tx).await?;
             }
         }
         Buffered::OnDisk(runs) => {
             let sorted = spiller
-                .streams_within_memory(runs, &spec, &merge_reservation)
+                .streams_within_memory(runs, spec, &merge_reservation)
                 .await?;
-            merge_sorted(sorted, schema, spec, merge_reservation, &metrics, tx).await?;
+            let (schema, spec) = (Arc::clone(schema), Arc::clone(spec));
+            merge_sorted(sorted, schema, spec, merge_reservation, metrics, tx).await?;
         }
     }
-    metrics.baseline.done();
     Ok(())
 }
 

@@ -123,6 +123,11 @@ impl RunRows {
         &self.batches
     }
 
+    /// The row id of the first row of each buffered batch.
+    pub fn batch_starts(&self) -> &[usize] {
+        &self.starts
+    }
+
     /// Number of columns.
     pub fn num_columns(&self) -> usize {
         self.batches.first().map_or(0, |b| b.num_columns())

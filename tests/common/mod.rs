@@ -6,6 +6,7 @@
 pub mod compare;
 pub mod data;
 pub mod differential;
+pub mod partitions;
 pub mod strategies;
 pub mod strings;
 

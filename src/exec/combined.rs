@@ -1,0 +1,391 @@
+//! One sort for all partitions of a `GpuSortExec` that keeps its input's partitioning.
+//!
+//! ```text
+//!  execute(0) ──┐                        the first call starts one shared task:
+//!  execute(1) ──┼──► CombinedSort ──►    drain all N input partitions into one buffer
+//!  …            │   (one per execution)  ├ fits one run: sort every row at once, each
+//!  execute(N-1)─┘                        │   partition a segment (rows never leave it)
+//!                                        └ else: each partition keeps its own input
+//!  output partition i: awaits the shared result, then gathers its slice of the
+//!  permutation (in parallel with the other partitions), or sorts its own input as a
+//!  partition sorted alone would (runs, spills, merge)
+//! ```
+//!
+//! Why: below a hash repartition (a window's `PARTITION BY`) N separate sorts would each
+//! upload, sort and gather their share while holding the device in turn; one sort does
+//! one upload and one device sort for all of them.
+//!
+//! Any consumer order works: the shared task drains every input partition itself, so
+//! partition i can be read to its end before partition j is even executed. A partition
+//! executed a second time starts a new execution (and so a new shared sort); the shared
+//! task ends, aborted, when the last of its output streams is dropped.
+
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::datatypes::SchemaRef;
+use datafusion::arrow;
+use datafusion::common::runtime::SpawnedTask;
+use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::memory_pool::MemoryReservation;
+use datafusion::physical_plan::stream::RecordBatchReceiverStream;
+use datafusion::physical_plan::SendableRecordBatchStream;
+use futures::future::{BoxFuture, Shared};
+use futures::FutureExt;
+use tokio::sync::mpsc::Sender;
+use tokio::sync::oneshot;
+
+use super::buffer::{Buffered, InputBuffer};
+use super::metrics::SortMetrics;
+use super::sorter::{device_payload, gather_rows, order_rows, SortSpec};
+use super::spill::RunSpiller;
+use super::stream::{emit_buffered, OUTPUT_CHANNEL_BATCHES};
+use crate::gather::{PayloadGather, PayloadStats, RunRows};
+use crate::sort::Segments;
+
+/// The shared sorts of one `GpuSortExec`: which execution each partition joins.
+#[derive(Debug, Default)]
+pub struct CombinedSorts {
+    current: Mutex<Option<Claims>>,
+}
+
+/// The execution being joined and which of its output partitions were executed.
+#[derive(Debug)]
+struct Claims {
+    sort: Arc<CombinedSort>,
+    claimed: Vec<bool>,
+}
+
+impl CombinedSorts {
+    /// The shared sort output `partition` (of `partitions`) reads from: the current one,
+    /// or one made by `start` when there is none or `partition` was already read from it.
+    pub fn claim(
+        &self,
+        partition: usize,
+        partitions: usize,
+        start: impl FnOnce() -> Result<Arc<CombinedSort>>,
+    ) -> Result<Arc<CombinedSort>> {
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if !matches!(&*current, Some(claims) if !claims.claimed[partition]) {
+            *current = Some(Claims {
+                sort: start()?,
+                claimed: vec![false; partitions],
+            });
+        }
+        let claims = current.as_mut().expect("set above");
+        claims.claimed[partition] = true;
+        let sort = Arc::clone(&claims.sort);
+        if claims.claimed.iter().all(|&c| c) {
+            *current = None;
+        }
+        Ok(sort)
+    }
+}
+
+/// What the shared task hands every output partition.
+type SharedResult = Result<Arc<Combined>, Arc<DataFusionError>>;
+
+/// One execution's shared task and its result.
+pub struct CombinedSort {
+    result: Shared<BoxFuture<'static, SharedResult>>,
+    /// Aborted when the last output stream (and the exec's claim) lets go of it.
+    _task: SpawnedTask<()>,
+}
+
+impl std::fmt::Debug for CombinedSort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CombinedSort")
+    }
+}
+
+/// The input of every partition, drained; sorted at once when it fit one run.
+enum Combined {
+    /// Every row sorted at once: output partition `p` is `permutation[ranges[p]]`.
+    Sorted {
+        rows: RunRows,
+        permutation: Vec<u32>,
+        ranges: Vec<Range<usize>>,
+        /// The backend's device gather of the whole permutation, shared by the partitions.
+        payload: Option<SharedPayload>,
+        /// Accounts the buffered rows until every partition is done with them.
+        _reservation: MemoryReservation,
+    },
+    /// Too large for one run, or spilled: each partition sorts its own input.
+    Separate {
+        inputs: Mutex<Vec<Option<Buffered>>>,
+        reservation: MemoryReservation,
+    },
+}
+
+impl CombinedSort {
+    /// Starts draining `inputs` (every input partition, in order) and sorting them.
+    /// `metrics` take the shared stages (collection, encoding, the sort itself).
+    pub fn start(
+        inputs: Vec<SendableRecordBatchStream>,
+        spec: Arc<SortSpec>,
+        metrics: SortMetrics,
+        reservation: MemoryReservation,
+        spiller: RunSpiller,
+    ) -> Arc<Self> {
+        let (tx, rx) = oneshot::channel();
+        let task = SpawnedTask::spawn(async move {
+            let combined = combine(inputs, spec, metrics, reservation, spiller).await;
+            let _ = tx.send(combined.map(Arc::new).map_err(Arc::new));
+        });
+        let result = async move {
+            rx.await.unwrap_or_else(|_| {
+                Err(Arc::new(DataFusionError::Execution(
+                    "gpusort: the shared sort of all partitions ended without a result".to_string(),
+                )))
+            })
+        }
+        .boxed()
+        .shared();
+        Arc::new(Self {
+            result,
+            _task: task,
+        })
+    }
+
+    /// The output stream of `partition`.
+    pub fn partition_stream(
+        self: Arc<Self>,
+        partition: usize,
+        schema: SchemaRef,
+        spec: Arc<SortSpec>,
+        metrics: SortMetrics,
+        spiller: RunSpiller,
+    ) -> SendableRecordBatchStream {
+        let mut builder =
+            RecordBatchReceiverStream::builder(Arc::clone(&schema), OUTPUT_CHANNEL_BATCHES);
+        let tx = builder.tx();
+        builder.spawn(async move {
+            let output = PartitionOutput {
+                partition,
+                schema,
+                spec,
+                metrics,
+                spiller,
+            };
+            output.emit(self, tx).await
+        });
+        builder.build()
+    }
+}
+
+/// Drains every input partition; sorts all rows at once when they fit one run.
+async fn combine(
+    inputs: Vec<SendableRecordBatchStream>,
+    spec: Arc<SortSpec>,
+    metrics: SortMetrics,
+    reservation: MemoryReservation,
+    spiller: RunSpiller,
+) -> Result<Combined> {
+    let mut buffer = InputBuffer::new(
+        inputs.len(),
+        Arc::clone(&spec),
+        metrics.clone(),
+        reservation,
+        spiller,
+    );
+    let collecting = metrics.collect_time.timer();
+    buffer.fill(inputs).await?;
+    let (partitions, reservation) = buffer.finish_partitions().await?;
+    collecting.done();
+    let in_memory: Option<Vec<Vec<RecordBatch>>> = partitions
+        .iter()
+        .map(|p| match p {
+            Buffered::InMemory(batches) => Some(batches.clone()),
+            Buffered::OnDisk(_) => None,
+        })
+        .collect();
+    let fits_one_run = |batches: &Vec<Vec<RecordBatch>>| {
+        let rows: usize = batches.iter().flatten().map(RecordBatch::num_rows).sum();
+        rows <= spec.run_rows.min(u32::MAX as usize)
+    };
+    match in_memory.filter(fits_one_run) {
+        Some(batches) => {
+            drop(partitions);
+            let sorted = tokio::task::spawn_blocking(move || {
+                sort_together(&spec, batches, &metrics, reservation)
+            })
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))??;
+            Ok(sorted)
+        }
+        None => Ok(Combined::Separate {
+            inputs: Mutex::new(partitions.into_iter().map(Some).collect()),
+            reservation,
+        }),
+    }
+}
+
+/// Sorts the rows of every partition at once, each partition a segment of its own.
+fn sort_together(
+    spec: &SortSpec,
+    partitions: Vec<Vec<RecordBatch>>,
+    metrics: &SortMetrics,
+    reservation: MemoryReservation,
+) -> Result<Combined> {
+    let mut ranges = Vec::with_capacity(partitions.len());
+    let mut starts = Vec::new();
+    let mut all = Vec::new();
+    let mut next = 0;
+    for batches in partitions {
+        let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+        if rows > 0 {
+            starts.push(next as u32);
+        }
+        ranges.push(next..next + rows);
+        next += rows;
+        all.extend(batches.into_iter().filter(|b| b.num_rows() > 0));
+    }
+    let rows = RunRows::new(all);
+    let segments = Segments::new(starts, rows.rows());
+    let order = order_rows(spec, &rows, Some(&segments), metrics)?;
+    let payload = {
+        let _timer = metrics.gather_time.timer();
+        device_payload(spec, &rows, &order.permutation, order.retained)
+    };
+    let payload = payload.map(|payload| {
+        // The partitions record their windows; the uploads are recorded here.
+        let mut uploads = payload.stats();
+        uploads.windows = Duration::ZERO;
+        metrics.record_payload(uploads, 0);
+        SharedPayload {
+            columns: payload.columns().to_vec(),
+            gatherer: Mutex::new(payload),
+        }
+    });
+    Ok(Combined::Sorted {
+        rows,
+        permutation: order.permutation,
+        ranges,
+        payload,
+        _reservation: reservation,
+    })
+}
+
+/// One output partition of a shared sort.
+struct PartitionOutput {
+    partition: usize,
+    schema: SchemaRef,
+    spec: Arc<SortSpec>,
+    metrics: SortMetrics,
+    spiller: RunSpiller,
+}
+
+impl PartitionOutput {
+    /// Waits for the shared result and sends this partition's sorted rows.
+    async fn emit(self, sort: Arc<CombinedSort>, tx: Sender<Result<RecordBatch>>) -> Result<()> {
+        let combined = sort.result.clone().await.map_err(DataFusionError::Shared)?;
+        drop(sort);
+        match &*combined {
+            Combined::Sorted { .. } => {
+                let metrics = self.metrics.clone();
+                tokio::task::spawn_blocking(move || self.gather(&combined, &tx))
+                    .await
+                    .map_err(|e| DataFusionError::External(Box::new(e)))??;
+                metrics.baseline.done();
+            }
+            Combined::Separate {
+                inputs,
+                reservation,
+            } => {
+                let taken = inputs.lock().unwrap_or_else(|e| e.into_inner())[self.partition].take();
+                if let Some(buffered) = taken {
+                    emit_buffered(
+                        buffered,
+                        &self.schema,
+                        &self.spec,
+                        reservation.new_empty(),
+                        &self.metrics,
+                        &self.spiller,
+                        tx,
+                    )
+                    .await?;
+                }
+                self.metrics.baseline.done();
+            }
+        }
+        Ok(())
+    }
+
+    /// Gathers this partition's slice of the shared permutation.
+    fn gather(&self, combined: &Combined, tx: &Sender<Result<RecordBatch>>) -> Result<()> {
+        let Combined::Sorted {
+            rows,
+            permutation,
+            ranges,
+            payload,
+            ..
+        } = combined
+        else {
+            return Ok(());
+        };
+        let range = ranges[self.partition].clone();
+        let end = match self.spec.fetch {
+            Some(fetch) => range.end.min(range.start + fetch),
+            None => range.end,
+        };
+        let mut payload = payload.as_ref().map(|shared| PartitionPayload {
+            shared,
+            offset: range.start,
+            stats: PayloadStats::default(),
+        });
+        gather_rows(
+            &self.spec,
+            rows,
+            &permutation[range.start..end],
+            payload.as_mut().map(|p| p as &mut dyn PayloadGather),
+            &self.metrics,
+            |batch| {
+                self.metrics.baseline.record_output(batch.num_rows());
+                tx.blocking_send(Ok(batch)).is_ok()
+            },
+        )
+    }
+}
+
+/// A device gather of the shared permutation, used by every partition in turn.
+struct SharedPayload {
+    gatherer: Mutex<Box<dyn PayloadGather>>,
+    columns: Vec<usize>,
+}
+
+/// One partition's view of the shared device gather: its output row 0 is the shared
+/// permutation's row `offset`.
+struct PartitionPayload<'a> {
+    shared: &'a SharedPayload,
+    offset: usize,
+    /// What the shared gatherer did for this partition.
+    stats: PayloadStats,
+}
+
+impl PayloadGather for PartitionPayload<'_> {
+    fn columns(&self) -> &[usize] {
+        &self.shared.columns
+    }
+
+    fn gather(&mut self, start: usize, batch_rows: &[usize]) -> Result<Option<Vec<Vec<ArrayRef>>>> {
+        let mut gatherer = self
+            .shared
+            .gatherer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let before = gatherer.stats();
+        let gathered = gatherer.gather(self.offset + start, batch_rows);
+        let after = gatherer.stats();
+        self.stats.h2d_bytes += after.h2d_bytes - before.h2d_bytes;
+        self.stats.d2h_bytes += after.d2h_bytes - before.d2h_bytes;
+        self.stats.upload += after.upload.saturating_sub(before.upload);
+        self.stats.windows += after.windows.saturating_sub(before.windows);
+        gathered
+    }
+
+    fn stats(&self) -> PayloadStats {
+        self.stats
+    }
+}

@@ -1,0 +1,364 @@
+//! Sorts that keep their input's partitioning, sorted as one (`combined_partitions`):
+//! every output partition must equal the stable sort of its own input partition, in any
+//! order the consumer reads the partitions, when executed again, when the input outgrows
+//! a run or the memory limit, and within key-prefix segments.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Int32Array, Int64Array, RecordBatch};
+use datafusion::arrow::compute::{concat_batches, lexsort_to_indices, take_record_batch};
+use datafusion::arrow::compute::{SortColumn, SortOptions};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::expressions::col;
+use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
+use datafusion::physical_plan::{collect, displayable, ExecutionPlan};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use gpusort::exec::GpuSortOptions;
+use gpusort::sort::resolve_backend;
+use gpusort::{AlgorithmChoice, BackendChoice, GpuSortExec};
+use rand::rngs::StdRng;
+use rand::Rng;
+
+use super::compare::assert_same_sort;
+use super::data::case_rng;
+use super::seed;
+
+/// Columns: `g` (Int32, few values, nulls), `k` (Int64, ties, nulls), `rid` (Int64, the
+/// row's position in its partition).
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("g", DataType::Int32, true),
+        Field::new("k", DataType::Int64, true),
+        Field::new("rid", DataType::Int64, false),
+    ]))
+}
+
+/// One partition of `rows` rows in batches of at most `batch_rows`; `g` ascending (nulls
+/// last) when `ordered_by_g`.
+fn partition(
+    rng: &mut StdRng,
+    rows: usize,
+    batch_rows: usize,
+    ordered_by_g: bool,
+) -> Vec<RecordBatch> {
+    let mut g: Vec<Option<i32>> = (0..rows)
+        .map(|_| rng.random_bool(0.9).then(|| rng.random_range(0..20)))
+        .collect();
+    if ordered_by_g {
+        g.sort_by_key(|v| (v.is_none(), *v));
+    }
+    let k: Vec<Option<i64>> = (0..rows)
+        .map(|_| rng.random_bool(0.95).then(|| rng.random_range(-500..500)))
+        .collect();
+    let batch = RecordBatch::try_new(
+        schema(),
+        vec![
+            Arc::new(Int32Array::from(g)),
+            Arc::new(Int64Array::from(k)),
+            Arc::new(Int64Array::from_iter_values(0..rows as i64)),
+        ],
+    )
+    .unwrap();
+    (0..rows)
+        .step_by(batch_rows.max(1))
+        .map(|at| batch.slice(at, batch_rows.min(rows - at)))
+        .collect()
+}
+
+/// The sort keys `g ASC NULLS LAST, k DESC NULLS FIRST`.
+fn keys(schema: &Schema) -> LexOrdering {
+    let g = SortOptions {
+        descending: false,
+        nulls_first: false,
+    };
+    let k = SortOptions {
+        descending: true,
+        nulls_first: true,
+    };
+    LexOrdering::new(vec![
+        PhysicalSortExpr::new(col("g", schema).unwrap(), g),
+        PhysicalSortExpr::new(col("k", schema).unwrap(), k),
+    ])
+    .unwrap()
+}
+
+/// What output partition `p` must hold: its input's stable sort (ties in `rid` order).
+fn expected(partition: &[RecordBatch], fetch: Option<usize>) -> RecordBatch {
+    let batch = concat_batches(&schema(), partition).unwrap();
+    let sort_keys = keys(&schema());
+    let mut columns: Vec<SortColumn> = sort_keys
+        .iter()
+        .map(|e| SortColumn {
+            values: e
+                .expr
+                .evaluate(&batch)
+                .unwrap()
+                .into_array(batch.num_rows())
+                .unwrap(),
+            options: Some(e.options),
+        })
+        .collect();
+    columns.push(SortColumn {
+        values: batch.column(2).clone(),
+        options: None,
+    });
+    let indices = lexsort_to_indices(&columns, fetch).unwrap();
+    take_record_batch(&batch, &indices).unwrap()
+}
+
+/// A `GpuSortExec` keeping the partitions of `partitions` (declared ordered by `g` when
+/// `ordered_by_g`), on `backend`.
+fn sort_exec(
+    partitions: &[Vec<RecordBatch>],
+    ordered_by_g: bool,
+    backend: BackendChoice,
+    combine: bool,
+    run_rows: usize,
+    fetch: Option<usize>,
+) -> Arc<GpuSortExec> {
+    let schema = schema();
+    let mut source = MemorySourceConfig::try_new(partitions, Arc::clone(&schema), None).unwrap();
+    if ordered_by_g {
+        let by_g = LexOrdering::new(vec![keys(&schema)[0].clone()]).unwrap();
+        source = source.try_with_sort_information(vec![by_g]).unwrap();
+    }
+    let input = DataSourceExec::from_data_source(source);
+    let options = GpuSortOptions {
+        backend: resolve_backend(backend).unwrap(),
+        run_rows,
+        algorithm: AlgorithmChoice::Auto,
+        device_gather_min_rows: 0,
+        combine_partitions: combine,
+    };
+    Arc::new(GpuSortExec::try_new(input, keys(&schema), fetch, true, options).unwrap())
+}
+
+/// Executes `plan`'s partitions in `order`, each read to its end before the next one is
+/// executed; the outputs by partition.
+async fn read_in_order(
+    plan: &Arc<GpuSortExec>,
+    order: &[usize],
+    context: &Arc<TaskContext>,
+) -> Vec<Vec<RecordBatch>> {
+    use futures::StreamExt;
+    let partitions = plan.properties().partitioning.partition_count();
+    let mut outputs = vec![Vec::new(); partitions];
+    for &p in order {
+        let mut stream = plan.execute(p, Arc::clone(context)).unwrap();
+        while let Some(batch) = stream.next().await {
+            outputs[p].push(batch.unwrap());
+        }
+    }
+    outputs
+}
+
+fn check_partitions(
+    inputs: &[Vec<RecordBatch>],
+    outputs: &[Vec<RecordBatch>],
+    fetch: Option<usize>,
+    context: &str,
+) {
+    assert_eq!(inputs.len(), outputs.len(), "{context}");
+    for (p, (input, output)) in inputs.iter().zip(outputs).enumerate() {
+        let expected = expected(input, fetch);
+        // `rid` among the compared keys: equal order means a stable sort.
+        assert_same_sort(
+            &[expected],
+            output,
+            &[0, 1, 2],
+            &format!("partition {p}: {context}"),
+        );
+    }
+}
+
+/// Partition sizes with empty partitions, one row, and uneven large ones.
+fn sizes(scale: usize) -> Vec<usize> {
+    vec![0, 1, 50 * scale, 7, 0, 200 * scale, 13 * scale, 3]
+}
+
+/// Every output partition equals the stable sort of its input partition, combined or
+/// not, with and without a fetch, the partitions read concurrently.
+pub async fn combined_partitions_equal_each_partition_sorted(backend: BackendChoice, scale: usize) {
+    let label = format!("combined {scale}");
+    let mut rng = case_rng(seed(), &label);
+    let inputs: Vec<Vec<RecordBatch>> = sizes(scale)
+        .iter()
+        .map(|&rows| partition(&mut rng, rows, 4096, false))
+        .collect();
+    let context = Arc::new(TaskContext::default());
+    for (combine, fetch) in [
+        (true, None),
+        (false, None),
+        (true, Some(10)),
+        (true, Some(0)),
+    ] {
+        let plan = sort_exec(&inputs, false, backend, combine, 1 << 28, fetch);
+        let text = displayable(plan.as_ref()).one_line().to_string();
+        let case = format!("seed={} {label} combine={combine} fetch={fetch:?}", seed());
+        assert_eq!(
+            text.contains(&format!("combined_partitions={}", inputs.len())),
+            combine,
+            "{text} {case}"
+        );
+        // All partitions read at once (coalesced), then one by one concurrently.
+        let merged = collect(Arc::clone(&plan) as _, Arc::clone(&context))
+            .await
+            .unwrap();
+        let rows: usize = inputs.iter().map(|p| expected(p, fetch).num_rows()).sum();
+        assert_eq!(
+            merged.iter().map(RecordBatch::num_rows).sum::<usize>(),
+            rows,
+            "{case}"
+        );
+        let outputs =
+            datafusion::physical_plan::collect_partitioned(plan as _, Arc::clone(&context))
+                .await
+                .unwrap();
+        check_partitions(&inputs, &outputs, fetch, &case);
+    }
+}
+
+/// Partitions read one after another in any order, and read again (a new execution),
+/// give the same results.
+pub async fn combined_partitions_in_any_order_and_again(backend: BackendChoice, scale: usize) {
+    let label = format!("order {scale}");
+    let mut rng = case_rng(seed(), &label);
+    let inputs: Vec<Vec<RecordBatch>> = sizes(scale)
+        .iter()
+        .map(|&rows| partition(&mut rng, rows, 1000, false))
+        .collect();
+    let context = Arc::new(TaskContext::default());
+    let plan = sort_exec(&inputs, false, backend, true, 1 << 28, None);
+    let case = format!("seed={} {label}", seed());
+    let reversed: Vec<usize> = (0..inputs.len()).rev().collect();
+    let outputs = read_in_order(&plan, &reversed, &context).await;
+    check_partitions(&inputs, &outputs, None, &format!("reversed {case}"));
+    let again = read_in_order(&plan, &reversed, &context).await;
+    check_partitions(&inputs, &again, None, &format!("again {case}"));
+    // Half of the partitions, then all of them: the second round starts a new execution
+    // at the first partition read twice.
+    let half: Vec<usize> = (0..inputs.len()).step_by(2).collect();
+    let partial = read_in_order(&plan, &half, &context).await;
+    for &p in &half {
+        assert_same_sort(
+            &[expected(&inputs[p], None)],
+            &partial[p],
+            &[0, 1, 2],
+            &case,
+        );
+    }
+    let all: Vec<usize> = (0..inputs.len()).collect();
+    let outputs = read_in_order(&plan, &all, &context).await;
+    check_partitions(&inputs, &outputs, None, &format!("after half {case}"));
+}
+
+/// Inputs larger than one run (each partition sorted in runs and merged) and larger than
+/// the memory limit (spilled) still sort every partition on its own.
+pub async fn combined_partitions_in_runs_and_spilled(backend: BackendChoice, scale: usize) {
+    let label = format!("runs {scale}");
+    let mut rng = case_rng(seed(), &label);
+    let inputs: Vec<Vec<RecordBatch>> = sizes(scale)
+        .iter()
+        .map(|&rows| partition(&mut rng, rows, 512, false))
+        .collect();
+    let case = format!("seed={} {label}", seed());
+    let context = Arc::new(TaskContext::default());
+    let plan = sort_exec(&inputs, false, backend, true, 100 * scale, None);
+    let outputs = datafusion::physical_plan::collect_partitioned(plan as _, context)
+        .await
+        .unwrap();
+    check_partitions(&inputs, &outputs, None, &format!("runs {case}"));
+
+    let bytes: usize = inputs
+        .iter()
+        .flatten()
+        .map(|b| b.get_array_memory_size())
+        .sum();
+    let runtime = RuntimeEnvBuilder::new()
+        .with_memory_limit(bytes, 1.0)
+        .build_arc()
+        .unwrap();
+    let limited = SessionContext::new_with_config_rt(SessionConfig::new(), runtime).task_ctx();
+    let plan = sort_exec(&inputs, false, backend, true, 1 << 28, None);
+    let outputs = datafusion::physical_plan::collect_partitioned(Arc::clone(&plan) as _, limited)
+        .await
+        .unwrap();
+    check_partitions(&inputs, &outputs, None, &format!("spilled {case}"));
+    let spills = plan.metrics().and_then(|m| m.spill_count()).unwrap_or(0);
+    assert!(spills > 0, "the memory limit forced no spill: {case}");
+}
+
+/// Partitions each ordered by `g` (declared): sorted within the `g` segments of each
+/// partition, in one sort.
+pub async fn combined_partitions_with_ordered_prefix(backend: BackendChoice, scale: usize) {
+    let label = format!("prefix {scale}");
+    let mut rng = case_rng(seed(), &label);
+    let inputs: Vec<Vec<RecordBatch>> = sizes(scale)
+        .iter()
+        .map(|&rows| partition(&mut rng, rows, 700, true))
+        .collect();
+    let case = format!("seed={} {label}", seed());
+    let plan = sort_exec(&inputs, true, backend, true, 1 << 28, None);
+    let text = displayable(plan.as_ref()).one_line().to_string();
+    assert!(
+        text.contains("segmented_prefix=1") && text.contains("combined_partitions=8"),
+        "{text} {case}"
+    );
+    let outputs =
+        datafusion::physical_plan::collect_partitioned(plan as _, Arc::new(TaskContext::default()))
+            .await
+            .unwrap();
+    check_partitions(&inputs, &outputs, None, &case);
+}
+
+/// SQL: a window's `PARTITION BY g ORDER BY ts` over hash-partitioned input plans one
+/// combined sort, and its result equals DataFusion's.
+pub async fn window_over_hash_partitions(backend: BackendChoice, rows: usize) {
+    let label = format!("window partitions {rows}");
+    let mut rng = case_rng(seed(), &label);
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("g", DataType::Int32, true),
+        Field::new("ts", DataType::Int64, false),
+    ]));
+    let partitions: Vec<Vec<RecordBatch>> = (0..4)
+        .map(|p| {
+            let n = rows / 4;
+            let g: Vec<Option<i32>> = (0..n)
+                .map(|_| rng.random_bool(0.95).then(|| rng.random_range(0..50)))
+                .collect();
+            // Unique timestamps: (g, ts) orders every row, `rn` included.
+            let ts = Int64Array::from_iter_values(
+                (0..n).map(|i| ((i * 4 + p) as i64).wrapping_mul(0x9E37_79B9) % 1_000_000_007),
+            );
+            let batch = RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![Arc::new(Int32Array::from(g)), Arc::new(ts)],
+            )
+            .unwrap();
+            (0..n)
+                .step_by(1000)
+                .map(|at| batch.slice(at, 1000.min(n - at)))
+                .collect()
+        })
+        .collect();
+    let config = super::session_config(4, 1024);
+    let (stock, forced) = (
+        super::stock_context(config.clone()),
+        super::forced_context_on(config, backend),
+    );
+    super::register(&[&stock, &forced], "t", partitions);
+    let sql = "SELECT g, ts, row_number() OVER (PARTITION BY g ORDER BY ts) AS rn FROM t \
+               ORDER BY g, ts";
+    let context = format!("seed={} {label} sql={sql}", seed());
+    let (expected, _) = super::run(&stock, sql).await.unwrap();
+    let (actual, plan) = super::run(&forced, sql).await.unwrap();
+    assert!(
+        plan.contains("combined_partitions=4"),
+        "window sort not combined:\n{plan}\n{context}"
+    );
+    assert_same_sort(&expected, &actual, &[0, 1, 2], &context);
+}

@@ -1,0 +1,32 @@
+//! Sorts that keep their input's partitioning, all partitions sorted at once, on the CPU
+//! backend (the same cases run on the GPU in `gpu.rs`).
+
+mod common;
+
+use common::partitions as cases;
+use gpusort::BackendChoice::Cpu;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn combined_partitions_equal_each_partition_sorted() {
+    cases::combined_partitions_equal_each_partition_sorted(Cpu, 100).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn combined_partitions_in_any_order_and_again() {
+    cases::combined_partitions_in_any_order_and_again(Cpu, 50).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn combined_partitions_in_runs_and_spilled() {
+    cases::combined_partitions_in_runs_and_spilled(Cpu, 50).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn combined_partitions_with_ordered_prefix() {
+    cases::combined_partitions_with_ordered_prefix(Cpu, 50).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn window_over_hash_partitions() {
+    cases::window_over_hash_partitions(Cpu, 40_000).await;
+}
