@@ -25,6 +25,7 @@ use datafusion::arrow;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{exec_err, DataFusionError, Result};
 use datafusion::datasource::MemTable;
+use datafusion::physical_plan::display::DisplayableExecutionPlan;
 use datafusion::physical_plan::{collect, ExecutionPlan};
 use datafusion::prelude::SessionContext;
 use gpusort::{BackendChoice, GpuSortExec};
@@ -52,6 +53,11 @@ pub struct SqlBench {
     pub json: Option<PathBuf>,
     /// Write the generated tables as `<dir>/<table>.parquet` (for the DuckDB script).
     pub write_parquet: Option<PathBuf>,
+    /// Session settings (`name=value`, e.g. `gpu_sort.combine_partitions=false`) set
+    /// before the queries run.
+    pub settings: Vec<String>,
+    /// Print the plan of each query's median gpusort run with its metrics.
+    pub show_plans: bool,
 }
 
 /// One benchmark query.
@@ -163,6 +169,17 @@ pub async fn run(options: &SqlBench) -> Result<()> {
         .await?
         .collect()
         .await?;
+    for setting in &options.settings {
+        let Some((name, value)) = setting.split_once('=') else {
+            return exec_err!("--set {setting}: expected name=value");
+        };
+        session
+            .ctx
+            .sql(&format!("SET {} = {}", name.trim(), value.trim()))
+            .await?
+            .collect()
+            .await?;
+    }
     for table in &tables {
         let provider = MemTable::try_new(Arc::clone(&table.schema), table.partitions.clone())?;
         session.ctx.register_table(table.name, Arc::new(provider))?;
@@ -170,7 +187,7 @@ pub async fn run(options: &SqlBench) -> Result<()> {
     drop(tables);
     let mut outcomes = Vec::new();
     for query in QUERIES.iter().filter(|q| selected(q, &options.only)) {
-        outcomes.push(measure(&session.ctx, query, options.reps).await?);
+        outcomes.push(measure(&session.ctx, query, options.reps, options.show_plans).await?);
     }
     let device = gpusort::cuda::runtime()
         .map(|r| format!("{} (sm_{})", r.device.name, r.device.arch))
@@ -201,7 +218,12 @@ async fn set_rule(ctx: &SessionContext, enabled: bool) -> Result<()> {
 }
 
 /// Both modes of one query: the warm-up results must agree, then the timed runs.
-async fn measure(ctx: &SessionContext, query: &'static Query, reps: usize) -> Result<Outcome> {
+async fn measure(
+    ctx: &SessionContext,
+    query: &'static Query,
+    reps: usize,
+    show_plan: bool,
+) -> Result<Outcome> {
     set_rule(ctx, false).await?;
     let (_, expected) = run_checked(ctx, query).await?;
     let datafusion = median_run(ctx, query, reps).await?.0;
@@ -220,6 +242,13 @@ async fn measure(ctx: &SessionContext, query: &'static Query, reps: usize) -> Re
         datafusion.as_secs_f64(),
         gpusort.as_secs_f64()
     );
+    if show_plan {
+        eprintln!(
+            "{} plan of the median gpusort run, with its metrics:\n{}",
+            query.name,
+            DisplayableExecutionPlan::with_metrics(plan.as_ref()).indent(true)
+        );
+    }
     Ok(Outcome {
         query,
         rows: expected.rows,

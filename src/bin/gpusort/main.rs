@@ -171,6 +171,13 @@ enum BenchCommand {
         /// Write the generated tables to DIR/<table>.parquet (input of benches/sql_duckdb.py).
         #[arg(long, value_name = "DIR")]
         write_parquet: Option<std::path::PathBuf>,
+        /// A session setting for the runs, e.g. gpu_sort.combine_partitions=false; repeat
+        /// for several.
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        settings: Vec<String>,
+        /// Print each query's plan of the median gpusort run with its metrics.
+        #[arg(long)]
+        plans: bool,
     },
 }
 
@@ -262,6 +269,8 @@ async fn main() {
                     backend,
                     json,
                     write_parquet,
+                    settings,
+                    plans,
                 },
         } => {
             bench_sql::run(&bench_sql::SqlBench {
@@ -273,6 +282,8 @@ async fn main() {
                 backend,
                 json,
                 write_parquet,
+                settings,
+                show_plans: plans,
             })
             .await
         }
