@@ -113,6 +113,10 @@ extensions_options! {
         /// A sort that keeps its input's partitions (below a window's `PARTITION BY`)
         /// sorts all of them at once, each on its own, instead of one sort per partition.
         pub combine_partitions: bool, default = true
+        /// A window computed directly above a gpusort sort runs as DataFusion's
+        /// `WindowAggExec` (a whole partition at once, vectorized) instead of the
+        /// row-at-a-time `BoundedWindowAggExec`.
+        pub whole_partition_windows: bool, default = true
     }
 }
 
@@ -166,6 +170,7 @@ mod tests {
             "topk",
             "device_gather_min_rows",
             "combine_partitions",
+            "whole_partition_windows",
         ] {
             assert!(keys.iter().any(|k| k == key), "{key} missing from {keys:?}");
         }

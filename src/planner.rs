@@ -33,6 +33,7 @@ use crate::config::GpuSortConfig;
 use crate::exec::{GpuSortExec, GpuSortOptions};
 use crate::keys::unsupported_reason;
 use crate::sort::resolve_backend;
+use crate::window::windows_over_sorts;
 
 /// Why a sort kept DataFusion's operator.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -271,6 +272,11 @@ impl PhysicalOptimizerRule for GpuSortRule {
                 }
             })?
             .data;
+        let plan = if settings.enabled && settings.whole_partition_windows {
+            windows_over_sorts(plan)?
+        } else {
+            plan
+        };
         if let Ok(mut last) = self.last_decisions.lock() {
             *last = decisions;
         }

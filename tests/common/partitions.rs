@@ -315,8 +315,9 @@ pub async fn combined_partitions_with_ordered_prefix(backend: BackendChoice, sca
     check_partitions(&inputs, &outputs, None, &case);
 }
 
-/// SQL: a window's `PARTITION BY g ORDER BY ts` over hash-partitioned input plans one
-/// combined sort, and its result equals DataFusion's.
+/// SQL: windows `PARTITION BY g ORDER BY ts` over hash-partitioned input plan one
+/// combined sort with whole-partition windows above it (streaming ones when
+/// `gpu_sort.whole_partition_windows` is off); results equal DataFusion's.
 pub async fn window_over_hash_partitions(backend: BackendChoice, rows: usize) {
     let label = format!("window partitions {rows}");
     let mut rng = case_rng(seed(), &label);
@@ -351,8 +352,11 @@ pub async fn window_over_hash_partitions(backend: BackendChoice, rows: usize) {
         super::forced_context_on(config, backend),
     );
     super::register(&[&stock, &forced], "t", partitions);
-    let sql = "SELECT g, ts, row_number() OVER (PARTITION BY g ORDER BY ts) AS rn FROM t \
-               ORDER BY g, ts";
+    let sql = "SELECT g, ts, row_number() OVER (PARTITION BY g ORDER BY ts) AS rn, \
+               rank() OVER (PARTITION BY g ORDER BY ts DESC) AS r, \
+               sum(ts) OVER (PARTITION BY g ORDER BY ts ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS s, \
+               lag(ts) OVER (PARTITION BY g ORDER BY ts) AS prev \
+               FROM t ORDER BY g, ts";
     let context = format!("seed={} {label} sql={sql}", seed());
     let (expected, _) = super::run(&stock, sql).await.unwrap();
     let (actual, plan) = super::run(&forced, sql).await.unwrap();
@@ -360,5 +364,18 @@ pub async fn window_over_hash_partitions(backend: BackendChoice, rows: usize) {
         plan.contains("combined_partitions=4"),
         "window sort not combined:\n{plan}\n{context}"
     );
-    assert_same_sort(&expected, &actual, &[0, 1, 2], &context);
+    assert!(
+        plan.contains("WindowAggExec: wdw") && !plan.contains("BoundedWindowAggExec"),
+        "streaming windows above the sorts kept:\n{plan}\n{context}"
+    );
+    assert_same_sort(&expected, &actual, &[0, 1, 2, 3, 4, 5], &context);
+    super::run(&forced, "SET gpu_sort.whole_partition_windows = false")
+        .await
+        .unwrap();
+    let (streamed, plan) = super::run(&forced, sql).await.unwrap();
+    assert!(
+        plan.contains("BoundedWindowAggExec"),
+        "streaming windows not kept when asked:\n{plan}\n{context}"
+    );
+    assert_same_sort(&expected, &streamed, &[0, 1, 2, 3, 4, 5], &context);
 }
