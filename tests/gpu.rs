@@ -1035,28 +1035,10 @@ gpu_test!(segmented_sort_of_device_encoded_columns, |rt| {
     }
 });
 
-macro_rules! strategies_on_cuda {
-    ($($name:ident ( $($arg:expr),* )),* $(,)?) => {$(
-        #[tokio::test]
-        #[ignore = "needs a CUDA GPU"]
-        async fn $name() {
-            if device().is_none() {
-                return;
-            }
-            let fallbacks = cuda::fallback_count();
-            common::strategies::$name(Cuda, $($arg),*).await;
-            assert_eq!(cuda::fallback_count(), fallbacks, "every run sorted on the GPU");
-        }
-    )*};
-}
-
-strategies_on_cuda!(
-    segment_lengths_and_suffixes(300_000),
-    window_over_ordered_input(1 << 20),
-);
-
-macro_rules! partitions_on_cuda {
-    ($($name:ident ( $($arg:expr),* )),* $(,)?) => {$(
+/// GPU tests running a shared case of `tests/common/<module>.rs` on the CUDA backend,
+/// checking that no run fell back to the CPU.
+macro_rules! cases_on_cuda {
+    ($module:ident: $($name:ident ( $($arg:expr),* )),* $(,)?) => {$(
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         #[ignore = "needs a CUDA GPU"]
         async fn $name() {
@@ -1064,15 +1046,22 @@ macro_rules! partitions_on_cuda {
                 return;
             }
             let fallbacks = cuda::fallback_count();
-            common::partitions::$name(Cuda, $($arg),*).await;
+            common::$module::$name(Cuda, $($arg),*).await;
             assert_eq!(cuda::fallback_count(), fallbacks, "every run sorted on the GPU");
         }
     )*};
 }
 
+cases_on_cuda!(
+    strategies:
+    segment_lengths_and_suffixes(300_000),
+    window_over_ordered_input(1 << 20),
+);
+
 // Scale 20 000: partitions of up to 4 M rows, so the shared device gather serves
 // partitions across its windows.
-partitions_on_cuda!(
+cases_on_cuda!(
+    partitions:
     combined_partitions_equal_each_partition_sorted(20_000),
     combined_partitions_in_any_order_and_again(2_000),
     combined_partitions_in_runs_and_spilled(2_000),

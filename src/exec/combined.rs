@@ -102,21 +102,25 @@ impl std::fmt::Debug for CombinedSort {
 
 /// The input of every partition, drained; sorted at once when it fit one run.
 enum Combined {
-    /// Every row sorted at once: output partition `p` is `permutation[ranges[p]]`.
-    Sorted {
-        rows: RunRows,
-        permutation: Vec<u32>,
-        ranges: Vec<Range<usize>>,
-        /// The backend's device gather of the whole permutation, shared by the partitions.
-        payload: Option<SharedPayload>,
-        /// Accounts the buffered rows until every partition is done with them.
-        _reservation: MemoryReservation,
-    },
+    /// Every row sorted at once.
+    Sorted(Arc<SortedTogether>),
     /// Too large for one run, or spilled: each partition sorts its own input.
     Separate {
         inputs: Mutex<Vec<Option<Buffered>>>,
         reservation: MemoryReservation,
     },
+}
+
+/// Every partition's rows sorted at once: output partition `p` is
+/// `permutation[ranges[p]]`.
+struct SortedTogether {
+    rows: RunRows,
+    permutation: Vec<u32>,
+    ranges: Vec<Range<usize>>,
+    /// The backend's device gather of the whole permutation, shared by the partitions.
+    payload: Option<SharedPayload>,
+    /// Accounts the buffered rows until every partition is done with them.
+    _reservation: MemoryReservation,
 }
 
 impl CombinedSort {
@@ -194,32 +198,36 @@ async fn combine(
     buffer.fill(inputs).await?;
     let (partitions, reservation) = buffer.finish_partitions().await?;
     collecting.done();
-    let in_memory: Option<Vec<Vec<RecordBatch>>> = partitions
+    let in_memory = partitions
         .iter()
-        .map(|p| match p {
-            Buffered::InMemory(batches) => Some(batches.clone()),
+        .all(|p| matches!(p, Buffered::InMemory(_)));
+    let rows: usize = partitions
+        .iter()
+        .filter_map(|p| match p {
+            Buffered::InMemory(batches) => {
+                Some(batches.iter().map(RecordBatch::num_rows).sum::<usize>())
+            }
+            Buffered::OnDisk(_) => None,
+        })
+        .sum();
+    if !in_memory || rows > spec.run_rows.min(u32::MAX as usize) {
+        return Ok(Combined::Separate {
+            inputs: Mutex::new(partitions.into_iter().map(Some).collect()),
+            reservation,
+        });
+    }
+    let batches: Vec<Vec<RecordBatch>> = partitions
+        .into_iter()
+        .filter_map(|p| match p {
+            Buffered::InMemory(batches) => Some(batches),
             Buffered::OnDisk(_) => None,
         })
         .collect();
-    let fits_one_run = |batches: &Vec<Vec<RecordBatch>>| {
-        let rows: usize = batches.iter().flatten().map(RecordBatch::num_rows).sum();
-        rows <= spec.run_rows.min(u32::MAX as usize)
-    };
-    match in_memory.filter(fits_one_run) {
-        Some(batches) => {
-            drop(partitions);
-            let sorted = tokio::task::spawn_blocking(move || {
-                sort_together(&spec, batches, &metrics, reservation)
-            })
+    let sorted =
+        tokio::task::spawn_blocking(move || sort_together(&spec, batches, &metrics, reservation))
             .await
             .map_err(|e| DataFusionError::External(Box::new(e)))??;
-            Ok(sorted)
-        }
-        None => Ok(Combined::Separate {
-            inputs: Mutex::new(partitions.into_iter().map(Some).collect()),
-            reservation,
-        }),
-    }
+    Ok(Combined::Sorted(Arc::new(sorted)))
 }
 
 /// Sorts the rows of every partition at once, each partition a segment of its own.
@@ -228,7 +236,7 @@ fn sort_together(
     partitions: Vec<Vec<RecordBatch>>,
     metrics: &SortMetrics,
     reservation: MemoryReservation,
-) -> Result<Combined> {
+) -> Result<SortedTogether> {
     let mut ranges = Vec::with_capacity(partitions.len());
     let mut starts = Vec::new();
     let mut all = Vec::new();
@@ -259,7 +267,7 @@ fn sort_together(
             gatherer: Mutex::new(payload),
         }
     });
-    Ok(Combined::Sorted {
+    Ok(SortedTogether {
         rows,
         permutation: order.permutation,
         ranges,
@@ -283,9 +291,10 @@ impl PartitionOutput {
         let combined = sort.result.clone().await.map_err(DataFusionError::Shared)?;
         drop(sort);
         match &*combined {
-            Combined::Sorted { .. } => {
+            Combined::Sorted(sorted) => {
+                let sorted = Arc::clone(sorted);
                 let metrics = self.metrics.clone();
-                tokio::task::spawn_blocking(move || self.gather(&combined, &tx))
+                tokio::task::spawn_blocking(move || self.gather(&sorted, &tx))
                     .await
                     .map_err(|e| DataFusionError::External(Box::new(e)))??;
                 metrics.baseline.done();
@@ -314,17 +323,14 @@ impl PartitionOutput {
     }
 
     /// Gathers this partition's slice of the shared permutation.
-    fn gather(&self, combined: &Combined, tx: &Sender<Result<RecordBatch>>) -> Result<()> {
-        let Combined::Sorted {
+    fn gather(&self, sorted: &SortedTogether, tx: &Sender<Result<RecordBatch>>) -> Result<()> {
+        let SortedTogether {
             rows,
             permutation,
             ranges,
             payload,
             ..
-        } = combined
-        else {
-            return Ok(());
-        };
+        } = sorted;
         let range = ranges[self.partition].clone();
         let end = match self.spec.fetch {
             Some(fetch) => range.end.min(range.start + fetch),
