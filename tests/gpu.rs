@@ -8,10 +8,12 @@
 //!   every permutation is checked to be the unique stable sort order;
 //! - key encoding on the device from raw Arrow buffers: every fixed-width type, nulls,
 //!   directions, sliced and several arrays, several keys; same permutation as the host
-//!   encoding, and only the key columns' bytes uploaded;
-//! - the payload gather on the device: every fixed-width type, nulls, sliced and uneven
-//!   input batches, batch sizes that split bitmap words, several windows; batch for batch
-//!   equal to the host's gather;
+//!   encoding, and only the key columns' bytes uploaded; byte-like keys of every view and
+//!   offsets type in every shape, with the packed words brought back for refining ties
+//!   equal to the host's;
+//! - the payload gather on the device: every fixed-width type and string/binary views,
+//!   nulls, sliced and uneven input batches, batch sizes that split bitmap words, several
+//!   windows; batch for batch equal to the host's gather; a sort's key columns reused;
 //! - faults: device out of memory and a sticky error (in a child process, since it disables
 //!   the device for the process) leave every answer correct.
 
@@ -502,6 +504,85 @@ gpu_test!(device_encoding_several_keys_and_sizes, |_rt| {
     }
 });
 
+/// The device encoding of byte-like key columns sorts as the host encoding does; where
+/// values are longer than the window, the packed words that come back for refining ties
+/// are exactly the host's.
+fn assert_device_byte_encoding_matches(columns: &[KeyColumn], label: &str) {
+    let host = encode_keys(columns).unwrap();
+    let expected = CpuBackend.sort(&host, AlgorithmChoice::Auto, None).unwrap();
+    let fallbacks = cuda::fallback_count();
+    let run = CudaBackend::new()
+        .unwrap()
+        .sort_key_columns(columns, AlgorithmChoice::Auto, None)
+        .unwrap()
+        .unwrap_or_else(|| panic!("{label}: not encoded on the device"));
+    assert_eq!(cuda::fallback_count(), fallbacks, "{label}: fell back");
+    assert!(
+        run.permutation == expected.permutation,
+        "{label}: order differs"
+    );
+    match run.refine_keys {
+        Some(keys) => {
+            assert_eq!(keys.long_keys, host.long_keys, "{label}: long keys");
+            assert_eq!(keys.total_bits, host.total_bits, "{label}: bits");
+            assert!(keys.words == host.words, "{label}: packed words differ");
+        }
+        None => assert!(
+            host.long_keys.is_empty() || host.rows < 2,
+            "{label}: long keys not brought back"
+        ),
+    }
+}
+
+gpu_test!(device_encoding_of_byte_like_keys, |_rt| {
+    use common::data::Distribution::*;
+    use common::strings::{make_byte_column, SHAPES};
+    let mut rng = rng("device-encoding-bytes");
+    let types = [
+        DataType::Utf8View,
+        DataType::Utf8,
+        DataType::LargeUtf8,
+        DataType::Binary,
+        DataType::LargeBinary,
+        DataType::BinaryView,
+    ];
+    for dt in &types {
+        for shape in SHAPES {
+            for (n, dist, null_fraction, descending, nulls_first, with_int) in [
+                (20_000, Uniform, 0.0, false, false, false),
+                (5_001, Distinct(10), 0.3, true, true, true),
+                (3_000, AllEqual, 0.1, false, true, false),
+                (2, Uniform, 0.5, true, false, true),
+            ] {
+                let base = common::data::base_values(&mut rng, n, dist);
+                let whole = make_byte_column(&mut rng, dt, &base, shape, null_fraction);
+                let cuts = [0, n / 3, n / 3, n / 2, n];
+                let arrays: Vec<ArrayRef> = cuts
+                    .windows(2)
+                    .map(|w| whole.slice(w[0], w[1] - w[0]))
+                    .collect();
+                let options = SortOptions {
+                    descending,
+                    nulls_first,
+                };
+                let mut columns = vec![KeyColumn { arrays, options }];
+                if with_int {
+                    columns.push(key_column(
+                        &mut rng,
+                        &DataType::Int32,
+                        n,
+                        Distinct(256),
+                        0.1,
+                        SortOptions::default(),
+                    ));
+                }
+                let label = format!("{dt} {shape:?} n={n} {dist:?} nulls={null_fraction} {options:?} int={with_int}");
+                assert_device_byte_encoding_matches(&columns, &label);
+            }
+        }
+    }
+});
+
 gpu_test!(device_encoding_out_of_memory_falls_back, |_rt| {
     let mut rng = rng("device-encoding-oom");
     let options = SortOptions::default();
@@ -823,6 +904,70 @@ gpu_test!(device_gather_reuses_the_sorts_permutation_and_keys, |rt| {
         device_gather_against_host(&rows, &run.permutation, run.retained, 8192, "reuse");
     assert_eq!(columns, vec![0, 1]);
     // Only the payload column's values go up: the key column and the order are reused.
+    assert_eq!(stats.h2d_bytes, n * 8, "{stats:?}");
+});
+
+gpu_test!(device_gather_of_string_and_binary_views, |rt| {
+    let _ = rt;
+    use common::strings::{make_byte_column, Shape};
+    use datafusion::arrow::array::builder::StringViewBuilder;
+    let n = 60_007;
+    let mut r = rng("payload views");
+    let base = common::data::base_values(&mut r, n + 3, common::data::Distribution::Uniform);
+    // Many small data buffers: each output batch reads a few of them.
+    let mut builder = StringViewBuilder::new().with_fixed_block_size(4096);
+    for (i, b) in base.iter().enumerate() {
+        match i % 9 {
+            0 => builder.append_null(),
+            _ => builder.append_value(common::strings::text_of(*b, Shape::Mixed)),
+        }
+    }
+    let strings: ArrayRef = Arc::new(builder.finish());
+    let binaries = make_byte_column(&mut r, &DataType::BinaryView, &base, Shape::Hex, 0.2);
+    let utf8 = make_byte_column(&mut r, &DataType::Utf8, &base, Shape::Short, 0.0);
+    let (rows, n) = uneven_run(vec![strings, binaries, utf8]);
+    let permutation = shuffled(n, "payload views perm");
+    for (batch_size, take) in [(8192, n), (1000, n), (77, 1234)] {
+        let label = format!("views, batch {batch_size}, {take} rows");
+        let on_device =
+            assert_device_gather_matches_host(&rows, &permutation[..take], batch_size, &label);
+        assert_eq!(on_device, vec![0, 1], "{label}: Utf8 stays on the host");
+    }
+});
+
+gpu_test!(device_gather_reuses_a_string_keys_views, |rt| {
+    let _ = rt;
+    use common::strings::{make_byte_column, Shape};
+    let n = 200_000;
+    let mut r = rng("reuse views");
+    let base =
+        common::data::base_values(&mut r, n + 3, common::data::Distribution::Distinct(10_000));
+    let keys = make_byte_column(
+        &mut r,
+        &DataType::Utf8View,
+        &base,
+        Shape::SharedPrefix(9),
+        0.05,
+    );
+    let payload: ArrayRef = Arc::new(Int64Array::from_iter_values(0..(n + 3) as i64));
+    let (rows, n) = uneven_run(vec![keys, payload]);
+    let key = KeyColumn {
+        arrays: rows.column_arrays(0),
+        options: SortOptions {
+            descending: true,
+            nulls_first: false,
+        },
+    };
+    let run = CudaBackend::new()
+        .unwrap()
+        .sort_key_columns(&[key], AlgorithmChoice::Auto, None)
+        .unwrap()
+        .expect("sorted on the device");
+    assert!(!run.fell_back && run.retained.is_some() && run.refine_keys.is_none());
+    let (columns, stats) =
+        device_gather_against_host(&rows, &run.permutation, run.retained, 4096, "reuse views");
+    assert_eq!(columns, vec![0, 1]);
+    // Only the payload column's values go up: the key's views and the order are reused.
     assert_eq!(stats.h2d_bytes, n * 8, "{stats:?}");
 });
 

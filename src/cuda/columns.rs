@@ -1,18 +1,19 @@
-//! A fixed-width column's raw Arrow buffers on the device, as both the key encoder
-//! (`encode.rs`) and the payload gather (`gather.rs`) read them: the values (or the
-//! `Boolean` bitmap) of every input array back to back, and their validity bitmaps back to
-//! back when some row is null. A key column the encoder put there is handed on to the
-//! gather instead of being uploaded again.
+//! A column's raw Arrow buffers on the device, as both the key encoder (`encode.rs`) and
+//! the payload gather (`gather.rs`) read them: the values (the `Boolean` bitmap, or the
+//! 16-byte views of a byte-like column: `views.rs`) of every input array back to back, and
+//! their validity bitmaps back to back when some row is null. A key column the encoder put
+//! there is handed on to the gather instead of being uploaded again.
 
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayData, ArrayRef, BooleanArray};
-use arrow::buffer::{BooleanBuffer, NullBuffer};
+use arrow::buffer::{BooleanBuffer, Buffer, NullBuffer};
 use datafusion::arrow;
 
 use super::device::{Device, DeviceBuffer};
 use super::error::CudaResult;
 use super::transfer::Staging;
+use super::views::{upload_views, RunBuffers};
 
 /// How a column's values are laid out on the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +22,8 @@ pub enum PayloadLayout {
     Fixed(usize),
     /// One bit per value (`Boolean`).
     Bits,
+    /// 16-byte views of byte-like values, their data buffers numbered across the run.
+    Views,
 }
 
 /// One column's buffers on the device.
@@ -32,6 +35,9 @@ pub struct RawColumn {
     pub values: Arc<DeviceBuffer<u8>>,
     /// The validity of every input array, back to back; `None` when no row is null.
     pub validity: Option<Arc<DeviceBuffer<u8>>>,
+    /// For [`PayloadLayout::Views`]: the run's data buffers (on the host), in the numbering
+    /// of the views.
+    pub buffers: Option<Arc<Vec<Buffer>>>,
 }
 
 /// Uploads the column given as `arrays` (all of one type, laid out as `layout`); returns
@@ -42,7 +48,14 @@ pub fn upload_raw_column(
     arrays: &[ArrayRef],
     layout: PayloadLayout,
 ) -> CudaResult<(RawColumn, usize)> {
+    let mut buffers = None;
     let values = match layout {
+        PayloadLayout::Views => {
+            let run = RunBuffers::new(arrays);
+            let (views, _) = upload_views(device, staging, arrays, &run)?;
+            buffers = Some(Arc::new(run.buffers));
+            views
+        }
         PayloadLayout::Bits => {
             let bits = concat_bits(arrays.iter().map(|a| {
                 a.as_any()
@@ -78,6 +91,7 @@ pub fn upload_raw_column(
         layout,
         values: Arc::new(values),
         validity,
+        buffers,
     };
     Ok((column, bytes))
 }
@@ -93,7 +107,7 @@ fn concat_bits(parts: impl Iterator<Item = BooleanBuffer>) -> BooleanBuffer {
 
 /// Uploads `parts` back to back, padded with zeros to a multiple of 8 bytes (so that the
 /// kernels' word reads of bitmaps stay inside the buffer).
-fn upload_bytes(
+pub(super) fn upload_bytes(
     device: &Device,
     staging: &mut Staging,
     parts: &[&[u8]],

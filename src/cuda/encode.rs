@@ -3,10 +3,17 @@
 //!
 //! ```text
 //!  per key column: values buffer (+ validity bitmap) ──pinned, chunked──► device
+//!                  byte-like: views (+ validity) and the data buffers   (`views.rs`)
+//!    byte-like:    encode_field_stats of the length and the first chunks → the window
+//!                  (`keys::bytes::choose_window`, as the host encoder chooses it)
 //!  per field (null flag, limbs):  encode_field_stats → min, max, OR, AND   (32 B back)
 //!  host: the same reductions and word placements as the host encoder (src/keys/)
 //!  per field part:                encode_pack_field  → packed key words, on the device
 //! ```
+//!
+//! A byte-like column with values longer than its window leaves ties the window cannot
+//! order: the packed words then also come back to the host, which orders those ties after
+//! the sort (`crate::sort::refine`), exactly as for keys encoded on the host.
 //!
 //! The result is the input of the OneSweep launcher: one u32 word per row when the key has
 //! at most 32 significant bits, else 64-bit words, most significant first.
@@ -22,13 +29,20 @@ use super::error::CudaResult;
 use super::gather::DeviceColumn;
 use super::module::{arg, cached_cubin, launch, Kernel, Module, ENCODE};
 use super::transfer::Staging;
+use super::views::{is_view_type, upload_view_data, worth_encoding_on_device, ViewData};
+use crate::keys::bytes::{choose_window, MAX_CHUNKS};
 use crate::keys::{
-    limb_sources, low_mask, placements, FieldStats, KeyColumn, LimbKind, LimbSource, Reduction,
+    limb_sources, low_mask, placements, EncodedKeys, FieldStats, KeyColumn, LimbKind, LimbSource,
+    LongKey, Reduction,
 };
 
 const THREADS: u32 = 256;
 /// `kind` of a field that is a column's null flag (see `encode.cu`).
 const FIELD_NULL_FLAG: u32 = 4;
+/// `kind` of chunk `offset / 8` of a byte-like value's window.
+const LIMB_VIEW_CHUNK: u32 = 5;
+/// `kind` of a byte-like value's length marker in a window of `offset` bytes.
+const LIMB_VIEW_LENGTH: u32 = 6;
 
 /// Mirrors `struct FieldSource` of `encode.cu` (kernel parameter, passed by value).
 #[repr(C)]
@@ -42,6 +56,8 @@ struct FieldSource {
     kind: u32,
     descending: u32,
     nulls_first: u32,
+    data: CUdeviceptr,
+    buffer_starts: CUdeviceptr,
 }
 
 /// Packed key words of a run, on the device.
@@ -63,6 +79,11 @@ pub struct Encoded {
     pub h2d_bytes: usize,
     /// The key columns' raw buffers, left on the device for the payload gather.
     pub columns: Vec<DeviceColumn>,
+    /// Byte-like key columns with values longer than their window (see
+    /// [`EncodedKeys::long_keys`]); the packed words must come back for them.
+    pub long_keys: Vec<LongKey>,
+    /// Significant bits of the packed words.
+    pub total_bits: u32,
 }
 
 /// The loaded encode kernels of one device.
@@ -74,21 +95,23 @@ pub struct Encoder {
     grid: u32,
 }
 
-/// Whether every column can be encoded on the device (a fixed-width layout).
+/// Whether every column can be encoded on the device: a fixed-width layout, or a
+/// byte-like type whose data buffers are worth uploading.
 pub fn encodable_on_device(columns: &[KeyColumn]) -> bool {
-    columns.iter().all(|c| {
-        c.arrays
-            .first()
-            .is_none_or(|a| limb_sources(a.data_type()).is_some())
+    columns.iter().all(|c| match c.arrays.first() {
+        None => true,
+        Some(a) if is_view_type(a.data_type()) => worth_encoding_on_device(&c.arrays),
+        Some(a) => limb_sources(a.data_type()).is_some(),
     })
 }
 
 /// One column's buffers on the device (none when it has no rows or is all `Null`) and how
-/// its limbs are read from them.
+/// its limbs are read from them (a byte-like column's limbs come from its window).
 #[derive(Default)]
 struct ColumnOnDevice {
     sources: Vec<LimbSource>,
     raw: Option<RawColumn>,
+    view_data: Option<ViewData>,
 }
 
 impl Encoder {
@@ -114,19 +137,49 @@ impl Encoder {
     ) -> CudaResult<Encoded> {
         let mut h2d_bytes = 0;
         let mut on_device = Vec::with_capacity(columns.len());
-        let mut fields = Vec::new();
-        for column in columns {
+        // Each field, and the key column it belongs to.
+        let mut fields: Vec<(FieldSource, usize)> = Vec::new();
+        // Byte-like columns with values longer than their window: (column, window).
+        let mut longer = Vec::new();
+        for (index, column) in columns.iter().enumerate() {
             let (buffers, bytes) = upload_column(device, staging, column)?;
             h2d_bytes += bytes;
-            fields.extend(column_fields(column, &buffers));
+            let base = base_source(column, &buffers);
+            let column_fields = match &buffers.view_data {
+                Some(_) => {
+                    let (column_fields, window, longest) =
+                        self.window_fields(device, base, rows)?;
+                    if longest > window {
+                        longer.push((index, window));
+                    }
+                    column_fields
+                }
+                None => fixed_fields(base, &buffers.sources),
+            };
+            fields.extend(column_fields.into_iter().map(|f| (f, index)));
             on_device.push(buffers);
         }
-        let stats = self.field_stats(device, &fields, rows)?;
+        let sources: Vec<FieldSource> = fields.iter().map(|(f, _)| *f).collect();
+        let stats = self.field_stats(device, &sources, rows)?;
         let reduced: Vec<_> = fields
             .iter()
             .zip(&stats)
-            .filter_map(|(field, stats)| stats.reduction().map(|r| (*field, r)))
+            .filter_map(|((field, column), stats)| stats.reduction().map(|r| (*field, r, *column)))
             .collect();
+        let long_keys = longer
+            .into_iter()
+            .map(|(column, window)| LongKey {
+                column,
+                window,
+                bits_end: reduced
+                    .iter()
+                    .filter(|(_, _, c)| *c <= column)
+                    .map(|(_, r, _)| r.width)
+                    .sum(),
+                descending: columns[column].options.descending,
+            })
+            .collect();
+        let reduced: Vec<_> = reduced.into_iter().map(|(f, r, _)| (f, r)).collect();
         let widths: Vec<u32> = reduced.iter().map(|(_, r)| r.width).collect();
         let total_bits: u32 = widths.iter().sum();
         let keys = if total_bits == 0 {
@@ -158,6 +211,80 @@ impl Encoder {
             keys,
             h2d_bytes,
             columns,
+            long_keys,
+            total_bits,
+        })
+    }
+
+    /// The fields of a byte-like column read through its views (`base`): one statistics
+    /// pass over its length and first chunks chooses the window as the host would; then
+    /// the null flag (when some row is null), the chunks that vary and the length marker.
+    /// Also the window's bytes and the longest valid value's.
+    fn window_fields(
+        &self,
+        device: &Device,
+        base: FieldSource,
+        rows: usize,
+    ) -> CudaResult<(Vec<FieldSource>, usize, usize)> {
+        let limb = |kind, offset| FieldSource {
+            kind,
+            offset,
+            ..base
+        };
+        let length = FieldSource {
+            descending: 0,
+            ..limb(LIMB_VIEW_LENGTH, u32::MAX - 1)
+        };
+        let scan: Vec<FieldSource> = std::iter::once(length)
+            .chain((0..MAX_CHUNKS).map(|c| limb(LIMB_VIEW_CHUNK, 8 * c as u32)))
+            .collect();
+        let stats = self.field_stats(device, &scan, rows)?;
+        let longest = if stats[0].min <= stats[0].max {
+            stats[0].max as usize
+        } else {
+            0
+        };
+        let (live, window) = choose_window(&stats[1..], longest);
+        let flag = (base.valid != 0).then_some(base);
+        let chunks = live
+            .iter()
+            .map(|&(chunk, _)| limb(LIMB_VIEW_CHUNK, 8 * chunk as u32));
+        let marker = limb(LIMB_VIEW_LENGTH, window as u32);
+        let fields = flag.into_iter().chain(chunks).chain([marker]).collect();
+        Ok((fields, window, longest))
+    }
+
+    /// Brings the packed words of `keys` back to the host (most significant first), as the
+    /// host encoder would have packed them.
+    pub fn download_keys(
+        &self,
+        device: &Device,
+        staging: &mut Staging,
+        keys: &DeviceKeys,
+        encoded: &Encoded,
+        rows: usize,
+    ) -> CudaResult<EncodedKeys> {
+        let words = match keys {
+            DeviceKeys::Constant => Vec::new(),
+            DeviceKeys::U32(word) => {
+                let mut host = vec![0u32; rows];
+                staging.download(device, word, &mut host)?;
+                vec![host.into_iter().map(|w| u64::from(w) << 32).collect()]
+            }
+            DeviceKeys::Words(words) => words
+                .iter()
+                .map(|word| {
+                    let mut host = vec![0u64; rows];
+                    staging.download(device, word, &mut host)?;
+                    Ok(host)
+                })
+                .collect::<CudaResult<Vec<_>>>()?,
+        };
+        Ok(EncodedKeys {
+            words,
+            total_bits: encoded.total_bits,
+            rows,
+            long_keys: encoded.long_keys.clone(),
         })
     }
 
@@ -236,11 +363,12 @@ impl Encoder {
     }
 }
 
-/// The fields of one column, in the host encoder's order: null flag, then limbs.
-fn column_fields(column: &KeyColumn, buffers: &ColumnOnDevice) -> Vec<FieldSource> {
+/// A column's null flag field, from which its other fields are made.
+fn base_source(column: &KeyColumn, buffers: &ColumnOnDevice) -> FieldSource {
     let raw = buffers.raw.as_ref();
     let valid = raw.and_then(|r| r.validity.as_ref());
-    let base = FieldSource {
+    let data = buffers.view_data.as_ref();
+    FieldSource {
         values: raw.map_or(0, |r| r.values.ptr()),
         valid: valid.map_or(0, |b| b.ptr()),
         stride: 0,
@@ -249,9 +377,15 @@ fn column_fields(column: &KeyColumn, buffers: &ColumnOnDevice) -> Vec<FieldSourc
         kind: FIELD_NULL_FLAG,
         descending: column.options.descending as u32,
         nulls_first: column.options.nulls_first as u32,
-    };
-    let flag = valid.is_some().then_some(base);
-    let limbs = buffers.sources.iter().map(|source| FieldSource {
+        data: data.map_or(0, |d| d.data.ptr()),
+        buffer_starts: data.map_or(0, |d| d.starts.ptr()),
+    }
+}
+
+/// The fields of a fixed-width column, in the host encoder's order: null flag, then limbs.
+fn fixed_fields(base: FieldSource, sources: &[LimbSource]) -> Vec<FieldSource> {
+    let flag = (base.valid != 0).then_some(base);
+    let limbs = sources.iter().map(|source| FieldSource {
         stride: source.stride,
         offset: source.offset,
         width: source.width,
@@ -273,6 +407,19 @@ fn upload_column(
     let (Some(data_type), false) = (&data_type, data_type == Some(DataType::Null)) else {
         return Ok((ColumnOnDevice::default(), 0));
     };
+    if is_view_type(data_type) {
+        let (raw, mut bytes) =
+            upload_raw_column(device, staging, &column.arrays, PayloadLayout::Views)?;
+        let run_buffers = raw.buffers.clone().unwrap_or_default();
+        let (data, data_bytes) = upload_view_data(device, staging, &run_buffers)?;
+        bytes += data_bytes;
+        let buffers = ColumnOnDevice {
+            sources: Vec::new(),
+            raw: Some(raw),
+            view_data: Some(data),
+        };
+        return Ok((buffers, bytes));
+    }
     let sources = limb_sources(data_type).unwrap_or_default();
     let layout = match sources.first() {
         Some(first) if first.kind == LimbKind::Bit => PayloadLayout::Bits,
@@ -282,6 +429,7 @@ fn upload_column(
     let buffers = ColumnOnDevice {
         sources,
         raw: Some(raw),
+        view_data: None,
     };
     Ok((buffers, bytes))
 }
@@ -292,8 +440,8 @@ mod tests {
 
     #[test]
     fn field_source_matches_the_kernel_struct() {
-        // Two pointers and six u32: 40 bytes, 8-aligned, as `struct FieldSource`.
-        assert_eq!(std::mem::size_of::<FieldSource>(), 40);
+        // Two pointers, six u32, two pointers: 56 bytes, 8-aligned, as `struct FieldSource`.
+        assert_eq!(std::mem::size_of::<FieldSource>(), 56);
         assert_eq!(std::mem::align_of::<FieldSource>(), 8);
     }
 }

@@ -16,8 +16,10 @@
 //! ```
 //!
 //! Gathered on the device: primitive columns (integers, floats, decimals, dates, times,
-//! timestamps, durations, intervals), `FixedSizeBinary` of 1, 2, 4, 8, 16 or 32 bytes and
-//! `Boolean`. Columns that do not fit in device memory, and every other type, stay with
+//! timestamps, durations, intervals), `FixedSizeBinary` of 1, 2, 4, 8, 16 or 32 bytes,
+//! `Boolean`, and the 16-byte views of `Utf8View` and `BinaryView` (their data buffers
+//! never move: each output batch's views are renumbered to the buffers it reads, which it
+//! shares with the input, `views.rs`). Columns that do not fit in device memory, and every other type, stay with
 //! the host gather. A failure part way hands the rest of the run back to the host gather.
 
 use std::mem::MaybeUninit;
@@ -29,12 +31,14 @@ use arrow::buffer::{BooleanBuffer, Buffer, MutableBuffer, NullBuffer};
 use arrow::datatypes::DataType;
 use datafusion::arrow;
 use datafusion::common::Result;
+use rayon::prelude::*;
 
 use super::columns::{upload_raw_column, PayloadLayout, RawColumn};
 use super::device::{Device, DeviceBuffer};
 use super::error::{CudaError, CudaResult};
 use super::module::{arg, cached_cubin, launch, Kernel, Module, GATHER};
 use super::transfer::Staging;
+use super::views::{views_array, VIEW_BYTES};
 use super::{note_gather_failure, CudaRuntime};
 use crate::gather::{PayloadGather, PayloadStats, RunRows};
 
@@ -46,6 +50,7 @@ const WIDTHS: [usize; 6] = [1, 2, 4, 8, 16, 32];
 pub fn payload_layout(data_type: &DataType) -> Option<PayloadLayout> {
     let width = match data_type {
         DataType::Boolean => return Some(PayloadLayout::Bits),
+        DataType::Utf8View | DataType::BinaryView => return Some(PayloadLayout::Views),
         DataType::FixedSizeBinary(width) => usize::try_from(*width).ok()?,
         other if other.is_primitive() => other.primitive_width()?,
         _ => return None,
@@ -213,22 +218,35 @@ impl PayloadGather for DevicePayload {
         for (column, (values, validity)) in self.columns.iter().zip(host) {
             self.stats.d2h_bytes += values.iter().map(Buffer::len).sum::<usize>();
             self.stats.d2h_bytes += validity.iter().flatten().map(Buffer::len).sum::<usize>();
-            let arrays = batch_rows
-                .iter()
-                .enumerate()
-                .map(|(b, &len)| {
-                    let nulls = validity
-                        .as_ref()
-                        .map(|v| NullBuffer::new(BooleanBuffer::new(v[b].clone(), 0, len)))
-                        .filter(|n| n.null_count() > 0);
-                    let data = ArrayData::builder(column.data_type.clone())
-                        .len(len)
-                        .add_buffer(values[b].clone())
-                        .nulls(nulls)
-                        .build()?;
-                    Ok(make_array(data))
-                })
-                .collect::<Result<Vec<ArrayRef>>>()?;
+            let nulls = |b: usize, len: usize| {
+                validity
+                    .as_ref()
+                    .map(|v| NullBuffer::new(BooleanBuffer::new(v[b].clone(), 0, len)))
+                    .filter(|n| n.null_count() > 0)
+            };
+            let arrays = match &column.raw.buffers {
+                // Views are renumbered batch by batch: in parallel.
+                Some(run_buffers) => values
+                    .into_par_iter()
+                    .zip(batch_rows.par_iter())
+                    .enumerate()
+                    .map(|(b, (views, &len))| {
+                        views_array(&column.data_type, views, len, nulls(b, len), run_buffers)
+                    })
+                    .collect(),
+                None => batch_rows
+                    .iter()
+                    .enumerate()
+                    .map(|(b, &len)| {
+                        let data = ArrayData::builder(column.data_type.clone())
+                            .len(len)
+                            .add_buffer(values[b].clone())
+                            .nulls(nulls(b, len))
+                            .build()?;
+                        Ok(make_array(data))
+                    })
+                    .collect::<Result<Vec<ArrayRef>>>()?,
+            };
             out.push(arrays);
         }
         Ok(Some(out))
@@ -290,6 +308,7 @@ impl DevicePayload {
             .map(|column| {
                 let values = match column.raw.layout {
                     PayloadLayout::Fixed(width) => place(&mut batch_rows.iter().map(|r| r * width)),
+                    PayloadLayout::Views => place(&mut batch_rows.iter().map(|r| r * VIEW_BYTES)),
                     PayloadLayout::Bits => place(&mut std::iter::repeat_n(bitmap_bytes, batches)),
                 };
                 let validity = column
@@ -307,6 +326,14 @@ impl DevicePayload {
                 PayloadLayout::Fixed(width) => {
                     self.launch_values(device, &column.raw.values, width, start, batch_rows, at)?
                 }
+                PayloadLayout::Views => self.launch_values(
+                    device,
+                    &column.raw.values,
+                    VIEW_BYTES,
+                    start,
+                    batch_rows,
+                    at,
+                )?,
                 PayloadLayout::Bits => {
                     self.launch_bits(device, &column.raw.values, start, batch_rows, at)?
                 }

@@ -26,6 +26,7 @@ mod module;
 mod onesweep;
 mod strategy;
 mod transfer;
+mod views;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -229,13 +230,28 @@ impl CudaRuntime {
         self.with_device(|device, staging| {
             let started = Instant::now();
             let encoded = self.encoder.encode(device, staging, columns, n)?;
+            let refine_keys = match encoded.long_keys.is_empty() {
+                true => None,
+                false => {
+                    Some(
+                        self.encoder
+                            .download_keys(device, staging, &encoded.keys, &encoded, n)?,
+                    )
+                }
+            };
             let how = How {
                 algorithm,
                 segments,
                 upload_started: started,
                 h2d_bytes: encoded.h2d_bytes,
             };
-            self.sort_device_keys(device, staging, encoded.keys, how, encoded.columns, n)
+            let mut run =
+                self.sort_device_keys(device, staging, encoded.keys, how, encoded.columns, n)?;
+            if let Some(keys) = &refine_keys {
+                run.d2h_bytes += keys.words.len() * n * 8;
+            }
+            run.refine_keys = refine_keys;
+            Ok(run)
         })
     }
 
@@ -364,7 +380,10 @@ impl SortBackend for CudaBackend {
             Ok(run) => Ok(Some(run)),
             Err(error) => {
                 note_failure(&error, rows);
-                cpu_fallback(&encode_keys(columns)?, algorithm, segments).map(Some)
+                let keys = encode_keys(columns)?;
+                let mut run = cpu_fallback(&keys, algorithm, segments)?;
+                run.refine_keys = (!keys.long_keys.is_empty()).then_some(keys);
+                Ok(Some(run))
             }
         }
     }

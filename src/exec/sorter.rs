@@ -285,8 +285,9 @@ fn sort_keys(
         spec.backend
             .sort_key_columns(columns, spec.algorithm, segments)?
     };
-    if let Some(sorted) = on_device {
-        return Ok((sorted, started, None));
+    if let Some(mut sorted) = on_device {
+        let keys = sorted.refine_keys.take();
+        return Ok((sorted, started, keys));
     }
     let keys = {
         let _timer = metrics.encode_time.timer();

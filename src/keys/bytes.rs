@@ -248,6 +248,23 @@ impl Scan {
     }
 }
 
+/// The window of a byte-like column, from the statistics of its first chunk limbs
+/// (inverted when descending; at least `MAX_CHUNKS` of them, or as many as the longest
+/// value needs) and its longest valid value: the chunks that vary, with their reductions,
+/// and the window's bytes. Chunks are added until [`LIVE_CHUNKS`] vary, every value ends
+/// inside the window, or it holds [`MAX_CHUNKS`]. Both backends' encoders choose with it.
+pub fn choose_window(chunks: &[FieldStats], longest: usize) -> (Vec<(usize, Reduction)>, usize) {
+    let mut live: Vec<(usize, Reduction)> = Vec::new();
+    let mut taken = 0;
+    while live.len() < LIVE_CHUNKS && taken < longest.div_ceil(8).min(MAX_CHUNKS) {
+        if let Some(reduction) = chunks[taken].reduction() {
+            live.push((taken, reduction));
+        }
+        taken += 1;
+    }
+    (live, 8 * taken)
+}
+
 /// Encodes the byte-like `arrays` of a key column (`rows` rows) as a window of chunks and a
 /// length marker. One scan finds which chunks vary and how to reduce them; the chunks that
 /// vary are then written already reduced (nulls 0), and the marker goes through `finish`
@@ -266,15 +283,7 @@ pub fn window_fields(
         |scan, value| scan.add(value, descending),
         Scan::merge,
     );
-    let mut live: Vec<(usize, Reduction)> = Vec::new();
-    let mut chunks = 0;
-    while live.len() < LIVE_CHUNKS && chunks < scan.longest.div_ceil(8).min(MAX_CHUNKS) {
-        if let Some(reduction) = scan.chunks[chunks].reduction() {
-            live.push((chunks, reduction));
-        }
-        chunks += 1;
-    }
-    let window = 8 * chunks;
+    let (live, window) = choose_window(&scan.chunks, scan.longest);
     let is_valid = |row: usize| valid.is_none_or(|valid| valid[row]);
     let mut fields: Vec<KeyField> = live
         .into_iter()

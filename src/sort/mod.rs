@@ -92,6 +92,10 @@ pub struct SortedRun {
     /// What the backend kept for [`SortBackend::payload_gatherer`] (valid for exactly this
     /// permutation, or a prefix of it).
     pub retained: Option<Retained>,
+    /// The packed keys, brought to the host when the backend encoded byte-like keys with
+    /// values longer than their window (`long_keys` not empty): the caller orders those
+    /// ties after the sort (`crate::sort::refine`), as for keys encoded on the host.
+    pub refine_keys: Option<EncodedKeys>,
 }
 
 impl SortedRun {
@@ -106,6 +110,7 @@ impl SortedRun {
             fell_back: false,
             transfer: TransferTimes::default(),
             retained: None,
+            refine_keys: None,
         }
     }
 }
