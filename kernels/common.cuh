@@ -9,6 +9,13 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef int i32;
 
+// An Arrow view of a byte-like value: `len` bytes, stored inline from `prefix` on when
+// len <= 12, else in data buffer `buffer` at `offset` (`prefix`: its first 4 bytes).
+struct __align__(16) View {
+    u32 len, prefix, buffer, offset;
+};
+#define MAX_INLINE_VIEW_LEN 12
+
 // 8-bit digits: 256 buckets per radix pass.
 #define RADIX_BITS 8
 #define RADIX 256

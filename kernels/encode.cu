@@ -60,11 +60,6 @@ __device__ __forceinline__ u64 total_order(u64 bits, u32 width_bits) {
     return (bits & sign) ? (~bits & mask) : (bits | sign);
 }
 
-// An Arrow view: `len` bytes, inline from `prefix` on when len <= 12.
-struct __align__(16) View {
-    u32 len, prefix, buffer, offset;
-};
-
 // Limb of a byte-like value through its view (host twins: `chunk_at`, `length_marker`).
 __device__ __forceinline__ u64 read_view_limb(const FieldSource& s, u64 row) {
     const View* views = (const View*)s.values;
@@ -73,7 +68,7 @@ __device__ __forceinline__ u64 read_view_limb(const FieldSource& s, u64 row) {
     if (s.kind == LIMB_VIEW_LENGTH) return (u64)min(len, s.offset + 1);
     const u32 from = s.offset;
     if (from >= len) return 0;
-    const u8* bytes = len <= 12 ? (const u8*)&views[row].prefix
+    const u8* bytes = len <= MAX_INLINE_VIEW_LEN ? (const u8*)&views[row].prefix
                                 : s.data + s.buffer_starts[view.buffer] + view.offset;
     const u32 take = min(len - from, 8u);
     u64 limb = 0;

@@ -5,6 +5,12 @@
 //   gather_w{1,2,4,8,16,32}   out[i] = src[perm[i]] for values of that many bytes
 //   gather_bits               bitmaps (validity, Boolean values): bit i of the output is
 //                             bit perm[i] of the source, laid out batch by batch
+//   gather_views              views of byte-like values (empty under nulls), and the
+//                             bytes each long value needs in its output batch's data
+//   scan_view_bytes           per output batch: where each long value's bytes go in the
+//                             batch's own data buffer, and the buffer's size
+//   copy_view_bytes           the long values' bytes into their batch's data buffer; the
+//                             views then point there (buffer 0 of their batch)
 //
 // `perm` points at the first permutation entry of the window being gathered; the host
 // passes `n` (rows of the window). Bitmaps are little-endian arrays of 32-bit words, the
@@ -65,5 +71,83 @@ extern "C" __global__ void gather_bits(const u32* __restrict__ src,
         }
         const u32 word = __ballot_sync(0xffffffffu, bit);
         if (lane_id() == 0) out[t / WARP] = word;
+    }
+}
+
+// Views of the window's rows; `long_bytes[i]` the bytes row i's value keeps outside its
+// view in the output (0 when inline or null). `valid`: source validity, or null.
+extern "C" __global__ void gather_views(const View* __restrict__ src,
+                                        const u32* __restrict__ valid,
+                                        const u32* __restrict__ perm, u32 n,
+                                        View* __restrict__ out, u32* __restrict__ long_bytes) {
+    const u32 stride = gridDim.x * blockDim.x;
+    for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const u32 row = perm[i];
+        View view = src[row];
+        if (valid != nullptr && !((valid[row >> 5] >> (row & 31)) & 1u)) {
+            view.len = view.prefix = view.buffer = view.offset = 0;
+        }
+        out[i] = view;
+        long_bytes[i] = view.len > MAX_INLINE_VIEW_LEN ? view.len : 0;
+    }
+}
+
+// One block per output batch of `batch_rows` rows: `long_bytes` becomes the exclusive
+// prefix sum within the batch, `totals[b]` the batch's sum.
+extern "C" __global__ void __launch_bounds__(256)
+    scan_view_bytes(u32* __restrict__ long_bytes, u32 n, u32 batch_rows,
+                    u64* __restrict__ totals) {
+    __shared__ u64 warp_sums[8];
+    __shared__ u64 carry;
+    const u32 begin = blockIdx.x * batch_rows;
+    const u32 end = min(n, begin + batch_rows);
+    if (threadIdx.x == 0) carry = 0;
+    __syncthreads();
+    for (u32 base = begin; base < end; base += blockDim.x) {
+        const u32 i = base + threadIdx.x;
+        const u64 mine = i < end ? long_bytes[i] : 0;
+        u64 inclusive = mine;
+#pragma unroll
+        for (int o = 1; o < WARP; o <<= 1) {
+            const u64 up = __shfl_up_sync(0xffffffffu, inclusive, o);
+            if (lane_id() >= (u32)o) inclusive += up;
+        }
+        if (lane_id() == WARP - 1) warp_sums[warp_id()] = inclusive;
+        __syncthreads();
+        u64 before = carry;
+        for (u32 w = 0; w < warp_id(); ++w) before += warp_sums[w];
+        if (i < end) long_bytes[i] = (u32)(before + inclusive - mine);
+        __syncthreads();
+        if (threadIdx.x == blockDim.x - 1) {
+            u64 all = carry;
+            for (u32 w = 0; w < blockDim.x / WARP; ++w) all += warp_sums[w];
+            carry = all;
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) totals[blockIdx.x] = carry;
+}
+
+// The final views of the window (`views` gathered by gather_views): each long value's bytes
+// copied to `out_data + batch_data[b] + long_bytes[i]` (its batch's data buffer) and its
+// view pointing there.
+extern "C" __global__ void copy_view_bytes(const View* __restrict__ views,
+                                           View* __restrict__ out_views,
+                                           const u32* __restrict__ long_bytes, u32 n,
+                                           u32 batch_rows, const u8* __restrict__ data,
+                                           const u64* __restrict__ buffer_starts,
+                                           const u64* __restrict__ batch_data,
+                                           u8* __restrict__ out_data) {
+    const u32 stride = gridDim.x * blockDim.x;
+    for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        View view = views[i];
+        if (view.len > MAX_INLINE_VIEW_LEN) {
+            const u8* from = data + buffer_starts[view.buffer] + view.offset;
+            u8* to = out_data + batch_data[i / batch_rows] + long_bytes[i];
+            for (u32 k = 0; k < view.len; ++k) to[k] = from[k];
+            view.buffer = 0;
+            view.offset = long_bytes[i];
+        }
+        out_views[i] = view;
     }
 }

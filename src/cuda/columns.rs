@@ -7,13 +7,13 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayData, ArrayRef, BooleanArray};
-use arrow::buffer::{BooleanBuffer, Buffer, NullBuffer};
+use arrow::buffer::{BooleanBuffer, NullBuffer};
 use datafusion::arrow;
 
 use super::device::{Device, DeviceBuffer};
 use super::error::CudaResult;
 use super::transfer::Staging;
-use super::views::{upload_views, RunBuffers};
+use super::views::{upload_view_data, upload_views, RunBuffers, ViewData};
 
 /// How a column's values are laid out on the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,9 +35,8 @@ pub struct RawColumn {
     pub values: Arc<DeviceBuffer<u8>>,
     /// The validity of every input array, back to back; `None` when no row is null.
     pub validity: Option<Arc<DeviceBuffer<u8>>>,
-    /// For [`PayloadLayout::Views`]: the run's data buffers (on the host), in the numbering
-    /// of the views.
-    pub buffers: Option<Arc<Vec<Buffer>>>,
+    /// For [`PayloadLayout::Views`]: the data buffers the views point into.
+    pub view_data: Option<Arc<ViewData>>,
 }
 
 /// Uploads the column given as `arrays` (all of one type, laid out as `layout`); returns
@@ -48,12 +47,15 @@ pub fn upload_raw_column(
     arrays: &[ArrayRef],
     layout: PayloadLayout,
 ) -> CudaResult<(RawColumn, usize)> {
-    let mut buffers = None;
+    let mut view_data = None;
+    let mut bytes = 0;
     let values = match layout {
         PayloadLayout::Views => {
             let run = RunBuffers::new(arrays);
             let (views, _) = upload_views(device, staging, arrays, &run)?;
-            buffers = Some(Arc::new(run.buffers));
+            let (data, data_bytes) = upload_view_data(device, staging, &run.buffers)?;
+            view_data = Some(Arc::new(data));
+            bytes += data_bytes;
             views
         }
         PayloadLayout::Bits => {
@@ -75,7 +77,7 @@ pub fn upload_raw_column(
             upload_bytes(device, staging, &parts, "column values")?
         }
     };
-    let mut bytes = values.len();
+    bytes += values.len();
     let validity = if arrays.iter().any(|a| a.logical_null_count() > 0) {
         let bits = concat_bits(arrays.iter().map(|a| match a.logical_nulls() {
             Some(nulls) => nulls.inner().clone(),
@@ -91,7 +93,7 @@ pub fn upload_raw_column(
         layout,
         values: Arc::new(values),
         validity,
-        buffers,
+        view_data,
     };
     Ok((column, bytes))
 }

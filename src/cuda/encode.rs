@@ -29,7 +29,7 @@ use super::error::CudaResult;
 use super::gather::DeviceColumn;
 use super::module::{arg, cached_cubin, launch, Kernel, Module, ENCODE};
 use super::transfer::Staging;
-use super::views::{is_view_type, upload_view_data, worth_encoding_on_device, ViewData};
+use super::views::{is_view_type, worth_encoding_on_device};
 use crate::keys::bytes::{choose_window, MAX_CHUNKS};
 use crate::keys::{
     limb_sources, low_mask, placements, EncodedKeys, FieldStats, KeyColumn, LimbKind, LimbSource,
@@ -111,7 +111,6 @@ pub fn encodable_on_device(columns: &[KeyColumn]) -> bool {
 struct ColumnOnDevice {
     sources: Vec<LimbSource>,
     raw: Option<RawColumn>,
-    view_data: Option<ViewData>,
 }
 
 impl Encoder {
@@ -145,7 +144,8 @@ impl Encoder {
             let (buffers, bytes) = upload_column(device, staging, column)?;
             h2d_bytes += bytes;
             let base = base_source(column, &buffers);
-            let column_fields = match &buffers.view_data {
+            let views = buffers.raw.as_ref().and_then(|r| r.view_data.as_ref());
+            let column_fields = match views {
                 Some(_) => {
                     let (column_fields, window, longest) =
                         self.window_fields(device, base, rows)?;
@@ -367,7 +367,7 @@ impl Encoder {
 fn base_source(column: &KeyColumn, buffers: &ColumnOnDevice) -> FieldSource {
     let raw = buffers.raw.as_ref();
     let valid = raw.and_then(|r| r.validity.as_ref());
-    let data = buffers.view_data.as_ref();
+    let data = raw.and_then(|r| r.view_data.as_ref());
     FieldSource {
         values: raw.map_or(0, |r| r.values.ptr()),
         valid: valid.map_or(0, |b| b.ptr()),
@@ -408,15 +408,11 @@ fn upload_column(
         return Ok((ColumnOnDevice::default(), 0));
     };
     if is_view_type(data_type) {
-        let (raw, mut bytes) =
+        let (raw, bytes) =
             upload_raw_column(device, staging, &column.arrays, PayloadLayout::Views)?;
-        let run_buffers = raw.buffers.clone().unwrap_or_default();
-        let (data, data_bytes) = upload_view_data(device, staging, &run_buffers)?;
-        bytes += data_bytes;
         let buffers = ColumnOnDevice {
             sources: Vec::new(),
             raw: Some(raw),
-            view_data: Some(data),
         };
         return Ok((buffers, bytes));
     }
@@ -429,7 +425,6 @@ fn upload_column(
     let buffers = ColumnOnDevice {
         sources,
         raw: Some(raw),
-        view_data: None,
     };
     Ok((buffers, bytes))
 }

@@ -72,6 +72,12 @@ pub enum CudaError {
         /// The most rows one run may have.
         max: usize,
     },
+    /// An output batch of gathered views would need a data buffer past what views address.
+    #[error("an output batch holds {bytes} bytes of long values (views address at most 4 GiB)")]
+    BatchTooLarge {
+        /// Bytes of the batch's long values.
+        bytes: u64,
+    },
 }
 
 /// Result of the CUDA backend.

@@ -17,9 +17,8 @@
 //!
 //! Gathered on the device: primitive columns (integers, floats, decimals, dates, times,
 //! timestamps, durations, intervals), `FixedSizeBinary` of 1, 2, 4, 8, 16 or 32 bytes,
-//! `Boolean`, and the 16-byte views of `Utf8View` and `BinaryView` (their data buffers
-//! never move: each output batch's views are renumbered to the buffers it reads, which it
-//! shares with the input, `views.rs`). Columns that do not fit in device memory, and every other type, stay with
+//! `Boolean`, and `Utf8View` and `BinaryView` (their views and data buffers go up, and
+//! each output batch comes back with its own compact data buffer: `views.rs`). Columns that do not fit in device memory, and every other type, stay with
 //! the host gather. A failure part way hands the rest of the run back to the host gather.
 
 use std::mem::MaybeUninit;
@@ -31,7 +30,6 @@ use arrow::buffer::{BooleanBuffer, Buffer, MutableBuffer, NullBuffer};
 use arrow::datatypes::DataType;
 use datafusion::arrow;
 use datafusion::common::Result;
-use rayon::prelude::*;
 
 use super::columns::{upload_raw_column, PayloadLayout, RawColumn};
 use super::device::{Device, DeviceBuffer};
@@ -66,6 +64,9 @@ pub struct Gatherer {
     _module: Module,
     values: [Kernel; 6],
     bits: Kernel,
+    views: Kernel,
+    scan_view_bytes: Kernel,
+    copy_view_bytes: Kernel,
     grid: u32,
 }
 
@@ -85,6 +86,9 @@ impl Gatherer {
                 kernel("gather_w32")?,
             ],
             bits: kernel("gather_bits")?,
+            views: kernel("gather_views")?,
+            scan_view_bytes: kernel("scan_view_bytes")?,
+            copy_view_bytes: kernel("copy_view_bytes")?,
             grid: device.sm_count * 16,
             _module: module,
         })
@@ -121,6 +125,30 @@ pub struct DevicePayload {
     indices: Vec<usize>,
     columns: Vec<PayloadColumn>,
     stats: PayloadStats,
+}
+
+/// One column of a gathered window: per output batch, its values (views), its validity
+/// when some row is null, and for views the bytes of its long values.
+struct Gathered {
+    values: Vec<Buffer>,
+    validity: Option<Vec<Buffer>>,
+    data: Option<Vec<Buffer>>,
+}
+
+/// Where one column's parts lie in a window buffer: (byte offset, first part) of each.
+struct Regions {
+    values: (usize, usize),
+    validity: Option<(usize, usize)>,
+    data: Option<(usize, usize)>,
+}
+
+/// A window's views gathered to scratch memory, before their long values are copied.
+struct GatheredViews {
+    views: DeviceBuffer<u8>,
+    /// Each row's offset in its batch's data buffer.
+    offsets: DeviceBuffer<u32>,
+    /// Bytes of long values per batch.
+    batch_bytes: Vec<usize>,
 }
 
 impl CudaRuntime {
@@ -215,23 +243,30 @@ impl PayloadGather for DevicePayload {
             }
         };
         let mut out = Vec::with_capacity(host.len());
-        for (column, (values, validity)) in self.columns.iter().zip(host) {
-            self.stats.d2h_bytes += values.iter().map(Buffer::len).sum::<usize>();
-            self.stats.d2h_bytes += validity.iter().flatten().map(Buffer::len).sum::<usize>();
+        for (column, gathered) in self.columns.iter().zip(host) {
+            let Gathered {
+                values,
+                validity,
+                data,
+            } = gathered;
+            for buffer in values.iter().chain(validity.iter().flatten()) {
+                self.stats.d2h_bytes += buffer.len();
+            }
+            self.stats.d2h_bytes += data.iter().flatten().map(Buffer::len).sum::<usize>();
             let nulls = |b: usize, len: usize| {
                 validity
                     .as_ref()
                     .map(|v| NullBuffer::new(BooleanBuffer::new(v[b].clone(), 0, len)))
                     .filter(|n| n.null_count() > 0)
             };
-            let arrays = match &column.raw.buffers {
-                // Views are renumbered batch by batch: in parallel.
-                Some(run_buffers) => values
-                    .into_par_iter()
-                    .zip(batch_rows.par_iter())
+            let arrays = match data {
+                Some(data) => values
+                    .into_iter()
+                    .zip(data)
+                    .zip(batch_rows)
                     .enumerate()
-                    .map(|(b, (views, &len))| {
-                        views_array(&column.data_type, views, len, nulls(b, len), run_buffers)
+                    .map(|(b, ((views, data), &len))| {
+                        views_array(&column.data_type, views, data, len, nulls(b, len))
                     })
                     .collect(),
                 None => batch_rows
@@ -272,21 +307,32 @@ impl DevicePayload {
     }
 
     /// Gathers every column for output rows `start ..` into one device buffer (each
-    /// column's values, then its validity, at 256-byte aligned offsets) and downloads it
-    /// in one stream of copies, so that the copy of one column overlaps the host's drain of
-    /// the previous one. Per column: its values and its validity, one buffer per batch.
-    #[allow(clippy::type_complexity)]
+    /// column's values, then its validity, then for views its batches' data, at 256-byte
+    /// aligned offsets) and downloads it in one stream of copies, so that the copy of one
+    /// column overlaps the host's drain of the previous one. Per column: one buffer per
+    /// batch of each part.
     fn gather_window(
         &self,
         device: &Device,
         staging: &mut Staging,
         start: usize,
         batch_rows: &[usize],
-    ) -> CudaResult<Vec<(Vec<Buffer>, Option<Vec<Buffer>>)>> {
+    ) -> CudaResult<Vec<Gathered>> {
         let batches = batch_rows.len();
         let bitmap_bytes = batch_rows[0].div_ceil(32) * 4;
+        // Views first: their batches' data sizes are known only once gathered.
+        let prepared: Vec<Option<GatheredViews>> = self
+            .columns
+            .iter()
+            .map(|column| match column.raw.layout {
+                PayloadLayout::Views => self
+                    .gather_views(device, column, start, batch_rows)
+                    .map(Some),
+                _ => Ok(None),
+            })
+            .collect::<CudaResult<_>>()?;
         // Every part of the window buffer in order (batch buffers and padding), and where
-        // each gathered bitmap or value array starts: (byte offset, first part).
+        // each column's part list starts: (byte offset, first part).
         let mut sizes: Vec<usize> = Vec::new();
         let mut offset = 0;
         let mut place = |part_sizes: &mut dyn Iterator<Item = usize>| {
@@ -302,10 +348,11 @@ impl DevicePayload {
             }
             at
         };
-        let regions: Vec<((usize, usize), Option<(usize, usize)>)> = self
+        let regions: Vec<Regions> = self
             .columns
             .iter()
-            .map(|column| {
+            .zip(&prepared)
+            .map(|(column, views)| {
                 let values = match column.raw.layout {
                     PayloadLayout::Fixed(width) => place(&mut batch_rows.iter().map(|r| r * width)),
                     PayloadLayout::Views => place(&mut batch_rows.iter().map(|r| r * VIEW_BYTES)),
@@ -316,29 +363,40 @@ impl DevicePayload {
                     .validity
                     .as_ref()
                     .map(|_| place(&mut std::iter::repeat_n(bitmap_bytes, batches)));
-                (values, validity)
+                let data = views
+                    .as_ref()
+                    .map(|v| place(&mut v.batch_bytes.iter().copied()));
+                Regions {
+                    values,
+                    validity,
+                    data,
+                }
             })
             .collect();
         let out = device.alloc::<u8>(offset, "gathered window")?;
-        for (column, (values, validity)) in self.columns.iter().zip(&regions) {
-            let at = out.ptr() + values.0 as u64;
-            match column.raw.layout {
-                PayloadLayout::Fixed(width) => {
-                    self.launch_values(device, &column.raw.values, width, start, batch_rows, at)?
-                }
-                PayloadLayout::Views => self.launch_values(
+        for ((column, at), views) in self.columns.iter().zip(&regions).zip(&prepared) {
+            let values_at = out.ptr() + at.values.0 as u64;
+            match (column.raw.layout, views) {
+                (PayloadLayout::Fixed(width), _) => self.launch_values(
                     device,
                     &column.raw.values,
-                    VIEW_BYTES,
+                    width,
                     start,
                     batch_rows,
-                    at,
+                    values_at,
                 )?,
-                PayloadLayout::Bits => {
-                    self.launch_bits(device, &column.raw.values, start, batch_rows, at)?
+                (PayloadLayout::Bits, _) => {
+                    self.launch_bits(device, &column.raw.values, start, batch_rows, values_at)?
                 }
+                (PayloadLayout::Views, Some(views)) => {
+                    let data_at = out.ptr() + at.data.expect("views have data").0 as u64;
+                    self.copy_view_bytes(
+                        device, staging, column, views, batch_rows, values_at, data_at,
+                    )?
+                }
+                (PayloadLayout::Views, None) => unreachable!("views are prepared"),
             }
-            if let (Some(bits), Some(validity)) = (&column.raw.validity, validity) {
+            if let (Some(bits), Some(validity)) = (&column.raw.validity, at.validity) {
                 let at = out.ptr() + validity.0 as u64;
                 self.launch_bits(device, bits, start, batch_rows, at)?;
             }
@@ -355,12 +413,139 @@ impl DevicePayload {
         };
         Ok(regions
             .iter()
-            .map(|(values, validity)| {
-                let values = take(&mut parts, values.1);
-                let validity = validity.map(|v| take(&mut parts, v.1));
-                (values, validity)
+            .map(|at| Gathered {
+                values: take(&mut parts, at.values.1),
+                validity: at.validity.map(|v| take(&mut parts, v.1)),
+                data: at.data.map(|d| take(&mut parts, d.1)),
             })
             .collect())
+    }
+
+    /// Gathers the views of output rows `start ..` (empty under nulls) into a scratch
+    /// buffer and finds where each long value's bytes go in its batch's data buffer.
+    fn gather_views(
+        &self,
+        device: &Device,
+        column: &PayloadColumn,
+        start: usize,
+        batch_rows: &[usize],
+    ) -> CudaResult<GatheredViews> {
+        let rows: usize = batch_rows.iter().sum();
+        let views = device.alloc::<u8>(rows * VIEW_BYTES, "gathered views")?;
+        let offsets = device.alloc::<u32>(rows, "long value offsets")?;
+        let totals = device.alloc::<u64>(batch_rows.len(), "batch data sizes")?;
+        let gatherer = &self.runtime.gatherer;
+        let valid = column.raw.validity.as_ref().map_or(0, |v| v.ptr());
+        let (mut src, mut valid, mut perm, mut n) = (
+            column.raw.values.ptr(),
+            valid,
+            self.permutation_at(start),
+            rows as u32,
+        );
+        let (mut out, mut long) = (views.ptr(), offsets.ptr());
+        let mut params = [
+            arg(&mut src),
+            arg(&mut valid),
+            arg(&mut perm),
+            arg(&mut n),
+            arg(&mut out),
+            arg(&mut long),
+        ];
+        launch(
+            device,
+            gatherer.views,
+            self.grid_for(rows),
+            THREADS,
+            &mut params,
+            rows,
+        )?;
+        let (mut long, mut n, mut batch) = (offsets.ptr(), rows as u32, batch_rows[0] as u32);
+        let mut sums = totals.ptr();
+        let mut params = [arg(&mut long), arg(&mut n), arg(&mut batch), arg(&mut sums)];
+        let blocks = batch_rows.len() as u32;
+        launch(
+            device,
+            gatherer.scan_view_bytes,
+            blocks,
+            THREADS,
+            &mut params,
+            rows,
+        )?;
+        let batch_bytes = device.download_now(&totals)?;
+        if let Some(&too_big) = batch_bytes.iter().find(|&&b| b > u64::from(u32::MAX)) {
+            return Err(CudaError::BatchTooLarge { bytes: too_big });
+        }
+        Ok(GatheredViews {
+            views,
+            offsets,
+            batch_bytes: batch_bytes.into_iter().map(|b| b as usize).collect(),
+        })
+    }
+
+    /// Copies the long values of gathered `views` into their batches' data buffers at
+    /// device address `data_at` and writes the final views to `views_at`.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_view_bytes(
+        &self,
+        device: &Device,
+        staging: &mut Staging,
+        column: &PayloadColumn,
+        views: &GatheredViews,
+        batch_rows: &[usize],
+        views_at: u64,
+        data_at: u64,
+    ) -> CudaResult<()> {
+        let rows: usize = batch_rows.iter().sum();
+        let mut batch_data = Vec::with_capacity(batch_rows.len());
+        let mut at = 0u64;
+        for &bytes in &views.batch_bytes {
+            batch_data.push(at);
+            at += bytes as u64;
+        }
+        let batch_data = staging.upload::<u64, _>(
+            device,
+            batch_data.len(),
+            "batch data offsets",
+            |s, out| out.copy_from_slice(&batch_data[s..s + out.len()]),
+        )?;
+        let data = column
+            .raw
+            .view_data
+            .as_ref()
+            .expect("views have their data");
+        let (mut src_views, mut out_views, mut long, mut n, mut batch) = (
+            views.views.ptr(),
+            views_at,
+            views.offsets.ptr(),
+            rows as u32,
+            batch_rows[0] as u32,
+        );
+        let (mut src, mut starts, mut batch_data, mut out_data) = (
+            data.data.ptr(),
+            data.starts.ptr(),
+            batch_data.ptr(),
+            data_at,
+        );
+        let mut params = [
+            arg(&mut src_views),
+            arg(&mut out_views),
+            arg(&mut long),
+            arg(&mut n),
+            arg(&mut batch),
+            arg(&mut src),
+            arg(&mut starts),
+            arg(&mut batch_data),
+            arg(&mut out_data),
+        ];
+        let kernel = self.runtime.gatherer.copy_view_bytes;
+        launch(
+            device,
+            kernel,
+            self.grid_for(rows),
+            THREADS,
+            &mut params,
+            rows,
+        )
     }
 
     /// Queues the gather of fixed-width values of output rows `start ..` to device

@@ -8,8 +8,9 @@
 //!  null rows                 the empty view (never a buffer number)
 //!
 //!  run buffers: every data buffer of every array, each once (slices of one array share
-//!  theirs), uploaded back to back for the key encoder (`ViewData`); the payload gather
-//!  moves only the views and builds its output arrays over the host's buffers.
+//!  theirs), uploaded back to back (`ViewData`): the key encoder reads values there, and
+//!  the payload gather copies each output batch's long values into that batch's own data
+//!  buffer on the device, so output batches are compact and share nothing with the input.
 //! ```
 
 use std::collections::HashMap;
@@ -260,6 +261,7 @@ fn view_source<'a>(array: &'a ArrayRef, numbers: &'a [u32]) -> ViewSource<'a> {
 }
 
 /// The run's data buffers on the device, for reading values through the views.
+#[derive(Debug)]
 pub struct ViewData {
     /// Every run buffer back to back.
     pub data: DeviceBuffer<u8>,
@@ -343,66 +345,30 @@ pub fn upload_view_data(
     ))
 }
 
-/// A run buffer this thread's batch does not read (yet).
-const NO_SLOT: u32 = u32::MAX;
-
-thread_local! {
-    /// Per run buffer: its number among the buffers of the batch being built (all
-    /// [`NO_SLOT`] between batches).
-    static SLOTS: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Builds the output array of one batch from its gathered views (in the run numbering;
-/// rewritten in place to the numbering of the buffers this batch reads) and nulls.
+/// The output array of one batch gathered on the device: its views (long values pointing
+/// into `data` as buffer 0, null rows empty) and the bytes of its long values.
 pub fn views_array(
     data_type: &DataType,
     views: Buffer,
+    data: Buffer,
     len: usize,
     nulls: Option<NullBuffer>,
-    run_buffers: &[Buffer],
 ) -> ArrayRef {
-    let mut views = match views.into_mutable() {
-        Ok(mutable) => mutable,
-        Err(shared) => arrow::buffer::MutableBuffer::from(shared.as_slice().to_vec()),
-    };
-    let typed: &mut [u128] = views.typed_data_mut();
-    let mut used: Vec<Buffer> = Vec::new();
-    SLOTS.with_borrow_mut(|slot_of| {
-        slot_of.resize(slot_of.len().max(run_buffers.len()), NO_SLOT);
-        let mut numbers: Vec<u32> = Vec::new();
-        for (i, view) in typed[..len].iter_mut().enumerate() {
-            if nulls.as_ref().is_some_and(|n| n.is_null(i)) {
-                *view = 0;
-                continue;
-            }
-            if (*view as u32) <= MAX_INLINE_VIEW_LEN {
-                continue;
-            }
-            let mut long = ByteView::from(*view);
-            let number = long.buffer_index as usize;
-            if slot_of[number] == NO_SLOT {
-                slot_of[number] = used.len() as u32;
-                used.push(run_buffers[number].clone());
-                numbers.push(number as u32);
-            }
-            long.buffer_index = slot_of[number];
-            *view = long.as_u128();
-        }
-        for number in numbers {
-            slot_of[number as usize] = NO_SLOT;
-        }
-    });
-    let views: Buffer = views.into();
     let views = arrow::buffer::ScalarBuffer::<u128>::new(views, 0, len);
-    // SAFETY: every view was made by `upload_views` from a valid value of this type (or is
-    // the empty view of a null row) and points, under its new number, at the same bytes of
-    // the same buffer.
+    let buffers = if data.is_empty() {
+        Vec::new()
+    } else {
+        vec![data]
+    };
+    // SAFETY: each view is the view of a valid value of this type (or the empty view of a
+    // null row); a long one points at that value's bytes, copied whole into `data`
+    // (`kernels/gather.cu`: copy_view_bytes).
     match data_type {
         DataType::Utf8View => Arc::new(unsafe {
-            GenericByteViewArray::<StringViewType>::new_unchecked(views, used, nulls)
+            GenericByteViewArray::<StringViewType>::new_unchecked(views, buffers, nulls)
         }),
         _ => Arc::new(unsafe {
-            GenericByteViewArray::<BinaryViewType>::new_unchecked(views, used, nulls)
+            GenericByteViewArray::<BinaryViewType>::new_unchecked(views, buffers, nulls)
         }),
     }
 }
@@ -428,6 +394,33 @@ mod tests {
         (out, buffers)
     }
 
+    /// The values the views of `arrays` name, read through the run buffers.
+    fn read_back(arrays: &[ArrayRef]) -> Vec<Option<Vec<u8>>> {
+        let (views, buffers) = all_views(arrays);
+        let nulls: Vec<bool> = arrays
+            .iter()
+            .flat_map(|a| (0..a.len()).map(|i| a.is_null(i)).collect::<Vec<_>>())
+            .collect();
+        views
+            .iter()
+            .zip(nulls)
+            .map(|(&view, null)| {
+                if null {
+                    assert_eq!(view, 0, "a null row's view is empty");
+                    return None;
+                }
+                let len = view as u32 as usize;
+                if len <= MAX_INLINE_VIEW_LEN as usize {
+                    return Some(view.to_le_bytes()[4..4 + len].to_vec());
+                }
+                let view = ByteView::from(view);
+                let buffer = &buffers.buffers[view.buffer_index as usize];
+                let at = view.offset as usize;
+                Some(buffer.as_slice()[at..at + len].to_vec())
+            })
+            .collect()
+    }
+
     #[test]
     fn views_in_run_numbering_read_the_same_values() {
         let long = |s: &str| format!("{s} is longer than twelve bytes");
@@ -447,19 +440,10 @@ mod tests {
             whole.slice(2, 2),
             Arc::new(LargeStringArray::from(vec![long("d")]).slice(0, 1)),
         ];
-        let (views, buffers) = all_views(&arrays);
+        let (_, buffers) = all_views(&arrays);
         // The view array's one buffer once (its slices share it), then the two offsets arrays'.
         assert_eq!(buffers.buffers.len(), 3);
-        let gathered = views_array(
-            &DataType::Utf8View,
-            Buffer::from_vec(views.clone()),
-            views.len(),
-            Some(NullBuffer::from(vec![
-                true, true, true, false, true, false, true, true,
-            ])),
-            &buffers.buffers,
-        );
-        let expected = StringViewArray::from(vec![
+        let expected: Vec<Option<Vec<u8>>> = [
             Some("short".to_string()),
             Some(long("a")),
             Some(long("c")),
@@ -468,9 +452,11 @@ mod tests {
             None,
             Some(long("b")),
             Some(long("d")),
-        ]);
-        assert_eq!(gathered.as_string_view(), &expected);
-        assert_eq!(gathered.as_string_view().data_buffers().len(), 3);
+        ]
+        .into_iter()
+        .map(|v| v.map(String::into_bytes))
+        .collect();
+        assert_eq!(read_back(&arrays), expected);
     }
 
     #[test]
