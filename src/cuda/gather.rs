@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::array::{make_array, Array, ArrayData, ArrayRef};
-use arrow::buffer::{BooleanBuffer, Buffer, MutableBuffer, NullBuffer};
+use arrow::buffer::{BooleanBuffer, Buffer, NullBuffer};
 use arrow::datatypes::DataType;
 use datafusion::arrow;
 use datafusion::common::Result;
@@ -34,6 +34,7 @@ use datafusion::common::Result;
 use super::columns::{upload_raw_column, PayloadLayout, RawColumn};
 use super::device::{Device, DeviceBuffer};
 use super::error::{CudaError, CudaResult};
+use super::host_memory::HostRegions;
 use super::module::{arg, cached_cubin, launch, Kernel, Module, GATHER};
 use super::transfer::Staging;
 use super::views::{views_array, VIEW_BYTES};
@@ -401,10 +402,12 @@ impl DevicePayload {
                 self.launch_bits(device, bits, start, batch_rows, at)?;
             }
         }
-        let mut parts: Vec<Option<Buffer>> = download_into_buffers(device, staging, &out, &sizes)?
-            .into_iter()
-            .map(Some)
-            .collect();
+        let host_regions = &self.runtime.host_regions;
+        let mut parts: Vec<Option<Buffer>> =
+            download_into_buffers(device, staging, host_regions, &out, &sizes)?
+                .into_iter()
+                .map(Some)
+                .collect();
         let take = |parts: &mut Vec<Option<Buffer>>, first: usize| -> Vec<Buffer> {
             parts[first..first + batches]
                 .iter_mut()
@@ -616,36 +619,41 @@ impl DevicePayload {
     }
 }
 
-/// Downloads `src` into new host buffers of `sizes` bytes (adding up to its length).
+/// Downloads `src` into host buffers of `sizes` bytes (adding up to its length): slices of
+/// one region of `regions`, reused from earlier windows when one is idle.
 fn download_into_buffers(
     device: &Device,
     staging: &mut Staging,
+    regions: &Arc<HostRegions>,
     src: &DeviceBuffer<u8>,
     sizes: &[usize],
 ) -> CudaResult<Vec<Buffer>> {
-    let mut buffers: Vec<MutableBuffer> = sizes
-        .iter()
-        .map(|&size| MutableBuffer::with_capacity(size))
-        .collect();
+    let total: usize = sizes.iter().sum();
+    // SAFETY: `download_parts` writes every byte of the parts, which tile all `total`
+    // bytes, before the buffer is read (it fails otherwise, and the buffer is dropped).
+    let whole = unsafe { regions.take(total) };
+    let base = whole.as_ptr() as *mut MaybeUninit<u8>;
+    let mut offsets = Vec::with_capacity(sizes.len());
+    let mut at = 0;
+    for &size in sizes {
+        offsets.push(at);
+        at += size;
+    }
     {
-        let mut parts: Vec<&mut [MaybeUninit<u8>]> = buffers
-            .iter_mut()
+        let mut parts: Vec<&mut [MaybeUninit<u8>]> = offsets
+            .iter()
             .zip(sizes)
-            .map(|(buffer, &size)| {
-                // SAFETY: the buffer's capacity is at least `size` bytes; they are only
-                // written (every one of them, by `download_parts`) through this slice.
-                unsafe { std::slice::from_raw_parts_mut(buffer.as_mut_ptr().cast(), size) }
+            // SAFETY: the parts are disjoint ranges of the region's `total` bytes, written
+            // only through these slices while no one reads the buffer.
+            .map(|(&offset, &size)| unsafe {
+                std::slice::from_raw_parts_mut(base.add(offset), size)
             })
             .collect();
         staging.download_parts(device, src, &mut parts)?;
     }
-    Ok(buffers
-        .into_iter()
+    Ok(offsets
+        .iter()
         .zip(sizes)
-        .map(|(mut buffer, &size)| {
-            // SAFETY: `download_parts` wrote all `size` bytes.
-            unsafe { buffer.set_len(size) };
-            buffer.into()
-        })
+        .map(|(&offset, &size)| whole.slice_with_length(offset, size))
         .collect())
 }

@@ -21,6 +21,7 @@ mod encode;
 mod error;
 pub mod faults;
 mod gather;
+mod host_memory;
 mod merge;
 mod module;
 mod onesweep;
@@ -41,6 +42,7 @@ pub use error::{CudaError, CudaResult};
 pub use faults::{inject as inject_fault, Fault};
 pub use gather::{payload_layout, DevicePayload, Gatherer};
 use gather::{DeviceColumn, DeviceRun};
+use host_memory::{idle_limit, HostRegions};
 pub use merge::{MergeKeys, MergeSorted, MergeSorts, MERGE_TILE};
 pub use module::{compile_cubin, is_nvrtc_present, nvrtc_version, KernelFile, ALL_KERNELS};
 pub use onesweep::{
@@ -71,6 +73,8 @@ pub struct CudaRuntime {
     pub gatherer: Gatherer,
     /// Pinned staging buffers; holding the lock is holding the device.
     staging: Mutex<Staging>,
+    /// Host memory of gathered windows, reused between sorts.
+    host_regions: Arc<HostRegions>,
 }
 
 static RUNTIME: OnceLock<std::result::Result<Arc<CudaRuntime>, String>> = OnceLock::new();
@@ -145,6 +149,7 @@ fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
             encoder,
             gatherer,
             staging,
+            host_regions: Arc::new(HostRegions::new(idle_limit())),
         })
     })
     .map_err(|_| {
