@@ -629,10 +629,8 @@ fn download_into_buffers(
     sizes: &[usize],
 ) -> CudaResult<Vec<Buffer>> {
     let total: usize = sizes.iter().sum();
-    // SAFETY: `download_parts` writes every byte of the parts, which tile all `total`
-    // bytes, before the buffer is read (it fails otherwise, and the buffer is dropped).
-    let whole = unsafe { regions.take(total) };
-    let base = whole.as_ptr() as *mut MaybeUninit<u8>;
+    let region = regions.take(total);
+    let base = region.as_mut_ptr() as *mut MaybeUninit<u8>;
     let mut offsets = Vec::with_capacity(sizes.len());
     let mut at = 0;
     for &size in sizes {
@@ -644,7 +642,7 @@ fn download_into_buffers(
             .iter()
             .zip(sizes)
             // SAFETY: the parts are disjoint ranges of the region's `total` bytes, written
-            // only through these slices while no one reads the buffer.
+            // only through these slices; no buffer over them exists yet.
             .map(|(&offset, &size)| unsafe {
                 std::slice::from_raw_parts_mut(base.add(offset), size)
             })
@@ -654,6 +652,7 @@ fn download_into_buffers(
     Ok(offsets
         .iter()
         .zip(sizes)
-        .map(|(&offset, &size)| whole.slice_with_length(offset, size))
+        // SAFETY: `download_parts` wrote every byte of every part; the parts do not overlap.
+        .map(|(&offset, &size)| unsafe { region.part(offset, size) })
         .collect())
 }

@@ -4,16 +4,21 @@
 //! has never touched costs a page fault and the kernel's zeroing per 4 KiB page on first
 //! write: on the H100 hosts 16 threads copied 2.4 GB into fresh memory at 13–24 GB/s and
 //! into memory touched before at 50–59 GB/s (docs/performance.md). So a window is one
-//! region, its batches' buffers are slices of it, and when the last of them is dropped the
+//! region, its batches' buffers are parts of it (each an Arrow buffer of its own size, so
+//! memory accounting sees each batch at its size), and when the last part is dropped the
 //! region goes back to a list of idle regions that the next window takes from.
 //!
 //! ```text
-//!  window ─ take(len) ─► region (idle one that fits, else new) ─► Buffer ─► batch slices
-//!  last slice dropped ─► region idle again (freed instead past the idle limit)
+//!  window ─ take(len) ─► region (idle one that fits, else new) ─► part per batch buffer
+//!  last part dropped ─► region idle again (freed instead past the idle limit)
 //! ```
 //!
+//! A consumer that keeps a few batches of a window keeps the whole region (one window,
+//! about 100 MB at most) until it drops them.
+//!
 //! Idle regions are process memory outside DataFusion's memory pool: at most
-//! [`idle_limit`] bytes (4 GiB, and never more than an eighth of physical memory).
+//! [`idle_limit`] bytes (4 GiB, and never more than an eighth of physical memory; the
+//! environment variable `GPUSORT_HOST_IDLE_BYTES` sets it, 0 keeps nothing idle).
 
 use std::alloc::{alloc, dealloc, Layout};
 use std::ptr::NonNull;
@@ -30,11 +35,20 @@ const GRANULE: usize = 2 << 20;
 /// The most idle bytes kept, before the physical memory bound.
 const MOST_IDLE: usize = 4 << 30;
 
-/// Bytes of idle regions kept for reuse: [`MOST_IDLE`], at most an eighth of physical
-/// memory (1 GiB when that cannot be read).
+/// Environment variable that sets the idle limit in bytes (0: keep nothing idle).
+pub const IDLE_LIMIT_VARIABLE: &str = "GPUSORT_HOST_IDLE_BYTES";
+
+/// Bytes of idle regions kept for reuse: [`IDLE_LIMIT_VARIABLE`] when set, else
+/// [`MOST_IDLE`] but at most an eighth of physical memory (1 GiB when that cannot be read).
 pub fn idle_limit() -> usize {
     static LIMIT: OnceLock<usize> = OnceLock::new();
     *LIMIT.get_or_init(|| {
+        if let Some(bytes) = std::env::var(IDLE_LIMIT_VARIABLE)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+        {
+            return bytes;
+        }
         let physical = std::fs::read_to_string("/proc/meminfo")
             .ok()
             .and_then(|info| {
@@ -101,14 +115,9 @@ impl HostRegions {
         }
     }
 
-    /// A region of at least `len` bytes as one Arrow buffer of exactly `len` bytes (its
-    /// contents undefined: every byte must be written before it is read); the region
-    /// becomes idle again when the buffer and all its slices are dropped.
-    ///
-    /// # Safety
-    /// The caller writes all `len` bytes (through [`Buffer::as_ptr`]) before anything
-    /// reads the buffer or a slice of it.
-    pub unsafe fn take(self: &Arc<Self>, len: usize) -> Buffer {
+    /// A region of at least `len` bytes (its contents undefined), lent until every buffer
+    /// made from it ([`LentRegion::part`]) is dropped; then it is idle again.
+    pub fn take(self: &Arc<Self>, len: usize) -> LentRegion {
         let capacity = len.max(1).next_multiple_of(GRANULE);
         let raw = {
             let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
@@ -122,14 +131,14 @@ impl HostRegions {
             best.map(|i| idle.swap_remove(i))
         };
         let raw = raw.unwrap_or_else(|| RawRegion::new(capacity));
-        let ptr = raw.ptr;
-        let owner = Arc::new(Region {
-            raw: Some(raw),
-            regions: Arc::clone(self),
-        });
-        // SAFETY: `ptr` is valid for `capacity >= len` bytes for as long as `owner` lives,
-        // which the buffer keeps alive; the caller writes them before any read.
-        unsafe { Buffer::from_custom_allocation(ptr, len, owner) }
+        LentRegion {
+            ptr: raw.ptr,
+            len,
+            owner: Arc::new(Region {
+                raw: Some(raw),
+                regions: Arc::clone(self),
+            }),
+        }
     }
 
     /// Bytes held by idle regions.
@@ -158,7 +167,38 @@ impl Drop for HostRegions {
     }
 }
 
-/// The owner of a region lent out as an Arrow buffer.
+/// A region lent out: Arrow buffers over parts of it keep it from going back.
+pub struct LentRegion {
+    ptr: NonNull<u8>,
+    len: usize,
+    owner: Arc<Region>,
+}
+
+impl LentRegion {
+    /// The region's first byte (aligned to 256 bytes).
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Bytes `offset .. offset + size` as an Arrow buffer of capacity `size`: memory
+    /// accounting sees each part at its own size, and the region goes back when the last
+    /// part is dropped.
+    ///
+    /// # Safety
+    /// The part lies inside the region's length, its bytes are written before the buffer
+    /// is read, and no two parts overlap while written.
+    pub unsafe fn part(&self, offset: usize, size: usize) -> Buffer {
+        assert!(offset + size <= self.len, "part past the end of a region");
+        // SAFETY: inside the allocation (checked above), which `owner` keeps alive for as
+        // long as the buffer lives; the caller writes it before any read.
+        unsafe {
+            let ptr = NonNull::new_unchecked(self.ptr.as_ptr().add(offset));
+            Buffer::from_custom_allocation(ptr, size, Arc::clone(&self.owner) as _)
+        }
+    }
+}
+
+/// The owner of a region lent out as Arrow buffers.
 struct Region {
     raw: Option<RawRegion>,
     regions: Arc<HostRegions>,
@@ -181,22 +221,31 @@ mod tests {
     use super::*;
 
     fn filled(regions: &Arc<HostRegions>, len: usize, byte: u8) -> Buffer {
+        let region = regions.take(len);
         // SAFETY: every byte is written before the buffer is read.
-        let buffer = unsafe { regions.take(len) };
-        unsafe { std::ptr::write_bytes(buffer.as_ptr() as *mut u8, byte, len) };
-        buffer
+        unsafe {
+            std::ptr::write_bytes(region.as_mut_ptr(), byte, len);
+            region.part(0, len)
+        }
     }
 
     #[test]
-    fn regions_come_back_when_the_last_slice_is_dropped() {
+    fn regions_come_back_when_the_last_part_is_dropped() {
         let regions = Arc::new(HostRegions::new(1 << 30));
-        let whole = filled(&regions, 5000, 7);
-        let first = whole.as_ptr();
-        let slice = whole.slice_with_length(4096, 10);
-        drop(whole);
-        assert_eq!(regions.idle_bytes(), 0, "a slice still holds the region");
-        assert_eq!(slice.as_slice(), &[7; 10]);
-        drop(slice);
+        let region = regions.take(5000);
+        let first = region.as_mut_ptr() as *const u8;
+        // SAFETY: both parts are written before they are read and do not overlap.
+        let (a, b) = unsafe {
+            std::ptr::write_bytes(region.as_mut_ptr(), 7, 5000);
+            (region.part(0, 4096), region.part(4096, 10))
+        };
+        drop(region);
+        // Each part counts its own bytes.
+        assert_eq!((a.capacity(), b.capacity()), (4096, 10));
+        drop(a);
+        assert_eq!(regions.idle_bytes(), 0, "a part still holds the region");
+        assert_eq!(b.as_slice(), &[7; 10]);
+        drop(b);
         assert_eq!(regions.idle_bytes(), GRANULE);
         // The next window of a similar size reuses it; a much smaller one does not.
         let again = filled(&regions, 4000, 1);
@@ -215,6 +264,8 @@ mod tests {
         let buffers: Vec<Buffer> = (0..5).map(|i| filled(&regions, GRANULE, i)).collect();
         drop(buffers);
         assert_eq!(regions.idle_bytes(), 3 * GRANULE);
-        assert!(idle_limit() >= GRANULE && idle_limit() <= MOST_IDLE);
+        if std::env::var(IDLE_LIMIT_VARIABLE).is_err() {
+            assert!(idle_limit() >= GRANULE && idle_limit() <= MOST_IDLE);
+        }
     }
 }
