@@ -21,7 +21,7 @@ use arrow::array::{
     Array, ArrayRef, AsArray, ByteView, GenericByteArray, GenericByteViewArray, MAX_INLINE_VIEW_LEN,
 };
 use arrow::buffer::{Buffer, NullBuffer};
-use arrow::datatypes::{BinaryViewType, ByteArrayType, ByteViewType, DataType, StringViewType};
+use arrow::datatypes::{BinaryViewType, ByteArrayType, DataType, StringViewType};
 use datafusion::arrow;
 
 use super::device::{Device, DeviceBuffer};
@@ -131,15 +131,6 @@ fn data_worth_uploading(data: usize, rows: usize, read: impl FnOnce() -> usize) 
 
 /// Bytes of the data buffers that `array`'s values read.
 fn read_bytes(array: &ArrayRef) -> usize {
-    fn views<T: ByteViewType>(array: &GenericByteViewArray<T>) -> usize {
-        array
-            .views()
-            .iter()
-            .map(|&v| v as u32)
-            .filter(|&len| len > MAX_INLINE_VIEW_LEN)
-            .map(|len| len as usize)
-            .sum()
-    }
     fn offsets<T: ByteArrayType>(array: &GenericByteArray<T>) -> usize {
         let offsets = array.value_offsets();
         (offsets[offsets.len() - 1] - offsets[0]).as_usize()
@@ -147,8 +138,8 @@ fn read_bytes(array: &ArrayRef) -> usize {
     use arrow::datatypes::ArrowNativeType;
     use DataType::*;
     match array.data_type() {
-        Utf8View => views(array.as_string_view()),
-        BinaryView => views(array.as_binary_view()),
+        Utf8View => array.as_string_view().total_buffer_bytes_used(),
+        BinaryView => array.as_binary_view().total_buffer_bytes_used(),
         Utf8 => offsets(array.as_string::<i32>()),
         LargeUtf8 => offsets(array.as_string::<i64>()),
         Binary => offsets(array.as_binary::<i32>()),
