@@ -4,8 +4,14 @@
 // orders before the key (segmented sort: rows of an earlier segment always come first):
 //
 //   block_sort        each block sorts one tile of TILE elements in shared memory
-//                     (odd-even transposition in registers, then merge-path merges) and
-//                     generates the row ids; in place, since a block touches only its tile
+//                     (odd-even transposition in registers, then merge-path merges over
+//                     separate key / segment / row id arrays; threads whose elements stay
+//                     in place skip a level) and generates the row ids; in place
+//   tile_radius       the smallest r such that every tile sorts after all tiles more than
+//                     r tiles before it (checked per tile against the 2r + 2 tiles after)
+//   place             with a small radius: every element's final position from counts in
+//                     its 2r neighbour tiles; its row id is written there. One pass instead
+//                     of the merge passes below.
 //   find_dirty        for run length R, per pair of adjacent runs (A, B): the part that
 //                     really needs merging. A's elements <= B[0] and B's elements >= A's
 //                     last stay where they are, so only A[a_lo..R) and B[0..b_hi) are
@@ -87,6 +93,14 @@ struct Arrays {
         if constexpr (SEG) e.seg = segs[i];
         return e;
     }
+    // Key and segment of element i (the row id is left out).
+    __device__ __forceinline__ Elem<K, SEG> load_order(u64 i) const {
+        Elem<K, SEG> e;
+        e.key = keys[i];
+        e.id = 0;
+        if constexpr (SEG) e.seg = segs[i];
+        return e;
+    }
     __device__ __forceinline__ void store(u64 i, const Elem<K, SEG>& e) const {
         keys[i] = e.key;
         ids[i] = e.id;
@@ -145,11 +159,72 @@ __device__ __forceinline__ void serial_merge(SharedView<E> A, u32 a, u32 a_end, 
     }
 }
 
+// A tile in shared memory as separate arrays (padded positions): the merges read only the
+// order (key, segment) while searching and merging, and each output's row id once.
+template <typename K, bool SEG>
+struct SharedTile {
+    K keys[PADDED_TILE];
+    u32 segs[SEG ? PADDED_TILE : 1];
+    u32 ids[PADDED_TILE];
+    __device__ __forceinline__ void put(u32 e, const Elem<K, SEG>& x) {
+        keys[pad(e)] = x.key;
+        if constexpr (SEG) segs[pad(e)] = x.seg;
+        ids[pad(e)] = x.id;
+    }
+    // Key and segment of element e (the row id is left out).
+    __device__ __forceinline__ Elem<K, SEG> order(u32 e) const {
+        Elem<K, SEG> x;
+        x.key = keys[pad(e)];
+        if constexpr (SEG) x.seg = segs[pad(e)];
+        x.id = 0;
+        return x;
+    }
+    __device__ __forceinline__ Elem<K, SEG> get(u32 e) const {
+        Elem<K, SEG> x = order(e);
+        x.id = ids[pad(e)];
+        return x;
+    }
+};
+
+// Element i of a run starting at element `base` of a shared tile, order only.
+template <typename K, bool SEG>
+struct OrderView {
+    const SharedTile<K, SEG>* t;
+    u32 base;
+    __device__ __forceinline__ Elem<K, SEG> operator()(u32 i) const { return t->order(base + i); }
+};
+
+// The MERGE_ITEMS outputs of the merge of A[a..a_len) and B[b..b_len) (runs of a shared
+// tile, A first on ties), row ids fetched after the merge.
+template <typename K, bool SEG>
+__device__ __forceinline__ void serial_merge_tile(const SharedTile<K, SEG>& t, u32 a_base, u32 a, u32 a_len,
+                                                  u32 b_base, u32 b, u32 b_len, Elem<K, SEG> (&out)[MERGE_ITEMS]) {
+    Elem<K, SEG> next_a, next_b;  // read only while in range
+    if (a < a_len) next_a = t.order(a_base + a);
+    if (b < b_len) next_b = t.order(b_base + b);
+    u32 from[MERGE_ITEMS];
+#pragma unroll
+    for (int i = 0; i < MERGE_ITEMS; ++i) {
+        const bool take_a = b >= b_len || (a < a_len && le(next_a, next_b));
+        out[i] = take_a ? next_a : next_b;
+        from[i] = take_a ? a_base + a : b_base + b;
+        if (take_a) {
+            ++a;
+            if (a < a_len) next_a = t.order(a_base + a);
+        } else {
+            ++b;
+            if (b < b_len) next_b = t.order(b_base + b);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < MERGE_ITEMS; ++i) out[i].id = t.ids[pad(from[i])];
+}
+
 // Sorts tile blockIdx.x of `data` in place and numbers its rows (row id = position).
 template <typename K, bool SEG>
 __device__ void block_sort(Arrays<K, SEG> data, u32 n) {
     typedef Elem<K, SEG> E;
-    __shared__ E s[PADDED_TILE];
+    __shared__ SharedTile<K, SEG> s;
     const u64 base = (u64)blockIdx.x * MERGE_TILE;
     const u32 count = (u32)min((u64)MERGE_TILE, n - base);
     for (u32 i = threadIdx.x; i < MERGE_TILE; i += MERGE_THREADS) {
@@ -161,19 +236,19 @@ __device__ void block_sort(Arrays<K, SEG> data, u32 n) {
         } else {
             set_padding(e);
         }
-        s[pad(i)] = e;
+        s.put(i, e);
     }
     __syncthreads();
     E r[MERGE_ITEMS];
 #pragma unroll
-    for (int i = 0; i < MERGE_ITEMS; ++i) r[i] = s[pad(threadIdx.x * MERGE_ITEMS + i)];
+    for (int i = 0; i < MERGE_ITEMS; ++i) r[i] = s.get(threadIdx.x * MERGE_ITEMS + i);
     // A tile already in order (sorted or nearly sorted input, short segments of such)
     // keeps its keys where they are: only its row ids are written.
     bool in_order = true;
 #pragma unroll
     for (int i = 0; i + 1 < MERGE_ITEMS; ++i) in_order = in_order && le(r[i], r[i + 1]);
     const u32 next = threadIdx.x * MERGE_ITEMS + MERGE_ITEMS;
-    if (next < MERGE_TILE) in_order = in_order && le(r[MERGE_ITEMS - 1], s[pad(next)]);
+    if (next < MERGE_TILE) in_order = in_order && le(r[MERGE_ITEMS - 1], s.order(next));
     if (__syncthreads_and(in_order)) {
         for (u32 i = threadIdx.x; i < count; i += MERGE_THREADS) data.ids[base + i] = (u32)(base + i);
         return;
@@ -190,24 +265,31 @@ __device__ void block_sort(Arrays<K, SEG> data, u32 n) {
             }
         }
     }
+    // A thread whose elements all stay where they are keeps them: on A's side when its
+    // last is <= B's first, on B's side when its first is >= A's last (A's elements <= B's
+    // first, and B's >= A's last, are in their merged places). Nearly sorted tiles and
+    // tiles of short segments merge only around the pairs' interfaces.
     for (u32 run = MERGE_ITEMS; run < MERGE_TILE; run *= 2) {
         __syncthreads();
 #pragma unroll
-        for (int i = 0; i < MERGE_ITEMS; ++i) s[pad(threadIdx.x * MERGE_ITEMS + i)] = r[i];
+        for (int i = 0; i < MERGE_ITEMS; ++i) s.put(threadIdx.x * MERGE_ITEMS + i, r[i]);
         __syncthreads();
         const u32 group = 2 * run / MERGE_ITEMS;  // threads per merged pair of runs
         const u32 first = (threadIdx.x / group) * 2 * run;
-        const SharedView<E> A{s, first};
-        const SharedView<E> B{s, first + run};
+        const OrderView<K, SEG> A{&s, first};
+        const OrderView<K, SEG> B{&s, first + run};
         const u32 diag = (threadIdx.x % group) * MERGE_ITEMS;
-        const u32 a = merge_path(A, run, B, run, diag);
-        serial_merge(A, a, run, B, diag - a, run, MERGE_ITEMS, r);
+        const bool stays = diag < run ? le(r[MERGE_ITEMS - 1], B(0)) : le(A(run - 1), r[0]);
+        if (!stays) {
+            const u32 a = merge_path(A, run, B, run, diag);
+            serial_merge_tile(s, first, a, run, first + run, diag - a, run, r);
+        }
     }
     __syncthreads();
 #pragma unroll
-    for (int i = 0; i < MERGE_ITEMS; ++i) s[pad(threadIdx.x * MERGE_ITEMS + i)] = r[i];
+    for (int i = 0; i < MERGE_ITEMS; ++i) s.put(threadIdx.x * MERGE_ITEMS + i, r[i]);
     __syncthreads();
-    for (u32 i = threadIdx.x; i < count; i += MERGE_THREADS) data.store(base + i, s[pad(i)]);
+    for (u32 i = threadIdx.x; i < count; i += MERGE_THREADS) data.store(base + i, s.get(i));
 }
 
 // One thread per run of length `run`: counts out-of-order run boundaries into
@@ -372,6 +454,146 @@ __device__ void copy_back(Arrays<K, SEG> data, Arrays<K, SEG> scratch, u32 n, u3
     }
 }
 
+// ---- Placement: one pass instead of the merge passes when disorder is bounded ----
+//
+// After the block sort every tile is sorted. The tiles' radius is the smallest r such that
+// every element of a tile sorts at or after every element of the tiles more than r before
+// it. Then an element x of tile t lands at
+//     (tiles before t - r) * MERGE_TILE + its index in t
+//     + per neighbour tile j in [t - r, t + r]: #{y in j : y <= x} (j < t), #{y < x} (j > t)
+// (equal elements of earlier tiles go first: stable). Nearly sorted input has a radius of
+// one or a few tiles; segments shorter than a tile give a radius of at most one.
+
+__device__ __forceinline__ u32 tile_count(u32 n) { return (n + MERGE_TILE - 1) / MERGE_TILE; }
+
+template <typename K, bool SEG>
+__device__ __forceinline__ Elem<K, SEG> tile_first(Arrays<K, SEG> data, u32 t) {
+    return data.load((u64)t * MERGE_TILE);
+}
+template <typename K, bool SEG>
+__device__ __forceinline__ Elem<K, SEG> tile_last(Arrays<K, SEG> data, u32 n, u32 t) {
+    return data.load(min((u64)(t + 1) * MERGE_TILE, (u64)n) - 1);
+}
+
+// Radius r holds when every tile's last element is <= the first element of every tile
+// more than r tiles later. It suffices to check the tiles r + 1 ..= 2r + 2 later: any
+// distance above r is a sum of distances in that window, and first <= last within a tile
+// chains the comparisons. So one thread per tile j compares its last element with the
+// first elements of tiles j + 1 ..= j + 2 * max_radius + 2 and sets, in `failed`, bit r
+// of every radius r <= max_radius that tile j rules out.
+template <typename K, bool SEG>
+__device__ void tile_radius(Arrays<K, SEG> data, u32 n, u32 max_radius, u32* failed) {
+    const u32 tiles = tile_count(n);
+    const u32 j = blockIdx.x * blockDim.x + threadIdx.x;
+    u32 fails = 0;
+    if (j < tiles) {
+        const Elem<K, SEG> last = tile_last(data, n, j);
+        u32 ok = 0;  // bit d - 1: last <= first of tile j + d
+        for (u32 d = 1; d <= 2 * max_radius + 2 && j + d < tiles; ++d) {
+            if (le(last, tile_first(data, j + d))) ok |= 1u << (d - 1);
+        }
+        for (u32 d = 1; d <= 2 * max_radius + 2; ++d) {
+            if (j + d >= tiles) ok |= 1u << (d - 1);  // no tile there: nothing to break
+        }
+        for (u32 r = 0; r <= max_radius; ++r) {
+            const u32 window = ((1u << (r + 2)) - 1) << r;  // bits r ..= 2r + 1: d = r+1 ..= 2r+2
+            if ((ok & window) != window) fails |= 1u << r;
+        }
+    }
+    fails = __reduce_or_sync(0xffffffffu, fails);
+    if (lane_id() == 0 && fails != 0) atomicOr(failed, fails);
+}
+
+// How many of the `len` sorted elements at `keys`/`segs` sort before x: with `or_equal`
+// those <= x, else those < x.
+template <typename K, bool SEG>
+__device__ __forceinline__ u32 count_before(const K* keys, const u32* segs, u32 len, const Elem<K, SEG>& x,
+                                            bool or_equal) {
+    u32 lo = 0, hi = len;
+    while (lo < hi) {
+        const u32 m = (lo + hi) >> 1;
+        Elem<K, SEG> y;
+        y.key = keys[m];
+        if constexpr (SEG) y.seg = segs[m];
+        const bool before = or_equal ? le(y, x) : !le(x, y);
+        if (before) lo = m + 1;
+        else hi = m;
+    }
+    return lo;
+}
+
+// How many of sorted tile elements [0, len) of `data` from `at` on satisfy `pred` (true,
+// then false), found by the whole block in two rounds of loads: every MERGE_ITEMS-th
+// element, then the MERGE_ITEMS - 1 after the last one that satisfies it.
+template <typename K, bool SEG, typename P>
+__device__ u32 block_count_while(Arrays<K, SEG> data, u64 at, u32 len, P pred) {
+    const u32 coarse = threadIdx.x * MERGE_ITEMS;
+    const u32 c1 = __syncthreads_count(coarse < len && pred(data.load_order(at + coarse)));
+    if (c1 == 0) return 0;
+    const u32 from = (c1 - 1) * MERGE_ITEMS + 1;
+    const u32 fine = from + threadIdx.x;
+    return from + __syncthreads_count(threadIdx.x < MERGE_ITEMS - 1 && fine < len &&
+                                      pred(data.load_order(at + fine)));
+}
+
+// Block t: the final position of each element of sorted tile t, for tiles of radius
+// `radius`; writes its row id there in `out_ids`.
+template <typename K, bool SEG>
+__device__ void place(Arrays<K, SEG> data, u32 n, u32 radius, u32* out_ids) {
+    typedef Elem<K, SEG> E;
+    __shared__ K s_keys[MERGE_TILE];
+    __shared__ u32 s_segs[SEG ? MERGE_TILE : 1];
+    const u32 tiles = tile_count(n);
+    const u32 t = blockIdx.x;
+    const u64 base = (u64)t * MERGE_TILE;
+    const u32 count = (u32)min((u64)MERGE_TILE, n - base);
+    E mine[MERGE_ITEMS];
+    u32 pos[MERGE_ITEMS];
+#pragma unroll
+    for (int k = 0; k < MERGE_ITEMS; ++k) {
+        const u32 e = threadIdx.x + k * MERGE_THREADS;
+        pos[k] = e;
+        if (e < count) mine[k] = data.load(base + e);
+    }
+    const E lowest = data.load(base), highest = data.load(base + count - 1);
+    const u32 first = t > radius ? t - radius : 0;
+    const u32 last = min(t + radius, tiles - 1);
+    for (u32 j = first; j <= last; ++j) {
+        if (j == t) continue;
+        const u64 at = (u64)j * MERGE_TILE;
+        const u32 len = (u32)min((u64)MERGE_TILE, n - at);
+        // Tile j's elements below [lowest, highest] count for every x, those above for none:
+        // only j[lo..hi) needs searching.
+        u32 lo, hi;
+        if (!le(lowest, data.load_order(at + len - 1))) {
+            lo = hi = len;
+        } else if (!le(data.load_order(at), highest)) {
+            lo = hi = 0;
+        } else {
+            lo = block_count_while(data, at, len, [&](const E& y) { return !le(lowest, y); });
+            hi = block_count_while(data, at, len, [&](const E& y) { return le(y, highest); });
+        }
+#pragma unroll
+        for (int k = 0; k < MERGE_ITEMS; ++k) pos[k] += lo;
+        if (hi == lo) continue;  // the same for the whole block
+        for (u32 i = threadIdx.x; i < hi - lo; i += MERGE_THREADS) {
+            s_keys[i] = data.keys[at + lo + i];
+            if constexpr (SEG) s_segs[i] = data.segs[at + lo + i];
+        }
+        __syncthreads();
+        const bool or_equal = j < t;
+#pragma unroll
+        for (int k = 0; k < MERGE_ITEMS; ++k) pos[k] += count_before<K, SEG>(s_keys, s_segs, hi - lo, mine[k], or_equal);
+        __syncthreads();
+    }
+    const u64 before = (u64)first * MERGE_TILE;
+#pragma unroll
+    for (int k = 0; k < MERGE_ITEMS; ++k) {
+        const u32 e = threadIdx.x + k * MERGE_THREADS;
+        if (e < count) out_ids[before + pos[k]] = mine[k].id;
+    }
+}
+
 // The extern "C" entry points of one element type, named <prefix>_<what>.
 #define MERGE_ENTRY_POINTS(PREFIX, K, SEG)                                                                  \
     extern "C" __global__ void __launch_bounds__(MERGE_THREADS)                                             \
@@ -395,6 +617,14 @@ __device__ void copy_back(Arrays<K, SEG> data, Arrays<K, SEG> scratch, u32 n, u3
                            u32 total) {                                                                     \
         copy_back<K, SEG>(Arrays<K, SEG>{keys, segs, ids}, Arrays<K, SEG>{s_keys, s_segs, s_ids}, n, run,   \
                           a_lo, b_hi, tile_start, pairs, total);                                            \
+    }                                                                                                       \
+    extern "C" __global__ void PREFIX##_tile_radius(K* keys, u32* segs, u32* ids, u32 n, u32 max_radius,     \
+                                                    u32* failed) {                                          \
+        tile_radius<K, SEG>(Arrays<K, SEG>{keys, segs, ids}, n, max_radius, failed);                        \
+    }                                                                                                       \
+    extern "C" __global__ void __launch_bounds__(MERGE_THREADS)                                             \
+        PREFIX##_place(K* keys, u32* segs, u32* ids, u32 n, u32 radius, u32* out_ids) {                     \
+        place<K, SEG>(Arrays<K, SEG>{keys, segs, ids}, n, radius, out_ids);                                 \
     }
 
 #define MERGE_SCAN_ENTRY_POINT                                                                               \

@@ -20,17 +20,36 @@
 MERGE_ENTRY_POINTS(segmented, u64, true)
 MERGE_SCAN_ENTRY_POINT
 
-extern "C" __global__ void segment_ids(const u32* __restrict__ starts, u32 segments, u32 n,
-                                       u32* __restrict__ out) {
-    const u32 stride = gridDim.x * blockDim.x;
-    for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        u32 lo = 0, hi = segments;  // the last segment whose first row is <= i
+// Block b numbers rows [b * MERGE_TILE, (b + 1) * MERGE_TILE): at most MERGE_TILE segments
+// start there, so the starts from the segment of its first row on fit in shared memory.
+extern "C" __global__ void __launch_bounds__(MERGE_THREADS)
+    segment_ids(const u32* __restrict__ starts, u32 segments, u32 n, u32* __restrict__ out) {
+    __shared__ u32 s_starts[MERGE_TILE + 1];
+    __shared__ u32 s_first;
+    const u32 row0 = blockIdx.x * MERGE_TILE;
+    if (threadIdx.x == 0) {
+        u32 lo = 0, hi = segments;  // the last segment whose first row is <= row0
         while (lo < hi) {
             const u32 m = (lo + hi) >> 1;
-            if (starts[m] <= i) lo = m + 1;
+            if (starts[m] <= row0) lo = m + 1;
             else hi = m;
         }
-        out[i] = lo - 1;
+        s_first = lo - 1;
+    }
+    __syncthreads();
+    const u32 first = s_first;
+    const u32 len = min(segments - first, (u32)MERGE_TILE + 1);
+    for (u32 i = threadIdx.x; i < len; i += MERGE_THREADS) s_starts[i] = starts[first + i];
+    __syncthreads();
+    for (u32 i = threadIdx.x; i < MERGE_TILE && row0 + i < n; i += MERGE_THREADS) {
+        const u32 row = row0 + i;
+        u32 lo = 0, hi = len;
+        while (lo < hi) {
+            const u32 m = (lo + hi) >> 1;
+            if (s_starts[m] <= row) lo = m + 1;
+            else hi = m;
+        }
+        out[row] = first + lo - 1;
     }
 }
 

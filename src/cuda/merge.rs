@@ -3,7 +3,13 @@
 //!
 //! ```text
 //!  block_sort                 every tile of MERGE_TILE rows sorted in place, row ids made
-//!  run = MERGE_TILE; while run < n:
+//!  tile_radius                r: every tile sorts after all tiles more than r before it
+//!                             (4 bytes back)
+//!  r == 0                     sorted: done
+//!  r <= max_place_radius      place: each row's final position = rows of the tiles before
+//!                             its window + its index + counts in the 2r neighbour tiles;
+//!                             its row id written there (one pass)
+//!  else, run = MERGE_TILE; while run < n:
 //!      find_dirty + scan_tiles  per pair of runs: the overlapping stretch to merge → work
 //!                               queue; 8 bytes back: queue length, boundaries out of order
 //!      no boundary out of order → sorted: stop (early exit)
@@ -11,16 +17,19 @@
 //!      run *= 2
 //! ```
 //!
-//! A pass costs in proportion to the rows that really move: for nearly sorted input and for
-//! short segments that is a small fraction of the rows, and most passes only compare the
-//! keys at run boundaries. Random input makes every pass merge everything (twice the
-//! traffic of a radix pass), which is why the backend probes before it picks this sort.
+//! Nearly sorted input and segments of up to a few tiles have a small radius, so they cost
+//! a block sort and one placement pass; inside the block sort, threads whose elements
+//! already sit in their merged places skip the merge. Otherwise a merge pass costs in
+//! proportion to the rows that really move, and most passes only compare the keys at run
+//! boundaries. Random input makes every pass merge everything (twice the traffic of a
+//! radix pass), which is why the backend probes before it picks this sort.
 
 use cudarc::driver::sys::CUdeviceptr;
 
 use super::device::{Device, DeviceBuffer};
 use super::error::{CudaError, CudaResult};
 use super::module::{arg, cached_cubin, launch, Kernel, Module, LOCALITY, SEGMENTED};
+use super::transfer::Staging;
 
 /// Threads of a merge block.
 const MERGE_THREADS: u32 = 256;
@@ -30,6 +39,10 @@ const MERGE_ITEMS: u32 = 8;
 pub const MERGE_TILE: u32 = MERGE_THREADS * MERGE_ITEMS;
 const SCAN_THREADS: u32 = 1024;
 const SIMPLE_THREADS: u32 = 256;
+/// Sorted tiles of at most this radius are placed in one pass instead of merged.
+pub const MAX_PLACE_RADIUS: u32 = 8;
+/// The radius check keeps its verdicts in the bits of a u32 (`kernels/merge.cuh`).
+const LARGEST_PLACE_RADIUS: u32 = 14;
 /// Resident merge blocks per SM that the persistent grid asks for.
 const MERGE_BLOCKS_PER_SM: u32 = 8;
 
@@ -48,11 +61,13 @@ struct MergeKernels {
     find_dirty: Kernel,
     merge_tiles: Kernel,
     copy_back: Kernel,
+    tile_radius: Kernel,
+    place: Kernel,
     scan: Kernel,
 }
 
 /// The entry points of one element type: `<prefix>_block_sort`, `_find_dirty`,
-/// `_merge_tiles`, `_copy_back`.
+/// `_merge_tiles`, `_copy_back`, `_tile_radius`, `_place`.
 macro_rules! merge_kernels {
     ($module:expr, $prefix:literal, $scan:expr) => {
         MergeKernels {
@@ -60,6 +75,8 @@ macro_rules! merge_kernels {
             find_dirty: $module.kernel(concat!($prefix, "_find_dirty"))?,
             merge_tiles: $module.kernel(concat!($prefix, "_merge_tiles"))?,
             copy_back: $module.kernel(concat!($prefix, "_copy_back"))?,
+            tile_radius: $module.kernel(concat!($prefix, "_tile_radius"))?,
+            place: $module.kernel(concat!($prefix, "_place"))?,
             scan: $scan,
         }
     };
@@ -102,6 +119,9 @@ impl MergeKeys {
 pub struct MergeSorted {
     /// Row ids in sorted order.
     pub permutation: DeviceBuffer<u32>,
+    /// The tiles' radius after the block sort when the placement pass finished the sort
+    /// (0: the block sort alone did); `None` when merge passes did.
+    pub radius: Option<u32>,
     /// Merge passes that merged at least one tile.
     pub merge_passes: u32,
     /// Work-queue tiles merged over all passes.
@@ -120,6 +140,7 @@ pub struct MergeSorts {
     segment_key_u32: Kernel,
     segment_word: Kernel,
     sm_count: u32,
+    max_place_radius: u32,
 }
 
 impl MergeSorts {
@@ -149,19 +170,26 @@ impl MergeSorts {
             segment_key_u32: segmented_module.kernel("segment_key_u32")?,
             segment_word: segmented_module.kernel("segment_word")?,
             sm_count: device.sm_count,
+            max_place_radius: max_place_radius(),
             _locality_module: locality_module,
             _segmented_module: segmented_module,
         })
     }
 
-    /// The sortedness probe: how many of the `n` keys are greater than the key one tile
-    /// further on.
-    pub fn inversions(&self, device: &Device, keys: &MergeKeys, n: usize) -> CudaResult<u64> {
+    /// The sortedness probe: how many of the `n` keys are greater than the key `distance`
+    /// rows further on.
+    pub fn inversions(
+        &self,
+        device: &Device,
+        keys: &MergeKeys,
+        n: usize,
+        distance: u32,
+    ) -> CudaResult<u64> {
         check_rows(n)?;
         let count = device.alloc::<u64>(1, "probe counter")?;
         device.zero(&count)?;
         let (mut ptr, mut rows, mut distance, mut out) =
-            (keys.ptr(), n as u32, MERGE_TILE, count.ptr());
+            (keys.ptr(), n as u32, distance, count.ptr());
         let mut params = [
             arg(&mut ptr),
             arg(&mut rows),
@@ -206,22 +234,24 @@ impl MergeSorts {
     pub fn segment_ids(
         &self,
         device: &Device,
+        staging: &mut Staging,
         starts: &[u32],
         n: usize,
     ) -> CudaResult<DeviceBuffer<u32>> {
         check_rows(n)?;
-        let on_device = device.alloc::<u32>(starts.len(), "segment starts")?;
-        // SAFETY: `starts` outlives the copy: we synchronize below.
-        unsafe { device.upload(&on_device, 0, starts)? };
+        let on_device = staging.upload(device, starts.len(), "segment starts", |at, out| {
+            out.copy_from_slice(&starts[at..at + out.len()])
+        })?;
         let out = device.alloc::<u32>(n, "segment ids")?;
         let (mut s, mut count, mut rows, mut o) =
             (on_device.ptr(), starts.len() as u32, n as u32, out.ptr());
         let mut params = [arg(&mut s), arg(&mut count), arg(&mut rows), arg(&mut o)];
+        let blocks = n.div_ceil(MERGE_TILE as usize) as u32;
         launch(
             device,
             self.segment_ids,
-            self.simple_grid(n),
-            SIMPLE_THREADS,
+            blocks,
+            MERGE_THREADS,
             &mut params,
             n,
         )?;
@@ -278,6 +308,67 @@ impl MergeSorts {
         (n.div_ceil(SIMPLE_THREADS as usize) as u32).clamp(1, self.sm_count * 16)
     }
 
+    /// The radius of the sorted tiles of `data` (keys, segments, row ids), or
+    /// `max_place_radius + 1` when larger.
+    fn tile_radius(
+        &self,
+        device: &Device,
+        kernels: MergeKernels,
+        data: [CUdeviceptr; 3],
+        n: usize,
+    ) -> CudaResult<u32> {
+        let tiles = n.div_ceil(MERGE_TILE as usize) as u32;
+        let failed = device.alloc::<u32>(1, "merge tile radius")?;
+        device.zero(&failed)?;
+        let [mut k, mut s, mut i] = data;
+        let (mut rows, mut max, mut out) = (n as u32, self.max_place_radius, failed.ptr());
+        let mut params = [
+            arg(&mut k),
+            arg(&mut s),
+            arg(&mut i),
+            arg(&mut rows),
+            arg(&mut max),
+            arg(&mut out),
+        ];
+        let grid = tiles.div_ceil(SIMPLE_THREADS);
+        launch(
+            device,
+            kernels.tile_radius,
+            grid,
+            SIMPLE_THREADS,
+            &mut params,
+            n,
+        )?;
+        // Bit r set: radius r ruled out; the radius is the first r not ruled out.
+        let failed = device.download_now(&failed)?[0];
+        Ok((!failed).trailing_zeros().min(self.max_place_radius + 1))
+    }
+
+    /// The placement pass: the permutation of `n` rows whose sorted tiles have `radius`.
+    fn place(
+        &self,
+        device: &Device,
+        kernels: MergeKernels,
+        data: [CUdeviceptr; 3],
+        n: usize,
+        radius: u32,
+    ) -> CudaResult<DeviceBuffer<u32>> {
+        let out = device.alloc::<u32>(n, "merge placed row ids")?;
+        let [mut k, mut s, mut i] = data;
+        let (mut rows, mut r, mut o) = (n as u32, radius, out.ptr());
+        let mut params = [
+            arg(&mut k),
+            arg(&mut s),
+            arg(&mut i),
+            arg(&mut rows),
+            arg(&mut r),
+            arg(&mut o),
+        ];
+        let tiles = n.div_ceil(MERGE_TILE as usize) as u32;
+        launch(device, kernels.place, tiles, MERGE_THREADS, &mut params, n)?;
+        Ok(out)
+    }
+
     /// The block sort and the merge passes over keys at `keys` (sorted in place, as are
     /// the segment indices at `segs`).
     fn run(
@@ -292,6 +383,7 @@ impl MergeSorts {
         let ids = device.alloc::<u32>(n, "merge row ids")?;
         let mut sorted = MergeSorted {
             permutation: ids,
+            radius: Some(0),
             merge_passes: 0,
             merged_tiles: 0,
         };
@@ -316,6 +408,17 @@ impl MergeSorts {
         if tiles == 1 {
             return Ok(sorted);
         }
+        let radius = self.tile_radius(device, kernels, data, n)?;
+        if radius == 0 {
+            return Ok(sorted);
+        }
+        if radius <= self.max_place_radius {
+            sorted.permutation = self.place(device, kernels, data, n, radius)?;
+            sorted.radius = Some(radius);
+            device.synchronize()?;
+            return Ok(sorted);
+        }
+        sorted.radius = None;
         let scratch_keys = device.alloc::<u8>(n * key_bytes, "merge scratch keys")?;
         let scratch_segs = match segs {
             Some(_) => Some(device.alloc::<u32>(n, "merge scratch segments")?),
@@ -408,6 +511,16 @@ impl MergeSorts {
         device.synchronize()?;
         Ok(sorted)
     }
+}
+
+/// The largest tile radius that the placement pass takes ([`MAX_PLACE_RADIUS`], or
+/// `GPUSORT_PLACE_MAX_RADIUS` for measurements; 0 turns the placement pass off).
+fn max_place_radius() -> u32 {
+    std::env::var("GPUSORT_PLACE_MAX_RADIUS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(MAX_PLACE_RADIUS)
+        .min(LARGEST_PLACE_RADIUS)
 }
 
 /// The merge kernels index rows with u32.

@@ -277,7 +277,7 @@ impl CudaRuntime {
             upload: how.upload_started.elapsed(),
             download: Duration::ZERO,
         };
-        let order = self.sort_on_device(device, keys, how.algorithm, how.segments, n)?;
+        let order = self.sort_on_device(device, staging, keys, how.algorithm, how.segments, n)?;
         device.synchronize()?;
         let (algorithm, perm) = (order.algorithm, order.permutation);
         let mut run = match &perm {

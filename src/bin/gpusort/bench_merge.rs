@@ -176,7 +176,7 @@ fn choice_of(runtime: &CudaRuntime, data: &[u64], bits: u32) -> Result<&'static 
             } else {
                 DeviceKeys::Words(vec![upload(device, staging, data)?])
             };
-            runtime.sort_on_device(device, keys, AlgorithmChoice::Auto, None, n)
+            runtime.sort_on_device(device, staging, keys, AlgorithmChoice::Auto, None, n)
         })
         .map_err(DataFusionError::from)?;
     Ok(order.algorithm.name())
@@ -193,21 +193,33 @@ fn time_u64(
     let n = data.len();
     median(runtime, options, |device, staging| {
         let pristine = upload(device, staging, data)?;
-        Ok(move |device: &cuda::Device, start: &cuda::Event| {
-            let keys = device.duplicate(&pristine, "bench keys")?;
-            start.record(device)?;
-            match (segments, path) {
-                (Some(segments), Path::Merge) => {
-                    let segs = runtime.merge.segment_ids(device, segments.starts(), n)?;
-                    runtime.merge.sort_segmented_rows(device, &keys, &segs, n)?;
+        Ok(
+            move |device: &cuda::Device, staging: &mut cuda::Staging, start: &cuda::Event| {
+                let keys = device.duplicate(&pristine, "bench keys")?;
+                start.record(device)?;
+                match (segments, path) {
+                    (Some(segments), Path::Merge) => {
+                        let segs =
+                            runtime
+                                .merge
+                                .segment_ids(device, staging, segments.starts(), n)?;
+                        runtime.merge.sort_segmented_rows(device, &keys, &segs, n)?;
+                    }
+                    _ => {
+                        let keys = DeviceKeys::Words(vec![keys]);
+                        runtime.sort_on_device(
+                            device,
+                            staging,
+                            keys,
+                            algorithm(path),
+                            segments,
+                            n,
+                        )?;
+                    }
                 }
-                _ => {
-                    let keys = DeviceKeys::Words(vec![keys]);
-                    runtime.sort_on_device(device, keys, algorithm(path), segments, n)?;
-                }
-            }
-            Ok(())
-        })
+                Ok(())
+            },
+        )
     })
 }
 
@@ -216,12 +228,14 @@ fn time_u32(runtime: &CudaRuntime, data: &[u32], path: Path, options: &MergeBenc
     let n = data.len();
     median(runtime, options, |device, staging| {
         let pristine = upload(device, staging, data)?;
-        Ok(move |device: &cuda::Device, start: &cuda::Event| {
-            let keys = DeviceKeys::U32(device.duplicate(&pristine, "bench keys")?);
-            start.record(device)?;
-            runtime.sort_on_device(device, keys, algorithm(path), None, n)?;
-            Ok(())
-        })
+        Ok(
+            move |device: &cuda::Device, staging: &mut cuda::Staging, start: &cuda::Event| {
+                let keys = DeviceKeys::U32(device.duplicate(&pristine, "bench keys")?);
+                start.record(device)?;
+                runtime.sort_on_device(device, staging, keys, algorithm(path), None, n)?;
+                Ok(())
+            },
+        )
     })
 }
 
@@ -233,7 +247,7 @@ fn median<F>(
     prepare: impl FnOnce(&cuda::Device, &mut cuda::Staging) -> cuda::CudaResult<F>,
 ) -> Result<f64>
 where
-    F: Fn(&cuda::Device, &cuda::Event) -> cuda::CudaResult<()>,
+    F: Fn(&cuda::Device, &mut cuda::Staging, &cuda::Event) -> cuda::CudaResult<()>,
 {
     let mut times = runtime
         .with_device(|device, staging| {
@@ -241,7 +255,7 @@ where
             let (start, stop) = (device.event()?, device.event()?);
             let mut times = Vec::new();
             for rep in 0..options.warmup + options.reps {
-                run_once(device, &start)?;
+                run_once(device, staging, &start)?;
                 stop.record(device)?;
                 stop.wait()?;
                 if rep >= options.warmup {
