@@ -1029,6 +1029,9 @@ gpu_test!(
                     ("nearly", 1),
                     ("nearly", 64),
                     ("nearly", 4096),
+                    // Keys moved up to 12 000 places: tile radii around the placement
+                    // pass's limit of 8, on both sides of it.
+                    ("nearly", 12_000),
                     ("equal", 0),
                 ] {
                     let label = format!("locality n={n} bits={bits} {shape} noise={noise}");
@@ -1101,6 +1104,8 @@ gpu_test!(segmented_sort_equals_the_cpu_segmented_sort, |rt| {
         Lengths::Fixed(113),
         Lengths::Fixed(1000),
         Lengths::Fixed(5000),
+        // Segments over up to 9 tiles: radii near the placement pass's limit.
+        Lengths::Fixed(15_000),
         Lengths::Fixed(100_000),
         Lengths::One,
         Lengths::PowerLaw,
