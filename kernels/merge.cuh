@@ -468,11 +468,11 @@ __device__ __forceinline__ u32 tile_count(u32 n) { return (n + MERGE_TILE - 1) /
 
 template <typename K, bool SEG>
 __device__ __forceinline__ Elem<K, SEG> tile_first(Arrays<K, SEG> data, u32 t) {
-    return data.load((u64)t * MERGE_TILE);
+    return data.load_order((u64)t * MERGE_TILE);
 }
 template <typename K, bool SEG>
 __device__ __forceinline__ Elem<K, SEG> tile_last(Arrays<K, SEG> data, u32 n, u32 t) {
-    return data.load(min((u64)(t + 1) * MERGE_TILE, (u64)n) - 1);
+    return data.load_order(min((u64)(t + 1) * MERGE_TILE, (u64)n) - 1);
 }
 
 // Radius r holds when every tile's last element is <= the first element of every tile
@@ -554,8 +554,9 @@ __device__ void place(Arrays<K, SEG> data, u32 n, u32 radius, u32* out_ids) {
         const u32 e = threadIdx.x + k * MERGE_THREADS;
         pos[k] = e;
         if (e < count) mine[k] = data.load(base + e);
+        else set_padding(mine[k]);  // counted like the rest, never written
     }
-    const E lowest = data.load(base), highest = data.load(base + count - 1);
+    const E lowest = data.load_order(base), highest = data.load_order(base + count - 1);
     const u32 first = t > radius ? t - radius : 0;
     const u32 last = min(t + radius, tiles - 1);
     for (u32 j = first; j <= last; ++j) {
