@@ -489,11 +489,9 @@ __device__ void tile_radius(Arrays<K, SEG> data, u32 n, u32 max_radius, u32* fai
     if (j < tiles) {
         const Elem<K, SEG> last = tile_last(data, n, j);
         u32 ok = 0;  // bit d - 1: last <= first of tile j + d
-        for (u32 d = 1; d <= 2 * max_radius + 2 && j + d < tiles; ++d) {
-            if (le(last, tile_first(data, j + d))) ok |= 1u << (d - 1);
-        }
         for (u32 d = 1; d <= 2 * max_radius + 2; ++d) {
-            if (j + d >= tiles) ok |= 1u << (d - 1);  // no tile there: nothing to break
+            // No tile there: nothing to break.
+            if (j + d >= tiles || le(last, tile_first(data, j + d))) ok |= 1u << (d - 1);
         }
         for (u32 r = 0; r <= max_radius; ++r) {
             const u32 window = ((1u << (r + 2)) - 1) << r;  // bits r ..= 2r + 1: d = r+1 ..= 2r+2

@@ -119,9 +119,6 @@ impl MergeKeys {
 pub struct MergeSorted {
     /// Row ids in sorted order.
     pub permutation: DeviceBuffer<u32>,
-    /// The tiles' radius after the block sort when the placement pass finished the sort
-    /// (0: the block sort alone did); `None` when merge passes did.
-    pub radius: Option<u32>,
     /// Merge passes that merged at least one tile.
     pub merge_passes: u32,
     /// Work-queue tiles merged over all passes.
@@ -320,24 +317,17 @@ impl MergeSorts {
         let tiles = n.div_ceil(MERGE_TILE as usize) as u32;
         let failed = device.alloc::<u32>(1, "merge tile radius")?;
         device.zero(&failed)?;
-        let [mut k, mut s, mut i] = data;
-        let (mut rows, mut max, mut out) = (n as u32, self.max_place_radius, failed.ptr());
-        let mut params = [
-            arg(&mut k),
-            arg(&mut s),
-            arg(&mut i),
-            arg(&mut rows),
-            arg(&mut max),
-            arg(&mut out),
-        ];
         let grid = tiles.div_ceil(SIMPLE_THREADS);
-        launch(
+        let max = self.max_place_radius;
+        launch_over_data(
             device,
             kernels.tile_radius,
+            data,
+            n,
+            max,
+            &failed,
             grid,
             SIMPLE_THREADS,
-            &mut params,
-            n,
         )?;
         // Bit r set: radius r ruled out; the radius is the first r not ruled out.
         let failed = device.download_now(&failed)?[0];
@@ -354,18 +344,17 @@ impl MergeSorts {
         radius: u32,
     ) -> CudaResult<DeviceBuffer<u32>> {
         let out = device.alloc::<u32>(n, "merge placed row ids")?;
-        let [mut k, mut s, mut i] = data;
-        let (mut rows, mut r, mut o) = (n as u32, radius, out.ptr());
-        let mut params = [
-            arg(&mut k),
-            arg(&mut s),
-            arg(&mut i),
-            arg(&mut rows),
-            arg(&mut r),
-            arg(&mut o),
-        ];
         let tiles = n.div_ceil(MERGE_TILE as usize) as u32;
-        launch(device, kernels.place, tiles, MERGE_THREADS, &mut params, n)?;
+        launch_over_data(
+            device,
+            kernels.place,
+            data,
+            n,
+            radius,
+            &out,
+            tiles,
+            MERGE_THREADS,
+        )?;
         Ok(out)
     }
 
@@ -383,7 +372,6 @@ impl MergeSorts {
         let ids = device.alloc::<u32>(n, "merge row ids")?;
         let mut sorted = MergeSorted {
             permutation: ids,
-            radius: Some(0),
             merge_passes: 0,
             merged_tiles: 0,
         };
@@ -414,11 +402,9 @@ impl MergeSorts {
         }
         if radius <= self.max_place_radius {
             sorted.permutation = self.place(device, kernels, data, n, radius)?;
-            sorted.radius = Some(radius);
             device.synchronize()?;
             return Ok(sorted);
         }
-        sorted.radius = None;
         let scratch_keys = device.alloc::<u8>(n * key_bytes, "merge scratch keys")?;
         let scratch_segs = match segs {
             Some(_) => Some(device.alloc::<u32>(n, "merge scratch segments")?),
@@ -511,6 +497,31 @@ impl MergeSorts {
         device.synchronize()?;
         Ok(sorted)
     }
+}
+
+/// Launches `kernel(keys, segs, ids, n, value, out)` over the merge arrays `data`.
+#[allow(clippy::too_many_arguments)]
+fn launch_over_data(
+    device: &Device,
+    kernel: Kernel,
+    data: [CUdeviceptr; 3],
+    n: usize,
+    value: u32,
+    out: &DeviceBuffer<u32>,
+    grid: u32,
+    threads: u32,
+) -> CudaResult<()> {
+    let [mut k, mut s, mut i] = data;
+    let (mut rows, mut v, mut o) = (n as u32, value, out.ptr());
+    let mut params = [
+        arg(&mut k),
+        arg(&mut s),
+        arg(&mut i),
+        arg(&mut rows),
+        arg(&mut v),
+        arg(&mut o),
+    ];
+    launch(device, kernel, grid, threads, &mut params, n)
 }
 
 /// The largest tile radius that the placement pass takes ([`MAX_PLACE_RADIUS`], or
