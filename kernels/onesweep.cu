@@ -26,30 +26,33 @@
 // these defaults only serve standalone compiles).
 #ifndef ONESWEEP_U32_KEYS_THREADS
 #define ONESWEEP_U32_KEYS_THREADS 384
-#define ONESWEEP_U32_KEYS_ITEMS 16
+#define ONESWEEP_U32_KEYS_ITEMS 28
+#define ONESWEEP_U32_KEYS_BLOCKS 3
 #endif
 #ifndef ONESWEEP_U32_PAIRS_THREADS
-#define ONESWEEP_U32_PAIRS_THREADS 256
-#define ONESWEEP_U32_PAIRS_ITEMS 16
+#define ONESWEEP_U32_PAIRS_THREADS 512
+#define ONESWEEP_U32_PAIRS_ITEMS 20
+#define ONESWEEP_U32_PAIRS_BLOCKS 2
 #endif
 #ifndef ONESWEEP_U32_ROWIDS_THREADS
-#define ONESWEEP_U32_ROWIDS_THREADS 256
-#define ONESWEEP_U32_ROWIDS_ITEMS 16
+#define ONESWEEP_U32_ROWIDS_THREADS 512
+#define ONESWEEP_U32_ROWIDS_ITEMS 20
+#define ONESWEEP_U32_ROWIDS_BLOCKS 2
 #endif
 #ifndef ONESWEEP_U64_KEYS_THREADS
 #define ONESWEEP_U64_KEYS_THREADS 384
-#define ONESWEEP_U64_KEYS_ITEMS 12
+#define ONESWEEP_U64_KEYS_ITEMS 23
+#define ONESWEEP_U64_KEYS_BLOCKS 2
 #endif
 #ifndef ONESWEEP_U64_PAIRS_THREADS
-#define ONESWEEP_U64_PAIRS_THREADS 256
-#define ONESWEEP_U64_PAIRS_ITEMS 12
+#define ONESWEEP_U64_PAIRS_THREADS 512
+#define ONESWEEP_U64_PAIRS_ITEMS 16
+#define ONESWEEP_U64_PAIRS_BLOCKS 2
 #endif
 #ifndef ONESWEEP_U64_ROWIDS_THREADS
-#define ONESWEEP_U64_ROWIDS_THREADS 256
-#define ONESWEEP_U64_ROWIDS_ITEMS 12
-#endif
-#ifndef ONESWEEP_MIN_BLOCKS
-#define ONESWEEP_MIN_BLOCKS 3
+#define ONESWEEP_U64_ROWIDS_THREADS 512
+#define ONESWEEP_U64_ROWIDS_ITEMS 16
+#define ONESWEEP_U64_ROWIDS_BLOCKS 2
 #endif
 #ifndef HISTOGRAM_THREADS
 #define HISTOGRAM_THREADS 512
@@ -116,6 +119,31 @@ __device__ u32 look_back(u64* lookback, u32 tile, u32 slot_mask, u32 digit, u32 
     }
 }
 
+#ifndef ONESWEEP_RANK_BALLOTS
+#define ONESWEEP_RANK_BALLOTS 0
+#endif
+
+// The lanes of the warp that hold a valid key with digit `d` (all lanes take part; 0 for an
+// invalid lane). Each lane sets its bit in the warp's word for its digit and reads the word
+// back; the group's lowest lane clears it for the next item. `ONESWEEP_RANK_BALLOTS` 1
+// finds the group with eight ballots instead.
+__device__ __forceinline__ u32 group_of(u32* peer_bits, u32 d, bool valid, bool full) {
+#if ONESWEEP_RANK_BALLOTS
+    const u32 peers = match_digit(d);
+    if (full) return peers;
+    const u32 valid_lanes = __ballot_sync(0xffffffffu, valid);
+    return valid ? peers & valid_lanes : 0u;
+#else
+    if (valid) atomicOr(&peer_bits[d], 1u << lane_id());
+    __syncwarp();
+    const u32 peers = valid ? peer_bits[d] : 0u;
+    __syncwarp();
+    if (valid && (peers & lanemask_lt()) == 0) peer_bits[d] = 0;
+    __syncwarp();
+    return peers;
+#endif
+}
+
 template <typename K, int MODE, int THREADS, int ITEMS>
 __device__ __forceinline__ void onesweep_pass(const K* __restrict__ keys_in, K* __restrict__ keys_out,
                                               const u32* __restrict__ vals_in, u32* __restrict__ vals_out,
@@ -134,18 +162,19 @@ __device__ __forceinline__ void onesweep_pass(const K* __restrict__ keys_in, K* 
     u32* s_vals = (u32*)smem;
     u32* s_words = (u32*)(smem + TILE * sizeof(K));
     u32(*s_warp_hist)[RADIX] = (u32(*)[RADIX])s_words;
-    u32* s_digit_start = s_words + WARPS * RADIX;
+    u32(*s_warp_peers)[RADIX] = (u32(*)[RADIX])(s_words + WARPS * RADIX);
+    u32* s_digit_start = s_words + 2 * WARPS * RADIX;
     u32* s_digit_base = s_digit_start + RADIX;
     u32* s_warp_sums = s_digit_base + RADIX;
     u32& s_tile = s_warp_sums[WARPS];
     if (threadIdx.x == 0) {
         u32 have;
         asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));
-        const u32 need = TILE * sizeof(K) + (WARPS * RADIX + 2 * RADIX + WARPS + 1) * 4;
+        const u32 need = TILE * sizeof(K) + (2 * WARPS * RADIX + 2 * RADIX + WARPS + 1) * 4;
         if (have < need) __trap();
         s_tile = atomicAdd(tile_counter, 1u);
     }
-    for (u32 i = threadIdx.x; i < WARPS * RADIX; i += THREADS) (&s_warp_hist[0][0])[i] = 0;
+    for (u32 i = threadIdx.x; i < 2 * WARPS * RADIX; i += THREADS) (&s_warp_hist[0][0])[i] = 0;
     __syncthreads();
     const u32 tile = s_tile;
     const u32 lane = lane_id();
@@ -164,30 +193,17 @@ __device__ __forceinline__ void onesweep_pass(const K* __restrict__ keys_in, K* 
     }
 
     // The slot this tile publishes into must be free; the check's latency overlaps the
-    // loads above and the ranking below.
+    // loads above and the counting below.
     if (threadIdx.x < RADIX) wait_until_slot_free(lookback, tile, slot_mask, threadIdx.x, epoch);
 
-    // Stable rank within the warp: lanes with equal digits form one group per item (found
-    // with eight ballots, cheaper than `match.any`); the group's lowest lane reserves the
-    // group's ranks with one shared atomic and broadcasts the base (items are ranked in
-    // order, so earlier items get lower ranks). Past the end of the input (last tile only)
-    // lanes group by validity too, and invalid groups reserve nothing.
-    u32 ranks[ITEMS];
+    // Early counts: each warp counts its digits first (shared atomics on its own histogram),
+    // so the tile's counts are published before the ranking, and successors looking back
+    // find them while this tile still ranks.
     u32* hist = s_warp_hist[warp];
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
         const bool valid = full || warp_begin + (u64)i * WARP + lane < n;
-        const u32 d = digit_of(keys[i], shift);
-        u32 peers = match_digit(d);
-        if (!full) {
-            const u32 valid_lanes = __ballot_sync(0xffffffffu, valid);
-            peers &= valid ? valid_lanes : ~valid_lanes;
-        }
-        const u32 before = __popc(peers & lanemask_lt());
-        u32 base = 0;
-        if (valid && before == 0) base = atomicAdd(&hist[d], (u32)__popc(peers));
-        base = __shfl_sync(0xffffffffu, base, __ffs(peers) - 1);
-        ranks[i] = base + before;
+        if (valid) atomicAdd(&hist[digit_of(keys[i], shift)], 1u);
     }
     __syncthreads();
 
@@ -216,20 +232,35 @@ __device__ __forceinline__ void onesweep_pass(const K* __restrict__ keys_in, K* 
         for (u32 w = 0; w < warp; ++w) prefix += s_warp_sums[w];
         const u32 digit_start = prefix + inclusive - tile_count;
         s_digit_start[threadIdx.x] = digit_start;
-        // Fold the digit's start into each warp's offset: one shared load per key below.
+        // Each warp's offset becomes the tile position of its next key of that digit.
 #pragma unroll
         for (int w = 0; w < WARPS; ++w) s_warp_hist[w][threadIdx.x] += digit_start;
     }
     __syncthreads();
 
-    // Place the keys at their tile positions (while the digit threads look back); `ranks`
-    // becomes the tile position, where the values go after the keys have left.
+    // Stable rank and place: lanes with equal digits form one group per item; the group's
+    // lowest lane takes the group's positions from the warp's offset for that digit (items
+    // in order, so earlier items get lower positions) and broadcasts them; each key goes
+    // to its tile position at once. Only passes with values keep the positions, two 16-bit
+    // positions per register. Past the end of the input (last tile only) invalid lanes
+    // take nothing.
+    static_assert(TILE <= 65536, "tile positions are kept in 16 bits");
+    u32 ranks[HAS_VALUES ? (ITEMS + 1) / 2 : 1];
+    u32* peer_bits = s_warp_peers[warp];
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
         const bool valid = full || warp_begin + (u64)i * WARP + lane < n;
-        if (valid) {
-            ranks[i] += hist[digit_of(keys[i], shift)];
-            s_keys[ranks[i]] = keys[i];
+        const u32 d = digit_of(keys[i], shift);
+        const u32 peers = group_of(peer_bits, d, valid, full);
+        const u32 before = __popc(peers & lanemask_lt());
+        u32 base = 0;
+        if (valid && before == 0) base = atomicAdd(&hist[d], (u32)__popc(peers));
+        base = __shfl_sync(0xffffffffu, base, __ffs(peers) - 1);
+        const u32 pos = base + before;
+        if (valid) s_keys[pos] = keys[i];
+        if constexpr (HAS_VALUES) {
+            if (i % 2 == 0) ranks[i / 2] = pos;
+            else ranks[i / 2] |= pos << 16;
         }
     }
     if (threadIdx.x < RADIX) {
@@ -265,7 +296,8 @@ __device__ __forceinline__ void onesweep_pass(const K* __restrict__ keys_in, K* 
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
         const u64 at = warp_begin + (u64)i * WARP + lane;
-        if (full || at < n) s_vals[ranks[i]] = MODE == ROW_IDS ? (u32)at : vals_in[at];
+        const u32 pos = (ranks[i / 2] >> (i % 2 == 0 ? 0 : 16)) & 0xffffu;
+        if (full || at < n) s_vals[pos] = MODE == ROW_IDS ? (u32)at : vals_in[at];
     }
     __syncthreads();
 #pragma unroll
@@ -299,17 +331,19 @@ __device__ __forceinline__ void onesweep_histogram(const K* __restrict__ keys, u
         const u32 *bucket_start, u64 *lookback, u32 slot_mask, u32 *tile_counter, u32 epoch
 #define PASS_CALL keys_in, keys_out, vals_in, vals_out, n, shift, bucket_start, lookback, slot_mask, tile_counter, epoch
 
-#define ONESWEEP_PASS(NAME, K, MODE, THREADS, ITEMS)                                  \
-    extern "C" __global__ void __launch_bounds__(THREADS, ONESWEEP_MIN_BLOCKS) NAME(PASS_ARGS(K)) {       \
-        onesweep_pass<K, MODE, THREADS, ITEMS>(PASS_CALL);                           \
+// SHAPE names the tuning entry: SHAPE_THREADS threads, SHAPE_ITEMS keys per thread,
+// SHAPE_BLOCKS blocks per SM (the register cap).
+#define ONESWEEP_PASS(NAME, K, MODE, SHAPE)                                                         \
+    extern "C" __global__ void __launch_bounds__(SHAPE##_THREADS, SHAPE##_BLOCKS) NAME(PASS_ARGS(K)) { \
+        onesweep_pass<K, MODE, SHAPE##_THREADS, SHAPE##_ITEMS>(PASS_CALL);                           \
     }
 
-ONESWEEP_PASS(onesweep_pass_u32_keys, u32, KEYS_ONLY, ONESWEEP_U32_KEYS_THREADS, ONESWEEP_U32_KEYS_ITEMS)
-ONESWEEP_PASS(onesweep_pass_u32_pairs, u32, READ_VALUES, ONESWEEP_U32_PAIRS_THREADS, ONESWEEP_U32_PAIRS_ITEMS)
-ONESWEEP_PASS(onesweep_pass_u32_rowids, u32, ROW_IDS, ONESWEEP_U32_ROWIDS_THREADS, ONESWEEP_U32_ROWIDS_ITEMS)
-ONESWEEP_PASS(onesweep_pass_u64_keys, u64, KEYS_ONLY, ONESWEEP_U64_KEYS_THREADS, ONESWEEP_U64_KEYS_ITEMS)
-ONESWEEP_PASS(onesweep_pass_u64_pairs, u64, READ_VALUES, ONESWEEP_U64_PAIRS_THREADS, ONESWEEP_U64_PAIRS_ITEMS)
-ONESWEEP_PASS(onesweep_pass_u64_rowids, u64, ROW_IDS, ONESWEEP_U64_ROWIDS_THREADS, ONESWEEP_U64_ROWIDS_ITEMS)
+ONESWEEP_PASS(onesweep_pass_u32_keys, u32, KEYS_ONLY, ONESWEEP_U32_KEYS)
+ONESWEEP_PASS(onesweep_pass_u32_pairs, u32, READ_VALUES, ONESWEEP_U32_PAIRS)
+ONESWEEP_PASS(onesweep_pass_u32_rowids, u32, ROW_IDS, ONESWEEP_U32_ROWIDS)
+ONESWEEP_PASS(onesweep_pass_u64_keys, u64, KEYS_ONLY, ONESWEEP_U64_KEYS)
+ONESWEEP_PASS(onesweep_pass_u64_pairs, u64, READ_VALUES, ONESWEEP_U64_PAIRS)
+ONESWEEP_PASS(onesweep_pass_u64_rowids, u64, ROW_IDS, ONESWEEP_U64_ROWIDS)
 
 extern "C" __global__ void __launch_bounds__(HISTOGRAM_THREADS)
     onesweep_histogram_u32(const u32* keys, u32 n, u32* hist) {

@@ -24,6 +24,8 @@ use super::error::{CudaError, CudaResult};
 use super::module::{arg, cached_cubin, launch, launch_shared, Kernel, Module, ONESWEEP};
 
 const RADIX: usize = 256;
+/// Keys per tile at most: the pass keeps tile positions in 16 bits.
+const MAX_TILE: u32 = 1 << 16;
 /// Tile slots of the circular look-back buffer (a power of two): 8 MiB of state, whatever
 /// the input size.
 pub const LOOKBACK_SLOTS: u32 = 4096;
@@ -31,9 +33,6 @@ pub const LOOKBACK_SLOTS: u32 = 4096;
 const MAX_TILES: u64 = 1 << 20;
 const MAX_EPOCH: u32 = (1 << 10) - 1;
 const HISTOGRAM_THREADS: u32 = 512;
-/// Blocks of the pass kernel that must fit one SM (caps its registers); tuning runs may
-/// override it with `GPUSORT_TUNE_MIN_BLOCKS` (it changes no launch arithmetic).
-const PASS_MIN_BLOCKS: u32 = 3;
 const GATHER_THREADS: u32 = 256;
 
 /// Block shape of the pass kernel for one key width and value mode.
@@ -43,11 +42,18 @@ pub struct PassTuning {
     pub threads: u32,
     /// Keys per thread.
     pub items: u32,
+    /// Blocks that must fit one SM at once: caps the kernel's registers (the compiler's
+    /// launch bound); it changes no launch arithmetic.
+    pub blocks: u32,
 }
 
 impl PassTuning {
-    const fn new(threads: u32, items: u32) -> Self {
-        Self { threads, items }
+    const fn new(threads: u32, items: u32, blocks: u32) -> Self {
+        Self {
+            threads,
+            items,
+            blocks,
+        }
     }
 
     /// Keys per tile (one block's share).
@@ -57,24 +63,33 @@ impl PassTuning {
 
     /// Dynamic shared memory of one pass block, laid out as `onesweep_pass` in
     /// `onesweep.cu` uses it: the tile's keys (the values pass through the same bytes
-    /// after the keys have left), then per-warp digit offsets, digit starts and bases, warp
-    /// sums and the tile index.
+    /// after the keys have left), then per-warp digit offsets, per-warp digit group bits,
+    /// digit starts and bases, warp sums and the tile index.
     pub const fn shared_bytes(self, key_bytes: u32) -> u32 {
         let warps = self.threads / 32;
-        key_bytes * self.tile() + 4 * (warps * RADIX as u32 + 2 * RADIX as u32 + warps + 1)
+        key_bytes * self.tile() + 4 * (2 * warps * RADIX as u32 + 2 * RADIX as u32 + warps + 1)
     }
 
-    /// `THREADSxITEMS` from the environment variable `var` (a tuning run's override), else
-    /// `default`.
+    /// `THREADSxITEMSxBLOCKS` from the environment variable `var` (a tuning run's
+    /// override), else `default`.
     fn from_env(var: &str, default: Self) -> Self {
-        let parsed = std::env::var(var).ok().and_then(|v| {
-            let (t, i) = v.split_once('x')?;
-            Some(Self::new(t.trim().parse().ok()?, i.trim().parse().ok()?))
-        });
-        match parsed {
-            Some(t) if t.threads >= 256 && t.threads % 32 == 0 && (1..=64).contains(&t.items) => t,
-            _ => default,
-        }
+        std::env::var(var)
+            .ok()
+            .and_then(|v| Self::parse(&v))
+            .unwrap_or(default)
+    }
+
+    /// `THREADSxITEMSxBLOCKS`, when every part is in range.
+    fn parse(text: &str) -> Option<Self> {
+        let mut parts = text.split('x').map(|p| p.trim().parse::<u32>().ok());
+        let tuning = Self::new(parts.next()??, parts.next()??, parts.next()??);
+        let valid = parts.next().is_none()
+            && tuning.threads >= 256
+            && tuning.threads % 32 == 0
+            && (1..=64).contains(&tuning.items)
+            && tuning.tile() <= MAX_TILE
+            && (1..=8).contains(&tuning.blocks);
+        valid.then_some(tuning)
     }
 }
 
@@ -102,18 +117,18 @@ impl PassMode {
     }
 }
 
-/// Measured best block shapes on H100 (docs/performance.md, 2026-11-22), `[mode]` as
-/// [`PassMode`]: keys-only passes gain from larger tiles; passes that move values are
-/// held back by registers and prefer 256 threads.
+/// Measured best block shapes (docs/performance.md, 2026-11-23, H200), `[mode]` as
+/// [`PassMode`]: large tiles throughout; passes that move values need more registers and
+/// get them by holding two blocks per SM instead of three.
 const U32_TUNING: [PassTuning; 3] = [
-    PassTuning::new(384, 16),
-    PassTuning::new(256, 16),
-    PassTuning::new(256, 16),
+    PassTuning::new(384, 28, 3),
+    PassTuning::new(512, 20, 2),
+    PassTuning::new(512, 20, 2),
 ];
 const U64_TUNING: [PassTuning; 3] = [
-    PassTuning::new(384, 12),
-    PassTuning::new(256, 12),
-    PassTuning::new(256, 12),
+    PassTuning::new(384, 23, 2),
+    PassTuning::new(512, 16, 2),
+    PassTuning::new(512, 16, 2),
 ];
 
 /// The tuning of `table`, each entry overridable by `GPUSORT_TUNE_<KEY>_<MODE>`.
@@ -171,19 +186,11 @@ pub fn defines() -> Vec<(String, String)> {
             let prefix = format!("ONESWEEP_{key}_{}", mode.label());
             out.push((format!("{prefix}_THREADS"), tuning.threads.to_string()));
             out.push((format!("{prefix}_ITEMS"), tuning.items.to_string()));
+            out.push((format!("{prefix}_BLOCKS"), tuning.blocks.to_string()));
         }
     }
     out.push(("HISTOGRAM_THREADS".into(), HISTOGRAM_THREADS.to_string()));
-    out.push(("ONESWEEP_MIN_BLOCKS".into(), pass_min_blocks().to_string()));
     out
-}
-
-fn pass_min_blocks() -> u32 {
-    std::env::var("GPUSORT_TUNE_MIN_BLOCKS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&b| (1..=8).contains(&b))
-        .unwrap_or(PASS_MIN_BLOCKS)
 }
 
 /// Where the values of a sort come from.
@@ -651,9 +658,45 @@ mod tests {
         assert_eq!((s[0], s[1], s[2], s[3], s[255]), (0, 2, 2, 5, 5));
     }
 
+    fn assert_size_limit<K: RadixKey>() {
+        let tiles_limit = MAX_TILES * K::min_tile() as u64 - 1;
+        let max = tiles_limit.min(u32::MAX as u64) as usize;
+        assert!(check_size::<K>(max).is_ok());
+        assert!(matches!(
+            check_size::<K>(max + 1),
+            Err(CudaError::TooLarge { rows, max: m }) if rows == max + 1 && m == max
+        ));
+    }
+
     #[test]
-    fn size_limit_follows_tiles() {
-        assert!(check_size::<u32>(u32::MAX as usize).is_ok());
-        assert!(check_size::<u64>(u32::MAX as usize).is_err());
+    fn size_limit_follows_tiles_and_row_ids() {
+        assert_size_limit::<u32>();
+        assert_size_limit::<u64>();
+    }
+
+    #[test]
+    fn tuning_overrides_parse_and_reject_bad_shapes() {
+        assert_eq!(
+            PassTuning::parse("384x28x3"),
+            Some(PassTuning::new(384, 28, 3))
+        );
+        assert_eq!(
+            PassTuning::parse(" 512 x 16 x 2 "),
+            Some(PassTuning::new(512, 16, 2))
+        );
+        for bad in [
+            "384x28",
+            "384x28x3x1",
+            "200x16x2",
+            "300x16x2",
+            "384x0x3",
+            "384x65x3",
+            "1056x64x1",
+            "384x28x0",
+            "384x28x9",
+            "axbxc",
+        ] {
+            assert_eq!(PassTuning::parse(bad), None, "{bad}");
+        }
     }
 }
