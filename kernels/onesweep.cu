@@ -30,12 +30,12 @@
 #define ONESWEEP_U32_KEYS_BLOCKS 3
 #endif
 #ifndef ONESWEEP_U32_PAIRS_THREADS
-#define ONESWEEP_U32_PAIRS_THREADS 512
+#define ONESWEEP_U32_PAIRS_THREADS 384
 #define ONESWEEP_U32_PAIRS_ITEMS 20
 #define ONESWEEP_U32_PAIRS_BLOCKS 2
 #endif
 #ifndef ONESWEEP_U32_ROWIDS_THREADS
-#define ONESWEEP_U32_ROWIDS_THREADS 512
+#define ONESWEEP_U32_ROWIDS_THREADS 384
 #define ONESWEEP_U32_ROWIDS_ITEMS 20
 #define ONESWEEP_U32_ROWIDS_BLOCKS 2
 #endif
@@ -45,12 +45,12 @@
 #define ONESWEEP_U64_KEYS_BLOCKS 2
 #endif
 #ifndef ONESWEEP_U64_PAIRS_THREADS
-#define ONESWEEP_U64_PAIRS_THREADS 512
+#define ONESWEEP_U64_PAIRS_THREADS 384
 #define ONESWEEP_U64_PAIRS_ITEMS 16
 #define ONESWEEP_U64_PAIRS_BLOCKS 2
 #endif
 #ifndef ONESWEEP_U64_ROWIDS_THREADS
-#define ONESWEEP_U64_ROWIDS_THREADS 512
+#define ONESWEEP_U64_ROWIDS_THREADS 384
 #define ONESWEEP_U64_ROWIDS_ITEMS 16
 #define ONESWEEP_U64_ROWIDS_BLOCKS 2
 #endif
@@ -154,13 +154,14 @@ __device__ __forceinline__ void onesweep_pass(const K* __restrict__ keys_in, K* 
     constexpr int TILE = THREADS * ITEMS;
     constexpr bool HAS_VALUES = MODE != KEYS_ONLY;
     // Dynamic shared memory (tiles may pass the 48 KiB of static shared memory), laid out
-    // as `PassTuning::shared_bytes` in src/cuda/onesweep.rs computes it: the tile's keys
-    // (its values use the same bytes once the keys are out), then the u32 arrays. A
-    // launch with less than that traps instead of corrupting memory.
+    // as `PassTuning::shared_bytes` in src/cuda/onesweep.rs computes it: the tile's keys,
+    // its values (passes with values), then the u32 arrays. A launch with less than that
+    // traps instead of corrupting memory.
     extern __shared__ __align__(16) u8 smem[];
+    constexpr u32 TILE_BYTES = TILE * (sizeof(K) + (HAS_VALUES ? sizeof(u32) : 0));
     K* s_keys = (K*)smem;
-    u32* s_vals = (u32*)smem;
-    u32* s_words = (u32*)(smem + TILE * sizeof(K));
+    u32* s_vals = (u32*)(smem + TILE * sizeof(K));
+    u32* s_words = (u32*)(smem + TILE_BYTES);
     u32(*s_warp_hist)[RADIX] = (u32(*)[RADIX])s_words;
     u32(*s_warp_peers)[RADIX] = (u32(*)[RADIX])(s_words + WARPS * RADIX);
     u32* s_digit_start = s_words + 2 * WARPS * RADIX;
@@ -170,7 +171,7 @@ __device__ __forceinline__ void onesweep_pass(const K* __restrict__ keys_in, K* 
     if (threadIdx.x == 0) {
         u32 have;
         asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));
-        const u32 need = TILE * sizeof(K) + (2 * WARPS * RADIX + 2 * RADIX + WARPS + 1) * 4;
+        const u32 need = TILE_BYTES + (2 * WARPS * RADIX + 2 * RADIX + WARPS + 1) * 4;
         if (have < need) __trap();
         s_tile = atomicAdd(tile_counter, 1u);
     }
@@ -241,9 +242,9 @@ __device__ __forceinline__ void onesweep_pass(const K* __restrict__ keys_in, K* 
     // Stable rank and place: lanes with equal digits form one group per item; the group's
     // lowest lane takes the group's positions from the warp's offset for that digit (items
     // in order, so earlier items get lower positions) and broadcasts them; each key goes
-    // to its tile position at once. Only passes with values keep the positions, two 16-bit
-    // positions per register. Past the end of the input (last tile only) invalid lanes
-    // take nothing.
+    // to its tile position at once. Only passes with values keep the positions (two 16-bit
+    // positions per register) until their values follow. Past the end of the input (last
+    // tile only) invalid lanes take nothing.
     static_assert(TILE <= 65536, "tile positions are kept in 16 bits");
     u32 ranks[HAS_VALUES ? (ITEMS + 1) / 2 : 1];
     u32* peer_bits = s_warp_peers[warp];
@@ -263,6 +264,17 @@ __device__ __forceinline__ void onesweep_pass(const K* __restrict__ keys_in, K* 
             else ranks[i / 2] |= pos << 16;
         }
     }
+    // The values go to the same tile positions, in their own shared array: read from
+    // global memory only now (no register holds them through the ranking), their latency
+    // hides behind the look-back.
+    if constexpr (HAS_VALUES) {
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            const u64 at = warp_begin + (u64)i * WARP + lane;
+            const u32 pos = (ranks[i / 2] >> (i % 2 == 0 ? 0 : 16)) & 0xffffu;
+            if (full || at < n) s_vals[pos] = MODE == ROW_IDS ? (u32)at : vals_in[at];
+        }
+    }
     if (threadIdx.x < RADIX) {
         u32 exclusive = bucket_start[threadIdx.x];
         if (tile != 0) {
@@ -273,10 +285,10 @@ __device__ __forceinline__ void onesweep_pass(const K* __restrict__ keys_in, K* 
     }
     __syncthreads();
 
-    // Scatter in tile order: neighbours with one digit write neighbouring addresses.
+    // Scatter in tile order: neighbours with one digit write neighbouring addresses; a
+    // value goes where its key goes.
     const u64 tile_begin = (u64)tile * TILE;
     const u32 valid_count = (u32)min((u64)TILE, (u64)n - tile_begin);
-    u32 dst[HAS_VALUES ? ITEMS : 1];
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
         const u32 i = k * THREADS + threadIdx.x;
@@ -284,26 +296,8 @@ __device__ __forceinline__ void onesweep_pass(const K* __restrict__ keys_in, K* 
             const K key = s_keys[i];
             const u32 to = s_digit_base[digit_of(key, shift)] + i;
             keys_out[to] = key;
-            if (HAS_VALUES) dst[k] = to;
+            if constexpr (HAS_VALUES) vals_out[to] = s_vals[i];
         }
-    }
-    if (!HAS_VALUES) return;
-
-    // The values take the same way through the same shared memory. Given values are read
-    // only now: not holding them in registers through the ranking lets the pass keep three
-    // blocks per SM (measured +5 % on u32 pairs at 2^28, H100).
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-        const u64 at = warp_begin + (u64)i * WARP + lane;
-        const u32 pos = (ranks[i / 2] >> (i % 2 == 0 ? 0 : 16)) & 0xffffu;
-        if (full || at < n) s_vals[pos] = MODE == ROW_IDS ? (u32)at : vals_in[at];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int k = 0; k < ITEMS; ++k) {
-        const u32 i = k * THREADS + threadIdx.x;
-        if (i < valid_count) vals_out[dst[k]] = s_vals[i];
     }
 }
 
