@@ -31,18 +31,6 @@ __device__ __forceinline__ u32 lanemask_lt() {
     return mask;
 }
 
-// The lanes of the warp whose 8-bit digit equals this lane's (all lanes take part).
-__device__ __forceinline__ u32 match_digit(u32 digit) {
-    u32 peers = 0xffffffffu;
-#pragma unroll
-    for (int b = 0; b < RADIX_BITS; ++b) {
-        const bool set = (digit >> b) & 1u;
-        const u32 ones = __ballot_sync(0xffffffffu, set);
-        peers &= set ? ones : ~ones;
-    }
-    return peers;
-}
-
 // The 8-bit digit of `key` at bit offset `shift`.
 __device__ __forceinline__ u32 digit_of(u32 key, u32 shift) { return (key >> shift) & (RADIX - 1); }
 __device__ __forceinline__ u32 digit_of(u64 key, u32 shift) {
