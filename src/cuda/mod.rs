@@ -22,6 +22,7 @@ mod error;
 pub mod faults;
 mod gather;
 mod host_memory;
+mod idle_vectors;
 mod merge;
 mod module;
 mod onesweep;
@@ -43,6 +44,7 @@ pub use faults::{inject as inject_fault, Fault};
 pub use gather::{payload_layout, DevicePayload, Gatherer};
 use gather::{DeviceColumn, DeviceRun};
 use host_memory::{idle_limit, HostRegions};
+use idle_vectors::IdleVectors;
 pub use merge::{MergeKeys, MergeSorted, MergeSorts, MERGE_TILE};
 pub use module::{compile_cubin, is_nvrtc_present, nvrtc_version, KernelFile, ALL_KERNELS};
 pub use onesweep::{
@@ -75,6 +77,8 @@ pub struct CudaRuntime {
     staging: Mutex<Staging>,
     /// Host memory of gathered windows, reused between sorts.
     host_regions: Arc<HostRegions>,
+    /// Permutation vectors given back after a sort, filled again by the next download.
+    idle_permutations: IdleVectors,
 }
 
 static RUNTIME: OnceLock<std::result::Result<Arc<CudaRuntime>, String>> = OnceLock::new();
@@ -150,6 +154,7 @@ fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
             gatherer,
             staging,
             host_regions: Arc::new(HostRegions::new(idle_limit())),
+            idle_permutations: IdleVectors::new(idle_limit() / 4),
         })
     })
     .map_err(|_| {
@@ -284,7 +289,7 @@ impl CudaRuntime {
             None => device_run(identity(n), algorithm, how.h2d_bytes, 0, transfer),
             Some(perm) => {
                 let download_started = Instant::now();
-                let mut permutation = vec![0u32; n];
+                let mut permutation = self.idle_permutations.take(n);
                 staging.download(device, perm, &mut permutation)?;
                 device.synchronize()?;
                 transfer.download = download_started.elapsed();
@@ -391,6 +396,10 @@ impl SortBackend for CudaBackend {
                 Ok(Some(run))
             }
         }
+    }
+
+    fn recycle_permutation(&self, permutation: Vec<u32>) {
+        self.runtime.idle_permutations.give_back(permutation);
     }
 
     fn payload_gatherer(

@@ -43,7 +43,7 @@ use super::sorter::{device_payload, gather_rows, order_rows, SortSpec};
 use super::spill::RunSpiller;
 use super::stream::{emit_buffered, OUTPUT_CHANNEL_BATCHES};
 use crate::gather::{PayloadGather, PayloadStats, RunRows};
-use crate::sort::Segments;
+use crate::sort::{Segments, SortBackend};
 
 /// The shared sorts of one `GpuSortExec`: which execution each partition joins.
 #[derive(Debug, Default)]
@@ -121,6 +121,16 @@ struct SortedTogether {
     payload: Option<SharedPayload>,
     /// Accounts the buffered rows until every partition is done with them.
     _reservation: MemoryReservation,
+    /// Takes the permutation back when every partition is done with it.
+    backend: Arc<dyn SortBackend>,
+}
+
+impl Drop for SortedTogether {
+    fn drop(&mut self) {
+        self.payload = None;
+        self.backend
+            .recycle_permutation(std::mem::take(&mut self.permutation));
+    }
 }
 
 impl CombinedSort {
@@ -273,6 +283,7 @@ fn sort_together(
         ranges,
         payload,
         _reservation: reservation,
+        backend: Arc::clone(&spec.backend),
     })
 }
 

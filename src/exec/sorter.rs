@@ -103,14 +103,17 @@ pub fn sort_run(
         let _timer = metrics.gather_time.timer();
         device_payload(spec, &rows, &permutation, retained)
     };
-    gather_rows(
+    let gathered = gather_rows(
         spec,
         &rows,
         &permutation,
         payload.as_deref_mut(),
         metrics,
         emit,
-    )
+    );
+    drop(payload);
+    spec.backend.recycle_permutation(permutation);
+    gathered
 }
 
 /// The sorted order of a run's rows.

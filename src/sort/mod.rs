@@ -150,6 +150,11 @@ pub trait SortBackend: Debug + Send + Sync {
         Ok(None)
     }
 
+    /// Takes back a permutation that this backend's sort returned, once its rows are out,
+    /// to reuse its memory for a later sort (the CUDA backend downloads into it: memory
+    /// touched before fills several times faster than fresh pages).
+    fn recycle_permutation(&self, _permutation: Vec<u32>) {}
+
     /// Prepares the gather of some of a run's columns into `permutation` order by the
     /// backend itself, or returns `None` to have the host gather every column. The CUDA
     /// backend gathers fixed-width columns on the device.

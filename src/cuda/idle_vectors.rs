@@ -1,0 +1,133 @@
+//! Permutation vectors kept after a sort and lent to the next one.
+//!
+//! A device sort brings its permutation (4 bytes per row) back into host memory. Memory the
+//! process has never touched costs a page fault and the kernel's zeroing per page on first
+//! write, so filling a fresh 400 MB vector ran at the speed of page faults (13–24 GB/s on
+//! the GPU hosts with 16 threads) instead of at the speed of the copy (50–59 GB/s into
+//! memory touched before; docs/performance.md). The operator gives each large permutation
+//! back (`SortBackend::recycle_permutation`) when its rows are out, and the next sort's
+//! download takes it.
+//!
+//! ```text
+//!  sort: take(rows) ─► idle vector that is long enough (cut to length), else a new one
+//!  rows emitted ─► give_back(permutation) ─► idle (the oldest freed past the limit)
+//! ```
+//!
+//! Idle vectors are process memory outside DataFusion's memory pool: the runtime keeps at
+//! most a quarter of the device gather's idle limit (`GPUSORT_HOST_IDLE_BYTES`; 0 keeps
+//! nothing).
+
+use std::sync::Mutex;
+
+/// Vectors shorter than this are not kept: their first touch costs little.
+const SMALLEST_KEPT: usize = 1 << 20;
+/// Idle vectors kept at most, whatever their size.
+const MOST_KEPT: usize = 4;
+
+/// A set of idle `u32` vectors, each fully initialized over its length.
+#[derive(Debug)]
+pub struct IdleVectors {
+    limit_bytes: usize,
+    idle: Mutex<Vec<Vec<u32>>>,
+}
+
+impl IdleVectors {
+    /// A set that keeps at most `limit_bytes` of vectors idle.
+    pub fn new(limit_bytes: usize) -> Self {
+        Self {
+            limit_bytes,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A vector of `len` elements (of unspecified values: the caller overwrites them):
+    /// the shortest idle one at least that long, cut to `len`, else a new one.
+    pub fn take(&self, len: usize) -> Vec<u32> {
+        let found = {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            let best = idle
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| v.len() >= len)
+                .min_by_key(|(_, v)| v.len())
+                .map(|(i, _)| i);
+            best.map(|i| idle.swap_remove(i))
+        };
+        match found {
+            Some(mut vector) => {
+                vector.truncate(len);
+                vector
+            }
+            None => vec![0; len],
+        }
+    }
+
+    /// Keeps `vector` for a later [`IdleVectors::take`] when it is long enough to be
+    /// worth it; frees the oldest idle vectors to stay within the limits.
+    pub fn give_back(&self, vector: Vec<u32>) {
+        let bytes = vector.len() * 4;
+        if vector.len() < SMALLEST_KEPT || bytes > self.limit_bytes {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.push(vector);
+        while idle.len() > MOST_KEPT || Self::bytes(&idle) > self.limit_bytes {
+            idle.remove(0);
+        }
+    }
+
+    /// Bytes held idle now.
+    #[cfg(test)]
+    fn idle_bytes(&self) -> usize {
+        Self::bytes(&self.idle.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn bytes(idle: &[Vec<u32>]) -> usize {
+        idle.iter().map(|v| v.len() * 4).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const N: usize = SMALLEST_KEPT;
+
+    #[test]
+    fn takes_the_shortest_long_enough_vector_cut_to_length() {
+        let idle = IdleVectors::new(64 * N);
+        idle.give_back(vec![7; 3 * N]);
+        idle.give_back(vec![8; 2 * N]);
+        let taken = idle.take(N + 5);
+        assert_eq!(taken.len(), N + 5);
+        assert!(taken.iter().all(|&x| x == 8), "the 2N vector fits best");
+        assert_eq!(idle.idle_bytes(), 3 * N * 4);
+        let fresh = idle.take(4 * N);
+        assert_eq!(fresh.len(), 4 * N, "none is long enough: a new one");
+        assert_eq!(idle.idle_bytes(), 3 * N * 4);
+    }
+
+    #[test]
+    fn keeps_within_the_limits_dropping_the_oldest() {
+        let idle = IdleVectors::new(5 * N * 4);
+        idle.give_back(vec![1; 2 * N]);
+        idle.give_back(vec![2; 2 * N]);
+        idle.give_back(vec![3; 2 * N]);
+        assert_eq!(idle.idle_bytes(), 4 * N * 4, "the oldest went");
+        assert_eq!(idle.take(N)[0], 2);
+        idle.give_back(vec![0; N - 1]);
+        idle.give_back(vec![0; 6 * N]);
+        assert_eq!(
+            idle.idle_bytes(),
+            2 * N * 4,
+            "too short and too long are freed"
+        );
+        let none = IdleVectors::new(0);
+        none.give_back(vec![0; 2 * N]);
+        assert_eq!(none.idle_bytes(), 0);
+        for i in 0..MOST_KEPT + 2 {
+            idle.give_back(vec![i as u32; N]);
+        }
+        assert!(idle.idle.lock().unwrap().len() <= MOST_KEPT);
+    }
+}
