@@ -19,8 +19,11 @@
 
 use std::sync::Mutex;
 
-/// Vectors shorter than this are not kept: their first touch costs little.
+/// Vectors shorter than this are neither kept nor lent: their first touch costs little.
 const SMALLEST_KEPT: usize = 1 << 20;
+/// An idle vector is lent only to a sort of at least this fraction of its length, so a
+/// small sort does not use up (and give back cut short) the memory of a large one.
+const MOST_WASTE: usize = 4;
 /// Idle vectors kept at most, whatever their size.
 const MOST_KEPT: usize = 4;
 
@@ -41,14 +44,18 @@ impl IdleVectors {
     }
 
     /// A vector of `len` elements (of unspecified values: the caller overwrites them):
-    /// the shortest idle one at least that long, cut to `len`, else a new one.
+    /// the shortest idle one at least that long (and at most [`MOST_WASTE`] times as
+    /// long), cut to `len`, else a new one.
     pub fn take(&self, len: usize) -> Vec<u32> {
+        if len < SMALLEST_KEPT {
+            return vec![0; len];
+        }
         let found = {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
             let best = idle
                 .iter()
                 .enumerate()
-                .filter(|(_, v)| v.len() >= len)
+                .filter(|(_, v)| v.len() >= len && v.len() / MOST_WASTE <= len)
                 .min_by_key(|(_, v)| v.len())
                 .map(|(i, _)| i);
             best.map(|i| idle.swap_remove(i))
@@ -105,6 +112,22 @@ mod tests {
         let fresh = idle.take(4 * N);
         assert_eq!(fresh.len(), 4 * N, "none is long enough: a new one");
         assert_eq!(idle.idle_bytes(), 3 * N * 4);
+    }
+
+    #[test]
+    fn small_sorts_leave_long_vectors_idle() {
+        let idle = IdleVectors::new(64 * N);
+        idle.give_back(vec![5; 8 * N]);
+        assert_eq!(
+            idle.take(N - 1),
+            vec![0; N - 1],
+            "below the smallest kept: new"
+        );
+        assert_eq!(idle.take(N).len(), N, "more than four times too long: new");
+        assert_eq!(idle.idle_bytes(), 8 * N * 4);
+        let taken = idle.take(2 * N);
+        assert!(taken.len() == 2 * N && taken.iter().all(|&x| x == 5));
+        assert_eq!(idle.idle_bytes(), 0);
     }
 
     #[test]
