@@ -17,7 +17,7 @@
 //! most a quarter of the device gather's idle limit (`GPUSORT_HOST_IDLE_BYTES`; 0 keeps
 //! nothing).
 
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 /// Vectors shorter than this are neither kept nor lent: their first touch costs little.
 const SMALLEST_KEPT: usize = 1 << 20;
@@ -51,7 +51,7 @@ impl IdleVectors {
             return vec![0; len];
         }
         let found = {
-            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            let mut idle = self.locked();
             let best = idle
                 .iter()
                 .enumerate()
@@ -76,7 +76,7 @@ impl IdleVectors {
         if vector.len() < SMALLEST_KEPT || bytes > self.limit_bytes {
             return;
         }
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut idle = self.locked();
         idle.push(vector);
         while idle.len() > MOST_KEPT || Self::bytes(&idle) > self.limit_bytes {
             idle.remove(0);
@@ -86,7 +86,12 @@ impl IdleVectors {
     /// Bytes held idle now.
     #[cfg(test)]
     fn idle_bytes(&self) -> usize {
-        Self::bytes(&self.idle.lock().unwrap_or_else(|e| e.into_inner()))
+        Self::bytes(&self.locked())
+    }
+
+    /// The idle vectors (a panic while they were held leaves them usable).
+    fn locked(&self) -> MutexGuard<'_, Vec<Vec<u32>>> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn bytes(idle: &[Vec<u32>]) -> usize {
@@ -151,6 +156,6 @@ mod tests {
         for i in 0..MOST_KEPT + 2 {
             idle.give_back(vec![i as u32; N]);
         }
-        assert!(idle.idle.lock().unwrap().len() <= MOST_KEPT);
+        assert!(idle.locked().len() <= MOST_KEPT);
     }
 }

@@ -93,10 +93,10 @@ impl CudaRuntime {
 
     /// Whether the sortedness probe finds `keys` nearly sorted.
     fn nearly_sorted(&self, device: &Device, keys: &MergeKeys, n: usize) -> CudaResult<bool> {
-        if n <= 2 * (LOCALITY_PROBE_TILES * MERGE_TILE) as usize {
+        let distance = LOCALITY_PROBE_TILES * MERGE_TILE;
+        if n <= 2 * distance as usize {
             return Ok(false);
         }
-        let distance = LOCALITY_PROBE_TILES * MERGE_TILE;
         let inversions = self.merge.inversions(device, keys, n, distance)?;
         Ok(inversions * LOCALITY_MAX_INVERSIONS_PER <= n as u64)
     }

@@ -127,7 +127,6 @@ struct SortedTogether {
 
 impl Drop for SortedTogether {
     fn drop(&mut self) {
-        self.payload = None;
         self.backend
             .recycle_permutation(std::mem::take(&mut self.permutation));
     }

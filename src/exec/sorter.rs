@@ -111,7 +111,6 @@ pub fn sort_run(
         metrics,
         emit,
     );
-    drop(payload);
     spec.backend.recycle_permutation(permutation);
     gathered
 }
