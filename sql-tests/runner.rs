@@ -7,7 +7,8 @@
 //!   that fail stock (mostly those reading data files the crate does not ship) are counted
 //!   and reported, not judged. In EXPLAIN output, sort operators (`SortExec`,
 //!   `SortPreservingMergeExec`, `GpuSortExec`) are set aside before comparing, since
-//!   replacing them is the point; window operators are compared by their first window
+//!   replacing them is the point, and so is a hash `RepartitionExec` directly below a sort
+//!   (a hash routed `GpuSortExec` does its work, `gpu_sort.absorb_repartition`); window operators are compared by their first window
 //!   expression only, since a streaming window (`BoundedWindowAggExec`) above a replaced
 //!   sort becomes a whole-partition one (`WindowAggExec`, `gpu_sort.whole_partition_windows`)
 //!   and the two print their expressions differently.
@@ -74,11 +75,20 @@ fn plan_body(line: &str) -> &str {
     }
 }
 
+/// The plan lines without sort operators and without a hash repartition directly below
+/// one (a hash routed `GpuSortExec` does that repartition's work itself).
 fn without_sort_operators(lines: impl Iterator<Item = String>) -> Vec<String> {
-    lines
-        .map(|l| window_operator(plan_body(&l).trim()))
-        .filter(|l| !SORT_OPERATORS.iter().any(|op| l.starts_with(op)))
-        .collect()
+    let mut kept = Vec::new();
+    let mut below_sort = false;
+    for line in lines.map(|l| window_operator(plan_body(&l).trim())) {
+        let is_sort = SORT_OPERATORS.iter().any(|op| line.starts_with(op));
+        let absorbed = below_sort && line.starts_with("RepartitionExec: partitioning=Hash(");
+        below_sort = is_sort;
+        if !is_sort && !absorbed {
+            kept.push(line);
+        }
+    }
+    kept
 }
 
 /// A window operator's line as `window: <its first window expression>`; other lines as

@@ -113,6 +113,11 @@ extensions_options! {
         /// A sort that keeps its input's partitions (below a window's `PARTITION BY`)
         /// sorts all of them at once, each on its own, instead of one sort per partition.
         pub combine_partitions: bool, default = true
+        /// A sort above a hash repartition (a window's `PARTITION BY`) reads the
+        /// repartition's input and routes each row to its hash partition itself, within its
+        /// one sort for all partitions (with `combine_partitions`), instead of having every
+        /// row copied into per-partition batches first.
+        pub absorb_repartition: bool, default = true
         /// A window computed directly above a gpusort sort runs as DataFusion's
         /// `WindowAggExec` (a whole partition at once, vectorized) instead of the
         /// row-at-a-time `BoundedWindowAggExec`.
@@ -170,6 +175,7 @@ mod tests {
             "topk",
             "device_gather_min_rows",
             "combine_partitions",
+            "absorb_repartition",
             "whole_partition_windows",
         ] {
             assert!(keys.iter().any(|k| k == key), "{key} missing from {keys:?}");

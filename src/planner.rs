@@ -7,6 +7,9 @@
 //!  SortPreservingMergeExec(SortExec{preserve_partitioning: true})  ──►  GpuSortExec (1 partition)
 //!  SortExec{fetch: None}                                           ──►  GpuSortExec (same partitioning)
 //!  SortExec{fetch: Some(n)}           (only with gpu_sort.topk)    ──►  GpuSortExec{fetch: n}
+//!  SortExec{preserve_partitioning: true}(RepartitionExec(Hash(e, N))(input))
+//!                 (gpu_sort.combine_partitions and absorb_repartition) ──►  GpuSortExec(input),
+//!                                                           hash routed to Hash(e, N)
 //! ```
 //!
 //! A sort is kept, for a [`DeclineReason`], when the rule is disabled, the sort has a LIMIT
@@ -25,12 +28,13 @@ use datafusion::common::Result;
 use datafusion::physical_expr::LexOrdering;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::displayable;
+use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::{ExecutionPlan, StatisticsArgs, StatisticsContext};
 
 use crate::config::GpuSortConfig;
-use crate::exec::{GpuSortExec, GpuSortOptions};
+use crate::exec::{GpuSortExec, GpuSortOptions, HashRouting};
 use crate::keys::unsupported_reason;
 use crate::sort::resolve_backend;
 use crate::window::windows_over_sorts;
@@ -105,6 +109,9 @@ struct Candidate {
     expr: LexOrdering,
     fetch: Option<usize>,
     preserve_partitioning: bool,
+    /// The input of a hash repartition directly below a sort that keeps partitioning,
+    /// and its routing.
+    below_repartition: Option<(Arc<dyn ExecutionPlan>, HashRouting)>,
     text: String,
 }
 
@@ -131,17 +138,45 @@ impl Candidate {
                 expr: merge.expr().clone(),
                 fetch,
                 preserve_partitioning: false,
+                below_repartition: None,
                 text: text(),
             });
         }
         let sort = node.downcast_ref::<SortExec>()?;
+        let below_repartition = sort
+            .input()
+            .downcast_ref::<RepartitionExec>()
+            .filter(|_| sort.preserve_partitioning())
+            .and_then(|repartition| {
+                let routing = HashRouting::of(repartition.partitioning())?;
+                Some((Arc::clone(repartition.input()), routing))
+            });
         Some(Self {
             input: Arc::clone(sort.input()),
             expr: sort.expr().clone(),
             fetch: sort.fetch(),
             preserve_partitioning: sort.preserve_partitioning(),
+            below_repartition,
             text: text(),
         })
+    }
+
+    /// The replacement: hash routed over the repartition's input when the settings allow.
+    fn into_exec(self, options: GpuSortOptions, settings: &GpuSortConfig) -> Result<GpuSortExec> {
+        match self.below_repartition {
+            Some((input, routing))
+                if settings.combine_partitions && settings.absorb_repartition =>
+            {
+                GpuSortExec::try_new_routed(input, self.expr, self.fetch, routing, options)
+            }
+            _ => GpuSortExec::try_new(
+                self.input,
+                self.expr,
+                self.fetch,
+                self.preserve_partitioning,
+                options,
+            ),
+        }
     }
 
     fn is_merge_pair(&self) -> bool {
@@ -249,13 +284,7 @@ impl PhysicalOptimizerRule for GpuSortRule {
                         };
                         log::info!("gpusort: {decision}");
                         decisions.push(decision);
-                        let exec = GpuSortExec::try_new(
-                            candidate.input,
-                            candidate.expr,
-                            candidate.fetch,
-                            candidate.preserve_partitioning,
-                            options,
-                        )?;
+                        let exec = candidate.into_exec(options, &settings)?;
                         Ok(Transformed::yes(Arc::new(exec) as Arc<dyn ExecutionPlan>))
                     }
                     // The SortExec below a declined merge pair is decided on its own.

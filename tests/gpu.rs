@@ -1270,6 +1270,8 @@ cases_on_cuda!(
     combined_partitions_in_runs_and_spilled(2_000),
     combined_partitions_with_ordered_prefix(5_000),
     window_over_hash_partitions(2_000_000),
+    routed_partitions_equal_repartition_then_sort(5_000),
+    routed_sort_pairs_with_repartitioned_join_side(3_000_000),
 );
 
 #[tokio::test]

@@ -30,3 +30,13 @@ async fn combined_partitions_with_ordered_prefix() {
 async fn window_over_hash_partitions() {
     cases::window_over_hash_partitions(Cpu, 40_000).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn routed_partitions_equal_repartition_then_sort() {
+    cases::routed_partitions_equal_repartition_then_sort(Cpu, 50).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn routed_sort_pairs_with_repartitioned_join_side() {
+    cases::routed_sort_pairs_with_repartitioned_join_side(Cpu, 30_000).await;
+}

@@ -7,6 +7,10 @@
 //! Runs are kept per input partition in arrival order, so the order of the runs
 //! (partition, then arrival) is the input order, and merging them with ties broken by run
 //! index keeps the sort stable.
+//!
+//! With a [`HashRouting`] (a sort that reads the input of a hash repartition itself), the
+//! rows are spilled by output partition: each spill splits the buffered batches into the
+//! hash partitions first, so every output partition finds its own sorted runs on disk.
 
 use std::sync::Arc;
 
@@ -17,6 +21,7 @@ use datafusion::execution::memory_pool::MemoryReservation;
 use datafusion::physical_plan::SendableRecordBatchStream;
 use futures::StreamExt;
 
+use super::hash_routing::HashRouting;
 use super::metrics::SortMetrics;
 use super::sorter::{key_limbs, split_runs, working_bytes, SortSpec};
 use super::spill::{RunSpiller, SpilledRun};
@@ -29,6 +34,15 @@ pub enum Buffered {
     OnDisk(Vec<SpilledRun>),
 }
 
+/// Every input partition drained, for a sort of several partitions at once.
+pub enum Drained {
+    /// Nothing was spilled: each input partition's batches, in arrival order.
+    InMemory(Vec<Vec<RecordBatch>>),
+    /// Runs went to disk (then so did the rest): the sorted runs of each output partition
+    /// (the input partitions themselves, or the routing's hash partitions), in input order.
+    OnDisk(Vec<Vec<SpilledRun>>),
+}
+
 /// The input of one partition's sort while it is being drained.
 pub struct InputBuffer {
     spec: Arc<SortSpec>,
@@ -37,8 +51,11 @@ pub struct InputBuffer {
     spiller: RunSpiller,
     /// Buffered batches of each input partition, in arrival order.
     buffered: Vec<Vec<RecordBatch>>,
-    /// Sorted runs on disk of each input partition, in arrival order.
-    spilled: Vec<Vec<SpilledRun>>,
+    /// Sorted runs on disk of each output partition, each with the input partition its
+    /// rows came from, in arrival order.
+    spilled: Vec<Vec<(usize, SpilledRun)>>,
+    /// Where rows go when they are spilled; `None`: each stays in its input partition.
+    routing: Option<Arc<HashRouting>>,
 }
 
 impl InputBuffer {
@@ -57,7 +74,15 @@ impl InputBuffer {
             spiller,
             buffered: (0..partitions).map(|_| Vec::new()).collect(),
             spilled: (0..partitions).map(|_| Vec::new()).collect(),
+            routing: None,
         }
+    }
+
+    /// Spills rows into the output partitions of `routing` instead of their input's.
+    pub fn with_routing(mut self, routing: Arc<HashRouting>) -> Self {
+        self.spilled = (0..routing.partitions()).map(|_| Vec::new()).collect();
+        self.routing = Some(routing);
+        self
     }
 
     /// The reservation the buffered batches are accounted in.
@@ -96,30 +121,28 @@ impl InputBuffer {
             std::mem::take(&mut self.spilled)
                 .into_iter()
                 .flatten()
+                .map(|(_, run)| run)
                 .collect(),
         ))
     }
 
     /// The drained input of each partition on its own, and the reservation its buffered
-    /// batches are accounted in: every partition in memory if nothing was spilled, else
-    /// every partition's runs on disk.
-    pub async fn finish_partitions(mut self) -> Result<(Vec<Buffered>, MemoryReservation)> {
-        let spilled = !self.spilled.iter().all(Vec::is_empty);
-        if spilled {
-            self.spill_buffered().await?;
+    /// batches are accounted in.
+    pub async fn finish_partitions(mut self) -> Result<(Drained, MemoryReservation)> {
+        if self.spilled.iter().all(Vec::is_empty) {
+            let buffered = std::mem::take(&mut self.buffered);
+            return Ok((Drained::InMemory(buffered), self.reservation));
         }
-        let partitions = if spilled {
-            std::mem::take(&mut self.spilled)
-                .into_iter()
-                .map(Buffered::OnDisk)
-                .collect()
-        } else {
-            std::mem::take(&mut self.buffered)
-                .into_iter()
-                .map(Buffered::InMemory)
-                .collect()
-        };
-        Ok((partitions, self.reservation))
+        self.spill_buffered().await?;
+        let spilled = std::mem::take(&mut self.spilled)
+            .into_iter()
+            .map(|mut runs| {
+                // Input order: by input partition (stable: arrival order within one).
+                runs.sort_by_key(|(input, _)| *input);
+                runs.into_iter().map(|(_, run)| run).collect()
+            })
+            .collect();
+        Ok((Drained::OnDisk(spilled), self.reservation))
     }
 
     async fn admit(&mut self, partition: usize, batch: RecordBatch) -> Result<()> {
@@ -144,21 +167,51 @@ impl InputBuffer {
     /// Sorts every partition's buffered batches as runs, writes them to disk, frees the
     /// reservation.
     async fn spill_buffered(&mut self) -> Result<()> {
-        for (partition, batches) in self.buffered.iter_mut().enumerate() {
-            for run in split_runs(std::mem::take(batches), self.spec.run_rows) {
-                let (spec, metrics, spiller) = (
-                    Arc::clone(&self.spec),
-                    self.metrics.clone(),
-                    self.spiller.clone(),
-                );
-                let spilled =
-                    tokio::task::spawn_blocking(move || spiller.sort_to_disk(&spec, run, &metrics))
-                        .await
-                        .map_err(|e| DataFusionError::External(Box::new(e)))??;
-                self.spilled[partition].extend(spilled);
+        for input in 0..self.buffered.len() {
+            let batches = std::mem::take(&mut self.buffered[input]);
+            for (partition, batches) in self.output_partitions(input, batches).await? {
+                self.spill_runs(input, partition, batches).await?;
             }
         }
         self.reservation.free();
+        Ok(())
+    }
+
+    /// The batches of input partition `input` by output partition.
+    async fn output_partitions(
+        &self,
+        input: usize,
+        batches: Vec<RecordBatch>,
+    ) -> Result<Vec<(usize, Vec<RecordBatch>)>> {
+        let Some(routing) = self.routing.clone() else {
+            return Ok(vec![(input, batches)]);
+        };
+        let parts = tokio::task::spawn_blocking(move || routing.split(batches))
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))??;
+        Ok(parts.into_iter().enumerate().collect())
+    }
+
+    /// Sorts `batches` (of input partition `input`) as runs and writes them to disk as runs
+    /// of output `partition`.
+    async fn spill_runs(
+        &mut self,
+        input: usize,
+        partition: usize,
+        batches: Vec<RecordBatch>,
+    ) -> Result<()> {
+        for run in split_runs(batches, self.spec.run_rows) {
+            let (spec, metrics, spiller) = (
+                Arc::clone(&self.spec),
+                self.metrics.clone(),
+                self.spiller.clone(),
+            );
+            let spilled =
+                tokio::task::spawn_blocking(move || spiller.sort_to_disk(&spec, run, &metrics))
+                    .await
+                    .map_err(|e| DataFusionError::External(Box::new(e)))??;
+            self.spilled[partition].extend(spilled.map(|run| (input, run)));
+        }
         Ok(())
     }
 }

@@ -6,6 +6,10 @@
 //!  …            │   (one per execution)  ├ fits one run: sort every row at once, each
 //!  execute(N-1)─┘                        │   partition a segment (rows never leave it)
 //!                                        └ else: each partition keeps its own input
+//!  with a hash routing (the sort reads the input of a hash repartition, `hash_routing.rs`):
+//!    M input partitions drained; one run: every row sorted by (hash partition, keys), so
+//!    output partition i is a contiguous slice; else the rows are split into the N hash
+//!    partitions (spilled runs already are) and each sorts its own
 //!  output partition i: awaits the shared result, then gathers its slice of the
 //!  permutation (in parallel with the other partitions), or sorts its own input as a
 //!  partition sorted alone would (runs, spills, merge)
@@ -13,7 +17,8 @@
 //!
 //! Why: below a hash repartition (a window's `PARTITION BY`) N separate sorts would each
 //! upload, sort and gather their share while holding the device in turn; one sort does
-//! one upload and one device sort for all of them.
+//! one upload and one device sort for all of them. Reading the repartition's input
+//! directly also saves the repartition's copy of every row into per-partition batches.
 //!
 //! Any consumer order works: the shared task drains every input partition itself, so
 //! partition i can be read to its end before partition j is even executed. A partition
@@ -25,6 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arrow::array::{ArrayRef, RecordBatch};
+use arrow::compute::SortOptions;
 use arrow::datatypes::SchemaRef;
 use datafusion::arrow;
 use datafusion::common::runtime::SpawnedTask;
@@ -37,12 +43,14 @@ use futures::FutureExt;
 use tokio::sync::mpsc::Sender;
 use tokio::sync::oneshot;
 
-use super::buffer::{Buffered, InputBuffer};
+use super::buffer::{Buffered, Drained, InputBuffer};
+use super::hash_routing::{id_arrays, total_counts, HashRouting};
 use super::metrics::SortMetrics;
-use super::sorter::{device_payload, gather_rows, order_rows, SortSpec};
+use super::sorter::{device_payload, gather_rows, order_rows, Apart, SortSpec};
 use super::spill::RunSpiller;
 use super::stream::{emit_buffered, OUTPUT_CHANNEL_BATCHES};
 use crate::gather::{PayloadGather, PayloadStats, RunRows};
+use crate::keys::KeyColumn;
 use crate::sort::{Segments, SortBackend};
 
 /// The shared sorts of one `GpuSortExec`: which execution each partition joins.
@@ -134,17 +142,20 @@ impl Drop for SortedTogether {
 
 impl CombinedSort {
     /// Starts draining `inputs` (every input partition, in order) and sorting them.
-    /// `metrics` take the shared stages (collection, encoding, the sort itself).
+    /// `metrics` take the shared stages (collection, encoding, the sort itself). With a
+    /// `routing`, output partition `p` gets the rows of hash partition `p` (from every
+    /// input partition) instead of input partition `p`'s rows.
     pub fn start(
         inputs: Vec<SendableRecordBatchStream>,
         spec: Arc<SortSpec>,
         metrics: SortMetrics,
         reservation: MemoryReservation,
         spiller: RunSpiller,
+        routing: Option<Arc<HashRouting>>,
     ) -> Arc<Self> {
         let (tx, rx) = oneshot::channel();
         let task = SpawnedTask::spawn(async move {
-            let combined = combine(inputs, spec, metrics, reservation, spiller).await;
+            let combined = combine(inputs, spec, metrics, reservation, spiller, routing).await;
             let _ = tx.send(combined.map(Arc::new).map_err(Arc::new));
         });
         let result = async move {
@@ -188,13 +199,15 @@ impl CombinedSort {
     }
 }
 
-/// Drains every input partition; sorts all rows at once when they fit one run.
+/// Drains every input partition; sorts all rows at once when they fit one run. With a
+/// routing, the output partitions are its hash partitions instead of the input's.
 async fn combine(
     inputs: Vec<SendableRecordBatchStream>,
     spec: Arc<SortSpec>,
     metrics: SortMetrics,
     reservation: MemoryReservation,
     spiller: RunSpiller,
+    routing: Option<Arc<HashRouting>>,
 ) -> Result<Combined> {
     let mut buffer = InputBuffer::new(
         inputs.len(),
@@ -203,65 +216,99 @@ async fn combine(
         reservation,
         spiller,
     );
+    if let Some(routing) = &routing {
+        buffer = buffer.with_routing(Arc::clone(routing));
+    }
     let collecting = metrics.collect_time.timer();
     buffer.fill(inputs).await?;
-    let (partitions, reservation) = buffer.finish_partitions().await?;
+    let (drained, reservation) = buffer.finish_partitions().await?;
     collecting.done();
-    let in_memory = partitions
-        .iter()
-        .all(|p| matches!(p, Buffered::InMemory(_)));
-    let rows: usize = partitions
-        .iter()
-        .filter_map(|p| match p {
-            Buffered::InMemory(batches) => {
-                Some(batches.iter().map(RecordBatch::num_rows).sum::<usize>())
+    let partitions = match drained {
+        Drained::OnDisk(runs) => {
+            return Ok(Combined::separate(
+                runs.into_iter().map(Buffered::OnDisk).collect(),
+                reservation,
+            ))
+        }
+        Drained::InMemory(partitions) => partitions,
+    };
+    let rows: usize = partitions.iter().flatten().map(RecordBatch::num_rows).sum();
+    if rows > spec.run_rows.min(u32::MAX as usize) {
+        let partitions = match routing {
+            None => partitions,
+            Some(routing) => {
+                let all = partitions.into_iter().flatten().collect();
+                tokio::task::spawn_blocking(move || routing.split(all))
+                    .await
+                    .map_err(|e| DataFusionError::External(Box::new(e)))??
             }
-            Buffered::OnDisk(_) => None,
-        })
-        .sum();
-    if !in_memory || rows > spec.run_rows.min(u32::MAX as usize) {
-        return Ok(Combined::Separate {
-            inputs: Mutex::new(partitions.into_iter().map(Some).collect()),
+        };
+        return Ok(Combined::separate(
+            partitions.into_iter().map(Buffered::InMemory).collect(),
             reservation,
-        });
+        ));
     }
-    let batches: Vec<Vec<RecordBatch>> = partitions
-        .into_iter()
-        .filter_map(|p| match p {
-            Buffered::InMemory(batches) => Some(batches),
-            Buffered::OnDisk(_) => None,
-        })
-        .collect();
-    let sorted =
-        tokio::task::spawn_blocking(move || sort_together(&spec, batches, &metrics, reservation))
-            .await
-            .map_err(|e| DataFusionError::External(Box::new(e)))??;
+    let sorted = tokio::task::spawn_blocking(move || {
+        sort_together(&spec, partitions, routing.as_deref(), &metrics, reservation)
+    })
+    .await
+    .map_err(|e| DataFusionError::External(Box::new(e)))??;
     Ok(Combined::Sorted(Arc::new(sorted)))
 }
 
-/// Sorts the rows of every partition at once, each partition a segment of its own.
+impl Combined {
+    fn separate(partitions: Vec<Buffered>, reservation: MemoryReservation) -> Self {
+        Self::Separate {
+            inputs: Mutex::new(partitions.into_iter().map(Some).collect()),
+            reservation,
+        }
+    }
+}
+
+/// Sorts the rows of every input partition at once: each partition a segment of its own,
+/// or, with a routing, every row by its hash partition first.
 fn sort_together(
     spec: &SortSpec,
     partitions: Vec<Vec<RecordBatch>>,
+    routing: Option<&HashRouting>,
     metrics: &SortMetrics,
     reservation: MemoryReservation,
 ) -> Result<SortedTogether> {
-    let mut ranges = Vec::with_capacity(partitions.len());
-    let mut starts = Vec::new();
+    let mut sizes = Vec::with_capacity(partitions.len());
     let mut all = Vec::new();
-    let mut next = 0;
     for batches in partitions {
-        let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
-        if rows > 0 {
-            starts.push(next as u32);
-        }
-        ranges.push(next..next + rows);
-        next += rows;
+        sizes.push(batches.iter().map(RecordBatch::num_rows).sum::<usize>());
         all.extend(batches.into_iter().filter(|b| b.num_rows() > 0));
     }
-    let rows = RunRows::new(all);
-    let segments = Segments::new(starts, rows.rows());
-    let order = order_rows(spec, &rows, Some(&segments), metrics)?;
+    let order = match routing {
+        None => {
+            let rows = RunRows::new(all);
+            let starts = ranges_of(&sizes)
+                .iter()
+                .filter(|r| !r.is_empty())
+                .map(|r| r.start as u32)
+                .collect();
+            let segments = Segments::new(starts, rows.rows());
+            let order = order_rows(spec, &rows, Apart::Segments(&segments), metrics)?;
+            (rows, order, ranges_of(&sizes))
+        }
+        Some(routing) => {
+            let routed = {
+                let _timer = metrics.encode_time.timer();
+                routing.route_all(&all)?
+            };
+            let ids = KeyColumn {
+                arrays: id_arrays(&routed),
+                options: SortOptions::default(),
+            };
+            let counts = total_counts(&routed, routing.partitions());
+            drop(routed);
+            let rows = RunRows::new(all);
+            let order = order_rows(spec, &rows, Apart::ByKey(ids), metrics)?;
+            (rows, order, ranges_of(&counts))
+        }
+    };
+    let (rows, order, ranges) = order;
     let payload = {
         let _timer = metrics.gather_time.timer();
         device_payload(spec, &rows, &order.permutation, order.retained)
@@ -284,6 +331,18 @@ fn sort_together(
         _reservation: reservation,
         backend: Arc::clone(&spec.backend),
     })
+}
+
+/// Consecutive ranges of the given sizes, from 0.
+fn ranges_of(sizes: &[usize]) -> Vec<Range<usize>> {
+    let mut next = 0;
+    sizes
+        .iter()
+        .map(|&size| {
+            next += size;
+            next - size..next
+        })
+        .collect()
 }
 
 /// One output partition of a shared sort.

@@ -12,11 +12,17 @@
 //!   or, `gpu_sort.combine_partitions` (`combined_partitions=N` in EXPLAIN):
 //!   partitions 0..N ──► one sort, each partition a segment ──► output partition i gets
 //!                       partition i's rows (see `combined.rs`)
+//!
+//!            GpuSortExec  (hash routed, `repartition=Hash([g], N)` in EXPLAIN)
+//!   in place of SortExec(RepartitionExec(Hash([g], N))): reads the repartition's input
+//!   partitions 0..M ──► one sort by (hash partition, keys) ──► output partition i gets the
+//!                       rows RepartitionExec would have sent to i (see `hash_routing.rs`)
 //! ```
 //!
 //! Its plan properties (partitioning, ordering, equivalences, boundedness) are computed by
-//! DataFusion's own `SortExec` for the same keys, fetch and partitioning, so the rest of
-//! the plan sees exactly what the replaced sort promised.
+//! DataFusion's own `SortExec` for the same keys, fetch and partitioning (over the
+//! `RepartitionExec` it replaces, when hash routed), so the rest of the plan sees exactly
+//! what the replaced sort promised.
 //!
 //! When each stream it sorts is already ordered by the first keys (`segmented_prefix` in
 //! EXPLAIN; from the input's equivalence properties), runs are sorted only within runs of
@@ -32,13 +38,15 @@ use datafusion::execution::TaskContext;
 use datafusion::physical_expr::{LexOrdering, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::apply_expression_roots;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet, SpillMetrics};
+use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, ExecutionPlanProperties,
-    PlanProperties, SendableRecordBatchStream,
+    Partitioning, PlanProperties, SendableRecordBatchStream,
 };
 
 use super::combined::{CombinedSort, CombinedSorts};
+use super::hash_routing::HashRouting;
 use super::metrics::SortMetrics;
 use super::sorter::SortSpec;
 use super::spill::RunSpiller;
@@ -79,6 +87,8 @@ pub struct GpuSortExec {
     prefix: usize,
     /// The shared sorts of all partitions, when they are sorted at once.
     combined: Arc<CombinedSorts>,
+    /// The hash partitioning it produces from its input itself, in place of a repartition.
+    routing: Option<Arc<HashRouting>>,
     // How.
     /// Backend, run size, algorithm.
     options: GpuSortOptions,
@@ -104,6 +114,7 @@ impl GpuSortExec {
             cache: Arc::clone(reference.properties()),
             prefix,
             combined: Arc::default(),
+            routing: None,
             input,
             expr,
             fetch,
@@ -111,6 +122,60 @@ impl GpuSortExec {
             options,
             metrics: ExecutionPlanMetricsSet::new(),
         })
+    }
+
+    /// Sorts the rows of `input` into the hash partitions of `routing`, each sorted by
+    /// `expr`: what `SortExec(RepartitionExec(input, routing), preserve_partitioning)`
+    /// computes, in one sort of all rows (see `combined.rs`).
+    pub fn try_new_routed(
+        input: Arc<dyn ExecutionPlan>,
+        expr: LexOrdering,
+        fetch: Option<usize>,
+        routing: HashRouting,
+        options: GpuSortOptions,
+    ) -> Result<Self> {
+        let repartition = RepartitionExec::try_new(Arc::clone(&input), routing.partitioning())?;
+        let reference = SortExec::new(expr.clone(), Arc::new(repartition))
+            .with_preserve_partitioning(true)
+            .with_fetch(fetch);
+        Ok(Self {
+            cache: Arc::clone(reference.properties()),
+            // Rows of every input partition are sorted together: no input order holds.
+            prefix: 0,
+            combined: Arc::default(),
+            routing: Some(Arc::new(routing)),
+            input,
+            expr,
+            fetch,
+            preserve_partitioning: true,
+            options,
+            metrics: ExecutionPlanMetricsSet::new(),
+        })
+    }
+
+    /// The hash partitioning it produces from its input itself, when it does.
+    pub fn hash_routing(&self) -> Option<Partitioning> {
+        self.routing.as_ref().map(|r| r.partitioning())
+    }
+
+    /// The same sort over another input (plan rewrites), with the same settings.
+    fn with_input(&self, input: Arc<dyn ExecutionPlan>, fetch: Option<usize>) -> Result<Self> {
+        match &self.routing {
+            Some(routing) => Self::try_new_routed(
+                input,
+                self.expr.clone(),
+                fetch,
+                HashRouting::clone(routing),
+                self.options.clone(),
+            ),
+            None => Self::try_new(
+                input,
+                self.expr.clone(),
+                fetch,
+                self.preserve_partitioning,
+                self.options.clone(),
+            ),
+        }
     }
 
     /// The sorted input.
@@ -160,6 +225,9 @@ impl GpuSortExec {
     /// The number of partitions sorted at once (each on its own, as segments of one sort),
     /// when they are.
     pub fn combined_partitions(&self) -> Option<usize> {
+        if let Some(routing) = &self.routing {
+            return Some(routing.partitions());
+        }
         let partitions = self.input.output_partitioning().partition_count();
         (self.preserve_partitioning && self.options.combine_partitions && partitions > 1)
             .then_some(partitions)
@@ -215,6 +283,9 @@ impl DisplayAs for GpuSortExec {
                 if self.uses_segments() {
                     write!(f, ", segmented_prefix={}", self.prefix)?;
                 }
+                if let Some(routing) = &self.routing {
+                    write!(f, ", repartition={}", routing.partitioning())?;
+                }
                 if let Some(partitions) = self.combined_partitions() {
                     write!(f, ", combined_partitions={partitions}")?;
                 }
@@ -226,6 +297,9 @@ impl DisplayAs for GpuSortExec {
                 write!(f, "algorithm={}", self.options.algorithm)?;
                 if self.uses_segments() {
                     write!(f, "\nsegmented_prefix={}", self.prefix)?;
+                }
+                if let Some(routing) = &self.routing {
+                    write!(f, "\nrepartition={}", routing.partitioning())?;
                 }
                 if let Some(partitions) = self.combined_partitions() {
                     write!(f, "\ncombined_partitions={partitions}")?;
@@ -278,13 +352,7 @@ impl ExecutionPlan for GpuSortExec {
                 "GpuSortExec takes exactly one child".to_string(),
             )
         })?;
-        Ok(Arc::new(Self::try_new(
-            child,
-            self.expr.clone(),
-            self.fetch,
-            self.preserve_partitioning,
-            self.options.clone(),
-        )?))
+        Ok(Arc::new(self.with_input(child, self.fetch)?))
     }
 
     fn execute(
@@ -315,7 +383,7 @@ impl ExecutionPlan for GpuSortExec {
                 );
             }
             let shared = self.combined.claim(partition, partitions, || {
-                let inputs = (0..partitions)
+                let inputs = (0..self.input.output_partitioning().partition_count())
                     .map(|p| self.input.execute(p, Arc::clone(&context)))
                     .collect::<Result<Vec<_>>>()?;
                 let reservation = MemoryConsumer::new("GpuSortExec[combined]")
@@ -327,6 +395,7 @@ impl ExecutionPlan for GpuSortExec {
                     metrics.clone(),
                     reservation,
                     spiller.clone(),
+                    self.routing.clone(),
                 ))
             })?;
             return Ok(shared.partition_stream(partition, self.schema(), spec, metrics, spiller));
@@ -354,13 +423,7 @@ impl ExecutionPlan for GpuSortExec {
     }
 
     fn with_fetch(&self, limit: Option<usize>) -> Option<Arc<dyn ExecutionPlan>> {
-        let exec = Self::try_new(
-            Arc::clone(&self.input),
-            self.expr.clone(),
-            limit,
-            self.preserve_partitioning,
-            self.options.clone(),
-        );
+        let exec = self.with_input(Arc::clone(&self.input), limit);
         exec.ok().map(|e| Arc::new(e) as Arc<dyn ExecutionPlan>)
     }
 }

@@ -2,6 +2,7 @@
 //!
 //! - `gpu_sort_exec`: the `ExecutionPlan` (properties, display, execute).
 //! - `combined`: one sort for all partitions of a sort that keeps its input's partitioning.
+//! - `hash_routing`: rows routed to hash partitions as `RepartitionExec` routes them.
 //! - `stream`: run splitting, merging runs, the output channel.
 //! - `buffer`: draining the input within the memory reservation; spilling when it is full.
 //! - `spill`: sorted runs written to and read back from disk.
@@ -11,10 +12,12 @@
 mod buffer;
 mod combined;
 mod gpu_sort_exec;
+mod hash_routing;
 mod metrics;
 mod sorter;
 mod spill;
 mod stream;
 
 pub use gpu_sort_exec::{GpuSortExec, GpuSortOptions};
+pub use hash_routing::{HashRouting, MAX_ROUTED_PARTITIONS};
 pub use metrics::SortMetrics;

@@ -16,7 +16,7 @@ use std::time::Instant;
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use datafusion::arrow;
-use datafusion::common::Result;
+use datafusion::common::{internal_err, Result};
 use datafusion::execution::memory_pool::MemoryReservation;
 use datafusion::physical_expr::LexOrdering;
 use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet};
@@ -95,7 +95,7 @@ pub fn sort_run(
     let RunOrder {
         mut permutation,
         retained,
-    } = order_rows(spec, &rows, None, metrics)?;
+    } = order_rows(spec, &rows, Apart::No, metrics)?;
     if let Some(fetch) = spec.fetch {
         permutation.truncate(fetch);
     }
@@ -123,12 +123,22 @@ pub struct RunOrder {
     pub retained: Option<Retained>,
 }
 
-/// Sorts the rows of `rows` by the spec's keys. With `partitions`, rows stay within their
-/// partition (the rows of several input partitions sorted at once, each on its own).
+/// How the rows of several partitions sorted at once are kept apart.
+pub enum Apart<'a> {
+    /// One partition: nothing to keep apart.
+    No,
+    /// Each segment is a partition; rows never leave it.
+    Segments(&'a Segments),
+    /// A partition id per row, sorted by first (rows of a partition end up contiguous,
+    /// partitions in id order). The spec's ordered prefix must be 0.
+    ByKey(KeyColumn),
+}
+
+/// Sorts the rows of `rows` by the spec's keys, partitions kept `apart`.
 pub fn order_rows(
     spec: &SortSpec,
     rows: &RunRows,
-    partitions: Option<&Segments>,
+    apart: Apart<'_>,
     metrics: &SortMetrics,
 ) -> Result<RunOrder> {
     if rows.rows() == 0 {
@@ -137,7 +147,18 @@ pub fn order_rows(
             retained: None,
         });
     }
-    let all_columns = evaluate_keys(spec, rows)?;
+    let mut all_columns = evaluate_keys(spec, rows)?;
+    let partitions = match apart {
+        Apart::No => None,
+        Apart::Segments(segments) => Some(segments),
+        Apart::ByKey(ids) => {
+            if spec.prefix != 0 {
+                return internal_err!("gpusort: partition ids sorted before an ordered prefix");
+            }
+            all_columns.insert(0, ids);
+            None
+        }
+    };
     let started = Instant::now();
     let (segments, sorted_keys) = {
         let _timer = metrics.encode_time.timer();

@@ -1,7 +1,9 @@
 //! Sorts that keep their input's partitioning, sorted as one (`combined_partitions`):
 //! every output partition must equal the stable sort of its own input partition, in any
 //! order the consumer reads the partitions, when executed again, when the input outgrows
-//! a run or the memory limit, and within key-prefix segments.
+//! a run or the memory limit, and within key-prefix segments. Sorts that read the input of
+//! a hash repartition themselves (hash routed) must put every row where `RepartitionExec`
+//! puts it.
 
 use std::sync::Arc;
 
@@ -15,9 +17,10 @@ use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::expressions::col;
 use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
-use datafusion::physical_plan::{collect, displayable, ExecutionPlan};
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::{collect, displayable, ExecutionPlan, Partitioning};
 use datafusion::prelude::{SessionConfig, SessionContext};
-use gpusort::exec::GpuSortOptions;
+use gpusort::exec::{GpuSortOptions, HashRouting};
 use gpusort::sort::resolve_backend;
 use gpusort::{AlgorithmChoice, BackendChoice, GpuSortExec};
 use rand::rngs::StdRng;
@@ -361,8 +364,12 @@ pub async fn window_over_hash_partitions(backend: BackendChoice, rows: usize) {
     let (expected, _) = super::run(&stock, sql).await.unwrap();
     let (actual, plan) = super::run(&forced, sql).await.unwrap();
     assert!(
-        plan.contains("combined_partitions=4"),
-        "window sort not combined:\n{plan}\n{context}"
+        plan.contains("combined_partitions=4") && plan.contains("repartition=Hash([g@0], 4)"),
+        "window sort not combined and hash routed:\n{plan}\n{context}"
+    );
+    assert!(
+        !plan.contains("RepartitionExec: partitioning=Hash"),
+        "hash repartition kept below the routed sort:\n{plan}\n{context}"
     );
     assert!(
         plan.contains("WindowAggExec: wdw") && !plan.contains("BoundedWindowAggExec"),
@@ -378,4 +385,220 @@ pub async fn window_over_hash_partitions(backend: BackendChoice, rows: usize) {
         "streaming windows not kept when asked:\n{plan}\n{context}"
     );
     assert_same_sort(&expected, &streamed, &[0, 1, 2, 3, 4, 5], &context);
+    super::run(&forced, "SET gpu_sort.absorb_repartition = false")
+        .await
+        .unwrap();
+    let (repartitioned, plan) = super::run(&forced, sql).await.unwrap();
+    assert!(
+        plan.contains("RepartitionExec: partitioning=Hash") && !plan.contains("repartition=Hash"),
+        "hash repartition not kept when asked:\n{plan}\n{context}"
+    );
+    assert_same_sort(&expected, &repartitioned, &[0, 1, 2, 3, 4, 5], &context);
+}
+
+/// Input partitions `sizes` with `rid` numbering the rows of all of them in input order
+/// (partition 0's first).
+fn numbered_partitions(
+    rng: &mut StdRng,
+    sizes: &[usize],
+    batch_rows: usize,
+) -> Vec<Vec<RecordBatch>> {
+    let mut next = 0i64;
+    sizes
+        .iter()
+        .map(|&rows| {
+            partition(rng, rows, batch_rows, false)
+                .into_iter()
+                .map(|b| {
+                    let rid = Int64Array::from_iter_values(next..next + b.num_rows() as i64);
+                    next += b.num_rows() as i64;
+                    let mut columns = b.columns().to_vec();
+                    columns[2] = Arc::new(rid);
+                    RecordBatch::try_new(schema(), columns).unwrap()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// What each output partition of a routed sort must hold: the rows DataFusion's
+/// `RepartitionExec` sends there, stably sorted (`rid` is the input order).
+async fn repartitioned_then_sorted(
+    inputs: &[Vec<RecordBatch>],
+    partitioning: Partitioning,
+    fetch: Option<usize>,
+) -> Vec<RecordBatch> {
+    let source = MemorySourceConfig::try_new(inputs, schema(), None).unwrap();
+    let plan =
+        RepartitionExec::try_new(DataSourceExec::from_data_source(source), partitioning).unwrap();
+    let outputs = datafusion::physical_plan::collect_partitioned(
+        Arc::new(plan),
+        Arc::new(TaskContext::default()),
+    )
+    .await
+    .unwrap();
+    outputs.iter().map(|p| expected(p, fetch)).collect()
+}
+
+/// A sort that reads the input of a hash repartition itself (`try_new_routed`): every
+/// output partition holds the rows `RepartitionExec` sends there, stably sorted, for more
+/// and fewer output than input partitions, with a fetch, read in any order, in runs and
+/// spilled.
+pub async fn routed_partitions_equal_repartition_then_sort(backend: BackendChoice, scale: usize) {
+    let label = format!("routed {scale}");
+    let mut rng = case_rng(seed(), &label);
+    let inputs = numbered_partitions(&mut rng, &sizes(scale), 700);
+    let rows: usize = inputs.iter().flatten().map(RecordBatch::num_rows).sum();
+    let key_exprs = |schema: &Schema| vec![col("g", schema).unwrap(), col("k", schema).unwrap()];
+    let context = Arc::new(TaskContext::default());
+    let routed = |exprs, partitions, run_rows, fetch| {
+        let source = MemorySourceConfig::try_new(&inputs, schema(), None).unwrap();
+        let options = GpuSortOptions {
+            backend: resolve_backend(backend).unwrap(),
+            run_rows,
+            algorithm: AlgorithmChoice::Auto,
+            device_gather_min_rows: 0,
+            combine_partitions: true,
+        };
+        let routing = HashRouting::try_new(exprs, partitions).unwrap();
+        Arc::new(
+            GpuSortExec::try_new_routed(
+                DataSourceExec::from_data_source(source),
+                keys(&schema()),
+                fetch,
+                routing,
+                options,
+            )
+            .unwrap(),
+        )
+    };
+    for (exprs, partitions, run_rows, fetch) in [
+        (vec![col("g", &schema()).unwrap()], 5, 1 << 28, None),
+        (key_exprs(&schema()), 16, 1 << 28, None),
+        (vec![col("g", &schema()).unwrap()], 3, 1 << 28, Some(10)),
+        (vec![col("k", &schema()).unwrap()], 4, rows / 3, None),
+    ] {
+        let partitioning = Partitioning::Hash(exprs.clone(), partitions);
+        let case = format!(
+            "seed={} {label} {partitioning} run_rows={run_rows} fetch={fetch:?}",
+            seed()
+        );
+        let plan = routed(exprs.clone(), partitions, run_rows, fetch);
+        assert_eq!(
+            plan.properties().output_partitioning(),
+            &partitioning,
+            "{case}"
+        );
+        let text = displayable(plan.as_ref()).one_line().to_string();
+        assert!(
+            text.contains(&format!("repartition={partitioning}")),
+            "{text} {case}"
+        );
+        let expected = repartitioned_then_sorted(&inputs, partitioning, fetch).await;
+        let reversed: Vec<usize> = (0..partitions).rev().collect();
+        let outputs = read_in_order(&plan, &reversed, &context).await;
+        for (p, (expected, output)) in expected.iter().zip(&outputs).enumerate() {
+            assert_same_sort(
+                std::slice::from_ref(expected),
+                output,
+                &[0, 1, 2],
+                &format!("partition {p}: {case}"),
+            );
+        }
+    }
+
+    // Spilled: each spill splits the buffered rows into the hash partitions.
+    let bytes: usize = inputs
+        .iter()
+        .flatten()
+        .map(|b| b.get_array_memory_size())
+        .sum();
+    let runtime = RuntimeEnvBuilder::new()
+        .with_memory_limit(bytes, 1.0)
+        .build_arc()
+        .unwrap();
+    let limited = SessionContext::new_with_config_rt(SessionConfig::new(), runtime).task_ctx();
+    let exprs = vec![col("g", &schema()).unwrap()];
+    let partitioning = Partitioning::Hash(exprs.clone(), 6);
+    let plan = routed(exprs, 6, 1 << 28, None);
+    let outputs = datafusion::physical_plan::collect_partitioned(Arc::clone(&plan) as _, limited)
+        .await
+        .unwrap();
+    let expected = repartitioned_then_sorted(&inputs, partitioning, None).await;
+    let case = format!("seed={} {label} spilled", seed());
+    for (p, (expected, output)) in expected.iter().zip(&outputs).enumerate() {
+        assert_same_sort(
+            std::slice::from_ref(expected),
+            output,
+            &[0, 1, 2],
+            &format!("partition {p}: {case}"),
+        );
+    }
+    let spills = plan.metrics().and_then(|m| m.spill_count()).unwrap_or(0);
+    assert!(spills > 0, "the memory limit forced no spill: {case}");
+}
+
+/// SQL: a hash join on `g` above a routed window sort keeps the sort's `Hash([g])`
+/// partitioning and repartitions only its other side with DataFusion's own
+/// `RepartitionExec`; every row still finds its partner, as with DataFusion's sort.
+pub async fn routed_sort_pairs_with_repartitioned_join_side(backend: BackendChoice, rows: usize) {
+    let label = format!("routed join {rows}");
+    let mut rng = case_rng(seed(), &label);
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("g", DataType::Int32, true),
+        Field::new("ts", DataType::Int64, false),
+    ]));
+    let partitions: Vec<Vec<RecordBatch>> = (0..3)
+        .map(|p| {
+            let n = rows / 3;
+            let g: Vec<Option<i32>> = (0..n)
+                .map(|_| rng.random_bool(0.97).then(|| rng.random_range(0..200)))
+                .collect();
+            let ts = Int64Array::from_iter_values((0..n).map(|i| (i * 3 + p) as i64));
+            vec![RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![Arc::new(Int32Array::from(g)), Arc::new(ts)],
+            )
+            .unwrap()]
+        })
+        .collect();
+    let dims = Arc::new(Schema::new(vec![
+        Field::new("g", DataType::Int32, false),
+        Field::new("w", DataType::Int64, false),
+    ]));
+    let dim_rows: Vec<i32> = (0..300).collect();
+    let dim = RecordBatch::try_new(
+        Arc::clone(&dims),
+        vec![
+            Arc::new(Int32Array::from(dim_rows.clone())),
+            Arc::new(Int64Array::from_iter_values(
+                dim_rows.iter().map(|&g| g as i64 * 10),
+            )),
+        ],
+    )
+    .unwrap();
+    let config = super::session_config(4, 512)
+        .set_usize(
+            "datafusion.optimizer.hash_join_single_partition_threshold",
+            0,
+        )
+        .set_usize(
+            "datafusion.optimizer.hash_join_single_partition_threshold_rows",
+            0,
+        );
+    let (stock, forced) = (
+        super::stock_context(config.clone()),
+        super::forced_context_on(config, backend),
+    );
+    super::register(&[&stock, &forced], "t", partitions);
+    super::register(&[&stock, &forced], "d", vec![vec![dim]]);
+    let sql = "SELECT a.g, a.ts, a.rn, d.w FROM                (SELECT g, ts, row_number() OVER (PARTITION BY g ORDER BY ts) AS rn FROM t) a                JOIN d ON a.g = d.g ORDER BY a.g, a.ts";
+    let context = format!("seed={} {label} sql={sql}", seed());
+    let (expected, _) = super::run(&stock, sql).await.unwrap();
+    let (actual, plan) = super::run(&forced, sql).await.unwrap();
+    assert!(
+        plan.contains("mode=Partitioned") && plan.contains("repartition=Hash([g@0], 4)"),
+        "no partitioned join over the routed sort:\n{plan}\n{context}"
+    );
+    assert_same_sort(&expected, &actual, &[0, 1, 2, 3], &context);
 }
