@@ -89,6 +89,8 @@ pub struct GpuSortExec {
     combined: Arc<CombinedSorts>,
     /// The hash partitioning it produces from its input itself, in place of a repartition.
     routing: Option<Arc<HashRouting>>,
+    /// Rows per output batch of a sorted run, when not the session's batch size.
+    run_batch_rows: Option<usize>,
     // How.
     /// Backend, run size, algorithm.
     options: GpuSortOptions,
@@ -115,6 +117,7 @@ impl GpuSortExec {
             prefix,
             combined: Arc::default(),
             routing: None,
+            run_batch_rows: None,
             input,
             expr,
             fetch,
@@ -144,6 +147,7 @@ impl GpuSortExec {
             prefix: 0,
             combined: Arc::default(),
             routing: Some(Arc::new(routing)),
+            run_batch_rows: None,
             input,
             expr,
             fetch,
@@ -158,8 +162,32 @@ impl GpuSortExec {
         self.routing.as_ref().map(|r| r.partitioning())
     }
 
+    /// The same sort, emitting the output of a sorted run in batches of up to `rows` rows
+    /// (instead of the session's batch size): for a consumer that concatenates its whole
+    /// input partition anyway (a whole-partition window), which then copies nothing.
+    pub fn with_run_batch_rows(mut self, rows: usize) -> Self {
+        self.run_batch_rows = Some(rows.max(1));
+        self
+    }
+
+    /// Rows per output batch of a sorted run, when set by
+    /// [`with_run_batch_rows`](Self::with_run_batch_rows).
+    pub fn run_batch_rows(&self) -> Option<usize> {
+        self.run_batch_rows
+    }
+
     /// The same sort over another input (plan rewrites), with the same settings.
     fn with_input(&self, input: Arc<dyn ExecutionPlan>, fetch: Option<usize>) -> Result<Self> {
+        let mut exec = self.with_input_as_planned(input, fetch)?;
+        exec.run_batch_rows = self.run_batch_rows;
+        Ok(exec)
+    }
+
+    fn with_input_as_planned(
+        &self,
+        input: Arc<dyn ExecutionPlan>,
+        fetch: Option<usize>,
+    ) -> Result<Self> {
         match &self.routing {
             Some(routing) => Self::try_new_routed(
                 input,
@@ -286,6 +314,9 @@ impl DisplayAs for GpuSortExec {
                 if let Some(routing) = &self.routing {
                     write!(f, ", repartition={}", routing.partitioning())?;
                 }
+                if let Some(rows) = self.run_batch_rows {
+                    write!(f, ", run_batch_rows={rows}")?;
+                }
                 if let Some(partitions) = self.combined_partitions() {
                     write!(f, ", combined_partitions={partitions}")?;
                 }
@@ -300,6 +331,9 @@ impl DisplayAs for GpuSortExec {
                 }
                 if let Some(routing) = &self.routing {
                     write!(f, "\nrepartition={}", routing.partitioning())?;
+                }
+                if let Some(rows) = self.run_batch_rows {
+                    write!(f, "\nrun_batch_rows={rows}")?;
                 }
                 if let Some(partitions) = self.combined_partitions() {
                     write!(f, "\ncombined_partitions={partitions}")?;
@@ -365,10 +399,12 @@ impl ExecutionPlan for GpuSortExec {
             SpillMetrics::new(&self.metrics, partition),
             self.schema(),
         );
+        let batch_size = context.session_config().batch_size();
         let spec = Arc::new(SortSpec {
             exprs: self.expr.clone(),
             fetch: self.fetch,
-            batch_size: context.session_config().batch_size(),
+            batch_size,
+            run_batch_rows: self.run_batch_rows.unwrap_or(batch_size),
             run_rows: self.options.run_rows,
             algorithm: self.options.algorithm,
             prefix: if self.uses_segments() { self.prefix } else { 0 },

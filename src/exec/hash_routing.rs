@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch, UInt16Array, UInt32Array};
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt16Array, UInt32Array, UInt8Array};
 use arrow::compute::take_record_batch;
 use datafusion::arrow;
 use datafusion::common::hash_utils::create_hashes;
@@ -25,7 +25,8 @@ use datafusion::physical_plan::repartition::REPARTITION_RANDOM_STATE;
 use datafusion::physical_plan::Partitioning;
 use rayon::prelude::*;
 
-/// Most output partitions a routed sort supports: partition ids are sort keys of 16 bits.
+/// Most output partitions a routed sort supports: partition ids are sort keys of 16 bits
+/// (8 bits up to 256 partitions: half the bytes to upload).
 pub const MAX_ROUTED_PARTITIONS: usize = 1 << 16;
 
 /// The hash partitioning `Hash(exprs, partitions)` a sort produces from unpartitioned input.
@@ -37,8 +38,8 @@ pub struct HashRouting {
 
 /// The partition id of every row of one batch, and how many rows each partition got.
 pub struct RoutedBatch {
-    /// Partition id per row.
-    pub ids: Arc<UInt16Array>,
+    /// Partition id per row (`UInt8` up to 256 partitions, else `UInt16`).
+    pub ids: ArrayRef,
     /// Rows per partition.
     pub counts: Vec<usize>,
 }
@@ -87,22 +88,34 @@ impl HashRouting {
             &mut hashes,
         )?;
         let mut counts = vec![0usize; self.partitions];
-        let mut count = |id: u64| {
-            counts[id as usize] += 1;
-            id as u16
-        };
         let divisor = self.partitions as u64;
-        // `hash % divisor` as RepartitionExec reduces it; a mask when it is a power of two
-        // (the same value, without a division per row).
-        let ids: UInt16Array = if divisor.is_power_of_two() {
-            hashes.iter().map(|&h| count(h & (divisor - 1))).collect()
+        let ids: ArrayRef = if self.partitions <= 256 {
+            Arc::new(UInt8Array::from(reduce(
+                &hashes,
+                divisor,
+                &mut counts,
+                |id| id as u8,
+            )))
         } else {
-            hashes.iter().map(|&h| count(h % divisor)).collect()
+            Arc::new(UInt16Array::from(reduce(
+                &hashes,
+                divisor,
+                &mut counts,
+                |id| id as u16,
+            )))
         };
-        Ok(RoutedBatch {
-            ids: Arc::new(ids),
-            counts,
-        })
+        Ok(RoutedBatch { ids, counts })
+    }
+
+    /// The partition of every row of `batch` as a plain vector.
+    fn route_to_vec(&self, batch: &RecordBatch) -> Result<(Vec<usize>, Vec<usize>)> {
+        let routed = self.route(batch)?;
+        let ids = arrow::compute::cast(&routed.ids, &arrow::datatypes::DataType::UInt64)?;
+        let ids = ids.as_primitive::<arrow::datatypes::UInt64Type>();
+        Ok((
+            ids.values().iter().map(|&id| id as usize).collect(),
+            routed.counts,
+        ))
     }
 
     /// Every batch routed, on all cores.
@@ -125,14 +138,13 @@ impl HashRouting {
 
     /// The non-empty parts of `batch`, one per partition, rows in batch order.
     fn split_batch(&self, batch: &RecordBatch) -> Result<Vec<(usize, RecordBatch)>> {
-        let routed = self.route(batch)?;
-        let mut indices: Vec<Vec<u32>> = routed
-            .counts
+        let (ids, counts) = self.route_to_vec(batch)?;
+        let mut indices: Vec<Vec<u32>> = counts
             .iter()
             .map(|&count| Vec::with_capacity(count))
             .collect();
-        for (row, id) in routed.ids.values().iter().enumerate() {
-            indices[*id as usize].push(row as u32);
+        for (row, &id) in ids.iter().enumerate() {
+            indices[id].push(row as u32);
         }
         indices
             .into_iter()
@@ -150,12 +162,23 @@ impl HashRouting {
     }
 }
 
+/// `hash % divisor` per hash, as RepartitionExec reduces it (a mask when `divisor` is a
+/// power of two: the same value without a division per row), counted into `counts`.
+fn reduce<T>(hashes: &[u64], divisor: u64, counts: &mut [usize], id: impl Fn(u64) -> T) -> Vec<T> {
+    let mut count = |partition: u64| {
+        counts[partition as usize] += 1;
+        id(partition)
+    };
+    if divisor.is_power_of_two() {
+        hashes.iter().map(|&h| count(h & (divisor - 1))).collect()
+    } else {
+        hashes.iter().map(|&h| count(h % divisor)).collect()
+    }
+}
+
 /// The partition ids of routed batches as one column per batch (a sort key).
 pub fn id_arrays(routed: &[RoutedBatch]) -> Vec<ArrayRef> {
-    routed
-        .iter()
-        .map(|r| Arc::clone(&r.ids) as ArrayRef)
-        .collect()
+    routed.iter().map(|r| Arc::clone(&r.ids)).collect()
 }
 
 /// Rows per partition over all routed batches.
@@ -233,20 +256,16 @@ mod tests {
         for names in [vec!["g"], vec!["s"], vec!["g", "s"]] {
             let exprs: Vec<Arc<dyn PhysicalExpr>> =
                 names.iter().map(|n| col(n, &schema).unwrap()).collect();
-            for partitions in [1, 3, 16, 7] {
+            for partitions in [1, 3, 16, 7, 300, 1024] {
                 let expected = repartitioned(&batches, exprs.clone(), partitions).await;
                 let routing = HashRouting::try_new(exprs.clone(), partitions).unwrap();
                 let routed = routing.route_all(&batches).unwrap();
                 let mut ours: Vec<(i64, usize)> = batches
                     .iter()
-                    .zip(&routed)
-                    .flat_map(|(b, r)| {
+                    .flat_map(|b| {
                         let rid = b.column(2).as_any().downcast_ref::<Int64Array>().unwrap();
-                        rid.values()
-                            .iter()
-                            .zip(r.ids.values().iter())
-                            .map(|(&rid, &id)| (rid, id as usize))
-                            .collect::<Vec<_>>()
+                        let (ids, _) = routing.route_to_vec(b).unwrap();
+                        rid.values().iter().copied().zip(ids).collect::<Vec<_>>()
                     })
                     .collect();
                 ours.sort_unstable();
@@ -266,7 +285,10 @@ mod tests {
         let schema = batches[0].schema();
         let routing = HashRouting::try_new(vec![col("g", &schema).unwrap()], 5).unwrap();
         let parts = routing.split(batches.clone()).unwrap();
-        let routed = routing.route_all(&batches).unwrap();
+        let ids: Vec<Vec<usize>> = batches
+            .iter()
+            .map(|b| routing.route_to_vec(b).unwrap().0)
+            .collect();
         let mut total = 0;
         for (p, part) in parts.iter().enumerate() {
             let rids: Vec<i64> = part
@@ -282,7 +304,7 @@ mod tests {
             );
             for rid in &rids {
                 let (b, row) = ((*rid / 1000) as usize, (*rid % 1000) as usize);
-                assert_eq!(routed[b].ids.value(row) as usize, p, "row {rid}");
+                assert_eq!(ids[b][row], p, "row {rid}");
             }
             total += rids.len();
         }

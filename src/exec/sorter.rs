@@ -39,8 +39,11 @@ pub struct SortSpec {
     pub exprs: LexOrdering,
     /// Emit at most this many rows.
     pub fetch: Option<usize>,
-    /// Rows per output batch.
+    /// Rows per output batch of a merge of runs.
     pub batch_size: usize,
+    /// Rows per output batch of one sorted run (the batches its gather builds): the
+    /// session's batch size, or larger for a consumer that concatenates them anyway.
+    pub run_batch_rows: usize,
     /// Most rows per run.
     pub run_rows: usize,
     /// Requested algorithm.
@@ -222,7 +225,7 @@ pub fn gather_rows(
     let gathered = gather_sorted(
         rows,
         permutation,
-        spec.batch_size,
+        spec.run_batch_rows,
         payload.as_deref_mut(),
         emit,
     );

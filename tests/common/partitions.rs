@@ -375,6 +375,13 @@ pub async fn window_over_hash_partitions(backend: BackendChoice, rows: usize) {
         plan.contains("WindowAggExec: wdw") && !plan.contains("BoundedWindowAggExec"),
         "streaming windows above the sorts kept:\n{plan}\n{context}"
     );
+    assert!(
+        plan.contains(&format!(
+            "run_batch_rows={}",
+            gpusort::window::WINDOW_INPUT_BATCH_ROWS
+        )),
+        "sort below a whole-partition window emits session-sized batches:\n{plan}\n{context}"
+    );
     assert_same_sort(&expected, &actual, &[0, 1, 2, 3, 4, 5], &context);
     super::run(&forced, "SET gpu_sort.whole_partition_windows = false")
         .await
