@@ -122,6 +122,10 @@ extensions_options! {
         /// `WindowAggExec` (a whole partition at once, vectorized) instead of the
         /// row-at-a-time `BoundedWindowAggExec`.
         pub whole_partition_windows: bool, default = true
+        /// Rows per batch a sort hands a whole-partition window above it (0: the
+        /// session's batch size). A partition of up to this many rows reaches the window
+        /// as one batch, which the window then does not copy.
+        pub window_batch_rows: usize, default = 0
     }
 }
 
@@ -177,6 +181,7 @@ mod tests {
             "combine_partitions",
             "absorb_repartition",
             "whole_partition_windows",
+            "window_batch_rows",
         ] {
             assert!(keys.iter().any(|k| k == key), "{key} missing from {keys:?}");
         }

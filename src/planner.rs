@@ -302,7 +302,7 @@ impl PhysicalOptimizerRule for GpuSortRule {
             })?
             .data;
         let plan = if settings.enabled && settings.whole_partition_windows {
-            windows_over_sorts(plan)?
+            windows_over_sorts(plan, settings.window_batch_rows)?
         } else {
             plan
         };

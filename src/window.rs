@@ -19,10 +19,12 @@
 //! operator.
 //!
 //! `WindowAggExec` concatenates its input partition into one batch before it computes;
-//! arrow's concatenation of a single batch is a slice, so the sort below it emits each
-//! sorted run in batches of up to [`WINDOW_INPUT_BATCH_ROWS`] rows instead of the session's
-//! batch size: a partition of up to that many rows reaches the window as one batch and is
-//! never copied (docs/performance.md measures the window query with and without).
+//! arrow's concatenation of a single batch is a slice. `gpu_sort.window_batch_rows = N`
+//! has the sort below emit each sorted run in batches of up to N rows instead of the
+//! session's batch size, so a partition of up to N rows reaches the window as one batch
+//! and is not copied there. Off by default: on the 100 M-row window query it halved the
+//! window's CPU time but the sort's device gather of one large window per partition took
+//! twice as long (docs/performance.md).
 
 use std::sync::Arc;
 
@@ -33,16 +35,15 @@ use datafusion::physical_plan::{ExecutionPlan, InputOrderMode};
 
 use crate::exec::GpuSortExec;
 
-/// Most rows per batch a sort hands a whole-partition window: one batch per partition up
-/// to this size (one device gather window of that many rows; beyond it the window's
-/// concatenation copies a few large batches).
-pub const WINDOW_INPUT_BATCH_ROWS: usize = 1 << 24;
-
 /// `plan` with every streaming window directly above a `GpuSortExec` replaced by a
-/// whole-partition window.
-pub fn windows_over_sorts(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+/// whole-partition window, the sort emitting batches of up to `batch_rows` rows (0: the
+/// session's batch size).
+pub fn windows_over_sorts(
+    plan: Arc<dyn ExecutionPlan>,
+    batch_rows: usize,
+) -> Result<Arc<dyn ExecutionPlan>> {
     Ok(plan
-        .transform_up(|node| match whole_partition_window(&node)? {
+        .transform_up(|node| match whole_partition_window(&node, batch_rows)? {
             Some(window) => Ok(Transformed::yes(window)),
             None => Ok(Transformed::no(node)),
         })?
@@ -51,7 +52,10 @@ pub fn windows_over_sorts(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn Execut
 
 /// The whole-partition window for `node`, when it is a streaming window that may be
 /// swapped.
-fn whole_partition_window(node: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+fn whole_partition_window(
+    node: &Arc<dyn ExecutionPlan>,
+    batch_rows: usize,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     let Some(bounded) = node.downcast_ref::<BoundedWindowAggExec>() else {
         return Ok(None);
     };
@@ -63,7 +67,10 @@ fn whole_partition_window(node: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dy
     let Some(sort) = bounded.input().downcast_ref::<GpuSortExec>() else {
         return Ok(None);
     };
-    let sort = sort.clone().with_run_batch_rows(WINDOW_INPUT_BATCH_ROWS);
+    let sort = match batch_rows {
+        0 => sort.clone(),
+        rows => sort.clone().with_run_batch_rows(rows),
+    };
     let can_repartition = !bounded.partition_keys().is_empty();
     let window = WindowAggExec::try_new(
         bounded.window_expr().to_vec(),

@@ -376,11 +376,8 @@ pub async fn window_over_hash_partitions(backend: BackendChoice, rows: usize) {
         "streaming windows above the sorts kept:\n{plan}\n{context}"
     );
     assert!(
-        plan.contains(&format!(
-            "run_batch_rows={}",
-            gpusort::window::WINDOW_INPUT_BATCH_ROWS
-        )),
-        "sort below a whole-partition window emits session-sized batches:\n{plan}\n{context}"
+        !plan.contains("run_batch_rows"),
+        "sort below a window emits other than session-sized batches by default:\n{plan}\n{context}"
     );
     assert_same_sort(&expected, &actual, &[0, 1, 2, 3, 4, 5], &context);
     super::run(&forced, "SET gpu_sort.whole_partition_windows = false")
@@ -401,6 +398,18 @@ pub async fn window_over_hash_partitions(backend: BackendChoice, rows: usize) {
         "hash repartition not kept when asked:\n{plan}\n{context}"
     );
     assert_same_sort(&expected, &repartitioned, &[0, 1, 2, 3, 4, 5], &context);
+    super::run(&forced, "SET gpu_sort.whole_partition_windows = true")
+        .await
+        .unwrap();
+    super::run(&forced, "SET gpu_sort.window_batch_rows = 100000")
+        .await
+        .unwrap();
+    let (whole, plan) = super::run(&forced, sql).await.unwrap();
+    assert!(
+        plan.contains("run_batch_rows=100000") && plan.contains("WindowAggExec: wdw"),
+        "window_batch_rows not applied to the sort below the window:\n{plan}\n{context}"
+    );
+    assert_same_sort(&expected, &whole, &[0, 1, 2, 3, 4, 5], &context);
 }
 
 /// Input partitions `sizes` with `rid` numbering the rows of all of them in input order
