@@ -278,37 +278,36 @@ fn sort_together(
     let mut all = Vec::new();
     for batches in partitions {
         sizes.push(batches.iter().map(RecordBatch::num_rows).sum::<usize>());
-        all.extend(batches.into_iter().filter(|b| b.num_rows() > 0));
+        all.extend(batches);
     }
-    let order = match routing {
+    // Drops empty batches: the routing below reads `rows.batches()`, aligned with the keys.
+    let rows = RunRows::new(all);
+    let (order, ranges) = match routing {
         None => {
-            let rows = RunRows::new(all);
-            let starts = ranges_of(&sizes)
+            let ranges = ranges_of(&sizes);
+            let starts = ranges
                 .iter()
                 .filter(|r| !r.is_empty())
                 .map(|r| r.start as u32)
                 .collect();
             let segments = Segments::new(starts, rows.rows());
             let order = order_rows(spec, &rows, Apart::Segments(&segments), metrics)?;
-            (rows, order, ranges_of(&sizes))
+            (order, ranges)
         }
         Some(routing) => {
             let routed = {
                 let _timer = metrics.encode_time.timer();
-                routing.route_all(&all)?
-            };
-            let ids = KeyColumn {
-                arrays: id_arrays(&routed),
-                options: SortOptions::default(),
+                routing.route_all(rows.batches())?
             };
             let counts = total_counts(&routed, routing.partitions());
-            drop(routed);
-            let rows = RunRows::new(all);
+            let ids = KeyColumn {
+                arrays: id_arrays(routed),
+                options: SortOptions::default(),
+            };
             let order = order_rows(spec, &rows, Apart::ByKey(ids), metrics)?;
-            (rows, order, ranges_of(&counts))
+            (order, ranges_of(&counts))
         }
     };
-    let (rows, order, ranges) = order;
     let payload = {
         let _timer = metrics.gather_time.timer();
         device_payload(spec, &rows, &order.permutation, order.retained)

@@ -137,24 +137,14 @@ impl GpuSortExec {
         routing: HashRouting,
         options: GpuSortOptions,
     ) -> Result<Self> {
+        // Planned over the repartition it replaces, so its properties are that sort's.
         let repartition = RepartitionExec::try_new(Arc::clone(&input), routing.partitioning())?;
-        let reference = SortExec::new(expr.clone(), Arc::new(repartition))
-            .with_preserve_partitioning(true)
-            .with_fetch(fetch);
-        Ok(Self {
-            cache: Arc::clone(reference.properties()),
-            // Rows of every input partition are sorted together: no input order holds.
-            prefix: 0,
-            combined: Arc::default(),
-            routing: Some(Arc::new(routing)),
-            run_batch_rows: None,
-            input,
-            expr,
-            fetch,
-            preserve_partitioning: true,
-            options,
-            metrics: ExecutionPlanMetricsSet::new(),
-        })
+        let mut exec = Self::try_new(Arc::new(repartition), expr, fetch, true, options)?;
+        exec.input = input;
+        exec.routing = Some(Arc::new(routing));
+        // Rows of every input partition are sorted together: no input order holds.
+        exec.prefix = 0;
+        Ok(exec)
     }
 
     /// The hash partitioning it produces from its input itself, when it does.
@@ -178,32 +168,15 @@ impl GpuSortExec {
 
     /// The same sort over another input (plan rewrites), with the same settings.
     fn with_input(&self, input: Arc<dyn ExecutionPlan>, fetch: Option<usize>) -> Result<Self> {
-        let mut exec = self.with_input_as_planned(input, fetch)?;
+        let (expr, options) = (self.expr.clone(), self.options.clone());
+        let mut exec = match &self.routing {
+            Some(routing) => {
+                Self::try_new_routed(input, expr, fetch, HashRouting::clone(routing), options)?
+            }
+            None => Self::try_new(input, expr, fetch, self.preserve_partitioning, options)?,
+        };
         exec.run_batch_rows = self.run_batch_rows;
         Ok(exec)
-    }
-
-    fn with_input_as_planned(
-        &self,
-        input: Arc<dyn ExecutionPlan>,
-        fetch: Option<usize>,
-    ) -> Result<Self> {
-        match &self.routing {
-            Some(routing) => Self::try_new_routed(
-                input,
-                self.expr.clone(),
-                fetch,
-                HashRouting::clone(routing),
-                self.options.clone(),
-            ),
-            None => Self::try_new(
-                input,
-                self.expr.clone(),
-                fetch,
-                self.preserve_partitioning,
-                self.options.clone(),
-            ),
-        }
     }
 
     /// The sorted input.

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt16Array, UInt32Array, UInt8Array};
 use arrow::compute::take_record_batch;
+use arrow::datatypes::{UInt16Type, UInt8Type};
 use datafusion::arrow;
 use datafusion::common::hash_utils::create_hashes;
 use datafusion::common::{plan_err, Result};
@@ -107,15 +108,19 @@ impl HashRouting {
         Ok(RoutedBatch { ids, counts })
     }
 
-    /// The partition of every row of `batch` as a plain vector.
+    /// The partition of every row of `batch` as a plain vector, and the rows per partition.
     fn route_to_vec(&self, batch: &RecordBatch) -> Result<(Vec<usize>, Vec<usize>)> {
-        let routed = self.route(batch)?;
-        let ids = arrow::compute::cast(&routed.ids, &arrow::datatypes::DataType::UInt64)?;
-        let ids = ids.as_primitive::<arrow::datatypes::UInt64Type>();
-        Ok((
-            ids.values().iter().map(|&id| id as usize).collect(),
-            routed.counts,
-        ))
+        let RoutedBatch { ids, counts } = self.route(batch)?;
+        let ids = match ids.as_primitive_opt::<UInt8Type>() {
+            Some(ids) => ids.values().iter().map(|&id| id as usize).collect(),
+            None => ids
+                .as_primitive::<UInt16Type>()
+                .values()
+                .iter()
+                .map(|&id| id as usize)
+                .collect(),
+        };
+        Ok((ids, counts))
     }
 
     /// Every batch routed, on all cores.
@@ -177,8 +182,8 @@ fn reduce<T>(hashes: &[u64], divisor: u64, counts: &mut [usize], id: impl Fn(u64
 }
 
 /// The partition ids of routed batches as one column per batch (a sort key).
-pub fn id_arrays(routed: &[RoutedBatch]) -> Vec<ArrayRef> {
-    routed.iter().map(|r| Arc::clone(&r.ids)).collect()
+pub fn id_arrays(routed: Vec<RoutedBatch>) -> Vec<ArrayRef> {
+    routed.into_iter().map(|r| r.ids).collect()
 }
 
 /// Rows per partition over all routed batches.

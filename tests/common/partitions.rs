@@ -166,11 +166,16 @@ fn check_partitions(
     context: &str,
 ) {
     assert_eq!(inputs.len(), outputs.len(), "{context}");
-    for (p, (input, output)) in inputs.iter().zip(outputs).enumerate() {
-        let expected = expected(input, fetch);
-        // `rid` among the compared keys: equal order means a stable sort.
+    let expected: Vec<RecordBatch> = inputs.iter().map(|p| expected(p, fetch)).collect();
+    check_sorted(&expected, outputs, context);
+}
+
+/// Every output partition equals its expected batch (`rid` among the compared keys: equal
+/// order means a stable sort).
+fn check_sorted(expected: &[RecordBatch], outputs: &[Vec<RecordBatch>], context: &str) {
+    for (p, (expected, output)) in expected.iter().zip(outputs).enumerate() {
         assert_same_sort(
-            &[expected],
+            std::slice::from_ref(expected),
             output,
             &[0, 1, 2],
             &format!("partition {p}: {context}"),
@@ -513,14 +518,7 @@ pub async fn routed_partitions_equal_repartition_then_sort(backend: BackendChoic
         let expected = repartitioned_then_sorted(&inputs, partitioning, fetch).await;
         let reversed: Vec<usize> = (0..partitions).rev().collect();
         let outputs = read_in_order(&plan, &reversed, &context).await;
-        for (p, (expected, output)) in expected.iter().zip(&outputs).enumerate() {
-            assert_same_sort(
-                std::slice::from_ref(expected),
-                output,
-                &[0, 1, 2],
-                &format!("partition {p}: {case}"),
-            );
-        }
+        check_sorted(&expected, &outputs, &case);
     }
 
     // Spilled: each spill splits the buffered rows into the hash partitions.
@@ -542,14 +540,7 @@ pub async fn routed_partitions_equal_repartition_then_sort(backend: BackendChoic
         .unwrap();
     let expected = repartitioned_then_sorted(&inputs, partitioning, None).await;
     let case = format!("seed={} {label} spilled", seed());
-    for (p, (expected, output)) in expected.iter().zip(&outputs).enumerate() {
-        assert_same_sort(
-            std::slice::from_ref(expected),
-            output,
-            &[0, 1, 2],
-            &format!("partition {p}: {case}"),
-        );
-    }
+    check_sorted(&expected, &outputs, &case);
     let spills = plan.metrics().and_then(|m| m.spill_count()).unwrap_or(0);
     assert!(spills > 0, "the memory limit forced no spill: {case}");
 }
