@@ -125,7 +125,7 @@ extensions_options! {
         /// Rows per batch a sort hands a whole-partition window above it (0: the
         /// session's batch size). A partition of up to this many rows reaches the window
         /// as one batch, which the window then does not copy.
-        pub window_batch_rows: usize, default = 0
+        pub window_batch_rows: usize, default = 1 << 24
     }
 }
 

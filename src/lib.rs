@@ -27,6 +27,7 @@ pub mod keys;
 pub mod pipeline;
 pub mod planner;
 pub mod sort;
+pub mod trace;
 pub mod window;
 
 use std::sync::Arc;

@@ -239,6 +239,7 @@ impl CudaRuntime {
         }
         self.with_device(|device, staging| {
             let started = Instant::now();
+            crate::trace::event(|| format!("  {n} rows: device taken"));
             let encoded = self.encoder.encode(device, staging, columns, n)?;
             let refine_keys = match encoded.long_keys.is_empty() {
                 true => None,
@@ -282,8 +283,10 @@ impl CudaRuntime {
             upload: how.upload_started.elapsed(),
             download: Duration::ZERO,
         };
+        crate::trace::event(|| format!("  {n} rows: keys on the device"));
         let order = self.sort_on_device(device, staging, keys, how.algorithm, how.segments, n)?;
         device.synchronize()?;
+        crate::trace::event(|| format!("  {n} rows: sorted on the device"));
         let (algorithm, perm) = (order.algorithm, order.permutation);
         let mut run = match &perm {
             None => device_run(identity(n), algorithm, how.h2d_bytes, 0, transfer),
@@ -293,6 +296,7 @@ impl CudaRuntime {
                 staging.download(device, perm, &mut permutation)?;
                 device.synchronize()?;
                 transfer.download = download_started.elapsed();
+                crate::trace::event(|| format!("  {n} rows: permutation downloaded"));
                 device_run(permutation, algorithm, how.h2d_bytes, n * 4, transfer)
             }
         };

@@ -22,6 +22,8 @@ use super::error::CudaResult;
 pub const CHUNK_BYTES: usize = 32 << 20;
 /// Elements per parallel slice of a fill or drain.
 const PAR_ELEMS: usize = 1 << 16;
+/// Bytes per parallel piece of a drain into parts.
+const PAR_BYTES: usize = 1 << 18;
 
 /// Two pinned buffers and the events that say when the device is done with each.
 #[derive(Debug)]
@@ -122,26 +124,33 @@ impl Staging {
             let end = start + staged.len();
             let first = starts.partition_point(|&s| s <= start).saturating_sub(1);
             let last = starts.partition_point(|&s| s < end);
-            parts[first..last]
-                .par_iter_mut()
+            // Pieces of at most PAR_BYTES, so that one large part (a whole-partition batch)
+            // is drained by every core, not one.
+            let pieces: Vec<(&mut [MaybeUninit<u8>], &[u8])> = parts[first..last]
+                .iter_mut()
                 .zip(&starts[first..last])
-                .for_each(|(part, &part_start)| {
+                .filter_map(|(part, &part_start)| {
                     let from = part_start.max(start);
                     let to = (part_start + part.len()).min(end);
-                    if from < to {
-                        let src = &staged[from - start..to - start];
+                    (from < to).then(|| {
                         let dst = &mut part[from - part_start..to - part_start];
-                        // SAFETY: `dst` and `src` have the same length and do not overlap
-                        // (one is pinned staging memory, the other an output buffer).
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                src.as_ptr(),
-                                dst.as_mut_ptr() as *mut u8,
-                                src.len(),
-                            )
-                        };
-                    }
-                });
+                        let src = &staged[from - start..to - start];
+                        dst.chunks_mut(PAR_BYTES).zip(src.chunks(PAR_BYTES))
+                    })
+                })
+                .flatten()
+                .collect();
+            pieces.into_par_iter().for_each(|(dst, src)| {
+                // SAFETY: `dst` and `src` have the same length and do not overlap (one is
+                // pinned staging memory, the other an output buffer).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        src.as_ptr(),
+                        dst.as_mut_ptr() as *mut u8,
+                        src.len(),
+                    )
+                };
+            });
         })
     }
 

@@ -1,6 +1,6 @@
 //! Buffering a sort's input within its memory reservation, spilling sorted runs when full.
 //!
-//! Input partitions are drained concurrently. Each batch is accounted in the reservation
+//! Input partitions are drained concurrently, each by a task of its own. Each batch is accounted in the reservation
 //! together with the working memory its rows need when they are sorted. When the
 //! reservation cannot grow, every partition's buffered batches are sorted as runs and
 //! written to disk ([`RunSpiller`]), the reservation is freed, and buffering goes on.
@@ -15,6 +15,7 @@
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
 use datafusion::arrow;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::memory_pool::MemoryReservation;
@@ -56,6 +57,43 @@ pub struct InputBuffer {
     spilled: Vec<Vec<(usize, SpilledRun)>>,
     /// Where rows go when they are spilled; `None`: each stays in its input partition.
     routing: Option<Arc<HashRouting>>,
+    /// The key limbs of the last schema seen (every batch of a stream shares one).
+    limbs: Option<(SchemaRef, usize)>,
+}
+
+/// Batches a drain task collects before handing them over.
+const FILL_GROUP_BATCHES: usize = 32;
+
+/// One input partition's batches, sent in groups (the empty ones dropped); an error ends
+/// the drain after it is sent.
+async fn drain_in_groups(
+    partition: usize,
+    mut stream: SendableRecordBatchStream,
+    tx: tokio::sync::mpsc::Sender<(usize, Result<Vec<RecordBatch>>)>,
+) {
+    let mut group = Vec::with_capacity(FILL_GROUP_BATCHES);
+    while let Some(batch) = stream.next().await {
+        match batch {
+            Ok(batch) if batch.num_rows() == 0 => {}
+            Ok(batch) => {
+                group.push(batch);
+                if group.len() == FILL_GROUP_BATCHES {
+                    let full =
+                        std::mem::replace(&mut group, Vec::with_capacity(FILL_GROUP_BATCHES));
+                    if tx.send((partition, Ok(full))).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(error) => {
+                let _ = tx.send((partition, Err(error))).await;
+                return;
+            }
+        }
+    }
+    if !group.is_empty() {
+        let _ = tx.send((partition, Ok(group))).await;
+    }
 }
 
 impl InputBuffer {
@@ -75,6 +113,7 @@ impl InputBuffer {
             buffered: (0..partitions).map(|_| Vec::new()).collect(),
             spilled: (0..partitions).map(|_| Vec::new()).collect(),
             routing: None,
+            limbs: None,
         }
     }
 
@@ -90,18 +129,26 @@ impl InputBuffer {
         &self.reservation
     }
 
-    /// Drains every input stream (concurrently), buffering or spilling each batch.
+    /// Drains every input stream, buffering or spilling each batch. Each stream is polled
+    /// by a task of its own (producing a batch, e.g. a memory table's projection, costs
+    /// microseconds: 12 000 batches polled one after another took 30 ms), which hands its
+    /// batches over in groups of [`FILL_GROUP_BATCHES`]; they are admitted here one by one,
+    /// in each partition's order.
     pub async fn fill(&mut self, inputs: Vec<SendableRecordBatchStream>) -> Result<()> {
-        let tagged = inputs
-            .into_iter()
-            .enumerate()
-            .map(|(partition, stream)| stream.map(move |batch| (partition, batch)));
-        let mut all = futures::stream::select_all(tagged);
-        while let Some((partition, batch)) = all.next().await {
-            let batch = batch?;
-            if batch.num_rows() > 0 {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(inputs.len().max(1) * 2);
+        let mut drains = tokio::task::JoinSet::new();
+        for (partition, stream) in inputs.into_iter().enumerate() {
+            drains.spawn(drain_in_groups(partition, stream, tx.clone()));
+        }
+        drop(tx);
+        while let Some((partition, group)) = rx.recv().await {
+            for batch in group? {
                 self.admit(partition, batch).await?;
             }
+        }
+        // Every sender is gone: each drain ended, or panicked (reported here).
+        while let Some(ended) = drains.join_next().await {
+            ended.map_err(|e| DataFusionError::External(Box::new(e)))?;
         }
         Ok(())
     }
@@ -146,7 +193,14 @@ impl InputBuffer {
     }
 
     async fn admit(&mut self, partition: usize, batch: RecordBatch) -> Result<()> {
-        let limbs = key_limbs(&self.spec, &batch.schema());
+        let limbs = match &self.limbs {
+            Some((schema, limbs)) if Arc::ptr_eq(schema, batch.schema_ref()) => *limbs,
+            _ => {
+                let limbs = key_limbs(&self.spec, batch.schema_ref());
+                self.limbs = Some((batch.schema(), limbs));
+                limbs
+            }
+        };
         let bytes = batch.get_array_memory_size() + working_bytes(batch.num_rows(), limbs);
         if let Err(e) = self.reservation.try_grow(bytes) {
             if self.buffered.iter().all(Vec::is_empty) {

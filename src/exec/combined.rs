@@ -52,6 +52,7 @@ use super::stream::{emit_buffered, OUTPUT_CHANNEL_BATCHES};
 use crate::gather::{PayloadGather, PayloadStats, RunRows};
 use crate::keys::KeyColumn;
 use crate::sort::{Segments, SortBackend};
+use crate::trace;
 
 /// The shared sorts of one `GpuSortExec`: which execution each partition joins.
 #[derive(Debug, Default)]
@@ -223,6 +224,7 @@ async fn combine(
     buffer.fill(inputs).await?;
     let (drained, reservation) = buffer.finish_partitions().await?;
     collecting.done();
+    trace::event(|| "shared sort: input collected".to_string());
     let partitions = match drained {
         Drained::OnDisk(runs) => {
             return Ok(Combined::separate(
@@ -299,6 +301,7 @@ fn sort_together(
                 let _timer = metrics.encode_time.timer();
                 routing.route_all(rows.batches())?
             };
+            trace::event(|| "shared sort: rows routed".to_string());
             let counts = total_counts(&routed, routing.partitions());
             let ids = KeyColumn {
                 arrays: id_arrays(routed),
@@ -308,10 +311,12 @@ fn sort_together(
             (order, ranges_of(&counts))
         }
     };
+    trace::event(|| "shared sort: sorted".to_string());
     let payload = {
         let _timer = metrics.gather_time.timer();
         device_payload(spec, &rows, &order.permutation, order.retained)
     };
+    trace::event(|| "shared sort: payload on the device".to_string());
     let payload = payload.map(|payload| {
         // The partitions record their windows; the uploads are recorded here.
         let mut uploads = payload.stats();
@@ -404,12 +409,13 @@ impl PartitionOutput {
             Some(fetch) => range.end.min(range.start + fetch),
             None => range.end,
         };
+        trace::event(|| format!("partition {}: gather begins", self.partition));
         let mut payload = payload.as_ref().map(|shared| PartitionPayload {
             shared,
             offset: range.start,
             stats: PayloadStats::default(),
         });
-        gather_rows(
+        let gathered = gather_rows(
             &self.spec,
             rows,
             &permutation[range.start..end],
@@ -419,7 +425,9 @@ impl PartitionOutput {
                 self.metrics.baseline.record_output(batch.num_rows());
                 tx.blocking_send(Ok(batch)).is_ok()
             },
-        )
+        );
+        trace::event(|| format!("partition {}: gather ends", self.partition));
+        gathered
     }
 }
 
@@ -444,14 +452,17 @@ impl PayloadGather for PartitionPayload<'_> {
     }
 
     fn gather(&mut self, start: usize, batch_rows: &[usize]) -> Result<Option<Vec<Vec<ArrayRef>>>> {
-        let mut gatherer = self
-            .shared
-            .gatherer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let before = gatherer.stats();
-        let gathered = gatherer.gather(self.offset + start, batch_rows);
-        let after = gatherer.stats();
+        let (gathered, before, after) = {
+            let mut gatherer = self
+                .shared
+                .gatherer
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let before = gatherer.stats();
+            let gathered = gatherer.gather(self.offset + start, batch_rows);
+            (gathered, before, gatherer.stats())
+        };
+        trace::event(|| format!("  window at row {} gathered", self.offset + start));
         self.stats.h2d_bytes += after.h2d_bytes - before.h2d_bytes;
         self.stats.d2h_bytes += after.d2h_bytes - before.d2h_bytes;
         self.stats.upload += after.upload.saturating_sub(before.upload);

@@ -151,6 +151,7 @@ pub fn order_rows(
         });
     }
     let mut all_columns = evaluate_keys(spec, rows)?;
+    crate::trace::event(|| format!("  {} rows: keys evaluated", rows.rows()));
     let partitions = match apart {
         Apart::No => None,
         Apart::Segments(segments) => Some(segments),

@@ -14,8 +14,8 @@
 mod bytes;
 mod columns;
 
-use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions, UInt32Array};
-use arrow::compute::{take, take_record_batch};
+use arrow::array::{Array, ArrayRef, RecordBatch, RecordBatchOptions, UInt32Array};
+use arrow::compute::{concat, take, take_record_batch};
 use arrow::datatypes::SchemaRef;
 use datafusion::arrow;
 use datafusion::common::Result;
@@ -25,6 +25,9 @@ pub use columns::{column_gatherer, ColumnGather, RowAt};
 
 /// Output rows per window when a [`PayloadGather`] takes part.
 pub const DEVICE_WINDOW_ROWS: usize = 1 << 22;
+/// Output batches larger than this are gathered on the host in pieces of this many rows,
+/// in parallel.
+pub const PIECE_ROWS: usize = 1 << 16;
 
 /// Gathers some columns of a run's output somewhere other than the host's gather (the
 /// GPU), window by window.
@@ -149,34 +152,64 @@ impl RunRows {
     }
 
     /// [`RunRows::gather`], with the columns already gathered elsewhere given in `ready`
-    /// (one entry per column).
+    /// (one entry per column). A batch of more than [`PIECE_ROWS`] rows (a sort handing a
+    /// window whole partitions) has its other columns gathered in pieces on all cores and
+    /// concatenated.
     pub fn gather_with(&self, ids: &[u32], ready: Vec<Option<ArrayRef>>) -> Result<RecordBatch> {
         if let [batch] = self.batches.as_slice() {
-            if ready.iter().all(Option::is_none) {
+            if ids.len() <= PIECE_ROWS && ready.iter().all(Option::is_none) {
                 let indices = UInt32Array::from(ids.to_vec());
                 return Ok(take_record_batch(batch, &indices)?);
             }
         }
-        let missing = ready.iter().any(Option::is_none);
-        let at: Vec<RowAt> = match (missing, self.batches.len()) {
-            (true, n) if n > 1 => ids.iter().map(|&id| self.locate(id as usize)).collect(),
-            _ => Vec::new(),
-        };
-        let indices = (missing && self.batches.len() == 1).then(|| UInt32Array::from(ids.to_vec()));
+        let missing: Vec<usize> = (0..ready.len()).filter(|&c| ready[c].is_none()).collect();
+        let mut gathered = if missing.is_empty() {
+            Vec::new()
+        } else if ids.len() <= PIECE_ROWS {
+            self.gather_columns(ids, &missing)?
+        } else {
+            let pieces = ids
+                .par_chunks(PIECE_ROWS)
+                .map(|piece| self.gather_columns(piece, &missing))
+                .collect::<Result<Vec<_>>>()?;
+            (0..missing.len())
+                .map(|i| {
+                    let parts: Vec<&dyn Array> = pieces.iter().map(|p| p[i].as_ref()).collect();
+                    Ok(concat(&parts)?)
+                })
+                .collect::<Result<Vec<_>>>()?
+        }
+        .into_iter();
         let columns = ready
             .into_iter()
-            .enumerate()
-            .map(|(c, ready)| match (ready, &indices) {
-                (Some(array), _) => Ok(array),
-                (None, Some(indices)) => Ok(take(self.batches[0].column(c), indices, None)?),
-                (None, None) => self.columns[c].gather(&at),
+            .map(|ready| match ready {
+                Some(array) => array,
+                None => gathered
+                    .next()
+                    .expect("one gathered array per missing column"),
             })
-            .collect::<Result<Vec<_>>>()?;
+            .collect();
         let schema: SchemaRef = self.batches[0].schema();
         let options = RecordBatchOptions::new().with_row_count(Some(ids.len()));
         Ok(RecordBatch::try_new_with_options(
             schema, columns, &options,
         )?)
+    }
+
+    /// Columns `columns` of rows `ids`, in that order.
+    fn gather_columns(&self, ids: &[u32], columns: &[usize]) -> Result<Vec<ArrayRef>> {
+        if let [batch] = self.batches.as_slice() {
+            let indices = UInt32Array::from(ids.to_vec());
+            return columns
+                .iter()
+                .map(|&c| Ok(take(batch.column(c), &indices, None)?))
+                .collect();
+        }
+        let at: Vec<RowAt> = ids.iter().map(|&id| self.locate(id as usize)).collect();
+        columns
+            .iter()
+            .map(|&c| self.columns[c].gather(&at))
+            .collect()
     }
 
     fn locate(&self, row: usize) -> RowAt {
@@ -288,6 +321,58 @@ mod tests {
         })
         .unwrap();
         assert_eq!(out, vec![14, 10, 13, 11, 12]);
+    }
+
+    /// Batches of (Int32 `a`, Utf8 `s`) whose rows are numbered from `first`.
+    fn two_column_batch(first: i32, rows: i32) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int32, false),
+            Field::new("s", DataType::Utf8, false),
+        ]));
+        let values: Vec<i32> = (first..first + rows).collect();
+        let text: Vec<String> = values.iter().map(|v| format!("row {v}")).collect();
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int32Array::from(values)),
+                Arc::new(arrow::array::StringArray::from(text)),
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn batches_larger_than_a_piece_gather_in_pieces() {
+        let rows_in = 3 * PIECE_ROWS as i32 + 17;
+        let multi = RunRows::new(vec![
+            two_column_batch(0, 1000),
+            two_column_batch(1000, rows_in - 1000),
+        ]);
+        let single = RunRows::new(vec![two_column_batch(0, rows_in)]);
+        let ids: Vec<u32> = (0..rows_in as u32)
+            .map(|i| (i * 7919) % rows_in as u32)
+            .collect();
+        let expected_a: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
+        for rows in [&multi, &single] {
+            let all = rows.gather_with(&ids, vec![None, None]).unwrap();
+            let ready: ArrayRef = Arc::new(Int32Array::from(expected_a.clone()));
+            let one_ready = rows.gather_with(&ids, vec![Some(ready), None]).unwrap();
+            for batch in [all, one_ready] {
+                assert_eq!(batch.num_rows(), ids.len());
+                assert_eq!(
+                    batch.column(0).as_primitive::<Int32Type>().values(),
+                    &expected_a[..]
+                );
+                let text = batch.column(1).as_string::<i32>();
+                for (i, &id) in ids.iter().enumerate().step_by(997) {
+                    assert_eq!(text.value(i), format!("row {id}"));
+                }
+                assert_eq!(
+                    text.value(ids.len() - 1),
+                    format!("row {}", ids[ids.len() - 1])
+                );
+            }
+        }
     }
 
     /// Gathers its columns on the host with `take`, as a device would, and fails (returns

@@ -381,8 +381,8 @@ pub async fn window_over_hash_partitions(backend: BackendChoice, rows: usize) {
         "streaming windows above the sorts kept:\n{plan}\n{context}"
     );
     assert!(
-        !plan.contains("run_batch_rows"),
-        "sort below a window emits other than session-sized batches by default:\n{plan}\n{context}"
+        plan.contains("run_batch_rows=16777216"),
+        "sort below a window does not hand it whole partitions by default:\n{plan}\n{context}"
     );
     assert_same_sort(&expected, &actual, &[0, 1, 2, 3, 4, 5], &context);
     super::run(&forced, "SET gpu_sort.whole_partition_windows = false")

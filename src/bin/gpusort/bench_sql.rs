@@ -26,8 +26,9 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{exec_err, DataFusionError, Result};
 use datafusion::datasource::MemTable;
 use datafusion::physical_plan::display::DisplayableExecutionPlan;
-use datafusion::physical_plan::{collect, ExecutionPlan};
+use datafusion::physical_plan::{collect, execute_stream_partitioned, ExecutionPlan};
 use datafusion::prelude::SessionContext;
+use futures::StreamExt;
 use gpusort::{BackendChoice, GpuSortExec};
 use rayon::prelude::*;
 
@@ -58,6 +59,13 @@ pub struct SqlBench {
     pub settings: Vec<String>,
     /// Print the plan of each query's median gpusort run with its metrics.
     pub show_plans: bool,
+    /// After the timed runs, run each query once more with gpusort and print its timeline.
+    pub trace: bool,
+    /// Timed runs of DataFusion's own sort per query (median taken).
+    pub baseline_reps: usize,
+    /// Other configurations of the gpusort run, timed in turn with the plain one: each a
+    /// comma-separated list of `setting=value` and `env:VARIABLE=value`.
+    pub variants: Vec<String>,
 }
 
 /// One benchmark query.
@@ -187,7 +195,7 @@ pub async fn run(options: &SqlBench) -> Result<()> {
     drop(tables);
     let mut outcomes = Vec::new();
     for query in QUERIES.iter().filter(|q| selected(q, &options.only)) {
-        outcomes.push(measure(&session.ctx, query, options.reps, options.show_plans).await?);
+        outcomes.push(measure(&session.ctx, query, options).await?);
     }
     let device = gpusort::cuda::runtime()
         .map(|r| format!("{} (sm_{})", r.device.name, r.device.arch))
@@ -221,12 +229,12 @@ async fn set_rule(ctx: &SessionContext, enabled: bool) -> Result<()> {
 async fn measure(
     ctx: &SessionContext,
     query: &'static Query,
-    reps: usize,
-    show_plan: bool,
+    options: &SqlBench,
 ) -> Result<Outcome> {
+    let reps = options.reps;
     set_rule(ctx, false).await?;
     let (_, expected) = run_checked(ctx, query).await?;
-    let datafusion = median_run(ctx, query, reps).await?.0;
+    let datafusion = median_run(ctx, query, options.baseline_reps).await?.0;
     set_rule(ctx, true).await?;
     let (_, got) = run_checked(ctx, query).await?;
     if got != expected {
@@ -242,7 +250,13 @@ async fn measure(
         datafusion.as_secs_f64(),
         gpusort.as_secs_f64()
     );
-    if show_plan {
+    if !options.variants.is_empty() {
+        compare_variants(ctx, query, &expected, options).await?;
+    }
+    if options.trace {
+        print_timeline(ctx, query).await?;
+    }
+    if options.show_plans {
         eprintln!(
             "{} plan of the median gpusort run, with its metrics:\n{}",
             query.name,
@@ -256,6 +270,142 @@ async fn measure(
         gpusort,
         stages: stages_of(&plan),
     })
+}
+
+/// One change of a variant: a session setting or an environment variable.
+enum Change {
+    Setting(String, String),
+    Env(String, String),
+}
+
+fn parse_variant(spec: &str) -> Result<Vec<Change>> {
+    spec.split(',')
+        .filter(|item| !item.trim().is_empty())
+        .map(|item| {
+            let Some((name, value)) = item.split_once('=') else {
+                return exec_err!("--variant {spec}: expected name=value items, got {item}");
+            };
+            let (name, value) = (name.trim().to_string(), value.trim().to_string());
+            Ok(match name.strip_prefix("env:") {
+                Some(variable) => Change::Env(variable.to_string(), value),
+                None => Change::Setting(name, value),
+            })
+        })
+        .collect()
+}
+
+/// Applies `changes`, returning what undoes them.
+async fn apply(ctx: &SessionContext, changes: &[Change]) -> Result<Vec<Change>> {
+    let mut undo = Vec::new();
+    for change in changes {
+        match change {
+            Change::Setting(name, value) => {
+                let entries = ctx.state().config_options().entries();
+                // Extension settings (gpu_sort.*) list their keys without the prefix.
+                let listed = |key: &str| {
+                    key == name || name.split_once('.').is_some_and(|(_, rest)| rest == key)
+                };
+                let Some(old) = entries.iter().find(|e| listed(&e.key)) else {
+                    return exec_err!("--variant: no setting {name}");
+                };
+                let old = old.value.clone().unwrap_or_default();
+                ctx.sql(&format!("SET {name} = {value}"))
+                    .await?
+                    .collect()
+                    .await?;
+                undo.push(Change::Setting(name.clone(), old));
+            }
+            Change::Env(variable, value) => {
+                let old = std::env::var(variable).unwrap_or_default();
+                std::env::set_var(variable, value);
+                undo.push(Change::Env(variable.clone(), old));
+            }
+        }
+    }
+    undo.reverse();
+    Ok(undo)
+}
+
+/// Times the plain gpusort run and every variant in turn (run 1 of each, then run 2 of
+/// each, …, so that drift of the host hits all alike) after one checked run of each.
+async fn compare_variants(
+    ctx: &SessionContext,
+    query: &Query,
+    expected: &Fingerprint,
+    options: &SqlBench,
+) -> Result<()> {
+    let mut variants = vec![("plain".to_string(), Vec::new())];
+    for spec in &options.variants {
+        variants.push((spec.clone(), parse_variant(spec)?));
+    }
+    let mut times = vec![Vec::new(); variants.len()];
+    for rep in 0..=options.reps {
+        for ((name, changes), times) in variants.iter().zip(&mut times) {
+            let undo = apply(ctx, changes).await?;
+            let (elapsed, batches, _) = run_once(ctx, query).await?;
+            apply(ctx, &undo).await?;
+            if rep == 0 {
+                let got = fingerprint(&batches, query.ordered_by)?;
+                if &got != expected {
+                    return exec_err!(
+                        "{} with {name}: result differs from DataFusion's",
+                        query.name
+                    );
+                }
+            } else {
+                times.push(elapsed.as_secs_f64());
+            }
+        }
+    }
+    for ((name, _), mut times) in variants.iter().zip(times) {
+        times.sort_by(f64::total_cmp);
+        let runs: Vec<String> = times.iter().map(|t| format!("{t:.3}")).collect();
+        eprintln!(
+            "{} {name}: median {:.3} s (runs {})",
+            query.name,
+            times[times.len() / 2],
+            runs.join(" ")
+        );
+    }
+    Ok(())
+}
+
+/// Runs `query` once more with every output partition read by a task of its own, and
+/// prints the operator's timeline (`gpusort::trace`) with when each partition's first
+/// batch and end arrived, in milliseconds from the start of planning.
+async fn print_timeline(ctx: &SessionContext, query: &Query) -> Result<()> {
+    gpusort::trace::take();
+    gpusort::trace::enable(true);
+    let started = Instant::now();
+    let plan = ctx.sql(query.sql).await?.create_physical_plan().await?;
+    gpusort::trace::event(|| "planned".to_string());
+    let streams = execute_stream_partitioned(plan, ctx.task_ctx())?;
+    let readers = streams.into_iter().enumerate().map(|(p, mut stream)| {
+        tokio::spawn(async move {
+            let mut batches = Vec::new();
+            while let Some(batch) = stream.next().await {
+                if batches.is_empty() {
+                    gpusort::trace::event(|| format!("output {p}: first batch"));
+                }
+                batches.push(batch?);
+            }
+            gpusort::trace::event(|| format!("output {p}: done"));
+            Ok::<_, DataFusionError>(batches)
+        })
+    });
+    let outputs = futures::future::join_all(readers).await;
+    let elapsed = started.elapsed();
+    gpusort::trace::enable(false);
+    for output in outputs {
+        output.map_err(|e| DataFusionError::External(Box::new(e)))??;
+    }
+    eprintln!("{} timeline (ms from the start of planning):", query.name);
+    for (at, what) in gpusort::trace::take() {
+        let ms = at.saturating_duration_since(started).as_secs_f64() * 1e3;
+        eprintln!("  {ms:8.1}  {what}");
+    }
+    eprintln!("  {:8.1}  all output read", elapsed.as_secs_f64() * 1e3);
+    Ok(())
 }
 
 /// Runs once and fingerprints the result.

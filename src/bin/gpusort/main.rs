@@ -178,6 +178,16 @@ enum BenchCommand {
         /// Print each query's plan of the median gpusort run with its metrics.
         #[arg(long)]
         plans: bool,
+        /// Run each query once more with gpusort and print the timeline of its stages.
+        #[arg(long)]
+        trace: bool,
+        /// Timed runs of DataFusion's own sort (default: --reps).
+        #[arg(long)]
+        baseline_reps: Option<usize>,
+        /// Another configuration timed in turn with the plain gpusort run: comma-separated
+        /// `setting=value` and `env:VARIABLE=value`; repeat for several.
+        #[arg(long = "variant", value_name = "CHANGES")]
+        variants: Vec<String>,
     },
 }
 
@@ -271,6 +281,9 @@ async fn main() {
                     write_parquet,
                     settings,
                     plans,
+                    trace,
+                    baseline_reps,
+                    variants,
                 },
         } => {
             bench_sql::run(&bench_sql::SqlBench {
@@ -284,6 +297,9 @@ async fn main() {
                 write_parquet,
                 settings,
                 show_plans: plans,
+                trace,
+                baseline_reps: baseline_reps.unwrap_or(reps),
+                variants,
             })
             .await
         }
