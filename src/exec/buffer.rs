@@ -1,7 +1,8 @@
 //! Buffering a sort's input within its memory reservation, spilling sorted runs when full.
 //!
-//! Input partitions are drained concurrently, each by a task of its own. Each batch is accounted in the reservation
-//! together with the working memory its rows need when they are sorted. When the
+//! Input partitions are drained concurrently, each by a task of its own. Each batch is
+//! accounted in the reservation together with the working memory its rows need when they
+//! are sorted. When the
 //! reservation cannot grow, every partition's buffered batches are sorted as runs and
 //! written to disk ([`RunSpiller`]), the reservation is freed, and buffering goes on.
 //! Runs are kept per input partition in arrival order, so the order of the runs
@@ -61,41 +62,6 @@ pub struct InputBuffer {
     limbs: Option<(SchemaRef, usize)>,
 }
 
-/// Batches a drain task collects before handing them over.
-const FILL_GROUP_BATCHES: usize = 32;
-
-/// One input partition's batches, sent in groups (the empty ones dropped); an error ends
-/// the drain after it is sent.
-async fn drain_in_groups(
-    partition: usize,
-    mut stream: SendableRecordBatchStream,
-    tx: tokio::sync::mpsc::Sender<(usize, Result<Vec<RecordBatch>>)>,
-) {
-    let mut group = Vec::with_capacity(FILL_GROUP_BATCHES);
-    while let Some(batch) = stream.next().await {
-        match batch {
-            Ok(batch) if batch.num_rows() == 0 => {}
-            Ok(batch) => {
-                group.push(batch);
-                if group.len() == FILL_GROUP_BATCHES {
-                    let full =
-                        std::mem::replace(&mut group, Vec::with_capacity(FILL_GROUP_BATCHES));
-                    if tx.send((partition, Ok(full))).await.is_err() {
-                        return;
-                    }
-                }
-            }
-            Err(error) => {
-                let _ = tx.send((partition, Err(error))).await;
-                return;
-            }
-        }
-    }
-    if !group.is_empty() {
-        let _ = tx.send((partition, Ok(group))).await;
-    }
-}
-
 impl InputBuffer {
     /// An empty buffer for `partitions` input partitions.
     pub fn new(
@@ -133,7 +99,8 @@ impl InputBuffer {
     /// by a task of its own (producing a batch, e.g. a memory table's projection, costs
     /// microseconds: 12 000 batches polled one after another took 30 ms), which hands its
     /// batches over in groups of [`FILL_GROUP_BATCHES`]; they are admitted here one by one,
-    /// in each partition's order.
+    /// in each partition's order. Up to about three groups per input (one being filled, two
+    /// in the channel) wait before they are accounted.
     pub async fn fill(&mut self, inputs: Vec<SendableRecordBatchStream>) -> Result<()> {
         let (tx, mut rx) = tokio::sync::mpsc::channel(inputs.len().max(1) * 2);
         let mut drains = tokio::task::JoinSet::new();
@@ -267,5 +234,40 @@ impl InputBuffer {
             self.spilled[partition].extend(spilled.map(|run| (input, run)));
         }
         Ok(())
+    }
+}
+
+/// Batches a drain task collects before handing them over.
+const FILL_GROUP_BATCHES: usize = 32;
+
+/// One input partition's batches, sent in groups (the empty ones dropped); an error ends
+/// the drain after it is sent.
+async fn drain_in_groups(
+    partition: usize,
+    mut stream: SendableRecordBatchStream,
+    tx: tokio::sync::mpsc::Sender<(usize, Result<Vec<RecordBatch>>)>,
+) {
+    let mut group = Vec::with_capacity(FILL_GROUP_BATCHES);
+    while let Some(batch) = stream.next().await {
+        match batch {
+            Ok(batch) if batch.num_rows() == 0 => {}
+            Ok(batch) => {
+                group.push(batch);
+                if group.len() == FILL_GROUP_BATCHES {
+                    let full =
+                        std::mem::replace(&mut group, Vec::with_capacity(FILL_GROUP_BATCHES));
+                    if tx.send((partition, Ok(full))).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(error) => {
+                let _ = tx.send((partition, Err(error))).await;
+                return;
+            }
+        }
+    }
+    if !group.is_empty() {
+        let _ = tx.send((partition, Ok(group))).await;
     }
 }
