@@ -13,6 +13,7 @@
 //! whose other side is repartitioned by DataFusion) sees the same rows in the same
 //! partition as after a real repartition.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt16Array, UInt32Array, UInt8Array};
@@ -82,30 +83,34 @@ impl HashRouting {
             .iter()
             .map(|e| e.evaluate(batch)?.into_array(batch.num_rows()))
             .collect::<Result<Vec<ArrayRef>>>()?;
-        let mut hashes = vec![0u64; batch.num_rows()];
-        create_hashes(
-            &arrays,
-            REPARTITION_RANDOM_STATE.random_state(),
-            &mut hashes,
-        )?;
-        let mut counts = vec![0usize; self.partitions];
-        let divisor = self.partitions as u64;
-        let ids: ArrayRef = if self.partitions <= 256 {
-            Arc::new(UInt8Array::from(reduce(
-                &hashes,
-                divisor,
-                &mut counts,
-                |id| id as u8,
-            )))
-        } else {
-            Arc::new(UInt16Array::from(reduce(
-                &hashes,
-                divisor,
-                &mut counts,
-                |id| id as u16,
-            )))
-        };
-        Ok(RoutedBatch { ids, counts })
+        // One hash buffer per thread, reused from batch to batch: no allocation per batch,
+        // and the buffer stays in the core's cache.
+        thread_local! {
+            static HASHES: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+        }
+        HASHES.with_borrow_mut(|hashes| {
+            hashes.clear();
+            hashes.resize(batch.num_rows(), 0);
+            create_hashes(&arrays, REPARTITION_RANDOM_STATE.random_state(), hashes)?;
+            let mut counts = vec![0usize; self.partitions];
+            let divisor = self.partitions as u64;
+            let ids: ArrayRef = if self.partitions <= 256 {
+                Arc::new(UInt8Array::from(reduce(
+                    hashes,
+                    divisor,
+                    &mut counts,
+                    |id| id as u8,
+                )))
+            } else {
+                Arc::new(UInt16Array::from(reduce(
+                    hashes,
+                    divisor,
+                    &mut counts,
+                    |id| id as u16,
+                )))
+            };
+            Ok(RoutedBatch { ids, counts })
+        })
     }
 
     /// The partition of every row of `batch` as a plain vector, and the rows per partition.
