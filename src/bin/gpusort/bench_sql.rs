@@ -5,8 +5,11 @@
 //!  generate t, g, ts, s, u in memory ──► one session (target_partitions = cores)
 //!  per query, per mode (rule on / off):  warm-up run (its result fingerprinted)
 //!                                        + `reps` timed runs: plan + execute + collect
+//!                                          (`baseline_reps` with the rule off)
 //!  the two modes' fingerprints must agree ──► table: medians, speedup, and where the GPU
 //!  run's time went (GpuSortExec's stage metrics of the median run)
+//!  --variant: other configurations, checked, then timed interleaved with the plain one
+//!  --trace:   one more run with every output partition read on its own, its timeline
 //! ```
 //!
 //! The fingerprint of a result is its row count, an order-insensitive hash of all its rows
@@ -201,9 +204,9 @@ pub async fn run(options: &SqlBench) -> Result<()> {
         .map(|r| format!("{} (sm_{})", r.device.name, r.device.arch))
         .unwrap_or_else(|why| format!("no GPU: {why}"));
     println!(
-        "device: {device}; {partitions} partitions; median of {} runs after a warm-up; \
-         times in seconds, planning + execution + collecting the result",
-        options.reps
+        "device: {device}; {partitions} partitions; median of {} runs (DataFusion: {}) after \
+         a warm-up; times in seconds, planning + execution + collecting the result",
+        options.reps, options.baseline_reps
     );
     print_table(&outcomes);
     if let Some(path) = &options.json {
