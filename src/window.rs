@@ -60,14 +60,12 @@ fn whole_partition_window(
     let Some(bounded) = node.downcast_ref::<BoundedWindowAggExec>() else {
         return Ok(None);
     };
-    if bounded.input_order_mode != InputOrderMode::Sorted
-        || bounded.input().downcast_ref::<GpuSortExec>().is_none()
-    {
-        return Ok(None);
-    }
     let Some(sort) = bounded.input().downcast_ref::<GpuSortExec>() else {
         return Ok(None);
     };
+    if bounded.input_order_mode != InputOrderMode::Sorted {
+        return Ok(None);
+    }
     let sort = match batch_rows {
         0 => sort.clone(),
         rows => sort.clone().with_run_batch_rows(rows),

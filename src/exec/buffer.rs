@@ -2,9 +2,9 @@
 //!
 //! Input partitions are drained concurrently, each by a task of its own. Each batch is
 //! accounted in the reservation together with the working memory its rows need when they
-//! are sorted. When the
-//! reservation cannot grow, every partition's buffered batches are sorted as runs and
-//! written to disk ([`RunSpiller`]), the reservation is freed, and buffering goes on.
+//! are sorted. When the reservation cannot grow, every partition's buffered batches are
+//! sorted as runs and written to disk ([`RunSpiller`]), the reservation is freed, and
+//! buffering goes on.
 //! Runs are kept per input partition in arrival order, so the order of the runs
 //! (partition, then arrival) is the input order, and merging them with ties broken by run
 //! index keeps the sort stable.

@@ -15,7 +15,7 @@ mod bytes;
 mod columns;
 
 use arrow::array::{Array, ArrayRef, RecordBatch, RecordBatchOptions, UInt32Array};
-use arrow::compute::{concat, take, take_record_batch};
+use arrow::compute::{concat, take};
 use arrow::datatypes::SchemaRef;
 use datafusion::arrow;
 use datafusion::common::Result;
@@ -156,12 +156,6 @@ impl RunRows {
     /// window whole partitions) has its other columns gathered in pieces on all cores and
     /// concatenated.
     pub fn gather_with(&self, ids: &[u32], ready: Vec<Option<ArrayRef>>) -> Result<RecordBatch> {
-        if let [batch] = self.batches.as_slice() {
-            if ids.len() <= PIECE_ROWS && ready.iter().all(Option::is_none) {
-                let indices = UInt32Array::from(ids.to_vec());
-                return Ok(take_record_batch(batch, &indices)?);
-            }
-        }
         let missing: Vec<usize> = (0..ready.len()).filter(|&c| ready[c].is_none()).collect();
         let mut gathered = if missing.is_empty() {
             Vec::new()
