@@ -6,6 +6,9 @@
 //                        valid rows (the host turns them into the field's reduction and
 //                        its place in the packed words)
 //   encode_pack_field    a second read: each row's reduced field ORed into its key word
+//   encode_partition_ids each row's hash partition looked up from its limb in a table the
+//                        host made over the column's value range (src/exec/id_table.rs),
+//                        and the rows per partition: a key column made on the device
 //
 // A field is either one limb of a column's values (read as `read_limb` says, inverted for
 // DESC, 0 under a null) or the column's null flag (NULLS FIRST: null 0, value 1; NULLS
@@ -172,6 +175,54 @@ extern "C" __global__ void __launch_bounds__(ENCODE_THREADS)
             ((u32*)words)[row] |= (u32)part;
         } else {
             ((u64*)words)[row] |= part;
+        }
+    }
+}
+
+// Partitions counted in shared memory (more: in global memory directly).
+#define SHARED_PARTITIONS 4096
+
+// ids[row] = table[limb(row) - first] for a valid row, `null_id` for a null one (the limb
+// read with `descending` 0); counts[id] += 1 per row. `counts` is zeroed by the host; a
+// limb outside the table (the host's range was wrong) is written as 0xffff and not
+// counted, so the host's check that the counts add up to `n` catches it.
+extern "C" __global__ void __launch_bounds__(ENCODE_THREADS)
+    encode_partition_ids(FieldSource source, u32 n, u64 first, const u16* table, u32 table_len,
+                         u32 null_id, u32 partitions, u16* ids, u32* counts) {
+    __shared__ u32 local[SHARED_PARTITIONS];
+    const bool in_shared = partitions <= SHARED_PARTITIONS;
+    if (in_shared) {
+        for (u32 p = threadIdx.x; p < partitions; p += blockDim.x) local[p] = 0;
+        __syncthreads();
+    }
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    const u64 rounds = ((u64)n + stride - 1) / stride;
+    const u64 begin = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    // Whole warps go round together, so the lanes can add up equal ids before counting.
+    for (u64 round = 0; round < rounds; ++round) {
+        const u64 row = begin + round * stride;
+        u32 id = 0xffffffffu;
+        if (row < n) {
+            const bool valid = source.valid == nullptr || bit_at(source.valid, row);
+            if (!valid) {
+                id = null_id;
+            } else {
+                const u64 at = read_limb(source, row) - first;
+                id = at < table_len ? (u32)table[at] : 0xffffffffu;
+            }
+            ids[row] = (u16)id;
+        }
+        const u32 same = __match_any_sync(0xffffffffu, id);
+        const bool leader = (same & lanemask_lt()) == 0;
+        if (leader && id < partitions) {
+            u32* counter = in_shared ? &local[id] : &counts[id];
+            atomicAdd(counter, (u32)__popc(same));
+        }
+    }
+    if (in_shared) {
+        __syncthreads();
+        for (u32 p = threadIdx.x; p < partitions; p += blockDim.x) {
+            if (local[p] != 0) atomicAdd(&counts[p], local[p]);
         }
     }
 }

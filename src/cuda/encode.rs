@@ -9,6 +9,9 @@
 //!  per field (null flag, limbs):  encode_field_stats → min, max, OR, AND   (32 B back)
 //!  host: the same reductions and word placements as the host encoder (src/keys/)
 //!  per field part:                encode_pack_field  → packed key words, on the device
+//!  with a partition id table (a routed sort, `crate::exec::id_table`): before the fields,
+//!    encode_partition_ids: each row's id looked up from the routing key's limb, and the
+//!    rows per partition (back to the host); the ids are the leading field
 //! ```
 //!
 //! A byte-like column with values longer than its window leaves ties the window cannot
@@ -25,7 +28,7 @@ use datafusion::arrow;
 
 use super::columns::{upload_raw_column, PayloadLayout, RawColumn};
 use super::device::{Device, DeviceBuffer};
-use super::error::CudaResult;
+use super::error::{CudaError, CudaResult};
 use super::gather::DeviceColumn;
 use super::module::{arg, cached_cubin, launch, Kernel, Module, ENCODE};
 use super::transfer::Staging;
@@ -35,6 +38,7 @@ use crate::keys::{
     limb_sources, low_mask, placements, EncodedKeys, FieldStats, KeyColumn, LimbKind, LimbSource,
     LongKey, Reduction,
 };
+use crate::sort::PartitionIdTable;
 
 const THREADS: u32 = 256;
 /// `kind` of a field that is a column's null flag (see `encode.cu`).
@@ -84,6 +88,8 @@ pub struct Encoded {
     pub long_keys: Vec<LongKey>,
     /// Significant bits of the packed words.
     pub total_bits: u32,
+    /// Rows per partition, when the leading field was made from a partition id table.
+    pub partition_counts: Option<Vec<usize>>,
 }
 
 /// The loaded encode kernels of one device.
@@ -92,6 +98,7 @@ pub struct Encoder {
     _module: Module,
     stats: Kernel,
     pack: Kernel,
+    partition_ids: Kernel,
     grid: u32,
 }
 
@@ -121,18 +128,21 @@ impl Encoder {
         Ok(Self {
             stats: module.kernel("encode_field_stats")?,
             pack: module.kernel("encode_pack_field")?,
+            partition_ids: module.kernel("encode_partition_ids")?,
             grid: device.sm_count * 8,
             _module: module,
         })
     }
 
-    /// Encodes the `rows` rows of `columns` (all encodable) into packed key words.
+    /// Encodes the `rows` rows of `columns` (all encodable) into packed key words; with
+    /// `ids`, each row's partition id (made on the device from the table) leads the key.
     pub fn encode(
         &self,
         device: &Device,
         staging: &mut Staging,
         columns: &[KeyColumn],
         rows: usize,
+        ids: Option<&PartitionIdTable>,
     ) -> CudaResult<Encoded> {
         let mut h2d_bytes = 0;
         let mut on_device = Vec::with_capacity(columns.len());
@@ -157,7 +167,22 @@ impl Encoder {
                 None => fixed_fields(base, &buffers.sources),
             };
             fields.extend(column_fields.into_iter().map(|f| (f, index)));
-            on_device.push(buffers);
+            on_device.push((buffers, base));
+        }
+        // Kept until the words are packed (the free is in stream order after them).
+        let mut partition_ids = None;
+        if let Some(table) = ids {
+            let Some((buffers, base)) = on_device.get(table.column) else {
+                return Err(inconsistent(format!(
+                    "partition ids from key column {} of {}",
+                    table.column,
+                    columns.len()
+                )));
+            };
+            let (made, counts) =
+                self.partition_ids(device, table, &buffers.sources, *base, rows)?;
+            fields.insert(0, (id_field(&made), 0));
+            partition_ids = Some((made, counts));
         }
         let sources: Vec<FieldSource> = fields.iter().map(|(f, _)| *f).collect();
         let stats = self.field_stats(device, &sources, rows)?;
@@ -197,10 +222,11 @@ impl Encoder {
             }
             DeviceKeys::Words(words)
         };
+        let partition_counts = partition_ids.map(|(_, counts)| counts);
         let columns = on_device
             .into_iter()
             .zip(columns)
-            .filter_map(|(buffers, column)| {
+            .filter_map(|((buffers, _), column)| {
                 Some(DeviceColumn {
                     arrays: column.arrays.clone(),
                     raw: buffers.raw?,
@@ -213,7 +239,84 @@ impl Encoder {
             columns,
             long_keys,
             total_bits,
+            partition_counts,
         })
+    }
+
+    /// Each row's partition id, looked up on the device in `table` from the limb of the
+    /// routing key (`limbs`, its one integer limb; `base`, its null flag field), and the
+    /// rows per partition.
+    fn partition_ids(
+        &self,
+        device: &Device,
+        table: &PartitionIdTable,
+        limbs: &[LimbSource],
+        base: FieldSource,
+        rows: usize,
+    ) -> CudaResult<(DeviceBuffer<u16>, Vec<usize>)> {
+        let (limb, first) = match limbs {
+            [limb] if limb.kind == LimbKind::Signed => {
+                (limb, (table.first as i64 as u64) ^ (1 << 63))
+            }
+            [limb] if limb.kind == LimbKind::Unsigned => (limb, table.first as u64),
+            _ => {
+                return Err(inconsistent(
+                    "partition ids from a key that is not one integer limb".to_string(),
+                ))
+            }
+        };
+        // The key's limb as stored, whatever the sort direction.
+        let mut source = FieldSource {
+            stride: limb.stride,
+            offset: limb.offset,
+            width: limb.width,
+            kind: limb.kind as u32,
+            descending: 0,
+            ..base
+        };
+        let table_ids = device.alloc::<u16>(table.ids.len(), "partition id table")?;
+        // SAFETY: `table.ids` outlives the copy: `download_now` below synchronizes.
+        unsafe { device.upload(&table_ids, 0, &table.ids)? };
+        let ids = device.alloc::<u16>(rows, "partition ids")?;
+        let counts = device.alloc::<u32>(table.partitions, "rows per partition")?;
+        device.zero(&counts)?;
+        let mut n = rows as u32;
+        let (mut first, mut table_ptr) = (first, table_ids.ptr());
+        let mut table_len = table.ids.len() as u32;
+        let mut null_id = u32::from(table.null_id);
+        let mut partitions = table.partitions as u32;
+        let (mut ids_ptr, mut counts_ptr) = (ids.ptr(), counts.ptr());
+        let mut params = [
+            arg(&mut source),
+            arg(&mut n),
+            arg(&mut first),
+            arg(&mut table_ptr),
+            arg(&mut table_len),
+            arg(&mut null_id),
+            arg(&mut partitions),
+            arg(&mut ids_ptr),
+            arg(&mut counts_ptr),
+        ];
+        launch(
+            device,
+            self.partition_ids,
+            self.grid,
+            THREADS,
+            &mut params,
+            rows,
+        )?;
+        let counts: Vec<usize> = device
+            .download_now(&counts)?
+            .into_iter()
+            .map(|c| c as usize)
+            .collect();
+        let counted: usize = counts.iter().sum();
+        if counted != rows {
+            return Err(inconsistent(format!(
+                "partition ids counted {counted} of {rows} rows (a value outside the table)"
+            )));
+        }
+        Ok((ids, counts))
     }
 
     /// The fields of a byte-like column read through its views (`base`): one statistics
@@ -361,6 +464,26 @@ impl Encoder {
         }
         Ok(())
     }
+}
+
+/// The field of partition ids made by `encode_partition_ids` (u16, never null).
+fn id_field(ids: &DeviceBuffer<u16>) -> FieldSource {
+    FieldSource {
+        values: ids.ptr(),
+        valid: 0,
+        stride: 2,
+        offset: 0,
+        width: 2,
+        kind: LimbKind::Unsigned as u32,
+        descending: 0,
+        nulls_first: 0,
+        data: 0,
+        buffer_starts: 0,
+    }
+}
+
+fn inconsistent(what: String) -> CudaError {
+    CudaError::Inconsistent(what)
 }
 
 /// A column's null flag field, from which its other fields are made.

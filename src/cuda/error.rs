@@ -72,6 +72,9 @@ pub enum CudaError {
         /// The most rows one run may have.
         max: usize,
     },
+    /// The device's result disagrees with what the host knows of the input.
+    #[error("inconsistent device result: {0}")]
+    Inconsistent(String),
     /// An output batch of gathered views would need a data buffer past what views address.
     #[error("an output batch holds {bytes} bytes of long values (views address at most 4 GiB)")]
     BatchTooLarge {

@@ -55,9 +55,11 @@ pub use transfer::{Plain as TransferPlain, Staging};
 
 use crate::config::AlgorithmChoice;
 use crate::gather::{PayloadGather, RunRows};
+use crate::keys::limb_sources;
 use crate::keys::{column_rows, encode_keys, EncodedKeys, KeyColumn};
 use crate::sort::{
-    identity, Algorithm, CpuBackend, Retained, Segments, SortBackend, SortedRun, TransferTimes,
+    identity, Algorithm, CpuBackend, PartitionIdTable, Retained, Segments, SortBackend, SortedRun,
+    TransferTimes,
 };
 
 /// The opened device and what is loaded on it; one per process.
@@ -237,10 +239,44 @@ impl CudaRuntime {
         if n < 2 {
             return Ok(in_order(n, segments));
         }
+        let (run, _) = self.sort_columns_with(columns, n, algorithm, segments, None)?;
+        Ok(run)
+    }
+
+    /// Sorts the rows of key columns (every one fixed-width) by (partition id, columns),
+    /// the ids made on the device from `ids` and key column `ids.column`: the order and
+    /// the rows per partition.
+    pub fn sort_columns_by_ids(
+        &self,
+        columns: &[KeyColumn],
+        n: usize,
+        ids: &PartitionIdTable,
+        algorithm: AlgorithmChoice,
+    ) -> CudaResult<(SortedRun, Vec<usize>)> {
+        let (run, counts) = self.sort_columns_with(columns, n, algorithm, None, Some(ids))?;
+        match counts {
+            Some(counts) => Ok((run, counts)),
+            None => Err(CudaError::Inconsistent(
+                "a sort by partition ids made no ids".to_string(),
+            )),
+        }
+    }
+
+    /// [`Self::sort_columns`], the partition ids of `ids` leading the key when given (and
+    /// then the rows per partition).
+    fn sort_columns_with(
+        &self,
+        columns: &[KeyColumn],
+        n: usize,
+        algorithm: AlgorithmChoice,
+        segments: Option<&Segments>,
+        ids: Option<&PartitionIdTable>,
+    ) -> CudaResult<(SortedRun, Option<Vec<usize>>)> {
         self.with_device(|device, staging| {
             let started = Instant::now();
             crate::trace::event(|| format!("  {n} rows: device taken"));
-            let encoded = self.encoder.encode(device, staging, columns, n)?;
+            let mut encoded = self.encoder.encode(device, staging, columns, n, ids)?;
+            let counts = encoded.partition_counts.take();
             let refine_keys = match encoded.long_keys.is_empty() {
                 true => None,
                 false => {
@@ -262,7 +298,7 @@ impl CudaRuntime {
                 run.d2h_bytes += keys.words.len() * n * 8;
             }
             run.refine_keys = refine_keys;
-            Ok(run)
+            Ok((run, counts))
         })
     }
 
@@ -398,6 +434,43 @@ impl SortBackend for CudaBackend {
                 let mut run = cpu_fallback(&keys, algorithm, segments)?;
                 run.refine_keys = (!keys.long_keys.is_empty()).then_some(keys);
                 Ok(Some(run))
+            }
+        }
+    }
+
+    fn sort_key_columns_by_ids(
+        &self,
+        columns: &[KeyColumn],
+        ids: &PartitionIdTable,
+        algorithm: AlgorithmChoice,
+    ) -> Result<Option<(SortedRun, Vec<usize>)>> {
+        let rows = columns.first().map_or(0, column_rows);
+        // Byte-like keys may leave ties for the host to refine, which needs the ids as a
+        // host column: those keep the host's ids.
+        let fixed_width = columns.iter().all(|c| {
+            c.arrays
+                .first()
+                .is_none_or(|a| limb_sources(a.data_type()).is_some())
+        });
+        // For measurement (`bench sql --variant env:GPUSORT_HOST_PARTITION_IDS=1`): keep the
+        // host's hashing.
+        let host_ids = std::env::var_os("GPUSORT_HOST_PARTITION_IDS").is_some_and(|v| v == "1");
+        if disabled_reason().is_some() || rows < 2 || !fixed_width || host_ids {
+            return Ok(None);
+        }
+        match self
+            .runtime
+            .sort_columns_by_ids(columns, rows, ids, algorithm)
+        {
+            Ok(sorted) => Ok(Some(sorted)),
+            Err(error) => {
+                note_failure_of(
+                    "partition id sort",
+                    "hashing the rows on the host",
+                    &error,
+                    rows,
+                );
+                Ok(None)
             }
         }
     }

@@ -30,7 +30,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arrow::array::{ArrayRef, RecordBatch};
-use arrow::compute::SortOptions;
 use arrow::datatypes::SchemaRef;
 use datafusion::arrow;
 use datafusion::common::runtime::SpawnedTask;
@@ -44,13 +43,12 @@ use tokio::sync::mpsc::Sender;
 use tokio::sync::oneshot;
 
 use super::buffer::{Buffered, Drained, InputBuffer};
-use super::hash_routing::{id_arrays, total_counts, HashRouting};
+use super::hash_routing::HashRouting;
 use super::metrics::SortMetrics;
-use super::sorter::{device_payload, gather_rows, order_rows, Apart, SortSpec};
+use super::sorter::{device_payload, gather_rows, order_routed_rows, order_rows, Apart, SortSpec};
 use super::spill::RunSpiller;
 use super::stream::{emit_buffered, OUTPUT_CHANNEL_BATCHES};
 use crate::gather::{PayloadGather, PayloadStats, RunRows};
-use crate::keys::KeyColumn;
 use crate::sort::{Segments, SortBackend};
 use crate::trace;
 
@@ -297,17 +295,7 @@ fn sort_together(
             (order, ranges)
         }
         Some(routing) => {
-            let routed = {
-                let _timer = metrics.encode_time.timer();
-                routing.route_all(rows.batches())?
-            };
-            trace::event(|| "shared sort: rows routed".to_string());
-            let counts = total_counts(&routed, routing.partitions());
-            let ids = KeyColumn {
-                arrays: id_arrays(routed),
-                options: SortOptions::default(),
-            };
-            let order = order_rows(spec, &rows, Apart::ByKey(ids), metrics)?;
+            let (order, counts) = order_routed_rows(spec, &rows, routing, metrics)?;
             (order, ranges_of(&counts))
         }
     };

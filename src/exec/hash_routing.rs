@@ -71,6 +71,26 @@ impl HashRouting {
         self.partitions
     }
 
+    /// The expressions whose values decide a row's partition.
+    pub fn exprs(&self) -> &[Arc<dyn PhysicalExpr>] {
+        &self.exprs
+    }
+
+    /// The partition of each value of `values`, when the routing is by one expression
+    /// whose values they are (`HashRouting::id_table` tabulates them).
+    pub fn ids_of_values(&self, values: &ArrayRef) -> Result<Vec<u16>> {
+        let mut hashes = vec![0u64; values.len()];
+        create_hashes(
+            std::slice::from_ref(values),
+            REPARTITION_RANDOM_STATE.random_state(),
+            &mut hashes,
+        )?;
+        let mut counts = vec![0usize; self.partitions];
+        Ok(reduce(&hashes, self.partitions as u64, &mut counts, |id| {
+            id as u16
+        }))
+    }
+
     /// The partitioning it produces.
     pub fn partitioning(&self) -> Partitioning {
         Partitioning::Hash(self.exprs.clone(), self.partitions)

@@ -3,6 +3,7 @@
 //! - `gpu_sort_exec`: the `ExecutionPlan` (properties, display, execute).
 //! - `combined`: one sort for all partitions of a sort that keeps its input's partitioning.
 //! - `hash_routing`: rows routed to hash partitions as `RepartitionExec` routes them.
+//! - `id_table`: the partition of every value of a routing key, for a backend to look up.
 //! - `stream`: run splitting, merging runs, the output channel.
 //! - `buffer`: draining the input within the memory reservation; spilling when it is full.
 //! - `spill`: sorted runs written to and read back from disk.
@@ -13,6 +14,7 @@ mod buffer;
 mod combined;
 mod gpu_sort_exec;
 mod hash_routing;
+mod id_table;
 mod metrics;
 mod sorter;
 mod spill;

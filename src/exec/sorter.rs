@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::array::{ArrayRef, RecordBatch};
+use arrow::compute::SortOptions;
 use arrow::datatypes::SchemaRef;
 use datafusion::arrow;
 use datafusion::common::{internal_err, Result};
@@ -23,6 +24,7 @@ use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSe
 use datafusion::physical_plan::sorts::streaming_merge::StreamingMergeBuilder;
 use datafusion::physical_plan::SendableRecordBatchStream;
 
+use super::hash_routing::{id_arrays, total_counts, HashRouting};
 use super::metrics::SortMetrics;
 use crate::config::AlgorithmChoice;
 use crate::gather::{gather_sorted, PayloadGather, RunRows};
@@ -150,8 +152,77 @@ pub fn order_rows(
             retained: None,
         });
     }
-    let mut all_columns = evaluate_keys(spec, rows)?;
+    let columns = evaluate_keys(spec, rows)?;
     crate::trace::event(|| format!("  {} rows: keys evaluated", rows.rows()));
+    order_evaluated(spec, rows, columns, apart, metrics)
+}
+
+/// Sorts the rows of `rows` by (hash partition of `routing`, the spec's keys): the order,
+/// and the rows of each partition (contiguous in the order, in partition order). The
+/// backend makes the partition ids itself where it can, from a table of the partition of
+/// every key value (`id_table.rs`); else they are hashed here on all cores.
+pub fn order_routed_rows(
+    spec: &SortSpec,
+    rows: &RunRows,
+    routing: &HashRouting,
+    metrics: &SortMetrics,
+) -> Result<(RunOrder, Vec<usize>)> {
+    if spec.prefix != 0 {
+        return internal_err!("gpusort: partition ids sorted before an ordered prefix");
+    }
+    if rows.rows() == 0 {
+        let empty = RunOrder {
+            permutation: Vec::new(),
+            retained: None,
+        };
+        return Ok((empty, vec![0; routing.partitions()]));
+    }
+    let columns = evaluate_keys(spec, rows)?;
+    crate::trace::event(|| format!("  {} rows: keys evaluated", rows.rows()));
+    let started = Instant::now();
+    let table = {
+        let _timer = metrics.encode_time.timer();
+        let _compute = metrics.baseline.elapsed_compute().timer();
+        routing.id_table(&spec.exprs, &columns)?
+    };
+    if let Some(table) = table {
+        let on_backend = {
+            let _compute = metrics.baseline.elapsed_compute().timer();
+            spec.backend
+                .sort_key_columns_by_ids(&columns, &table, spec.algorithm)?
+        };
+        if let Some((sorted, counts)) = on_backend {
+            metrics.record_run(&sorted, started.elapsed());
+            let order = RunOrder {
+                permutation: sorted.permutation,
+                retained: sorted.retained,
+            };
+            return Ok((order, counts));
+        }
+    }
+    let routed = {
+        let _timer = metrics.encode_time.timer();
+        let _compute = metrics.baseline.elapsed_compute().timer();
+        routing.route_all(rows.batches())?
+    };
+    crate::trace::event(|| "  rows routed on the host".to_string());
+    let counts = total_counts(&routed, routing.partitions());
+    let ids = KeyColumn {
+        arrays: id_arrays(routed),
+        options: SortOptions::default(),
+    };
+    let order = order_evaluated(spec, rows, columns, Apart::ByKey(ids), metrics)?;
+    Ok((order, counts))
+}
+
+/// [`order_rows`] with the keys already evaluated (`columns`, one per sort key).
+fn order_evaluated(
+    spec: &SortSpec,
+    rows: &RunRows,
+    mut all_columns: Vec<KeyColumn>,
+    apart: Apart<'_>,
+    metrics: &SortMetrics,
+) -> Result<RunOrder> {
     let partitions = match apart {
         Apart::No => None,
         Apart::Segments(segments) => Some(segments),

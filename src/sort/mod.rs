@@ -124,6 +124,38 @@ pub struct TransferTimes {
     pub download: Duration,
 }
 
+/// The hash partition of every value one integer-like key column can hold, as a table
+/// over the column's value range: row `r` goes to partition `ids[value(r) - first]`, or
+/// `null_id` when its value is null. Made by `crate::exec` from the routing that
+/// `RepartitionExec` would do, so a backend can make partition ids without hashing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionIdTable {
+    /// The key column (index into the sorted columns) whose value decides the partition.
+    pub column: usize,
+    /// The value `ids[0]` belongs to: the column's smallest value.
+    pub first: i128,
+    /// The partition of each value from `first` on.
+    pub ids: Vec<u16>,
+    /// The partition of a null.
+    pub null_id: u16,
+    /// The number of partitions (every id is below it).
+    pub partitions: usize,
+}
+
+impl PartitionIdTable {
+    /// The partition of `value` (`None`: null), or `None` when the value lies outside the
+    /// table.
+    pub fn id_of(&self, value: Option<i128>) -> Option<u16> {
+        match value {
+            None => Some(self.null_id),
+            Some(v) => {
+                let at = usize::try_from(v.checked_sub(self.first)?).ok()?;
+                self.ids.get(at).copied()
+            }
+        }
+    }
+}
+
 /// Sorts (encoded key, row id) pairs, stably.
 pub trait SortBackend: Debug + Send + Sync {
     /// Short name shown in EXPLAIN: `cpu` or `cuda`.
@@ -147,6 +179,21 @@ pub trait SortBackend: Debug + Send + Sync {
         _algorithm: AlgorithmChoice,
         _segments: Option<&Segments>,
     ) -> Result<Option<SortedRun>> {
+        Ok(None)
+    }
+
+    /// Sorts the rows of one run by (partition id, `columns`), as
+    /// [`SortBackend::sort_key_columns`] would with the ids as a leading ascending key
+    /// column, making the ids itself from key column `ids.column` and the table `ids`;
+    /// also returns the rows of each partition. `None`: the caller computes the ids on the
+    /// host and sorts with them as a key column. The CUDA backend looks the ids up on the
+    /// device, from the column it uploads anyway.
+    fn sort_key_columns_by_ids(
+        &self,
+        _columns: &[KeyColumn],
+        _ids: &PartitionIdTable,
+        _algorithm: AlgorithmChoice,
+    ) -> Result<Option<(SortedRun, Vec<usize>)>> {
         Ok(None)
     }
 
