@@ -134,7 +134,7 @@ impl HashRouting {
     }
 
     /// The partition of every row of `batch` as a plain vector, and the rows per partition.
-    fn route_to_vec(&self, batch: &RecordBatch) -> Result<(Vec<usize>, Vec<usize>)> {
+    pub(super) fn route_to_vec(&self, batch: &RecordBatch) -> Result<(Vec<usize>, Vec<usize>)> {
         let RoutedBatch { ids, counts } = self.route(batch)?;
         let ids = match ids.as_primitive_opt::<UInt8Type>() {
             Some(ids) => ids.values().iter().map(|&id| id as usize).collect(),

@@ -273,15 +273,10 @@ mod tests {
                 assert_eq!(table.column, 0);
                 assert_eq!(table.partitions, partitions);
                 for batch in &batches {
-                    let expected = routing.route(batch).unwrap().ids;
+                    let (expected, _) = routing.route_to_vec(batch).unwrap();
                     let column = batch.column(0);
-                    for row in 0..batch.num_rows() {
-                        let theirs = match expected.data_type() {
-                            DataType::UInt8 => {
-                                u16::from(expected.as_primitive::<UInt8Type>().value(row))
-                            }
-                            _ => expected.as_primitive::<UInt16Type>().value(row),
-                        };
+                    for (row, &theirs) in expected.iter().enumerate() {
+                        let theirs = u16::try_from(theirs).unwrap();
                         let value = value_at(column.as_ref(), row);
                         assert_eq!(
                             table.id_of(value),
