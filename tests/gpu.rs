@@ -13,7 +13,8 @@
 //!   equal to the host's;
 //! - the payload gather on the device: every fixed-width type and string/binary views,
 //!   nulls, sliced and uneven input batches, batch sizes that split bitmap words, several
-//!   windows; batch for batch equal to the host's gather; a sort's key columns reused;
+//!   windows, windows copied straight into page-locked memory; batch for batch equal to
+//!   the host's gather; a sort's key columns reused;
 //! - faults: device out of memory and a sticky error (in a child process, since it disables
 //!   the device for the process) leave every answer correct.
 
@@ -899,6 +900,33 @@ gpu_test!(device_gather_over_several_windows, |rt| {
     let permutation = shuffled(n, "windows perm");
     let on_device = assert_device_gather_matches_host(&rows, &permutation, 8192, "windows");
     assert_eq!(on_device, vec![0, 1, 2]);
+});
+
+gpu_test!(device_gather_into_page_locked_windows, |rt| {
+    use datafusion::arrow::array::{BooleanArray, Float64Array, StringViewArray};
+    let n = 2 * gpusort::gather::DEVICE_WINDOW_ROWS + 777;
+    let ints: ArrayRef = Arc::new(Int64Array::from_iter_values((0..n as i64).map(|i| i * 7)));
+    let floats: ArrayRef = Arc::new(Float64Array::from_iter(
+        (0..n).map(|i| (i % 5 != 0).then_some(i as f64 * 0.25)),
+    ));
+    let bools: ArrayRef = Arc::new(BooleanArray::from_iter(
+        (0..n).map(|i| (i % 13 != 0).then_some(i % 2 == 0)),
+    ));
+    let texts: ArrayRef =
+        Arc::new(StringViewArray::from_iter((0..n).map(|i| {
+            (i % 17 != 0).then(|| format!("value number {i} of the run"))
+        })));
+    let (rows, n) = uneven_run(vec![ints, floats, bools, texts]);
+    // The first gather's windows go back when its batches are dropped and are locked; the
+    // second gather, of another order, is copied straight into them over stale contents.
+    let first = shuffled(n, "locked windows, first");
+    device_gather_against_host(&rows, &first, None, 8192, "before locking");
+    if std::env::var(gpusort::cuda::HOST_LOCK_VARIABLE).as_deref() != Ok("0") {
+        assert!(rt.settle_host_memory() > 0, "no window memory was locked");
+    }
+    let second = shuffled(n, "locked windows, second");
+    let (on_device, _) = device_gather_against_host(&rows, &second, None, 5000, "locked");
+    assert_eq!(on_device, vec![0, 1, 2, 3]);
 });
 
 gpu_test!(device_gather_out_of_memory_gathers_on_the_host, |rt| {

@@ -13,6 +13,7 @@ use cudarc::driver::sys::{self, CUdevice_attribute as Attr};
 
 use super::error::{CudaError, CudaResult};
 use super::faults;
+use super::host_memory::PageLocker;
 
 /// An opened device: context, stream and what the launchers need to know about it.
 #[derive(Debug)]
@@ -115,6 +116,13 @@ impl Device {
         call("cuCtxSetCurrent", unsafe {
             result::ctx::set_current(self.context)
         })
+    }
+
+    /// Page-locks host memory for this device's context.
+    pub fn page_locker(&self) -> ContextPageLocker {
+        ContextPageLocker {
+            context: self.context,
+        }
     }
 
     /// The stream all work is queued on.
@@ -310,6 +318,39 @@ impl<T> Drop for PinnedBuffer<T> {
     fn drop(&mut self) {
         // SAFETY: allocated by cuMemHostAlloc; the owner has waited for its copies.
         let _ = unsafe { result::free_host(self.ptr as *mut c_void) };
+    }
+}
+
+/// Page-locks host memory for one context (`cuMemHostRegister`), from any thread.
+#[derive(Debug)]
+pub struct ContextPageLocker {
+    context: sys::CUcontext,
+}
+
+// SAFETY: a context handle may be made current on any thread; the primary context is
+// retained for the life of the process's runtime.
+unsafe impl Send for ContextPageLocker {}
+unsafe impl Sync for ContextPageLocker {}
+
+impl PageLocker for ContextPageLocker {
+    fn lock(&self, ptr: *mut u8, len: usize) -> bool {
+        // SAFETY: the caller owns `len` bytes at `ptr` and keeps them until `unlock`.
+        let locked = unsafe {
+            result::ctx::set_current(self.context)
+                .and_then(|()| sys::cuMemHostRegister_v2(ptr as *mut c_void, len, 0).result())
+        };
+        if let Err(error) = &locked {
+            log::warn!("gpusort: page-locking {len} bytes of host memory failed: {error}");
+        }
+        locked.is_ok()
+    }
+
+    fn unlock(&self, ptr: *mut u8) {
+        // SAFETY: `ptr` was locked by `lock` and the device no longer copies to or from it.
+        let _ = unsafe {
+            result::ctx::set_current(self.context)
+                .and_then(|()| sys::cuMemHostUnregister(ptr as *mut c_void).result())
+        };
     }
 }
 

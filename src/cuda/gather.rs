@@ -211,6 +211,7 @@ impl CudaRuntime {
                         Err(other) => return Err(other),
                     },
                 };
+                crate::trace::event(|| format!("  payload column {index} on the device"));
                 payload.indices.push(index);
                 payload.columns.push(PayloadColumn {
                     data_type: arrays[0].data_type().clone(),
@@ -620,7 +621,8 @@ impl DevicePayload {
 }
 
 /// Downloads `src` into host buffers of `sizes` bytes (adding up to its length): slices of
-/// one region of `regions`, reused from earlier windows when one is idle.
+/// one region of `regions`, reused from earlier windows when one is idle; straight into
+/// it when that region is page-locked, else through the staging buffers.
 fn download_into_buffers(
     device: &Device,
     staging: &mut Staging,
@@ -637,7 +639,16 @@ fn download_into_buffers(
         offsets.push(at);
         at += size;
     }
-    {
+    if region.is_locked() {
+        // Page-locked: the device copies the whole window straight into the region.
+        // SAFETY: the region holds at least `total` bytes, no buffer over them exists yet,
+        // and they are read only after the copy has completed (synchronize below).
+        unsafe {
+            let all = std::slice::from_raw_parts_mut(region.as_mut_ptr(), total);
+            device.download(all, src, 0)?;
+        }
+        device.synchronize()?;
+    } else {
         let mut parts: Vec<&mut [MaybeUninit<u8>]> = offsets
             .iter()
             .zip(sizes)

@@ -16,13 +16,31 @@
 //! A consumer that keeps a few batches of a window keeps the whole region (one window,
 //! about 100 MB at most) until it drops them.
 //!
+//! Regions that went back are also page-locked for the device (a [`PageLocker`]:
+//! `cuMemHostRegister`), by a thread of their own, off every query's critical path. The
+//! device then copies a window straight into a locked region at full PCIe speed, without
+//! the staging buffers and the host's copy out of them (on the H100 hosts a window of
+//! 100 MB came back at 17 GB/s through staging, 50 GB/s into locked memory;
+//! docs/performance.md). Locking touched memory runs at 13–28 GB/s, about as fast as
+//! one window's copy through staging, which is why it is never done while a window waits.
+//!
+//! ```text
+//!  last part dropped ─► region not locked yet ─► locking thread ─► idle (locked)
+//!                     ─► region locked         ─────────────────► idle
+//!  take(len) ─► a locked idle region that fits, else an unlocked one, else a new one
+//! ```
+//!
 //! Idle regions are process memory outside DataFusion's memory pool: at most
 //! [`idle_limit`] bytes (4 GiB, and never more than an eighth of physical memory; the
-//! environment variable `GPUSORT_HOST_IDLE_BYTES` sets it, 0 keeps nothing idle).
+//! environment variable `GPUSORT_HOST_IDLE_BYTES` sets it, 0 keeps nothing idle). Locked
+//! memory is bounded by the same limit: only regions that become idle are locked, and a
+//! region freed past the limit is unlocked first. `GPUSORT_HOST_LOCK=0` locks nothing more
+//! and copies through the staging buffers.
 
 use std::alloc::{alloc, dealloc, Layout};
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 
 use arrow::buffer::Buffer;
 use datafusion::arrow;
@@ -63,10 +81,30 @@ pub fn idle_limit() -> usize {
     })
 }
 
+/// Environment variable that turns page locking of idle regions off (`0`).
+pub const LOCK_VARIABLE: &str = "GPUSORT_HOST_LOCK";
+
+/// Whether idle regions are page-locked and copied into directly ([`LOCK_VARIABLE`] is not
+/// `0`; read each time, so that a benchmark can compare both in one process).
+pub fn locking_enabled() -> bool {
+    std::env::var(LOCK_VARIABLE).map_or(true, |v| v.trim() != "0")
+}
+
+/// Page-locks host memory for a device, so the device copies to and from it directly.
+pub trait PageLocker: Send + Sync {
+    /// Locks `len` bytes at `ptr`; `false` when that failed (the memory stays usable,
+    /// unlocked).
+    fn lock(&self, ptr: *mut u8, len: usize) -> bool;
+    /// Unlocks memory that [`PageLocker::lock`] locked at `ptr`.
+    fn unlock(&self, ptr: *mut u8);
+}
+
 /// One allocation of `capacity` bytes.
 struct RawRegion {
     ptr: NonNull<u8>,
     capacity: usize,
+    /// Page-locked by the regions' [`PageLocker`].
+    locked: bool,
 }
 
 // SAFETY: a region is plain memory owned by whoever holds the `RawRegion`.
@@ -82,10 +120,18 @@ impl RawRegion {
         // SAFETY: the layout has a non-zero size (callers round up to GRANULE).
         let ptr = unsafe { alloc(layout) };
         let ptr = NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        Self { ptr, capacity }
+        Self {
+            ptr,
+            capacity,
+            locked: false,
+        }
     }
 
-    fn free(self) {
+    /// Unlocks (when locked) and frees the region.
+    fn free(self, locker: Option<&dyn PageLocker>) {
+        if let (true, Some(locker)) = (self.locked, locker) {
+            locker.unlock(self.ptr.as_ptr());
+        }
         // SAFETY: allocated by `new` with this layout and not freed before.
         unsafe { dealloc(self.ptr.as_ptr(), Self::layout(self.capacity)) };
     }
@@ -96,6 +142,13 @@ pub struct HostRegions {
     idle: Mutex<Vec<RawRegion>>,
     /// Most bytes kept idle.
     limit: usize,
+    /// Locks idle regions for the device; `None`: regions stay unlocked.
+    locker: Option<Arc<dyn PageLocker>>,
+    /// The locking thread's queue (started with the first region to lock) and how many
+    /// regions it has not finished.
+    locking: Mutex<(Option<Sender<RawRegion>>, usize)>,
+    /// Signalled when the locking thread has finished a region.
+    locked_one: Condvar,
 }
 
 impl std::fmt::Debug for HostRegions {
@@ -107,11 +160,15 @@ impl std::fmt::Debug for HostRegions {
 }
 
 impl HostRegions {
-    /// No idle regions yet; at most `limit` bytes of them kept.
-    pub fn new(limit: usize) -> Self {
+    /// No idle regions yet; at most `limit` bytes of them kept, locked by `locker` when
+    /// given.
+    pub fn new(limit: usize, locker: Option<Arc<dyn PageLocker>>) -> Self {
         Self {
             idle: Mutex::new(Vec::new()),
             limit,
+            locker,
+            locking: Mutex::new((None, 0)),
+            locked_one: Condvar::new(),
         }
     }
 
@@ -121,12 +178,13 @@ impl HostRegions {
         let capacity = len.max(1).next_multiple_of(GRANULE);
         let raw = {
             let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-            // The smallest idle region that fits, unless it is more than twice too large.
+            // The smallest idle region that fits (locked ones first), unless it is more
+            // than twice too large.
             let best = idle
                 .iter()
                 .enumerate()
                 .filter(|(_, r)| r.capacity >= capacity && r.capacity <= 2 * capacity)
-                .min_by_key(|(_, r)| r.capacity)
+                .min_by_key(|(_, r)| (!r.locked, r.capacity))
                 .map(|(i, _)| i);
             best.map(|i| idle.swap_remove(i))
         };
@@ -134,6 +192,7 @@ impl HostRegions {
         LentRegion {
             ptr: raw.ptr,
             len,
+            locked: raw.locked,
             owner: Arc::new(Region {
                 raw: Some(raw),
                 regions: Arc::clone(self),
@@ -147,15 +206,96 @@ impl HostRegions {
         idle.iter().map(|r| r.capacity).sum()
     }
 
+    /// Bytes held by idle regions that are page-locked.
+    pub fn locked_bytes(&self) -> usize {
+        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.iter().filter(|r| r.locked).map(|r| r.capacity).sum()
+    }
+
+    /// Waits until the locking thread has finished every region handed to it.
+    pub fn wait_for_locking(&self) {
+        let mut locking = self.locking.lock().unwrap_or_else(|p| p.into_inner());
+        while locking.1 > 0 {
+            locking = self
+                .locked_one
+                .wait(locking)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// A region that was lent is back: to the locking thread when it is not locked yet
+    /// (and can be), else idle.
+    fn give_back(self: &Arc<Self>, raw: RawRegion) {
+        if raw.locked || self.limit == 0 || raw.capacity > self.limit || !locking_enabled() {
+            return self.keep_idle(raw);
+        }
+        let Some(locker) = self.locker.clone() else {
+            return self.keep_idle(raw);
+        };
+        let mut locking = self.locking.lock().unwrap_or_else(|p| p.into_inner());
+        if locking.0.is_none() {
+            locking.0 = self.start_locking_thread(locker);
+        }
+        let raw = match &locking.0 {
+            Some(queue) => match queue.send(raw) {
+                Ok(()) => {
+                    locking.1 += 1;
+                    return;
+                }
+                Err(unsent) => unsent.0,
+            },
+            None => raw,
+        };
+        drop(locking);
+        self.keep_idle(raw);
+    }
+
+    /// Starts the thread that locks the regions sent to it and keeps them idle; `None`
+    /// when no thread could be started.
+    fn start_locking_thread(
+        self: &Arc<Self>,
+        locker: Arc<dyn PageLocker>,
+    ) -> Option<Sender<RawRegion>> {
+        let (queue, regions) = channel::<RawRegion>();
+        let owner: Weak<Self> = Arc::downgrade(self);
+        let started = std::thread::Builder::new()
+            .name("gpusort-page-lock".into())
+            .spawn(move || {
+                for mut raw in regions {
+                    let Some(owner) = owner.upgrade() else {
+                        raw.free(None);
+                        continue;
+                    };
+                    raw.locked = locker.lock(raw.ptr.as_ptr(), raw.capacity);
+                    owner.keep_idle(raw);
+                    let mut locking = owner.locking.lock().unwrap_or_else(|p| p.into_inner());
+                    locking.1 -= 1;
+                    owner.locked_one.notify_all();
+                }
+            });
+        match started {
+            Ok(_) => Some(queue),
+            Err(error) => {
+                log::warn!("gpusort: no thread to page-lock host memory: {error}");
+                None
+            }
+        }
+    }
+
     /// Keeps `raw` for reuse, or frees it (and older idle regions) past the idle limit.
-    fn give_back(&self, raw: RawRegion) {
+    fn keep_idle(&self, raw: RawRegion) {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         idle.push(raw);
         let mut held: usize = idle.iter().map(|r| r.capacity).sum();
+        let mut freed = Vec::new();
         while held > self.limit {
             let oldest = idle.remove(0);
             held -= oldest.capacity;
-            oldest.free();
+            freed.push(oldest);
+        }
+        drop(idle);
+        for raw in freed {
+            raw.free(self.locker.as_deref());
         }
     }
 }
@@ -163,7 +303,9 @@ impl HostRegions {
 impl Drop for HostRegions {
     fn drop(&mut self) {
         let idle = std::mem::take(self.idle.get_mut().unwrap_or_else(|p| p.into_inner()));
-        idle.into_iter().for_each(RawRegion::free);
+        for raw in idle {
+            raw.free(self.locker.as_deref());
+        }
     }
 }
 
@@ -171,6 +313,7 @@ impl Drop for HostRegions {
 pub struct LentRegion {
     ptr: NonNull<u8>,
     len: usize,
+    locked: bool,
     owner: Arc<Region>,
 }
 
@@ -178,6 +321,12 @@ impl LentRegion {
     /// The region's first byte (aligned to 256 bytes).
     pub fn as_mut_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
+    }
+
+    /// Whether the region is page-locked and locking is enabled ([`locking_enabled`]):
+    /// the device may copy into it directly.
+    pub fn is_locked(&self) -> bool {
+        self.locked && locking_enabled()
     }
 
     /// Bytes `offset .. offset + size` as an Arrow buffer of capacity `size`: memory
@@ -231,7 +380,7 @@ mod tests {
 
     #[test]
     fn regions_come_back_when_the_last_part_is_dropped() {
-        let regions = Arc::new(HostRegions::new(1 << 30));
+        let regions = Arc::new(HostRegions::new(1 << 30, None));
         let region = regions.take(5000);
         let first = region.as_mut_ptr() as *const u8;
         // SAFETY: both parts are written before they are read and do not overlap.
@@ -258,9 +407,75 @@ mod tests {
         assert_eq!(first as usize % ALIGN, 0);
     }
 
+    /// Records what it locked and unlocked; refuses regions of `refuse` bytes.
+    #[derive(Default)]
+    struct RecordingLocker {
+        locked: Mutex<Vec<usize>>,
+        unlocked: Mutex<Vec<usize>>,
+        refuse: usize,
+    }
+
+    impl PageLocker for RecordingLocker {
+        fn lock(&self, ptr: *mut u8, len: usize) -> bool {
+            if len == self.refuse {
+                return false;
+            }
+            self.locked.lock().unwrap().push(ptr as usize);
+            true
+        }
+
+        fn unlock(&self, ptr: *mut u8) {
+            self.unlocked.lock().unwrap().push(ptr as usize);
+        }
+    }
+
+    #[test]
+    fn regions_that_go_back_are_locked_and_taken_first() {
+        let locker = Arc::new(RecordingLocker {
+            refuse: 3 * GRANULE,
+            ..Default::default()
+        });
+        let regions = Arc::new(HostRegions::new(
+            8 * GRANULE,
+            Some(Arc::clone(&locker) as Arc<dyn PageLocker>),
+        ));
+        // A new region is not locked; once back it is, by the locking thread.
+        let first = regions.take(GRANULE);
+        assert!(!first.is_locked());
+        let first_at = first.as_mut_ptr() as usize;
+        drop(first);
+        regions.wait_for_locking();
+        assert_eq!(*locker.locked.lock().unwrap(), [first_at]);
+        assert_eq!(regions.locked_bytes(), GRANULE);
+        // A region the locker refuses stays usable, unlocked.
+        drop(regions.take(3 * GRANULE));
+        regions.wait_for_locking();
+        assert_eq!(
+            (regions.idle_bytes(), regions.locked_bytes()),
+            (4 * GRANULE, GRANULE)
+        );
+        // An unlocked idle region that fits as well as a locked one loses to it, and a
+        // locked region goes back without being locked again.
+        let unlocked_region = regions.take(2 * GRANULE);
+        assert!(!unlocked_region.is_locked(), "3 granules, refused");
+        let locked_region = regions.take(GRANULE);
+        assert!(locked_region.is_locked());
+        assert_eq!(locked_region.as_mut_ptr() as usize, first_at);
+        drop((locked_region, unlocked_region));
+        regions.wait_for_locking();
+        assert_eq!(locker.locked.lock().unwrap().len(), 1);
+        // Freed past the limit: unlocked first.
+        let large = regions.take(8 * GRANULE);
+        drop(large);
+        regions.wait_for_locking();
+        assert_eq!(regions.idle_bytes(), 8 * GRANULE);
+        assert_eq!(*locker.unlocked.lock().unwrap(), [first_at]);
+        assert_eq!(regions.locked_bytes(), 8 * GRANULE);
+    }
+
     #[test]
     fn idle_memory_stays_under_the_limit() {
-        let regions = Arc::new(HostRegions::new(3 * GRANULE));
+        let regions = Arc::new(HostRegions::new(3 * GRANULE, None));
         let buffers: Vec<Buffer> = (0..5).map(|i| filled(&regions, GRANULE, i)).collect();
         drop(buffers);
         assert_eq!(regions.idle_bytes(), 3 * GRANULE);

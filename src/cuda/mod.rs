@@ -43,7 +43,8 @@ pub use error::{CudaError, CudaResult};
 pub use faults::{inject as inject_fault, Fault};
 pub use gather::{payload_layout, DevicePayload, Gatherer};
 use gather::{DeviceColumn, DeviceRun};
-use host_memory::{idle_limit, HostRegions};
+pub use host_memory::LOCK_VARIABLE as HOST_LOCK_VARIABLE;
+use host_memory::{idle_limit, HostRegions, PageLocker};
 use idle_vectors::IdleVectors;
 pub use merge::{MergeKeys, MergeSorted, MergeSorts, MERGE_TILE};
 pub use module::{compile_cubin, is_nvrtc_present, nvrtc_version, KernelFile, ALL_KERNELS};
@@ -148,6 +149,7 @@ fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
         let encoder = Encoder::load(&device)?;
         let gatherer = Gatherer::load(&device)?;
         let staging = Mutex::new(Staging::new(&device)?);
+        let page_locker: Option<Arc<dyn PageLocker>> = Some(Arc::new(device.page_locker()));
         Ok(CudaRuntime {
             device,
             onesweep,
@@ -155,7 +157,7 @@ fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
             encoder,
             gatherer,
             staging,
-            host_regions: Arc::new(HostRegions::new(idle_limit())),
+            host_regions: Arc::new(HostRegions::new(idle_limit(), page_locker)),
             idle_permutations: IdleVectors::new(idle_limit() / 4),
         })
     })
@@ -173,6 +175,13 @@ fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
 }
 
 impl CudaRuntime {
+    /// Waits until the host memory of gathered windows that went back is page-locked, and
+    /// returns the bytes of idle memory that are (for tests and benchmarks).
+    pub fn settle_host_memory(&self) -> usize {
+        self.host_regions.wait_for_locking();
+        self.host_regions.locked_bytes()
+    }
+
     /// Runs `work` with exclusive use of the device and its staging buffers.
     pub fn with_device<T>(
         &self,

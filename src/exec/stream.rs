@@ -84,6 +84,7 @@ async fn run_task(task: SortTask, tx: Sender<Result<RecordBatch>>) -> Result<()>
     let merge_reservation = buffer.reservation().new_empty();
     let buffered = buffer.finish().await?;
     collecting.done();
+    crate::trace::event(|| "input collected".to_string());
     emit_buffered(
         buffered,
         &schema,
