@@ -192,7 +192,6 @@ impl HostRegions {
         LentRegion {
             ptr: raw.ptr,
             len,
-            locked: raw.locked,
             owner: Arc::new(Region {
                 raw: Some(raw),
                 regions: Arc::clone(self),
@@ -313,7 +312,6 @@ impl Drop for HostRegions {
 pub struct LentRegion {
     ptr: NonNull<u8>,
     len: usize,
-    locked: bool,
     owner: Arc<Region>,
 }
 
@@ -326,7 +324,7 @@ impl LentRegion {
     /// Whether the region is page-locked and locking is enabled ([`locking_enabled`]):
     /// the device may copy into it directly.
     pub fn is_locked(&self) -> bool {
-        self.locked && locking_enabled()
+        self.owner.raw.as_ref().is_some_and(|raw| raw.locked) && locking_enabled()
     }
 
     /// Bytes `offset .. offset + size` as an Arrow buffer of capacity `size`: memory

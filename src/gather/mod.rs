@@ -252,11 +252,11 @@ pub fn gather_sorted(
 ///  payload:  gather 0 │ gather 1          │ gather 2          │ ...
 ///  here:              │ build + emit 0    │ build + emit 1    │ ...
 /// ```
-fn gather_in_windows(
+fn gather_in_windows<'p, 'g: 'p>(
     rows: &RunRows,
     permutation: &[u32],
     batch_size: usize,
-    payload: Option<&mut (dyn PayloadGather + '_)>,
+    payload: Option<&'p mut (dyn PayloadGather + 'g)>,
     device_window: usize,
     mut emit: impl FnMut(RecordBatch) -> bool,
 ) -> Result<()> {
@@ -267,36 +267,35 @@ fn gather_in_windows(
         None => host_window,
     };
     let windows: Vec<&[u32]> = permutation.chunks(window).collect();
-    if windows.is_empty() {
-        return Ok(());
-    }
     let batch_rows =
         |w: usize| -> Vec<usize> { windows[w].chunks(batch_size).map(<[u32]>::len).collect() };
     std::thread::scope(|scope| {
-        let mut payload = payload;
-        let mut next = payload.take().map(|gatherer| {
-            let gathered = gatherer.gather(0, &batch_rows(0));
-            (gatherer, gathered)
-        });
-        for (w, window_ids) in windows.iter().enumerate() {
+        let gather_window = |gatherer: &'p mut (dyn PayloadGather + 'g), w: usize| {
             let rows_of_batches = batch_rows(w);
+            scope.spawn(move || {
+                let gathered = gatherer.gather(w * window, &rows_of_batches);
+                (gatherer, gathered)
+            })
+        };
+        let mut pending = payload
+            .filter(|_| !windows.is_empty())
+            .map(|gatherer| gather_window(gatherer, 0));
+        for (w, window_ids) in windows.iter().enumerate() {
             let mut ready: Vec<Vec<Option<ArrayRef>>> =
-                vec![vec![None; rows.num_columns()]; rows_of_batches.len()];
-            let mut ahead = None;
-            if let Some((gatherer, gathered)) = next.take() {
+                vec![vec![None; rows.num_columns()]; window_ids.len().div_ceil(batch_size)];
+            if let Some(handle) = pending.take() {
+                let (gatherer, gathered) = handle.join().map_err(|_| {
+                    DataFusionError::Internal("gpusort: a payload gather panicked".to_string())
+                })?;
+                // A declined window hands the rest of the run to the host.
                 if let Some(columns) = gathered? {
                     for (&c, arrays) in gatherer.columns().iter().zip(columns) {
                         for (batch, array) in ready.iter_mut().zip(arrays) {
                             batch[c] = Some(array);
                         }
                     }
-                    // Declined windows hand the rest of the run to the host.
                     if w + 1 < windows.len() {
-                        let rows_ahead = batch_rows(w + 1);
-                        ahead = Some(scope.spawn(move || {
-                            let gathered = gatherer.gather((w + 1) * window, &rows_ahead);
-                            (gatherer, gathered)
-                        }));
+                        pending = Some(gather_window(gatherer, w + 1));
                     }
                 }
             }
@@ -305,21 +304,11 @@ fn gather_in_windows(
                 .zip(ready)
                 .map(|(ids, ready)| rows.gather_with(ids, ready))
                 .collect();
-            let mut stopped = false;
             for batch in batches {
                 if !emit(batch?) {
-                    stopped = true;
-                    break;
+                    // The scope waits for the window gathered ahead.
+                    return Ok(());
                 }
-            }
-            next = match ahead {
-                Some(handle) => Some(handle.join().map_err(|_| {
-                    DataFusionError::Internal("gpusort: a payload gather panicked".to_string())
-                })?),
-                None => None,
-            };
-            if stopped {
-                return Ok(());
             }
         }
         Ok(())
