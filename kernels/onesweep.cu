@@ -7,7 +7,9 @@
 //                            the order blocks start), counts its digits and publishes the
 //                            counts (so successors look back past it early), ranks the keys
 //                            stably into shared memory, finds the tile's global offsets by
-//                            decoupled look-back, and scatters keys and values from there
+//                            decoupled look-back, and scatters the keys from there; a pass
+//                            with values then puts them in the keys' shared memory, at
+//                            their keys' tile positions, and scatters them the same way
 //   onesweep_gather_u64      keys of the next word in the current order (multi-word keys)
 //
 // Look-back state lives in a constant-size circular buffer of `slot_mask + 1` tile slots, 256
@@ -145,13 +147,13 @@ __device__ __forceinline__ void onesweep_pass(const K* __restrict__ keys_in, K* 
     constexpr int TILE = THREADS * ITEMS;
     constexpr bool HAS_VALUES = MODE != KEYS_ONLY;
     // Dynamic shared memory (tiles may pass the 48 KiB of static shared memory), laid out
-    // as `PassTuning::shared_bytes` in src/cuda/onesweep.rs computes it: the tile's keys,
-    // its values (passes with values), then the u32 arrays. A launch with less than that
-    // traps instead of corrupting memory.
+    // as `PassTuning::shared_bytes` in src/cuda/onesweep.rs computes it: the tile's keys
+    // (its values take the same bytes once the keys have left), then the u32 arrays. A
+    // launch with less than that traps instead of corrupting memory.
     extern __shared__ __align__(16) u8 smem[];
-    constexpr u32 TILE_BYTES = TILE * (sizeof(K) + (HAS_VALUES ? sizeof(u32) : 0));
+    constexpr u32 TILE_BYTES = TILE * sizeof(K);
     K* s_keys = (K*)smem;
-    u32* s_vals = (u32*)(smem + TILE * sizeof(K));
+    u32* s_vals = (u32*)smem;
     u32* s_words = (u32*)(smem + TILE_BYTES);
     u32(*s_warp_hist)[RADIX] = (u32(*)[RADIX])s_words;
     u32(*s_warp_peers)[RADIX] = (u32(*)[RADIX])(s_words + WARPS * RADIX);
@@ -254,16 +256,6 @@ __device__ __forceinline__ void onesweep_pass(const K* __restrict__ keys_in, K* 
             else ranks[i / 2] |= pos << 16;
         }
     }
-    // The values go to the same tile positions, in their own shared array: read from
-    // global memory only now (no register holds them through the ranking), their latency
-    // hides behind the look-back.
-    if constexpr (HAS_VALUES) {
-#pragma unroll
-        for (int i = 0; i < ITEMS; ++i) {
-            const u32 pos = (ranks[i / 2] >> (i % 2 == 0 ? 0 : 16)) & 0xffffu;
-            if (valid_item(i)) s_vals[pos] = MODE == ROW_IDS ? (u32)lane_begin + i * WARP : vals_in[lane_begin + i * WARP];
-        }
-    }
     if (threadIdx.x < RADIX) {
         u32 exclusive = bucket_start[threadIdx.x];
         if (tile != 0) {
@@ -274,18 +266,52 @@ __device__ __forceinline__ void onesweep_pass(const K* __restrict__ keys_in, K* 
     }
     __syncthreads();
 
-    // Scatter in tile order: neighbours with one digit write neighbouring addresses; a
-    // value goes where its key goes.
+    // Scatter in tile order: neighbours with one digit write neighbouring addresses. A pass
+    // with values remembers the digit of each position it wrote (four 8-bit digits per
+    // register), for its values go to the same positions.
     const u64 tile_begin = (u64)tile * TILE;
     const u32 valid_count = (u32)min((u64)TILE, (u64)n - tile_begin);
+    // Given values are loaded here, after the look-back and before the keys leave: their
+    // loads are in flight while the keys scatter. Loading them any earlier holds their
+    // registers through the ranking or the look-back; loading them after the keys' scatter
+    // waits for them (measured in docs/performance.md, 2026-11-24).
+    u32 values[MODE == READ_VALUES ? ITEMS : 1];
+    if constexpr (MODE == READ_VALUES) {
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) values[i] = valid_item(i) ? vals_in[lane_begin + i * WARP] : 0u;
+    }
+    u32 digits[HAS_VALUES ? (ITEMS + 3) / 4 : 1];
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
         const u32 i = k * THREADS + threadIdx.x;
         if (i < valid_count) {
             const K key = s_keys[i];
-            const u32 to = s_digit_base[digit_of(key, shift)] + i;
-            keys_out[to] = key;
-            if constexpr (HAS_VALUES) vals_out[to] = s_vals[i];
+            const u32 d = digit_of(key, shift);
+            keys_out[s_digit_base[d] + i] = key;
+            if constexpr (HAS_VALUES) {
+                if (k % 4 == 0) digits[k / 4] = d;
+                else digits[k / 4] |= d << (8 * (k % 4));
+            }
+        }
+    }
+    if constexpr (HAS_VALUES) {
+        // The values take the keys' shared memory once every key has left, so a pass with
+        // values needs no more shared memory than one without, and its tiles can be as
+        // large (larger tiles: longer runs of one digit, better coalesced writes).
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            const u32 pos = (ranks[i / 2] >> (i % 2 == 0 ? 0 : 16)) & 0xffffu;
+            if (valid_item(i)) s_vals[pos] = MODE == ROW_IDS ? (u32)lane_begin + i * WARP : values[i];
+        }
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < ITEMS; ++k) {
+            const u32 i = k * THREADS + threadIdx.x;
+            if (i < valid_count) {
+                const u32 d = (digits[k / 4] >> (8 * (k % 4))) & (RADIX - 1);
+                vals_out[s_digit_base[d] + i] = s_vals[i];
+            }
         }
     }
 }

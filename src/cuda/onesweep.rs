@@ -61,18 +61,13 @@ impl PassTuning {
         self.threads * self.items
     }
 
-    /// Dynamic shared memory of one pass block in `mode`, laid out as `onesweep_pass` in
-    /// `onesweep.cu` uses it: the tile's keys, the tile's values (modes with values), then
-    /// per-warp digit offsets, per-warp digit group bits, digit starts and bases, warp sums
-    /// and the tile index.
-    pub const fn shared_bytes(self, key_bytes: u32, mode: PassMode) -> u32 {
+    /// Dynamic shared memory of one pass block, laid out as `onesweep_pass` in
+    /// `onesweep.cu` uses it: the tile's keys (a pass with values puts them in the same
+    /// bytes once the keys have left), then per-warp digit offsets, per-warp digit group
+    /// bits, digit starts and bases, warp sums and the tile index.
+    pub const fn shared_bytes(self, key_bytes: u32) -> u32 {
         let warps = self.threads / 32;
-        let value_bytes = match mode {
-            PassMode::Keys => 0,
-            PassMode::Pairs | PassMode::RowIds => 4,
-        };
-        (key_bytes + value_bytes) * self.tile()
-            + 4 * (2 * warps * RADIX as u32 + 2 * RADIX as u32 + warps + 1)
+        key_bytes * self.tile() + 4 * (2 * warps * RADIX as u32 + 2 * RADIX as u32 + warps + 1)
     }
 
     /// `THREADSxITEMSxBLOCKS` from the environment variable `var` (a tuning run's
@@ -122,18 +117,20 @@ impl PassMode {
     }
 }
 
-/// Measured best block shapes (docs/performance.md, 2026-11-23, H200), `[mode]` as
-/// [`PassMode`]: large tiles throughout; passes that move values need more registers and
-/// get them by holding two blocks per SM instead of three.
+/// Measured best block shapes, `[mode]` as [`PassMode`] (docs/performance.md: keys-only
+/// passes 2026-11-23 on an H200, passes with values 2026-11-24 on an H100, each confirmed on
+/// the other). Passes with values take the largest tiles: their values reuse the keys'
+/// shared memory, and longer runs of one digit per tile coalesce their two scatters better;
+/// they hold fewer blocks per SM to keep the registers that loading the values early needs.
 const U32_TUNING: [PassTuning; 3] = [
     PassTuning::new(384, 28, 3),
-    PassTuning::new(384, 20, 2),
-    PassTuning::new(384, 20, 2),
+    PassTuning::new(256, 48, 2),
+    PassTuning::new(256, 48, 2),
 ];
 const U64_TUNING: [PassTuning; 3] = [
     PassTuning::new(384, 23, 2),
-    PassTuning::new(384, 16, 2),
-    PassTuning::new(384, 16, 2),
+    PassTuning::new(512, 32, 1),
+    PassTuning::new(512, 32, 1),
 ];
 
 /// The tuning of `table`, each entry overridable by `GPUSORT_TUNE_<KEY>_<MODE>`.
@@ -316,7 +313,7 @@ impl Onesweep {
                         kernel.name, tuning.threads
                     )));
                 }
-                let shared = tuning.shared_bytes(key_bytes, mode);
+                let shared = tuning.shared_bytes(key_bytes);
                 // SAFETY: as above; the driver checks the size against the device's limit.
                 unsafe {
                     result::function::set_function_attribute(
@@ -465,7 +462,7 @@ impl Onesweep {
         let kernel = self.pass[K::INDEX][mode];
         let tuning = K::tuning(PassMode::ALL[mode]);
         let tiles = n.div_ceil(tuning.tile() as usize) as u32;
-        let shared = tuning.shared_bytes(std::mem::size_of::<K>() as u32, PassMode::ALL[mode]);
+        let shared = tuning.shared_bytes(std::mem::size_of::<K>() as u32);
         let (mut keys_in, mut keys_out) = (run.keys.ptr(), run.keys_alt(device, n)?.ptr());
         let (mut vals_in, mut vals_out) = run.value_ptrs();
         let mut rows = n as u32;

@@ -63,6 +63,8 @@ pub struct KernelBench {
     pub seed: u64,
     /// The CUB baseline binary.
     pub cub: Option<String>,
+    /// The variants to time, by their CUB names (`u32_keys`, ...); empty: all of them.
+    pub variants: Vec<String>,
 }
 
 /// The generator of every benchmark's data (also in `benches/cub_sort.cu`).
@@ -92,13 +94,22 @@ pub fn run(options: &KernelBench) -> Result<()> {
         "device: {} (sm_{}, {} SMs); warm median of {} runs after {} warm-up; G keys/s = keys / median time",
         runtime.device.name, runtime.device.arch, runtime.device.sm_count, options.reps, options.warmup
     );
+    for name in &options.variants {
+        if !VARIANTS.iter().any(|v| v.cub_name() == name) {
+            let known: Vec<&str> = VARIANTS.iter().map(|v| v.cub_name()).collect();
+            return exec_err!("unknown variant {name}; known: {}", known.join(", "));
+        }
+    }
     let cub = match &options.cub {
         Some(path) => run_cub(path, options)?,
         None => Vec::new(),
     };
     println!("| variant | keys | gpusort G keys/s | CUB G keys/s | gpusort / CUB |");
     println!("| --- | --- | --- | --- | --- |");
-    for variant in VARIANTS {
+    let chosen = VARIANTS.into_iter().filter(|v| {
+        options.variants.is_empty() || options.variants.iter().any(|n| n == v.cub_name())
+    });
+    for variant in chosen {
         for &log2 in &options.log2_sizes {
             let ours = time_variant(&runtime, variant, 1usize << log2, options)?;
             let n = (1u64 << log2) as f64;

@@ -126,6 +126,9 @@ enum BenchCommand {
         /// The CUB baseline binary (built from benches/cub_sort.cu with nvcc).
         #[arg(long)]
         cub: Option<String>,
+        /// Only these variants, comma separated: u32_keys, u64_keys, u32_pairs, u64_rowids.
+        #[arg(long, value_delimiter = ',')]
+        variants: Vec<String>,
     },
     /// Segmented and locality sorts against CUB (segment lengths, nearly sorted keys).
     Merge {
@@ -244,6 +247,7 @@ async fn main() {
                     warmup,
                     seed,
                     cub,
+                    variants,
                 },
         } => bench::run(&bench::KernelBench {
             log2_sizes: sizes,
@@ -251,6 +255,7 @@ async fn main() {
             warmup,
             seed,
             cub,
+            variants,
         }),
         Command::Bench {
             what:
