@@ -268,7 +268,7 @@ __device__ __forceinline__ void onesweep_pass(const K* __restrict__ keys_in, K* 
 
     // Scatter in tile order: neighbours with one digit write neighbouring addresses. A pass
     // with values remembers the digit of each position it wrote (four 8-bit digits per
-    // register), for its values go to the same positions.
+    // register), because its values go to the same positions.
     const u64 tile_begin = (u64)tile * TILE;
     const u32 valid_count = (u32)min((u64)TILE, (u64)n - tile_begin);
     // Given values are loaded here, after the look-back and before the keys leave: their

@@ -71,9 +71,10 @@ pub fn split_runs(batches: Vec<RecordBatch>, run_rows: usize) -> Vec<Vec<RecordB
         while offset < batch.num_rows() {
             let take = (batch.num_rows() - offset).min(run_rows - current_rows);
             // A batch that fits whole is not sliced (slicing 12 000 batches costs ms).
-            current.push(match take == batch.num_rows() {
-                true => batch.clone(),
-                false => batch.slice(offset, take),
+            current.push(if take == batch.num_rows() {
+                batch.clone()
+            } else {
+                batch.slice(offset, take)
             });
             current_rows += take;
             offset += take;

@@ -13,12 +13,16 @@ use datafusion::common::{exec_err, DataFusionError, Result};
 use gpusort::cuda::{self, CudaRuntime, DeviceBuffer, RadixKey, TransferPlain, Values};
 use rayon::prelude::*;
 
-/// One row of the table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Variant {
+/// One row of the table; on the command line by its CUB name (`--variants u32_pairs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Variant {
+    #[value(name = "u32_keys")]
     U32Keys,
+    #[value(name = "u64_keys")]
     U64Keys,
+    #[value(name = "u32_pairs")]
     U32Pairs,
+    #[value(name = "u64_rowids")]
     U64RowIds,
 }
 
@@ -63,8 +67,8 @@ pub struct KernelBench {
     pub seed: u64,
     /// The CUB baseline binary.
     pub cub: Option<String>,
-    /// The variants to time, by their CUB names (`u32_keys`, ...); empty: all of them.
-    pub variants: Vec<String>,
+    /// The variants to time; empty: all of them.
+    pub variants: Vec<Variant>,
 }
 
 /// The generator of every benchmark's data (also in `benches/cub_sort.cu`).
@@ -94,21 +98,15 @@ pub fn run(options: &KernelBench) -> Result<()> {
         "device: {} (sm_{}, {} SMs); warm median of {} runs after {} warm-up; G keys/s = keys / median time",
         runtime.device.name, runtime.device.arch, runtime.device.sm_count, options.reps, options.warmup
     );
-    for name in &options.variants {
-        if !VARIANTS.iter().any(|v| v.cub_name() == name) {
-            let known: Vec<&str> = VARIANTS.iter().map(|v| v.cub_name()).collect();
-            return exec_err!("unknown variant {name}; known: {}", known.join(", "));
-        }
-    }
     let cub = match &options.cub {
         Some(path) => run_cub(path, options)?,
         None => Vec::new(),
     };
     println!("| variant | keys | gpusort G keys/s | CUB G keys/s | gpusort / CUB |");
     println!("| --- | --- | --- | --- | --- |");
-    let chosen = VARIANTS.into_iter().filter(|v| {
-        options.variants.is_empty() || options.variants.iter().any(|n| n == v.cub_name())
-    });
+    let chosen = VARIANTS
+        .into_iter()
+        .filter(|v| options.variants.is_empty() || options.variants.contains(v));
     for variant in chosen {
         for &log2 in &options.log2_sizes {
             let ours = time_variant(&runtime, variant, 1usize << log2, options)?;

@@ -126,9 +126,9 @@ enum BenchCommand {
         /// The CUB baseline binary (built from benches/cub_sort.cu with nvcc).
         #[arg(long)]
         cub: Option<String>,
-        /// Only these variants, comma separated: u32_keys, u64_keys, u32_pairs, u64_rowids.
-        #[arg(long, value_delimiter = ',')]
-        variants: Vec<String>,
+        /// Only these variants, comma separated.
+        #[arg(long, value_delimiter = ',', value_enum)]
+        variants: Vec<bench::Variant>,
     },
     /// Segmented and locality sorts against CUB (segment lengths, nearly sorted keys).
     Merge {
