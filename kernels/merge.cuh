@@ -220,6 +220,68 @@ __device__ __forceinline__ void serial_merge_tile(const SharedTile<K, SEG>& t, u
     for (int i = 0; i < MERGE_ITEMS; ++i) out[i].id = t.ids[pad(from[i])];
 }
 
+// Whether the elements r[] (thread t's blocked elements t * MERGE_ITEMS ..) of the tile in
+// `s` are in order, within the thread and against the next thread's first.
+template <typename K, bool SEG>
+__device__ __forceinline__ bool tile_in_order(const SharedTile<K, SEG>& s, const Elem<K, SEG> (&r)[MERGE_ITEMS]) {
+    bool in_order = true;
+#pragma unroll
+    for (int i = 0; i + 1 < MERGE_ITEMS; ++i) in_order = in_order && le(r[i], r[i + 1]);
+    const u32 next = threadIdx.x * MERGE_ITEMS + MERGE_ITEMS;
+    if (next < MERGE_TILE) in_order = in_order && le(r[MERGE_ITEMS - 1], s.order(next));
+    return __syncthreads_and(in_order);
+}
+
+// Sorts the tile in `s` whose blocked elements each thread holds in r[] (as in `s`); the
+// sorted tile is left in `s` (synchronized).
+template <typename K, bool SEG>
+__device__ void sort_tile(SharedTile<K, SEG>& s, Elem<K, SEG> (&r)[MERGE_ITEMS]) {
+    typedef Elem<K, SEG> E;
+    // Odd-even transposition: swaps only strictly greater neighbours, so it is stable.
+    bool changed = false;  // r[] differs from the thread's elements in `s`
+#pragma unroll
+    for (int round = 0; round < MERGE_ITEMS; ++round) {
+#pragma unroll
+        for (int i = round & 1; i + 1 < MERGE_ITEMS; i += 2) {
+            if (!le(r[i], r[i + 1])) {
+                const E t = r[i];
+                r[i] = r[i + 1];
+                r[i + 1] = t;
+                changed = true;
+            }
+        }
+    }
+    // A thread whose elements all stay where they are keeps them: on A's side when its
+    // last is <= B's first, on B's side when its first is >= A's last (A's elements <= B's
+    // first, and B's >= A's last, are in their merged places). Its elements in `s` are
+    // already right, so it writes nothing. Nearly sorted tiles and tiles of short
+    // segments merge only around the pairs' interfaces.
+    for (u32 run = MERGE_ITEMS; run < MERGE_TILE; run *= 2) {
+        __syncthreads();
+        if (changed) {
+#pragma unroll
+            for (int i = 0; i < MERGE_ITEMS; ++i) s.put(threadIdx.x * MERGE_ITEMS + i, r[i]);
+        }
+        __syncthreads();
+        const u32 group = 2 * run / MERGE_ITEMS;  // threads per merged pair of runs
+        const u32 first = (threadIdx.x / group) * 2 * run;
+        const OrderView<K, SEG> A{&s, first};
+        const OrderView<K, SEG> B{&s, first + run};
+        const u32 diag = (threadIdx.x % group) * MERGE_ITEMS;
+        changed = !(diag < run ? le(r[MERGE_ITEMS - 1], B(0)) : le(A(run - 1), r[0]));
+        if (changed) {
+            const u32 a = merge_path(A, run, B, run, diag);
+            serial_merge_tile(s, first, a, run, first + run, diag - a, run, r);
+        }
+    }
+    __syncthreads();
+    if (changed) {
+#pragma unroll
+        for (int i = 0; i < MERGE_ITEMS; ++i) s.put(threadIdx.x * MERGE_ITEMS + i, r[i]);
+    }
+    __syncthreads();
+}
+
 // Sorts tile blockIdx.x of `data` in place and numbers its rows (row id = position).
 template <typename K, bool SEG>
 __device__ void block_sort(Arrays<K, SEG> data, u32 n) {
@@ -244,51 +306,11 @@ __device__ void block_sort(Arrays<K, SEG> data, u32 n) {
     for (int i = 0; i < MERGE_ITEMS; ++i) r[i] = s.get(threadIdx.x * MERGE_ITEMS + i);
     // A tile already in order (sorted or nearly sorted input, short segments of such)
     // keeps its keys where they are: only its row ids are written.
-    bool in_order = true;
-#pragma unroll
-    for (int i = 0; i + 1 < MERGE_ITEMS; ++i) in_order = in_order && le(r[i], r[i + 1]);
-    const u32 next = threadIdx.x * MERGE_ITEMS + MERGE_ITEMS;
-    if (next < MERGE_TILE) in_order = in_order && le(r[MERGE_ITEMS - 1], s.order(next));
-    if (__syncthreads_and(in_order)) {
+    if (tile_in_order(s, r)) {
         for (u32 i = threadIdx.x; i < count; i += MERGE_THREADS) data.ids[base + i] = (u32)(base + i);
         return;
     }
-    // Odd-even transposition: swaps only strictly greater neighbours, so it is stable.
-#pragma unroll
-    for (int round = 0; round < MERGE_ITEMS; ++round) {
-#pragma unroll
-        for (int i = round & 1; i + 1 < MERGE_ITEMS; i += 2) {
-            if (!le(r[i], r[i + 1])) {
-                const E t = r[i];
-                r[i] = r[i + 1];
-                r[i + 1] = t;
-            }
-        }
-    }
-    // A thread whose elements all stay where they are keeps them: on A's side when its
-    // last is <= B's first, on B's side when its first is >= A's last (A's elements <= B's
-    // first, and B's >= A's last, are in their merged places). Nearly sorted tiles and
-    // tiles of short segments merge only around the pairs' interfaces.
-    for (u32 run = MERGE_ITEMS; run < MERGE_TILE; run *= 2) {
-        __syncthreads();
-#pragma unroll
-        for (int i = 0; i < MERGE_ITEMS; ++i) s.put(threadIdx.x * MERGE_ITEMS + i, r[i]);
-        __syncthreads();
-        const u32 group = 2 * run / MERGE_ITEMS;  // threads per merged pair of runs
-        const u32 first = (threadIdx.x / group) * 2 * run;
-        const OrderView<K, SEG> A{&s, first};
-        const OrderView<K, SEG> B{&s, first + run};
-        const u32 diag = (threadIdx.x % group) * MERGE_ITEMS;
-        const bool stays = diag < run ? le(r[MERGE_ITEMS - 1], B(0)) : le(A(run - 1), r[0]);
-        if (!stays) {
-            const u32 a = merge_path(A, run, B, run, diag);
-            serial_merge_tile(s, first, a, run, first + run, diag - a, run, r);
-        }
-    }
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < MERGE_ITEMS; ++i) s.put(threadIdx.x * MERGE_ITEMS + i, r[i]);
-    __syncthreads();
+    sort_tile(s, r);
     for (u32 i = threadIdx.x; i < count; i += MERGE_THREADS) data.store(base + i, s.get(i));
 }
 
@@ -336,6 +358,22 @@ __device__ void find_dirty(Arrays<K, SEG> data, u32 n, u32 run, u32* a_lo, u32* 
     tiles[pair] = count;
 }
 
+// Exclusive prefix sum of `v` over a block of THREADS threads (a multiple of WARP, at most
+// WARP * WARP); `s_warp` holds THREADS / WARP values. Synchronizes the block.
+template <u32 THREADS>
+__device__ __forceinline__ u32 block_exclusive_sum(u32 v, u32* s_warp) {
+    const u32 inclusive = warp_inclusive_sum(v);
+    if (lane_id() == WARP - 1) s_warp[warp_id()] = inclusive;
+    __syncthreads();
+    if (warp_id() == 0) {
+        const u32 w = lane_id() < THREADS / WARP ? s_warp[lane_id()] : 0;
+        const u32 w_inclusive = warp_inclusive_sum(w);
+        if (lane_id() < THREADS / WARP) s_warp[lane_id()] = w_inclusive - w;
+    }
+    __syncthreads();
+    return s_warp[warp_id()] + inclusive - v;
+}
+
 // One block of SCAN_THREADS: tile_start[p] = tiles of pairs before p, tile_start[pairs] and
 // summary[0] = all tiles.
 __device__ void scan_tiles(const u32* tiles, u32 pairs, u32* tile_start, u32* summary) {
@@ -345,16 +383,7 @@ __device__ void scan_tiles(const u32* tiles, u32 pairs, u32* tile_start, u32* su
     const u32 last = min(first + per, pairs);
     u32 sum = 0;
     for (u32 p = first; p < last; ++p) sum += tiles[p];
-    const u32 inclusive = warp_inclusive_sum(sum);
-    if (lane_id() == WARP - 1) s_warp[warp_id()] = inclusive;
-    __syncthreads();
-    if (warp_id() == 0) {
-        const u32 w = lane_id() < SCAN_THREADS / WARP ? s_warp[lane_id()] : 0;
-        const u32 w_inclusive = warp_inclusive_sum(w);
-        if (lane_id() < SCAN_THREADS / WARP) s_warp[lane_id()] = w_inclusive - w;
-    }
-    __syncthreads();
-    u32 running = s_warp[warp_id()] + inclusive - sum;
+    u32 running = block_exclusive_sum<SCAN_THREADS>(sum, s_warp);
     for (u32 p = first; p < last; ++p) {
         tile_start[p] = running;
         running += tiles[p];

@@ -4,6 +4,12 @@
 // values of the sort keys that the input is ordered by); only rows within one segment
 // change places.
 //
+//   segment_tile_bounds    the first segment of each block of segment_tiles_<k>
+//   segment_tiles_<k>      segments of at most a tile (half a tile by default) sorted in
+//                          one kernel: each block takes whole segments, numbers them from
+//                          head flags, sorts them as one tile and writes the final row ids
+//   segment_ranks_<k>      the same blocks when every segment is short: each row ranked by
+//                          counting the rows of its segment before it
 //   segment_ids            per row: the index of its segment, from the segments' first rows
 //   segmented_block_sort / _find_dirty / _merge_tiles / _copy_back
 //                          the merge passes of merge.cuh over (segment, u64 key, row id):
@@ -19,6 +25,136 @@
 
 MERGE_ENTRY_POINTS(segmented, u64, true)
 MERGE_SCAN_ENTRY_POINT
+
+// ---- Segment tiles: segments no longer than a tile, sorted in one kernel ----
+//
+// Block b sorts rows [s(b * stride), s((b + 1) * stride)), where s(x) is the first segment
+// start at or after x (n when there is none). A block holds whole segments, so its sorted
+// tile is final and its row ids go straight to `out`; no keys are written. The launcher
+// picks stride = MERGE_TILE + 1 - (longest segment), so that a block's rows fit in one
+// tile: s(x + stride) <= x + stride + longest - 1. Each row's segment, numbered within the
+// tile, comes from head flags and a block scan.
+
+// The index of the first segment starting at or after row x (`segments` when none does).
+__device__ __forceinline__ u32 first_segment_from(const u32* starts, u32 segments, u64 x) {
+    u32 lo = 0, hi = segments;
+    while (lo < hi) {
+        const u32 m = (lo + hi) >> 1;
+        if (starts[m] < x) lo = m + 1;
+        else hi = m;
+    }
+    return lo;
+}
+
+// bounds[b] = the first segment of block b's rows, for b in 0 ..= blocks (one thread each;
+// the searches of all blocks run in parallel instead of holding up each sorting block).
+extern "C" __global__ void segment_tile_bounds(const u32* __restrict__ starts, u32 segments, u32 stride,
+                                               u32 blocks, u32* __restrict__ bounds) {
+    const u32 b = blockIdx.x * blockDim.x + threadIdx.x;
+    if (b <= blocks) bounds[b] = first_segment_from(starts, segments, (u64)b * stride);
+}
+
+template <typename K>
+__device__ void segment_tiles(const K* __restrict__ keys, const u32* __restrict__ starts, u32 segments, u32 n,
+                              const u32* __restrict__ bounds, u32* __restrict__ out) {
+    typedef Elem<K, true> E;
+    __shared__ SharedTile<K, true> s;
+    __shared__ u32 s_warp[MERGE_THREADS / WARP];
+    const u32 k0 = bounds[blockIdx.x], k1 = bounds[blockIdx.x + 1];
+    // s.segs holds head flags first.
+    for (u32 i = threadIdx.x; i < PADDED_TILE; i += MERGE_THREADS) s.segs[i] = 0;
+    __syncthreads();
+    const u32 row0 = k0 < segments ? starts[k0] : n;
+    const u32 count = (k1 < segments ? starts[k1] : n) - row0;
+    if (count == 0) return;  // the same for the whole block
+    if (count > MERGE_TILE) __trap();  // a stride too large for the longest segment
+    for (u32 k = k0 + threadIdx.x; k < k1; k += MERGE_THREADS) s.segs[pad(starts[k] - row0)] = 1;
+    for (u32 i = threadIdx.x; i < MERGE_TILE; i += MERGE_THREADS) {
+        s.keys[pad(i)] = i < count ? keys[row0 + i] : (K)~(K)0;
+        s.ids[pad(i)] = row0 + i;
+    }
+    __syncthreads();
+    E r[MERGE_ITEMS];
+    u32 heads = 0;
+#pragma unroll
+    for (int i = 0; i < MERGE_ITEMS; ++i) {
+        r[i] = s.get(threadIdx.x * MERGE_ITEMS + i);
+        heads += r[i].seg;
+    }
+    u32 seg = block_exclusive_sum<MERGE_THREADS>(heads, s_warp);
+#pragma unroll
+    for (int i = 0; i < MERGE_ITEMS; ++i) {
+        const u32 e = threadIdx.x * MERGE_ITEMS + i;
+        seg += r[i].seg;
+        // Padding after the last row sorts after every row.
+        r[i].seg = e < count ? seg - 1 : ~0u;
+        s.segs[pad(e)] = r[i].seg;
+    }
+    __syncthreads();
+    if (tile_in_order(s, r)) {
+        for (u32 i = threadIdx.x; i < count; i += MERGE_THREADS) out[row0 + i] = row0 + i;
+        return;
+    }
+    sort_tile(s, r);
+    for (u32 i = threadIdx.x; i < count; i += MERGE_THREADS) out[row0 + i] = s.ids[pad(i)];
+}
+
+// Runs whose segments are all short (the launcher's limit: 32 rows): the same blocks of whole
+// segments, but each row goes to its segment's first row plus the rows of its segment that
+// sort before it (smaller keys, and equal keys of earlier rows): work grows with the square
+// of the segment length. Threads of a warp read the same rows of the same segment
+// (broadcasts); no merge, few registers, many blocks per SM.
+
+template <typename K>
+__device__ void segment_ranks(const K* __restrict__ keys, const u32* __restrict__ starts, u32 segments, u32 n,
+                              const u32* __restrict__ bounds, u32* __restrict__ out) {
+    __shared__ K s_keys[MERGE_TILE];
+    __shared__ u32 s_span[MERGE_TILE];  // per row: its segment's first row | its end << 16
+    __shared__ u32 s_ids[MERGE_TILE];
+    const u32 k0 = bounds[blockIdx.x], k1 = bounds[blockIdx.x + 1];
+    const u32 row0 = k0 < segments ? starts[k0] : n;
+    const u32 count = (k1 < segments ? starts[k1] : n) - row0;
+    if (count == 0) return;  // the same for the whole block
+    if (count > MERGE_TILE) __trap();  // a stride too large for the longest segment
+    for (u32 i = threadIdx.x; i < count; i += MERGE_THREADS) s_keys[i] = keys[row0 + i];
+    for (u32 k = k0 + threadIdx.x; k < k1; k += MERGE_THREADS) {
+        const u32 first = starts[k] - row0;
+        const u32 end = k + 1 < k1 ? starts[k + 1] - row0 : count;
+        for (u32 r = first; r < end; ++r) s_span[r] = first | end << 16;
+    }
+    __syncthreads();
+    for (u32 i = threadIdx.x; i < count; i += MERGE_THREADS) {
+        const K key = s_keys[i];
+        const u32 span = s_span[i];
+        const u32 first = span & 0xffffu, end = span >> 16;
+        u32 rank = first;
+        for (u32 j = first; j < end; ++j) {
+            const K other = s_keys[j];
+            rank += (other < key) | ((other == key) & (j < i));
+        }
+        s_ids[rank] = row0 + i;
+    }
+    __syncthreads();
+    for (u32 i = threadIdx.x; i < count; i += MERGE_THREADS) out[row0 + i] = s_ids[i];
+}
+
+extern "C" __global__ void __launch_bounds__(MERGE_THREADS)
+    segment_ranks_u32(const u32* keys, const u32* starts, u32 segments, u32 n, const u32* bounds, u32* out) {
+    segment_ranks<u32>(keys, starts, segments, n, bounds, out);
+}
+extern "C" __global__ void __launch_bounds__(MERGE_THREADS)
+    segment_ranks_u64(const u64* keys, const u32* starts, u32 segments, u32 n, const u32* bounds, u32* out) {
+    segment_ranks<u64>(keys, starts, segments, n, bounds, out);
+}
+
+extern "C" __global__ void __launch_bounds__(MERGE_THREADS)
+    segment_tiles_u32(const u32* keys, const u32* starts, u32 segments, u32 n, const u32* bounds, u32* out) {
+    segment_tiles<u32>(keys, starts, segments, n, bounds, out);
+}
+extern "C" __global__ void __launch_bounds__(MERGE_THREADS)
+    segment_tiles_u64(const u64* keys, const u32* starts, u32 segments, u32 n, const u32* bounds, u32* out) {
+    segment_tiles<u64>(keys, starts, segments, n, bounds, out);
+}
 
 // Block b numbers rows [b * MERGE_TILE, (b + 1) * MERGE_TILE): at most MERGE_TILE segments
 // start there, so the starts from the segment of its first row on fit in shared memory.

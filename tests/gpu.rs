@@ -1224,6 +1224,84 @@ gpu_test!(segmented_sort_equals_the_cpu_segmented_sort, |rt| {
     }
 });
 
+// The segment-tile sort called directly on u32 and u64 keys: segment lengths up to a
+// whole tile (stride 1), around the rank kernel's limit of 32, mixed lengths, sizes around
+// the tile; stable through row ids.
+gpu_test!(segment_tiles_sort_segments_up_to_a_tile, |rt| {
+    use common::strategies::Lengths;
+    let tile = cuda::MERGE_TILE as usize;
+    for n in [
+        1,
+        2,
+        17,
+        tile - 1,
+        tile,
+        tile + 1,
+        2 * tile + 1,
+        100_003,
+        1 << 20,
+    ] {
+        for lengths in [
+            Lengths::Short,
+            Lengths::Fixed(1),
+            Lengths::Fixed(3),
+            Lengths::Fixed(32),
+            Lengths::Fixed(33),
+            Lengths::Fixed(113),
+            Lengths::Fixed(tile / 2 + 1),
+            Lengths::Fixed(tile - 1),
+            Lengths::Fixed(tile),
+            Lengths::PowerLaw,
+        ] {
+            let label = format!("segment tiles n={n} {lengths:?}");
+            let mut segments = segments_of(n, &label, lengths);
+            if segments.longest_rows() > tile {
+                // Power-law lengths: split what is longer than a tile.
+                let starts = segments
+                    .ranges()
+                    .flat_map(|r| r.step_by(tile).map(|s| s as u32))
+                    .collect();
+                segments = gpusort::sort::Segments::new(starts, n);
+            }
+            for bits in [20u32, 64] {
+                let label = format!("{label} bits={bits}");
+                // Few distinct values: many ties, so stability is checked too.
+                let word: Vec<u64> = shaped_word(n, &label, bits, "random", 0)
+                    .into_iter()
+                    .map(|k| k & (0xfu64 << 60 | 0xff << (64 - bits)))
+                    .collect();
+                let expected =
+                    gpusort::sort::segmented_sort(std::slice::from_ref(&word), &segments);
+                let got = rt
+                    .with_device(|device, staging| {
+                        let keys = if bits <= 32 {
+                            let narrow: Vec<u32> = word.iter().map(|&k| (k >> 32) as u32).collect();
+                            cuda::MergeKeys::U32(staging.upload::<u32, _>(
+                                device,
+                                n,
+                                "test keys",
+                                |at, out| out.copy_from_slice(&narrow[at..at + out.len()]),
+                            )?)
+                        } else {
+                            cuda::MergeKeys::U64(staging.upload::<u64, _>(
+                                device,
+                                n,
+                                "test keys",
+                                |at, out| out.copy_from_slice(&word[at..at + out.len()]),
+                            )?)
+                        };
+                        let ids = rt
+                            .merge
+                            .sort_segment_tiles(device, staging, &keys, &segments, n)?;
+                        download(device, staging, Some(ids), n)
+                    })
+                    .unwrap_or_else(|e| panic!("{label}: {e}"));
+                assert!(got == expected, "{label}: order differs");
+            }
+        }
+    }
+});
+
 gpu_test!(segmented_sort_of_device_encoded_columns, |rt| {
     let _ = rt;
     let backend = CudaBackend::new().unwrap();

@@ -32,7 +32,7 @@ use super::module::{arg, cached_cubin, launch, Kernel, Module, LOCALITY, SEGMENT
 use super::transfer::Staging;
 
 /// Threads of a merge block.
-const MERGE_THREADS: u32 = 256;
+pub(super) const MERGE_THREADS: u32 = 256;
 /// Elements per thread.
 const MERGE_ITEMS: u32 = 8;
 /// Rows per tile of the block sort and per work-queue tile of the merge passes.
@@ -92,14 +92,14 @@ pub enum MergeKeys {
 }
 
 impl MergeKeys {
-    fn index(&self) -> usize {
+    pub(super) fn index(&self) -> usize {
         match self {
             MergeKeys::U32(_) => 0,
             MergeKeys::U64(_) => 1,
         }
     }
 
-    fn ptr(&self) -> CUdeviceptr {
+    pub(super) fn ptr(&self) -> CUdeviceptr {
         match self {
             MergeKeys::U32(k) => k.ptr(),
             MergeKeys::U64(k) => k.ptr(),
@@ -134,6 +134,12 @@ pub struct MergeSorts {
     segmented: MergeKernels,
     inversions: [Kernel; 2],
     segment_ids: Kernel,
+    /// `segment_tiles_u32` and `_u64` (see `segment_tiles.rs`).
+    pub(super) segment_tiles: [Kernel; 2],
+    /// `segment_tile_bounds`.
+    pub(super) segment_tile_bounds: Kernel,
+    /// `segment_ranks_u32` and `_u64`.
+    pub(super) segment_ranks: [Kernel; 2],
     segment_key_u32: Kernel,
     segment_word: Kernel,
     sm_count: u32,
@@ -164,6 +170,15 @@ impl MergeSorts {
                 locality_module.kernel("locality_inversions_u64")?,
             ],
             segment_ids: segmented_module.kernel("segment_ids")?,
+            segment_tiles: [
+                segmented_module.kernel("segment_tiles_u32")?,
+                segmented_module.kernel("segment_tiles_u64")?,
+            ],
+            segment_tile_bounds: segmented_module.kernel("segment_tile_bounds")?,
+            segment_ranks: [
+                segmented_module.kernel("segment_ranks_u32")?,
+                segmented_module.kernel("segment_ranks_u64")?,
+            ],
             segment_key_u32: segmented_module.kernel("segment_key_u32")?,
             segment_word: segmented_module.kernel("segment_word")?,
             sm_count: device.sm_count,
@@ -535,7 +550,7 @@ fn max_place_radius() -> u32 {
 }
 
 /// The merge kernels index rows with u32.
-fn check_rows(n: usize) -> CudaResult<()> {
+pub(super) fn check_rows(n: usize) -> CudaResult<()> {
     let max = u32::MAX as usize - MERGE_TILE as usize;
     if n > max {
         return Err(CudaError::TooLarge { rows: n, max });

@@ -2,6 +2,8 @@
 //!
 //! ```text
 //!  segments known (input ordered by a key prefix):
+//!     longest segment ≤ segment_tiles_max_rows(), key of one word
+//!         → segment tiles: blocks of whole segments, each sorted as one tile (one kernel)
 //!     mean segment ≤ SEGMENTED_MERGE_MAX_MEAN_ROWS, key of one word
 //!         → segmented merge sort: (segment, key) elements; with u32 keys (segment << 32 | key)
 //!           as one word through the locality kernels
@@ -20,6 +22,7 @@ use super::device::{Device, DeviceBuffer};
 use super::encode::DeviceKeys;
 use super::error::CudaResult;
 use super::merge::{MergeKeys, MERGE_TILE};
+use super::segment_tiles::segment_tiles_max_rows;
 use super::transfer::Staging;
 use super::CudaRuntime;
 use crate::config::AlgorithmChoice;
@@ -117,6 +120,10 @@ impl CudaRuntime {
         if matches!(keys, DeviceKeys::Constant) || segments.len() == n {
             return Ok(segmented(None));
         }
+        let keys = match self.sort_segment_tiles(device, staging, keys, algorithm, segments, n)? {
+            Ok(permutation) => return Ok(segmented(Some(permutation))),
+            Err(keys) => keys,
+        };
         let merge = algorithm != AlgorithmChoice::Onesweep
             && segments.mean_rows() <= SEGMENTED_MERGE_MAX_MEAN_ROWS;
         let segs = self
@@ -151,6 +158,35 @@ impl CudaRuntime {
             }
         };
         Ok(segmented(permutation))
+    }
+
+    /// The segment-tile sort when every segment is short enough and the key is one
+    /// word: the permutation; otherwise the keys back, untouched.
+    fn sort_segment_tiles(
+        &self,
+        device: &Device,
+        staging: &mut Staging,
+        keys: DeviceKeys,
+        algorithm: AlgorithmChoice,
+        segments: &Segments,
+        n: usize,
+    ) -> CudaResult<Result<DeviceBuffer<u32>, DeviceKeys>> {
+        if algorithm == AlgorithmChoice::Onesweep
+            || segments.longest_rows() > segment_tiles_max_rows()
+        {
+            return Ok(Err(keys));
+        }
+        let keys = match keys {
+            DeviceKeys::U32(word) => MergeKeys::U32(word),
+            DeviceKeys::Words(mut words) if words.len() == 1 => {
+                MergeKeys::U64(words.pop().expect("one word"))
+            }
+            other => return Ok(Err(other)),
+        };
+        let permutation = self
+            .merge
+            .sort_segment_tiles(device, staging, &keys, segments, n)?;
+        Ok(Ok(permutation))
     }
 }
 

@@ -28,6 +28,8 @@ use crate::keys::KeyColumn;
 pub struct Segments {
     starts: Vec<u32>,
     rows: usize,
+    /// Rows of the longest segment.
+    longest: usize,
 }
 
 /// Segments from this length on are radix sorted (in parallel themselves); shorter ones
@@ -52,7 +54,13 @@ impl Segments {
                 "segment starts ascend within the run"
             );
         }
-        Self { starts, rows }
+        let mut segments = Self {
+            starts,
+            rows,
+            longest: 0,
+        };
+        segments.longest = segments.ranges().map(|r| r.len()).max().unwrap_or(0);
+        segments
     }
 
     /// First rows of the segments.
@@ -73,6 +81,11 @@ impl Segments {
     /// Whether the run has no rows.
     pub fn is_empty(&self) -> bool {
         self.starts.is_empty()
+    }
+
+    /// Rows of the longest segment (0 without rows).
+    pub fn longest_rows(&self) -> usize {
+        self.longest
     }
 
     /// Mean rows per segment.
@@ -232,6 +245,8 @@ mod tests {
         assert_eq!(segments.rows(), 8);
         let ranges: Vec<_> = segments.ranges().collect();
         assert_eq!(ranges, vec![0..2, 2..4, 4..5, 5..8]);
+        assert_eq!(segments.longest_rows(), 3);
+        assert_eq!(Segments::new(Vec::new(), 0).longest_rows(), 0);
     }
 
     #[test]

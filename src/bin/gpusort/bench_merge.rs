@@ -2,9 +2,10 @@
 //! data (`benches/cub_merge.cu`, built with nvcc on the GPU host, `--cub PATH`).
 //!
 //! Segmented: 2^N random u64 keys (`splitmix64(seed + i)`) with row ids in segments of
-//! 16 … 1 000 000 rows; gpusort as the product runs it (`auto`: segment indices from the
-//! segment starts, then the merge sort or the composite radix sort by mean length), and
-//! both of its paths forced; CUB's stable segmented sort and segmented radix sort.
+//! 16 … 1 000 000 rows; gpusort as the product runs it (`auto`: the segment-tile sort when
+//! every segment is short, else segment indices from the segment starts, then the merge
+//! sort or the composite radix sort by mean length), and each of its paths forced; CUB's
+//! stable segmented sort and segmented radix sort.
 //! Locality: nearly sorted u32 and u64 keys (noise 0, 64, 4 096: see `nearly_sorted`) with
 //! row ids; gpusort `auto` (probe, then its choice), the locality sort and OneSweep forced;
 //! CUB's radix sort. Warm medians with CUDA events around the sort alone, each run on a
@@ -52,6 +53,11 @@ fn nearly_sorted(i: u64, seed: u64, noise: u64, bits: u32) -> u64 {
 enum Path {
     /// As the product does (`algorithm = auto`).
     Auto,
+    /// The segment-tile sort forced (segments of at most one tile).
+    Tiles,
+    /// The segment-tile sort forced, its segment starts uploaded before the timed region
+    /// (as CUB's offsets are).
+    TilesStartsOnDevice,
     /// The merge sort forced (locality sort, or the segmented merge sort).
     Merge,
     /// OneSweep forced (with segments: the composite radix sort).
@@ -88,13 +94,15 @@ pub fn run(options: &MergeBench) -> Result<()> {
             .unwrap_or_default()
     };
     println!();
-    println!("| segment rows | gpusort auto (path) | merge forced | composite radix forced | CUB stable segmented | CUB segmented radix | auto vs best CUB |");
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    println!("| segment rows | gpusort auto (path) | segment tiles forced | segment tiles, starts on device | merge forced | composite radix forced | CUB stable segmented | CUB segmented radix | auto vs best CUB |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     let random = generate(n, options.seed, |x| x);
     for length in SEGMENT_LENGTHS {
         let starts: Vec<u32> = (0..n).step_by(length).map(|s| s as u32).collect();
         let segments = Segments::new(starts, n);
-        let path = if segments.mean_rows() <= cuda::SEGMENTED_MERGE_MAX_MEAN_ROWS {
+        let path = if segments.longest_rows() <= cuda::segment_tiles_max_rows() {
+            "tiles"
+        } else if segments.mean_rows() <= cuda::SEGMENTED_MERGE_MAX_MEAN_ROWS {
             "merge"
         } else {
             "radix"
@@ -102,10 +110,19 @@ pub fn run(options: &MergeBench) -> Result<()> {
         let [auto, merge, radix] = [Path::Auto, Path::Merge, Path::Radix]
             .map(|p| time_u64(&runtime, &random, Some(&segments), p, options));
         let (auto, merge, radix) = (auto?, merge?, radix?);
+        let [tiles, tiles_on_device] = [Path::Tiles, Path::TilesStartsOnDevice].map(|p| {
+            if segments.longest_rows() <= cuda::MERGE_TILE as usize {
+                time_u64(&runtime, &random, Some(&segments), p, options)
+                    .map(|ms| format!("{ms:.3}"))
+            } else {
+                Ok("-".into())
+            }
+        });
+        let (tiles, tiles_on_device) = (tiles?, tiles_on_device?);
         let theirs = cub_ms(&format!("cub seg {length} "));
         let best = theirs.iter().copied().fold(f64::INFINITY, f64::min);
         println!(
-            "| {length} | {auto:.3} ({path}) | {merge:.3} | {radix:.3} | {} | {} | {} |",
+            "| {length} | {auto:.3} ({path}) | {tiles} | {tiles_on_device} | {merge:.3} | {radix:.3} | {} | {} | {} |",
             cell(theirs.first()),
             cell(theirs.get(1)),
             ratio(best, auto)
@@ -160,7 +177,7 @@ fn ratio(theirs: f64, ours: f64) -> String {
 fn algorithm(path: Path) -> AlgorithmChoice {
     match path {
         Path::Auto => AlgorithmChoice::Auto,
-        Path::Merge => AlgorithmChoice::Locality,
+        Path::Tiles | Path::TilesStartsOnDevice | Path::Merge => AlgorithmChoice::Locality,
         Path::Radix => AlgorithmChoice::Onesweep,
     }
 }
@@ -193,11 +210,30 @@ fn time_u64(
     let n = data.len();
     median(runtime, options, |device, staging| {
         let pristine = upload(device, staging, data)?;
+        let starts = match (segments, path) {
+            (Some(segments), Path::TilesStartsOnDevice) => {
+                Some(upload(device, staging, segments.starts())?)
+            }
+            _ => None,
+        };
         Ok(
             move |device: &cuda::Device, staging: &mut cuda::Staging, start: &cuda::Event| {
                 let keys = device.duplicate(&pristine, "bench keys")?;
                 start.record(device)?;
                 match (segments, path) {
+                    (Some(segments), Path::TilesStartsOnDevice) => {
+                        let keys = cuda::MergeKeys::U64(keys);
+                        let starts = starts.as_ref().expect("starts uploaded");
+                        runtime
+                            .merge
+                            .sort_segment_tiles_with_starts(device, &keys, starts, segments, n)?;
+                    }
+                    (Some(segments), Path::Tiles) => {
+                        let keys = cuda::MergeKeys::U64(keys);
+                        runtime
+                            .merge
+                            .sort_segment_tiles(device, staging, &keys, segments, n)?;
+                    }
                     (Some(segments), Path::Merge) => {
                         let segs =
                             runtime
