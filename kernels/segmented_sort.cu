@@ -138,23 +138,21 @@ __device__ void segment_ranks(const K* __restrict__ keys, const u32* __restrict_
     for (u32 i = threadIdx.x; i < count; i += MERGE_THREADS) out[row0 + i] = s_ids[i];
 }
 
-extern "C" __global__ void __launch_bounds__(MERGE_THREADS)
-    segment_ranks_u32(const u32* keys, const u32* starts, u32 segments, u32 n, const u32* bounds, u32* out) {
-    segment_ranks<u32>(keys, starts, segments, n, bounds, out);
-}
-extern "C" __global__ void __launch_bounds__(MERGE_THREADS)
-    segment_ranks_u64(const u64* keys, const u32* starts, u32 segments, u32 n, const u32* bounds, u32* out) {
-    segment_ranks<u64>(keys, starts, segments, n, bounds, out);
-}
+// The extern "C" entry points segment_ranks_<k> and segment_tiles_<k> of one key type.
+#define SEGMENT_TILE_ENTRY_POINTS(K)                                                                       \
+    extern "C" __global__ void __launch_bounds__(MERGE_THREADS)                                           \
+        segment_ranks_##K(const K* keys, const u32* starts, u32 segments, u32 n, const u32* bounds,      \
+                          u32* out) {                                                                     \
+        segment_ranks<K>(keys, starts, segments, n, bounds, out);                                         \
+    }                                                                                                     \
+    extern "C" __global__ void __launch_bounds__(MERGE_THREADS)                                           \
+        segment_tiles_##K(const K* keys, const u32* starts, u32 segments, u32 n, const u32* bounds,      \
+                          u32* out) {                                                                     \
+        segment_tiles<K>(keys, starts, segments, n, bounds, out);                                         \
+    }
 
-extern "C" __global__ void __launch_bounds__(MERGE_THREADS)
-    segment_tiles_u32(const u32* keys, const u32* starts, u32 segments, u32 n, const u32* bounds, u32* out) {
-    segment_tiles<u32>(keys, starts, segments, n, bounds, out);
-}
-extern "C" __global__ void __launch_bounds__(MERGE_THREADS)
-    segment_tiles_u64(const u64* keys, const u32* starts, u32 segments, u32 n, const u32* bounds, u32* out) {
-    segment_tiles<u64>(keys, starts, segments, n, bounds, out);
-}
+SEGMENT_TILE_ENTRY_POINTS(u32)
+SEGMENT_TILE_ENTRY_POINTS(u64)
 
 // Block b numbers rows [b * MERGE_TILE, (b + 1) * MERGE_TILE): at most MERGE_TILE segments
 // start there, so the starts from the segment of its first row on fit in shared memory.

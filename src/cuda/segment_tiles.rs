@@ -1,5 +1,6 @@
-//! Launcher of `segment_tiles_<k>` (`kernels/segmented_sort.cu`): runs whose segments are
-//! all short sorted by one kernel over their keys and segment starts.
+//! Launcher of `segment_tile_bounds`, `segment_ranks_<k>` and `segment_tiles_<k>`
+//! (`kernels/segmented_sort.cu`): runs whose segments are all short, sorted by one kernel
+//! over their keys and segment starts.
 //!
 //! ```text
 //!  segment starts ──staged upload──► device

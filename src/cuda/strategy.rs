@@ -65,15 +65,12 @@ impl CudaRuntime {
         if let Some(segments) = segments {
             return self.sort_segments(device, staging, keys, algorithm, segments, n);
         }
-        let keys = match keys {
-            DeviceKeys::Constant => return Ok(radix(None)),
-            DeviceKeys::U32(word) => MergeKeys::U32(word),
-            DeviceKeys::Words(words) if words.len() == 1 => {
-                MergeKeys::U64(words.into_iter().next().expect("one word"))
-            }
-            DeviceKeys::Words(words) => {
+        let keys = match one_word(keys) {
+            Ok(keys) => keys,
+            Err(DeviceKeys::Words(words)) => {
                 return Ok(radix(self.onesweep.sort_rows_by_words(device, words, n)?));
             }
+            Err(_constant) => return Ok(radix(None)),
         };
         let locality = match algorithm {
             AlgorithmChoice::Onesweep => false,
@@ -176,17 +173,26 @@ impl CudaRuntime {
         {
             return Ok(Err(keys));
         }
-        let keys = match keys {
-            DeviceKeys::U32(word) => MergeKeys::U32(word),
-            DeviceKeys::Words(mut words) if words.len() == 1 => {
-                MergeKeys::U64(words.pop().expect("one word"))
-            }
-            other => return Ok(Err(other)),
+        let keys = match one_word(keys) {
+            Ok(keys) => keys,
+            Err(other) => return Ok(Err(other)),
         };
         let permutation = self
             .merge
             .sort_segment_tiles(device, staging, &keys, segments, n)?;
         Ok(Ok(permutation))
+    }
+}
+
+/// Keys of one word (u32, or one u64 word) as merge keys; constant keys and keys of
+/// several words back as they are.
+fn one_word(keys: DeviceKeys) -> Result<MergeKeys, DeviceKeys> {
+    match keys {
+        DeviceKeys::U32(word) => Ok(MergeKeys::U32(word)),
+        DeviceKeys::Words(mut words) if words.len() == 1 => {
+            Ok(MergeKeys::U64(words.pop().expect("one word")))
+        }
+        other => Err(other),
     }
 }
 
