@@ -21,7 +21,7 @@
 //                          (or OneSweep, for long segments) sort one u64 word
 //   segment_word           the segment index as a u64 key word, put in front of multi-word
 //                          keys for a composite OneSweep sort
-#include "merge.cuh"
+#include "segment_tile.cuh"
 
 MERGE_ENTRY_POINTS(segmented, u64, true)
 MERGE_SCAN_ENTRY_POINT
@@ -29,22 +29,9 @@ MERGE_SCAN_ENTRY_POINT
 // ---- Segment tiles: segments no longer than a tile, sorted in one kernel ----
 //
 // Block b sorts rows [s(b * stride), s((b + 1) * stride)), where s(x) is the first segment
-// start at or after x (n when there is none). A block holds whole segments, so its sorted
-// tile is final and its row ids go straight to `out`; no keys are written. The launcher
-// picks stride = MERGE_TILE + 1 - (longest segment), so that a block's rows fit in one
-// tile: s(x + stride) <= x + stride + longest - 1. Each row's segment, numbered within the
-// tile, comes from head flags and a block scan.
-
-// The index of the first segment starting at or after row x (`segments` when none does).
-__device__ __forceinline__ u32 first_segment_from(const u32* starts, u32 segments, u64 x) {
-    u32 lo = 0, hi = segments;
-    while (lo < hi) {
-        const u32 m = (lo + hi) >> 1;
-        if (starts[m] < x) lo = m + 1;
-        else hi = m;
-    }
-    return lo;
-}
+// start at or after x (n when there is none): whole segments (segment_tile.cuh). The
+// launcher picks stride = MERGE_TILE + 1 - (longest segment), so that a block's rows fit in
+// one tile: s(x + stride) <= x + stride + longest - 1.
 
 // bounds[b] = the first segment of block b's rows, for b in 0 ..= blocks (one thread each;
 // the searches of all blocks run in parallel instead of holding up each sorting block).
@@ -57,46 +44,9 @@ extern "C" __global__ void segment_tile_bounds(const u32* __restrict__ starts, u
 template <typename K>
 __device__ void segment_tiles(const K* __restrict__ keys, const u32* __restrict__ starts, u32 segments, u32 n,
                               const u32* __restrict__ bounds, u32* __restrict__ out) {
-    typedef Elem<K, true> E;
     __shared__ SharedTile<K, true> s;
     __shared__ u32 s_warp[MERGE_THREADS / WARP];
-    const u32 k0 = bounds[blockIdx.x], k1 = bounds[blockIdx.x + 1];
-    // s.segs holds head flags first.
-    for (u32 i = threadIdx.x; i < PADDED_TILE; i += MERGE_THREADS) s.segs[i] = 0;
-    __syncthreads();
-    const u32 row0 = k0 < segments ? starts[k0] : n;
-    const u32 count = (k1 < segments ? starts[k1] : n) - row0;
-    if (count == 0) return;  // the same for the whole block
-    if (count > MERGE_TILE) __trap();  // a stride too large for the longest segment
-    for (u32 k = k0 + threadIdx.x; k < k1; k += MERGE_THREADS) s.segs[pad(starts[k] - row0)] = 1;
-    for (u32 i = threadIdx.x; i < MERGE_TILE; i += MERGE_THREADS) {
-        s.keys[pad(i)] = i < count ? keys[row0 + i] : (K)~(K)0;
-        s.ids[pad(i)] = row0 + i;
-    }
-    __syncthreads();
-    E r[MERGE_ITEMS];
-    u32 heads = 0;
-#pragma unroll
-    for (int i = 0; i < MERGE_ITEMS; ++i) {
-        r[i] = s.get(threadIdx.x * MERGE_ITEMS + i);
-        heads += r[i].seg;
-    }
-    u32 seg = block_exclusive_sum<MERGE_THREADS>(heads, s_warp);
-#pragma unroll
-    for (int i = 0; i < MERGE_ITEMS; ++i) {
-        const u32 e = threadIdx.x * MERGE_ITEMS + i;
-        seg += r[i].seg;
-        // Padding after the last row sorts after every row.
-        r[i].seg = e < count ? seg - 1 : ~0u;
-        s.segs[pad(e)] = r[i].seg;
-    }
-    __syncthreads();
-    if (tile_in_order(s, r)) {
-        for (u32 i = threadIdx.x; i < count; i += MERGE_THREADS) out[row0 + i] = row0 + i;
-        return;
-    }
-    sort_tile(s, r);
-    for (u32 i = threadIdx.x; i < count; i += MERGE_THREADS) out[row0 + i] = s.ids[pad(i)];
+    sort_segment_tile<K>(s, s_warp, keys, starts, segments, n, bounds[blockIdx.x], bounds[blockIdx.x + 1], out);
 }
 
 // Runs whose segments are all short (the launcher's limit: 32 rows): the same blocks of whole

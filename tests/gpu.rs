@@ -1224,48 +1224,30 @@ gpu_test!(segmented_sort_equals_the_cpu_segmented_sort, |rt| {
     }
 });
 
-// The segment-tile sort called directly on u32 and u64 keys: segment lengths up to a
-// whole tile (stride 1), around the rank kernel's limit of 32, mixed lengths, sizes around
-// the tile; stable through row ids.
-gpu_test!(segment_tiles_sort_segments_up_to_a_tile, |rt| {
-    use common::strategies::Lengths;
-    let tile = cuda::MERGE_TILE as usize;
-    for n in [
-        1,
-        2,
-        17,
-        tile - 1,
-        tile,
-        tile + 1,
-        2 * tile + 1,
-        100_003,
-        1 << 20,
-    ] {
-        for lengths in [
-            Lengths::Short,
-            Lengths::Fixed(1),
-            Lengths::Fixed(3),
-            Lengths::Fixed(32),
-            Lengths::Fixed(33),
-            Lengths::Fixed(113),
-            Lengths::Fixed(tile / 2 + 1),
-            Lengths::Fixed(tile - 1),
-            Lengths::Fixed(tile),
-            Lengths::PowerLaw,
-        ] {
-            let label = format!("segment tiles n={n} {lengths:?}");
+/// Runs the segment-tile sort with `tile` directly on u32 and u64 keys (few distinct
+/// values: many ties, so stability is checked too) for every size and segment shape, and
+/// compares with the CPU segmented sort. Segments longer than `tile_rows` (power-law
+/// lengths) are split first.
+fn check_segment_tiles(
+    rt: &cuda::CudaRuntime,
+    tile: cuda::SegmentTile,
+    tile_rows: usize,
+    sizes: &[usize],
+    shapes: &[common::strategies::Lengths],
+) {
+    for &n in sizes {
+        for &lengths in shapes {
+            let label = format!("segment tiles {tile:?} n={n} {lengths:?}");
             let mut segments = segments_of(n, &label, lengths);
-            if segments.longest_rows() > tile {
-                // Power-law lengths: split what is longer than a tile.
+            if segments.longest_rows() > tile_rows {
                 let starts = segments
                     .ranges()
-                    .flat_map(|r| r.step_by(tile).map(|s| s as u32))
+                    .flat_map(|r| r.step_by(tile_rows).map(|s| s as u32))
                     .collect();
                 segments = gpusort::sort::Segments::new(starts, n);
             }
             for bits in [20u32, 64] {
                 let label = format!("{label} bits={bits}");
-                // Few distinct values: many ties, so stability is checked too.
                 let word: Vec<u64> = shaped_word(n, &label, bits, "random", 0)
                     .into_iter()
                     .map(|k| k & (0xfu64 << 60 | 0xff << (64 - bits)))
@@ -1292,7 +1274,7 @@ gpu_test!(segment_tiles_sort_segments_up_to_a_tile, |rt| {
                         };
                         let ids = rt
                             .merge
-                            .sort_segment_tiles(device, staging, &keys, &segments, n)?;
+                            .sort_segment_tiles(device, staging, &keys, &segments, n, tile)?;
                         download(device, staging, Some(ids), n)
                     })
                     .unwrap_or_else(|e| panic!("{label}: {e}"));
@@ -1300,6 +1282,87 @@ gpu_test!(segment_tiles_sort_segments_up_to_a_tile, |rt| {
             }
         }
     }
+}
+
+// The standard segment tile: segment lengths up to a whole tile (stride 1), around the rank
+// kernel's limit of 32, mixed lengths, sizes around the tile.
+gpu_test!(segment_tiles_sort_segments_up_to_a_tile, |rt| {
+    use common::strategies::Lengths;
+    let tile = cuda::MERGE_TILE as usize;
+    check_segment_tiles(
+        rt,
+        cuda::SegmentTile::Standard,
+        tile,
+        &[
+            1,
+            2,
+            17,
+            tile - 1,
+            tile,
+            tile + 1,
+            2 * tile + 1,
+            100_003,
+            1 << 20,
+        ],
+        &[
+            Lengths::Short,
+            Lengths::Fixed(1),
+            Lengths::Fixed(3),
+            Lengths::Fixed(32),
+            Lengths::Fixed(33),
+            Lengths::Fixed(113),
+            Lengths::Fixed(tile / 2 + 1),
+            Lengths::Fixed(tile - 1),
+            Lengths::Fixed(tile),
+            Lengths::PowerLaw,
+        ],
+    );
+});
+
+// The large segment tile: segments from just over a standard tile to a whole large tile
+// (stride 1), short ones mixed in, sizes around the large tile; and which tile `auto` picks.
+gpu_test!(large_segment_tiles_sort_segments_up_to_a_tile, |rt| {
+    use common::strategies::Lengths;
+    let tile = cuda::large_tile_rows();
+    let standard = cuda::MERGE_TILE as usize;
+    check_segment_tiles(
+        rt,
+        cuda::SegmentTile::Large,
+        tile,
+        &[
+            1,
+            17,
+            tile - 1,
+            tile,
+            tile + 1,
+            2 * tile + 1,
+            100_003,
+            1 << 20,
+        ],
+        &[
+            Lengths::Short,
+            Lengths::Fixed(standard + 1),
+            Lengths::Fixed(5000),
+            Lengths::Fixed(10_000),
+            Lengths::Fixed(tile - 1),
+            Lengths::Fixed(tile),
+            Lengths::PowerLaw,
+        ],
+    );
+    let n = 1 << 20;
+    let fixed = |len: usize| {
+        let starts = (0..n).step_by(len).map(|s| s as u32).collect();
+        gpusort::sort::Segments::new(starts, n)
+    };
+    let pick = |segments: &gpusort::sort::Segments| rt.merge.segment_tile_for(8, segments);
+    assert_eq!(pick(&fixed(100)), Some(cuda::SegmentTile::Standard));
+    assert_eq!(pick(&fixed(10_000)), Some(cuda::SegmentTile::Large));
+    assert_eq!(pick(&fixed(tile + 1)), None);
+    // Short segments and one as long as the tile: windows of one row would hold a few
+    // short segments each, a tile sorted for a handful of rows.
+    let mut starts: Vec<u32> = (0..n - tile).step_by(10).map(|s| s as u32).collect();
+    starts.push((n - tile) as u32);
+    assert_eq!(pick(&gpusort::sort::Segments::new(starts, n)), None);
 });
 
 gpu_test!(segmented_sort_of_device_encoded_columns, |rt| {

@@ -29,6 +29,7 @@ use cudarc::driver::sys::CUdeviceptr;
 use super::device::{Device, DeviceBuffer};
 use super::error::{CudaError, CudaResult};
 use super::module::{arg, cached_cubin, launch, Kernel, Module, LOCALITY, SEGMENTED};
+use super::segment_tiles::LargeSegmentTiles;
 use super::transfer::Staging;
 
 /// Threads of a merge block.
@@ -106,7 +107,7 @@ impl MergeKeys {
         }
     }
 
-    fn key_bytes(&self) -> usize {
+    pub(super) fn key_bytes(&self) -> usize {
         match self {
             MergeKeys::U32(_) => 4,
             MergeKeys::U64(_) => 8,
@@ -140,6 +141,8 @@ pub struct MergeSorts {
     pub(super) segment_tile_bounds: Kernel,
     /// `segment_ranks_u32` and `_u64`.
     pub(super) segment_ranks: [Kernel; 2],
+    /// The large segment tiles (see `segment_tiles.rs`).
+    pub(super) large_segment_tiles: LargeSegmentTiles,
     segment_key_u32: Kernel,
     segment_word: Kernel,
     sm_count: u32,
@@ -179,6 +182,7 @@ impl MergeSorts {
                 segmented_module.kernel("segment_ranks_u32")?,
                 segmented_module.kernel("segment_ranks_u64")?,
             ],
+            large_segment_tiles: LargeSegmentTiles::load(device)?,
             segment_key_u32: segmented_module.kernel("segment_key_u32")?,
             segment_word: segmented_module.kernel("segment_word")?,
             sm_count: device.sm_count,

@@ -32,6 +32,10 @@ pub struct KernelFile {
 pub const HEADERS: &[(&str, &str)] = &[
     ("common.cuh", include_str!("../../kernels/common.cuh")),
     ("merge.cuh", include_str!("../../kernels/merge.cuh")),
+    (
+        "segment_tile.cuh",
+        include_str!("../../kernels/segment_tile.cuh"),
+    ),
 ];
 
 /// The OneSweep radix sort kernels.
@@ -64,8 +68,21 @@ pub const SEGMENTED: KernelFile = KernelFile {
     source: include_str!("../../kernels/segmented_sort.cu"),
 };
 
+/// Segment tiles larger than the merge tile, one block per SM.
+pub const SEGMENT_TILES_LARGE: KernelFile = KernelFile {
+    name: "segment_tiles_large.cu",
+    source: include_str!("../../kernels/segment_tiles_large.cu"),
+};
+
 /// Every kernel file, for compile checks.
-pub const ALL_KERNELS: &[KernelFile] = &[ONESWEEP, ENCODE, GATHER, LOCALITY, SEGMENTED];
+pub const ALL_KERNELS: &[KernelFile] = &[
+    ONESWEEP,
+    ENCODE,
+    GATHER,
+    LOCALITY,
+    SEGMENTED,
+    SEGMENT_TILES_LARGE,
+];
 
 /// The source of a kernel file or header: embedded, or, for kernel tuning runs, read from
 /// `$GPUSORT_KERNEL_DIR/<name>` when that variable is set and the file exists there.

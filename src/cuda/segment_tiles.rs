@@ -1,16 +1,20 @@
-//! Launcher of `segment_tile_bounds`, `segment_ranks_<k>` and `segment_tiles_<k>`
-//! (`kernels/segmented_sort.cu`): runs whose segments are all short, sorted by one kernel
-//! over their keys and segment starts.
+//! Launchers of the segment-tile sorts: runs whose segments all fit one tile, sorted by
+//! one kernel over their keys and segment starts.
 //!
 //! ```text
 //!  segment starts ──staged upload──► device
-//!  segment_tile_bounds: each block's first segment (one binary search per block)
-//!  block b: rows [s(b·stride), s((b+1)·stride)), s(x) = first segment start ≥ x
-//!           (whole segments; stride = MERGE_TILE + 1 − longest, so they fit one tile)
-//!           head flags → block scan → each row's segment within the tile
-//!           longest segment ≤ SEGMENT_RANK_MAX_ROWS: each row ranked by counting the
-//!           rows of its segment before it (segment_ranks_<k>); else block sort of
-//!           (segment, key, row id) (segment_tiles_<k>) → final row ids written
+//!  standard tile (MERGE_TILE rows, kernels/segmented_sort.cu), longest segment ≤ half a tile:
+//!     segment_tile_bounds: each block's first segment (one binary search per block)
+//!     block b: rows [s(b·stride), s((b+1)·stride)), s(x) = first segment start ≥ x
+//!              (whole segments; stride = MERGE_TILE + 1 − longest, so they fit one tile)
+//!              head flags → block scan → each row's segment within the tile
+//!              longest segment ≤ SEGMENT_RANK_MAX_ROWS: each row ranked by counting the
+//!              rows of its segment before it (segment_ranks_<k>); else block sort of
+//!              (segment, key, row id) (segment_tiles_<k>) → final row ids written
+//!  large tile (large_tile_rows() rows, kernels/segment_tiles_large.cu), longer segments:
+//!     segment_tile_windows: the same windows, each non-empty one appended to a list
+//!     segment_tiles_large_<k>: one block per listed window, one block per SM (its tile
+//!              in dynamic shared memory), the same sort as segment_tiles_<k>
 //! ```
 //!
 //! No segment index per row is written, no key is written back and no pass follows: the
@@ -18,10 +22,15 @@
 
 use std::sync::OnceLock;
 
+use cudarc::driver::result;
+use cudarc::driver::sys::CUfunction_attribute;
+
 use super::device::{Device, DeviceBuffer};
-use super::error::CudaResult;
+use super::error::{CudaError, CudaResult};
 use super::merge::{check_rows, MergeKeys, MergeSorts, MERGE_THREADS, MERGE_TILE};
-use super::module::{arg, launch};
+use super::module::{
+    arg, cached_cubin, launch, launch_shared, Kernel, Module, SEGMENT_TILES_LARGE,
+};
 use super::transfer::Staging;
 use crate::sort::Segments;
 
@@ -35,9 +44,53 @@ pub const SEGMENT_RANK_MAX_ROWS: usize = 32;
 /// (a block then takes at least half a tile of rows).
 pub const SEGMENT_TILES_MAX_ROWS: usize = MERGE_TILE as usize / 2;
 
-/// The longest segment that [`MergeSorts::sort_segment_tiles`] is given
-/// ([`SEGMENT_TILES_MAX_ROWS`], or `GPUSORT_SEGMENT_TILES_MAX_ROWS` for measurements,
-/// at most one tile; 0 turns the segment-tile sort off). Read once per process.
+/// Threads of a large segment tile's block.
+pub const LARGE_TILE_THREADS: u32 = 1024;
+/// Rows per thread of a large segment tile.
+pub const LARGE_TILE_ITEMS: u32 = 12;
+
+/// Runs get the large tile only when its blocks hold on average at least this share of a
+/// tile (a block's rows: at least the window's stride, and on average at least the mean
+/// segment): every block sorts a whole tile, so emptier tiles would waste the work.
+const LARGE_TILE_MIN_FILL: usize = 4;
+
+/// Which tile the segment-tile sort uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegmentTile {
+    /// [`MERGE_TILE`] rows, several blocks per SM (`segment_tiles_<k>`, `segment_ranks_<k>`).
+    Standard,
+    /// [`large_tile_rows`] rows, one block per SM (`segment_tiles_large_<k>`).
+    Large,
+}
+
+/// The large tile's block shape, threads × items: [`LARGE_TILE_THREADS`] ×
+/// [`LARGE_TILE_ITEMS`], or `GPUSORT_SEGMENT_TILES_LARGE=THREADSxITEMS` for measurements
+/// (threads a power of two from 64 to 1 024). Read once per process.
+fn large_tile_shape() -> (u32, u32) {
+    static SHAPE: OnceLock<(u32, u32)> = OnceLock::new();
+    *SHAPE.get_or_init(|| {
+        std::env::var("GPUSORT_SEGMENT_TILES_LARGE")
+            .ok()
+            .and_then(|v| {
+                let (threads, items) = v.split_once('x')?;
+                Some((threads.parse().ok()?, items.parse().ok()?))
+            })
+            .filter(|&(threads, items): &(u32, u32)| {
+                threads.is_power_of_two() && (64..=1024).contains(&threads) && items >= 1
+            })
+            .unwrap_or((LARGE_TILE_THREADS, LARGE_TILE_ITEMS))
+    })
+}
+
+/// Rows of a large segment tile.
+pub fn large_tile_rows() -> usize {
+    let (threads, items) = large_tile_shape();
+    (threads * items) as usize
+}
+
+/// The longest segment that the standard tile is given ([`SEGMENT_TILES_MAX_ROWS`], or
+/// `GPUSORT_SEGMENT_TILES_MAX_ROWS` for measurements, at most one tile; 0 turns both
+/// segment-tile sorts off). Read once per process.
 pub fn segment_tiles_max_rows() -> usize {
     static MAX: OnceLock<usize> = OnceLock::new();
     *MAX.get_or_init(|| {
@@ -49,10 +102,95 @@ pub fn segment_tiles_max_rows() -> usize {
     })
 }
 
+/// The loaded large-tile kernels (`kernels/segment_tiles_large.cu`).
+#[derive(Debug)]
+pub struct LargeSegmentTiles {
+    _module: Module,
+    windows: Kernel,
+    /// `segment_tiles_large_u32` and `_u64`; `None` where the device's shared memory per
+    /// block is too small for the tile.
+    sort: [Option<Kernel>; 2],
+}
+
+impl LargeSegmentTiles {
+    /// Compiles (or takes from the cache) and loads the kernels for `device`.
+    pub fn load(device: &Device) -> CudaResult<Self> {
+        let (threads, items) = large_tile_shape();
+        let defines = [
+            ("MERGE_THREADS".to_string(), threads.to_string()),
+            ("MERGE_ITEMS".to_string(), items.to_string()),
+        ];
+        let module = Module::load(
+            SEGMENT_TILES_LARGE.name,
+            &cached_cubin(SEGMENT_TILES_LARGE, device.arch, &defines)?,
+        )?;
+        let usable = |name: &'static str, key_bytes: usize| -> CudaResult<Option<Kernel>> {
+            let kernel = module.kernel(name)?;
+            // SAFETY: a function handle of the loaded module.
+            let most = unsafe {
+                result::function::get_function_attribute(
+                    kernel.function,
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                )
+            }
+            .map_err(|e| CudaError::driver("cuFuncGetAttribute", e))?;
+            // SAFETY: as above; the driver checks the size against the device's limit.
+            let shared = unsafe {
+                result::function::set_function_attribute(
+                    kernel.function,
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    large_tile_shared_bytes(key_bytes) as i32,
+                )
+            };
+            if (most as u32) < threads || shared.is_err() {
+                log::debug!("gpusort: {name} does not fit this device; large segment tiles off");
+                return Ok(None);
+            }
+            Ok(Some(kernel))
+        };
+        Ok(Self {
+            windows: module.kernel("segment_tile_windows")?,
+            sort: [
+                usable("segment_tiles_large_u32", 4)?,
+                usable("segment_tiles_large_u64", 8)?,
+            ],
+            _module: module,
+        })
+    }
+}
+
+/// Dynamic shared memory of a large tile: `SharedTile<K, true>` of `kernels/merge.cuh`,
+/// keys, segments and row ids of the padded tile (one free element per thread's run).
+fn large_tile_shared_bytes(key_bytes: usize) -> usize {
+    let (threads, _) = large_tile_shape();
+    (large_tile_rows() + threads as usize) * (key_bytes + 8)
+}
+
 impl MergeSorts {
+    /// The segment tile that sorts a run of `segments` with keys of `key_bytes` (4 or 8)
+    /// bytes, or `None` when no tile suits it: the standard tile when no segment is longer
+    /// than [`segment_tiles_max_rows`]; the large tile when none is longer than it and its
+    /// blocks would be at least a quarter full.
+    pub fn segment_tile_for(&self, key_bytes: usize, segments: &Segments) -> Option<SegmentTile> {
+        let longest = segments.longest_rows();
+        let standard = segment_tiles_max_rows();
+        if standard == 0 {
+            return None;
+        }
+        if longest <= standard {
+            return Some(SegmentTile::Standard);
+        }
+        let large = large_tile_rows();
+        let stride = (large + 1).saturating_sub(longest);
+        let fill = stride.max(segments.mean_rows());
+        let usable = self.large_segment_tiles.sort[usize::from(key_bytes == 8)].is_some();
+        (usable && longest <= large && fill * LARGE_TILE_MIN_FILL >= large)
+            .then_some(SegmentTile::Large)
+    }
+
     /// Stable sort of `n` rows by one-word `keys` within `segments`, whose longest segment
-    /// must not exceed one tile: the permutation. The segment starts go up through the
-    /// staging buffers.
+    /// must fit `tile`: the permutation. The segment starts go up through the staging
+    /// buffers.
     pub fn sort_segment_tiles(
         &self,
         device: &Device,
@@ -60,12 +198,13 @@ impl MergeSorts {
         keys: &MergeKeys,
         segments: &Segments,
         n: usize,
+        tile: SegmentTile,
     ) -> CudaResult<DeviceBuffer<u32>> {
         let starts = segments.starts();
         let on_device = staging.upload(device, starts.len(), "segment starts", |at, out| {
             out.copy_from_slice(&starts[at..at + out.len()])
         })?;
-        self.sort_segment_tiles_with_starts(device, keys, &on_device, segments, n)
+        self.sort_segment_tiles_with_starts(device, keys, &on_device, segments, n, tile)
     }
 
     /// [`Self::sort_segment_tiles`] with the segment starts already on the device.
@@ -76,12 +215,32 @@ impl MergeSorts {
         starts: &DeviceBuffer<u32>,
         segments: &Segments,
         n: usize,
+        tile: SegmentTile,
     ) -> CudaResult<DeviceBuffer<u32>> {
         check_rows(n)?;
         let out = device.alloc::<u32>(n, "segment tile row ids")?;
         if n == 0 {
             return Ok(out);
         }
+        match tile {
+            SegmentTile::Standard => {
+                self.standard_tiles(device, keys, starts, segments, n, &out)?
+            }
+            SegmentTile::Large => self.large_tiles(device, keys, starts, segments, n, &out)?,
+        }
+        device.synchronize()?;
+        Ok(out)
+    }
+
+    fn standard_tiles(
+        &self,
+        device: &Device,
+        keys: &MergeKeys,
+        starts: &DeviceBuffer<u32>,
+        segments: &Segments,
+        n: usize,
+        out: &DeviceBuffer<u32>,
+    ) -> CudaResult<()> {
         let longest = segments.longest_rows();
         assert!(
             (1..=MERGE_TILE as usize).contains(&longest),
@@ -132,8 +291,78 @@ impl MergeSorts {
         } else {
             self.segment_tiles[keys.index()]
         };
-        launch(device, kernel, blocks, MERGE_THREADS, &mut params, n)?;
-        device.synchronize()?;
-        Ok(out)
+        launch(device, kernel, blocks, MERGE_THREADS, &mut params, n)
+    }
+
+    fn large_tiles(
+        &self,
+        device: &Device,
+        keys: &MergeKeys,
+        starts: &DeviceBuffer<u32>,
+        segments: &Segments,
+        n: usize,
+        out: &DeviceBuffer<u32>,
+    ) -> CudaResult<()> {
+        let large = &self.large_segment_tiles;
+        let rows_per_tile = large_tile_rows();
+        let longest = segments.longest_rows();
+        assert!(
+            (1..=rows_per_tile).contains(&longest),
+            "large segment tiles take segments of 1 ..= {rows_per_tile} rows, not {longest}"
+        );
+        let Some(sort) = large.sort[keys.index()] else {
+            return Err(CudaError::Unavailable(
+                "large segment tiles do not fit this device's shared memory".into(),
+            ));
+        };
+        let stride = (rows_per_tile + 1 - longest) as u32;
+        let windows = n.div_ceil(stride as usize) as u32;
+        // No more listed windows than segments (each holds at least one) or windows.
+        let most = windows.min(segments.len() as u32);
+        let list = device.alloc::<u32>(2 * most as usize, "segment tile windows")?;
+        let listed = device.alloc::<u32>(1, "segment tile window count")?;
+        device.zero(&listed)?;
+        let count = segments.len() as u32;
+        {
+            let (mut s, mut c, mut step, mut w, mut l, mut len) = (
+                starts.ptr(),
+                count,
+                stride,
+                windows,
+                list.ptr(),
+                listed.ptr(),
+            );
+            let mut params = [
+                arg(&mut s),
+                arg(&mut c),
+                arg(&mut step),
+                arg(&mut w),
+                arg(&mut l),
+                arg(&mut len),
+            ];
+            let grid = windows.div_ceil(MERGE_THREADS);
+            launch(device, large.windows, grid, MERGE_THREADS, &mut params, n)?;
+        }
+        let (mut k, mut s, mut c, mut rows, mut l, mut len, mut o) = (
+            keys.ptr(),
+            starts.ptr(),
+            count,
+            n as u32,
+            list.ptr(),
+            listed.ptr(),
+            out.ptr(),
+        );
+        let mut params = [
+            arg(&mut k),
+            arg(&mut s),
+            arg(&mut c),
+            arg(&mut rows),
+            arg(&mut l),
+            arg(&mut len),
+            arg(&mut o),
+        ];
+        let (threads, _) = large_tile_shape();
+        let shared = large_tile_shared_bytes(keys.key_bytes()) as u32;
+        launch_shared(device, sort, most, threads, shared, &mut params, n)
     }
 }

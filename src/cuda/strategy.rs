@@ -2,7 +2,8 @@
 //!
 //! ```text
 //!  segments known (input ordered by a key prefix):
-//!     longest segment ≤ segment_tiles_max_rows(), key of one word
+//!     key of one word, longest segment ≤ segment_tiles_max_rows() (standard tile), or
+//!     ≤ large_tile_rows() with blocks at least a quarter full (large tile)
 //!         → segment tiles: blocks of whole segments, each sorted as one tile (one kernel)
 //!     mean segment ≤ SEGMENTED_MERGE_MAX_MEAN_ROWS, key of one word
 //!         → segmented merge sort: (segment, key) elements; with u32 keys (segment << 32 | key)
@@ -22,7 +23,6 @@ use super::device::{Device, DeviceBuffer};
 use super::encode::DeviceKeys;
 use super::error::CudaResult;
 use super::merge::{MergeKeys, MERGE_TILE};
-use super::segment_tiles::segment_tiles_max_rows;
 use super::transfer::Staging;
 use super::CudaRuntime;
 use crate::config::AlgorithmChoice;
@@ -157,8 +157,9 @@ impl CudaRuntime {
         Ok(segmented(permutation))
     }
 
-    /// The segment-tile sort when every segment is short enough and the key is one
-    /// word: the permutation; otherwise the keys back, untouched.
+    /// The segment-tile sort when a tile suits the segments (see
+    /// [`super::MergeSorts::segment_tile_for`]) and the key is one word: the permutation;
+    /// otherwise the keys back, untouched.
     fn sort_segment_tiles(
         &self,
         device: &Device,
@@ -168,18 +169,19 @@ impl CudaRuntime {
         segments: &Segments,
         n: usize,
     ) -> CudaResult<Result<DeviceBuffer<u32>, DeviceKeys>> {
-        if algorithm == AlgorithmChoice::Onesweep
-            || segments.longest_rows() > segment_tiles_max_rows()
-        {
+        if algorithm == AlgorithmChoice::Onesweep {
             return Ok(Err(keys));
         }
         let keys = match one_word(keys) {
             Ok(keys) => keys,
             Err(other) => return Ok(Err(other)),
         };
+        let Some(tile) = self.merge.segment_tile_for(keys.key_bytes(), segments) else {
+            return Ok(Err(device_keys(keys)));
+        };
         let permutation = self
             .merge
-            .sort_segment_tiles(device, staging, &keys, segments, n)?;
+            .sort_segment_tiles(device, staging, &keys, segments, n, tile)?;
         Ok(Ok(permutation))
     }
 }
@@ -193,6 +195,14 @@ fn one_word(keys: DeviceKeys) -> Result<MergeKeys, DeviceKeys> {
             Ok(MergeKeys::U64(words.pop().expect("one word")))
         }
         other => Err(other),
+    }
+}
+
+/// One-word keys back as device keys.
+fn device_keys(keys: MergeKeys) -> DeviceKeys {
+    match keys {
+        MergeKeys::U32(word) => DeviceKeys::U32(word),
+        MergeKeys::U64(word) => DeviceKeys::Words(vec![word]),
     }
 }
 

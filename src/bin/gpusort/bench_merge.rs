@@ -2,8 +2,8 @@
 //! data (`benches/cub_merge.cu`, built with nvcc on the GPU host, `--cub PATH`).
 //!
 //! Segmented: 2^N random u64 keys (`splitmix64(seed + i)`) with row ids in segments of
-//! 16 … 1 000 000 rows; gpusort as the product runs it (`auto`: the segment-tile sort when
-//! every segment is short, else segment indices from the segment starts, then the merge
+//! 16 … 1 000 000 rows; gpusort as the product runs it (`auto`: the segment-tile sort
+//! (standard or large tile) when every segment fits one, else segment indices from the segment starts, then the merge
 //! sort or the composite radix sort by mean length), and each of its paths forced; CUB's
 //! stable segmented sort and segmented radix sort.
 //! Locality: nearly sorted u32 and u64 keys (noise 0, 64, 4 096: see `nearly_sorted`) with
@@ -14,7 +14,7 @@
 use std::process::Command;
 
 use datafusion::common::{exec_err, DataFusionError, Result};
-use gpusort::cuda::{self, CudaRuntime, DeviceKeys};
+use gpusort::cuda::{self, CudaRuntime, DeviceKeys, SegmentTile};
 use gpusort::sort::Segments;
 use gpusort::AlgorithmChoice;
 
@@ -53,11 +53,11 @@ fn nearly_sorted(i: u64, seed: u64, noise: u64, bits: u32) -> u64 {
 enum Path {
     /// As the product does (`algorithm = auto`).
     Auto,
-    /// The segment-tile sort forced (segments of at most one tile).
-    Tiles,
+    /// The segment-tile sort forced with this tile (segments of at most one tile).
+    Tiles(SegmentTile),
     /// The segment-tile sort forced, its segment starts uploaded before the timed region
     /// (as CUB's offsets are).
-    TilesStartsOnDevice,
+    TilesStartsOnDevice(SegmentTile),
     /// The merge sort forced (locality sort, or the segmented merge sort).
     Merge,
     /// OneSweep forced (with segments: the composite radix sort).
@@ -94,35 +94,47 @@ pub fn run(options: &MergeBench) -> Result<()> {
             .unwrap_or_default()
     };
     println!();
-    println!("| segment rows | gpusort auto (path) | segment tiles forced | segment tiles, starts on device | merge forced | composite radix forced | CUB stable segmented | CUB segmented radix | auto vs best CUB |");
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| segment rows | gpusort auto (path) | segment tiles forced (tile) | segment tiles, starts on device | large tile forced | merge forced | composite radix forced | CUB stable segmented | CUB segmented radix | auto vs best CUB |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     let random = generate(n, options.seed, |x| x);
     for length in SEGMENT_LENGTHS {
         let starts: Vec<u32> = (0..n).step_by(length).map(|s| s as u32).collect();
         let segments = Segments::new(starts, n);
-        let path = if segments.longest_rows() <= cuda::segment_tiles_max_rows() {
-            "tiles"
-        } else if segments.mean_rows() <= cuda::SEGMENTED_MERGE_MAX_MEAN_ROWS {
-            "merge"
-        } else {
-            "radix"
+        let chosen = runtime.merge.segment_tile_for(8, &segments);
+        let path = match chosen {
+            Some(SegmentTile::Standard) => "tiles",
+            Some(SegmentTile::Large) => "large tiles",
+            None if segments.mean_rows() <= cuda::SEGMENTED_MERGE_MAX_MEAN_ROWS => "merge",
+            None => "radix",
         };
+        let longest = segments.longest_rows();
+        let fits_large = longest <= cuda::large_tile_rows();
+        // The tile `auto` picks, else any that fits.
+        let tile = chosen.or(if longest <= cuda::MERGE_TILE as usize {
+            Some(SegmentTile::Standard)
+        } else {
+            fits_large.then_some(SegmentTile::Large)
+        });
         let [auto, merge, radix] = [Path::Auto, Path::Merge, Path::Radix]
             .map(|p| time_u64(&runtime, &random, Some(&segments), p, options));
         let (auto, merge, radix) = (auto?, merge?, radix?);
-        let [tiles, tiles_on_device] = [Path::Tiles, Path::TilesStartsOnDevice].map(|p| {
-            if segments.longest_rows() <= cuda::MERGE_TILE as usize {
-                time_u64(&runtime, &random, Some(&segments), p, options)
-                    .map(|ms| format!("{ms:.3}"))
-            } else {
-                Ok("-".into())
+        let forced = |path: Option<Path>| -> Result<String> {
+            match path {
+                Some(p) => time_u64(&runtime, &random, Some(&segments), p, options)
+                    .map(|ms| format!("{ms:.3}")),
+                None => Ok("-".into()),
             }
-        });
-        let (tiles, tiles_on_device) = (tiles?, tiles_on_device?);
+        };
+        let tiles = match tile {
+            Some(t) => format!("{} ({t:?})", forced(Some(Path::Tiles(t)))?),
+            None => "-".into(),
+        };
+        let tiles_on_device = forced(tile.map(Path::TilesStartsOnDevice))?;
+        let large = forced(fits_large.then_some(Path::Tiles(SegmentTile::Large)))?;
         let theirs = cub_ms(&format!("cub seg {length} "));
         let best = theirs.iter().copied().fold(f64::INFINITY, f64::min);
         println!(
-            "| {length} | {auto:.3} ({path}) | {tiles} | {tiles_on_device} | {merge:.3} | {radix:.3} | {} | {} | {} |",
+            "| {length} | {auto:.3} ({path}) | {tiles} | {tiles_on_device} | {large} | {merge:.3} | {radix:.3} | {} | {} | {} |",
             cell(theirs.first()),
             cell(theirs.get(1)),
             ratio(best, auto)
@@ -177,7 +189,7 @@ fn ratio(theirs: f64, ours: f64) -> String {
 fn algorithm(path: Path) -> AlgorithmChoice {
     match path {
         Path::Auto => AlgorithmChoice::Auto,
-        Path::Tiles | Path::TilesStartsOnDevice | Path::Merge => AlgorithmChoice::Locality,
+        Path::Tiles(_) | Path::TilesStartsOnDevice(_) | Path::Merge => AlgorithmChoice::Locality,
         Path::Radix => AlgorithmChoice::Onesweep,
     }
 }
@@ -211,7 +223,7 @@ fn time_u64(
     median(runtime, options, |device, staging| {
         let pristine = upload(device, staging, data)?;
         let starts = match (segments, path) {
-            (Some(segments), Path::TilesStartsOnDevice) => {
+            (Some(segments), Path::TilesStartsOnDevice(_)) => {
                 Some(upload(device, staging, segments.starts())?)
             }
             _ => None,
@@ -221,18 +233,18 @@ fn time_u64(
                 let keys = device.duplicate(&pristine, "bench keys")?;
                 start.record(device)?;
                 match (segments, path) {
-                    (Some(segments), Path::TilesStartsOnDevice) => {
+                    (Some(segments), Path::TilesStartsOnDevice(tile)) => {
                         let keys = cuda::MergeKeys::U64(keys);
                         let starts = starts.as_ref().expect("starts uploaded");
-                        runtime
-                            .merge
-                            .sort_segment_tiles_with_starts(device, &keys, starts, segments, n)?;
+                        runtime.merge.sort_segment_tiles_with_starts(
+                            device, &keys, starts, segments, n, tile,
+                        )?;
                     }
-                    (Some(segments), Path::Tiles) => {
+                    (Some(segments), Path::Tiles(tile)) => {
                         let keys = cuda::MergeKeys::U64(keys);
                         runtime
                             .merge
-                            .sort_segment_tiles(device, staging, &keys, segments, n)?;
+                            .sort_segment_tiles(device, staging, &keys, segments, n, tile)?;
                     }
                     (Some(segments), Path::Merge) => {
                         let segs =
