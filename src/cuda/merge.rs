@@ -192,36 +192,42 @@ impl MergeSorts {
         })
     }
 
-    /// The sortedness probe: how many of the `n` keys are greater than the key `distance`
-    /// rows further on.
+    /// The sortedness probe over every `every`-th chunk of [`PROBE_CHUNK`] consecutive
+    /// positions: how many of the probed keys are greater than the key `distance` rows
+    /// further on, and how many keys were probed.
     pub fn inversions(
         &self,
         device: &Device,
         keys: &MergeKeys,
         n: usize,
         distance: u32,
-    ) -> CudaResult<u64> {
+        every: u32,
+    ) -> CudaResult<Probe> {
         check_rows(n)?;
+        assert!(every >= 1, "the probe takes every chunk at most");
         let count = device.alloc::<u64>(1, "probe counter")?;
         device.zero(&count)?;
-        let (mut ptr, mut rows, mut distance, mut out) =
-            (keys.ptr(), n as u32, distance, count.ptr());
+        let probed = probed_positions(n, distance, every);
+        let (mut ptr, mut rows, mut distance, mut every, mut out) =
+            (keys.ptr(), n as u32, distance, every, count.ptr());
         let mut params = [
             arg(&mut ptr),
             arg(&mut rows),
             arg(&mut distance),
+            arg(&mut every),
             arg(&mut out),
         ];
         let kernel = self.inversions[keys.index()];
         launch(
             device,
             kernel,
-            self.simple_grid(n),
+            self.simple_grid(probed as usize),
             SIMPLE_THREADS,
             &mut params,
             n,
         )?;
-        Ok(device.download_now(&count)?[0])
+        let inversions = device.download_now(&count)?[0];
+        Ok(Probe { inversions, probed })
     }
 
     /// Stable locality sort of `n` keys: the permutation.
@@ -553,6 +559,31 @@ fn max_place_radius() -> u32 {
         .min(LARGEST_PLACE_RADIUS)
 }
 
+/// Positions the probe reads (`kernels/locality_sort.cu`, `count_inversions`).
+pub const PROBE_CHUNK: u64 = 1024;
+
+/// What the sortedness probe found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe {
+    /// Probed keys greater than the key `distance` rows further on.
+    pub inversions: u64,
+    /// Keys probed.
+    pub probed: u64,
+}
+
+/// How many positions below `n - distance` lie in every `every`-th chunk of
+/// [`PROBE_CHUNK`] positions, from the first chunk on.
+fn probed_positions(n: usize, distance: u32, every: u32) -> u64 {
+    let limit = (n as u64).saturating_sub(distance as u64);
+    if limit == 0 {
+        return 0;
+    }
+    let step = every as u64 * PROBE_CHUNK;
+    let chunks = limit.div_ceil(step);
+    let last = (chunks - 1) * step;
+    (chunks - 1) * PROBE_CHUNK + PROBE_CHUNK.min(limit - last)
+}
+
 /// The merge kernels index rows with u32.
 pub(super) fn check_rows(n: usize) -> CudaResult<()> {
     let max = u32::MAX as usize - MERGE_TILE as usize;
@@ -560,4 +591,29 @@ pub(super) fn check_rows(n: usize) -> CudaResult<()> {
         return Err(CudaError::TooLarge { rows: n, max });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probed_positions_count_the_sampled_chunks() {
+        let brute = |n: usize, distance: u32, every: u32| {
+            (0..(n as u64).saturating_sub(distance as u64))
+                .filter(|i| (i / PROBE_CHUNK) % every as u64 == 0)
+                .count() as u64
+        };
+        for n in [0, 1, 1023, 1024, 1025, 5000, 8192, 8193, 100_000] {
+            for distance in [0, 1, 2048, 8192] {
+                for every in [1, 2, 8] {
+                    assert_eq!(
+                        probed_positions(n, distance, every),
+                        brute(n, distance, every),
+                        "n={n} distance={distance} every={every}"
+                    );
+                }
+            }
+        }
+    }
 }

@@ -13,8 +13,9 @@
 //!  no segments:
 //!     onesweep → OneSweep
 //!     locality / segmented → locality merge sort (keys of one word; longer keys: OneSweep)
-//!     auto → sortedness probe (keys greater than the key four tiles on); few enough:
-//!            locality merge sort, else OneSweep
+//!     auto → sortedness probe on a sample (keys greater than the key one tile on for
+//!            u32 keys, four tiles on for u64); few enough: locality merge sort, else
+//!            OneSweep
 //! ```
 //!
 //! The thresholds come from `gpusort bench merge` (docs/performance.md).
@@ -37,10 +38,16 @@ pub const SEGMENTED_MERGE_MAX_MEAN_ROWS: usize = 8 * MERGE_TILE as usize;
 /// key [`LOCALITY_PROBE_TILES`] tiles further on.
 pub const LOCALITY_MAX_INVERSIONS_PER: u64 = 64;
 
-/// How many tiles apart the probe compares keys: disorder within this distance is what
-/// the placement pass after the block sort handles in one pass (H100, 2^26 keys moved up
-/// to 4 096 places: 2.5 ms against OneSweep's 2.7 for u32, 3.4 against 6.6 for u64).
-pub const LOCALITY_PROBE_TILES: u32 = 4;
+/// How many tiles apart the probe compares keys, for u32 and for u64 keys: disorder within
+/// this distance goes to the locality sort. H100, 2^26 keys moved up to 4 096 places (radius
+/// 2): the locality sort took 2.5 ms against OneSweep's 2.1 for u32 (four passes), 3.5
+/// against 4.8 for u64 (eight passes); so u32 keys get the locality sort only for disorder
+/// within one tile (docs/performance.md).
+pub const LOCALITY_PROBE_TILES: [u32; 2] = [1, 4];
+
+/// The probe reads one chunk of consecutive keys in this many (a sample of n / 8 keys
+/// decides as well as all of them, at an eighth of the reads).
+pub const LOCALITY_PROBE_EVERY: u32 = 8;
 
 /// What the device did with one run's keys.
 pub struct DeviceOrder {
@@ -93,12 +100,14 @@ impl CudaRuntime {
 
     /// Whether the sortedness probe finds `keys` nearly sorted.
     fn nearly_sorted(&self, device: &Device, keys: &MergeKeys, n: usize) -> CudaResult<bool> {
-        let distance = LOCALITY_PROBE_TILES * MERGE_TILE;
+        let distance = LOCALITY_PROBE_TILES[keys.index()] * MERGE_TILE;
         if n <= 2 * distance as usize {
             return Ok(false);
         }
-        let inversions = self.merge.inversions(device, keys, n, distance)?;
-        Ok(inversions * LOCALITY_MAX_INVERSIONS_PER <= n as u64)
+        let probe = self
+            .merge
+            .inversions(device, keys, n, distance, LOCALITY_PROBE_EVERY)?;
+        Ok(probe.inversions * LOCALITY_MAX_INVERSIONS_PER <= probe.probed)
     }
 
     fn sort_segments(
