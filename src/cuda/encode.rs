@@ -124,7 +124,7 @@ impl Encoder {
     /// Compiles (or takes from the cache) and loads the kernels for `device`.
     pub fn load(device: &Device) -> CudaResult<Self> {
         let cubin = cached_cubin(ENCODE, device.arch, &[])?;
-        let module = Module::load(ENCODE.name, &cubin)?;
+        let module = Module::load(ENCODE, &cubin)?;
         Ok(Self {
             stats: module.kernel("encode_field_stats")?,
             pack: module.kernel("encode_pack_field")?,

@@ -75,7 +75,7 @@ impl Gatherer {
     /// Compiles (or takes from the cache) and loads the kernels for `device`.
     pub fn load(device: &Device) -> CudaResult<Self> {
         let cubin = cached_cubin(GATHER, device.arch, &[])?;
-        let module = Module::load(GATHER.name, &cubin)?;
+        let module = Module::load(GATHER, &cubin)?;
         let kernel = |name| module.kernel(name);
         Ok(Self {
             values: [

@@ -152,12 +152,10 @@ pub struct MergeSorts {
 impl MergeSorts {
     /// Compiles (or takes from the cache) and loads the kernels for `device`.
     pub fn load(device: &Device) -> CudaResult<Self> {
-        let locality_module = Module::load(
-            LOCALITY.name,
-            &cached_cubin(LOCALITY, device.arch, &defines())?,
-        )?;
+        let locality_module =
+            Module::load(LOCALITY, &cached_cubin(LOCALITY, device.arch, &defines())?)?;
         let segmented_module = Module::load(
-            SEGMENTED.name,
+            SEGMENTED,
             &cached_cubin(SEGMENTED, device.arch, &defines())?,
         )?;
         let locality_scan = locality_module.kernel("merge_scan_tiles")?;

@@ -26,6 +26,29 @@ pub struct KernelFile {
     pub name: &'static str,
     /// Its text.
     pub source: &'static str,
+    /// The `extern "C"` kernels its launcher loads: [`Module::kernel`] refuses any other
+    /// name, and CI checks that each is in the compiled CUBIN
+    /// (`every_kernel_compiles_for_sm80_and_sm90`), so an entry point renamed or removed
+    /// in the source fails without a GPU.
+    pub entry_points: &'static [&'static str],
+}
+
+/// The entry points of `merge.cuh`'s `MERGE_ENTRY_POINTS(prefix, ..)` for each prefix,
+/// then the other names.
+macro_rules! with_merge_entry_points {
+    ([$($prefix:literal),*], [$($other:literal),* $(,)?]) => {
+        &[
+            $(
+                concat!($prefix, "_block_sort"),
+                concat!($prefix, "_find_dirty"),
+                concat!($prefix, "_merge_tiles"),
+                concat!($prefix, "_copy_back"),
+                concat!($prefix, "_tile_radius"),
+                concat!($prefix, "_place"),
+            )*
+            $($other),*
+        ]
+    };
 }
 
 /// Headers the kernel files may include (`#include "common.cuh"`).
@@ -42,36 +65,91 @@ pub const HEADERS: &[(&str, &str)] = &[
 pub const ONESWEEP: KernelFile = KernelFile {
     name: "onesweep.cu",
     source: include_str!("../../kernels/onesweep.cu"),
+    entry_points: &[
+        "onesweep_histogram_u32",
+        "onesweep_histogram_u64",
+        "onesweep_pass_u32_keys",
+        "onesweep_pass_u32_pairs",
+        "onesweep_pass_u32_rowids",
+        "onesweep_pass_u64_keys",
+        "onesweep_pass_u64_pairs",
+        "onesweep_pass_u64_rowids",
+        "onesweep_gather_u64",
+    ],
 };
 
 /// Key encoding from raw Arrow buffers.
 pub const ENCODE: KernelFile = KernelFile {
     name: "encode.cu",
     source: include_str!("../../kernels/encode.cu"),
+    entry_points: &[
+        "encode_field_stats",
+        "encode_pack_field",
+        "encode_partition_ids",
+    ],
 };
 
 /// Payload columns gathered in sorted order.
 pub const GATHER: KernelFile = KernelFile {
     name: "gather.cu",
     source: include_str!("../../kernels/gather.cu"),
+    entry_points: &[
+        "gather_w1",
+        "gather_w2",
+        "gather_w4",
+        "gather_w8",
+        "gather_w16",
+        "gather_w32",
+        "gather_bits",
+        "gather_views",
+        "scan_view_bytes",
+        "copy_view_bytes",
+    ],
 };
 
 /// The merge sort for nearly sorted keys, and the sortedness probe.
 pub const LOCALITY: KernelFile = KernelFile {
     name: "locality_sort.cu",
     source: include_str!("../../kernels/locality_sort.cu"),
+    entry_points: with_merge_entry_points!(
+        ["locality_u32", "locality_u64"],
+        [
+            "merge_scan_tiles",
+            "locality_inversions_u32",
+            "locality_inversions_u64",
+        ]
+    ),
 };
 
 /// The merge sort within known segments.
 pub const SEGMENTED: KernelFile = KernelFile {
     name: "segmented_sort.cu",
     source: include_str!("../../kernels/segmented_sort.cu"),
+    entry_points: with_merge_entry_points!(
+        ["segmented"],
+        [
+            "merge_scan_tiles",
+            "segment_ids",
+            "segment_tile_bounds",
+            "segment_tiles_u32",
+            "segment_tiles_u64",
+            "segment_ranks_u32",
+            "segment_ranks_u64",
+            "segment_key_u32",
+            "segment_word",
+        ]
+    ),
 };
 
 /// Segment tiles larger than the merge tile, one block per SM.
 pub const SEGMENT_TILES_LARGE: KernelFile = KernelFile {
     name: "segment_tiles_large.cu",
     source: include_str!("../../kernels/segment_tiles_large.cu"),
+    entry_points: &[
+        "segment_tile_windows",
+        "segment_tiles_large_u32",
+        "segment_tiles_large_u64",
+    ],
 };
 
 /// Every kernel file, for compile checks.
@@ -305,7 +383,7 @@ fn store_atomically(path: &PathBuf, bytes: &[u8]) {
 #[derive(Debug)]
 pub struct Module {
     handle: sys::CUmodule,
-    file: &'static str,
+    file: KernelFile,
 }
 
 // SAFETY: module and function handles may be used from any thread of the context.
@@ -327,20 +405,26 @@ unsafe impl Sync for Kernel {}
 
 impl Module {
     /// Loads CUBIN `image` of kernel file `file` into the current context.
-    pub fn load(file: &'static str, image: &[u8]) -> CudaResult<Self> {
+    pub fn load(file: KernelFile, image: &[u8]) -> CudaResult<Self> {
         // SAFETY: `image` is a complete CUBIN produced by NVRTC; the driver copies it.
         let handle = unsafe { result::module::load_data(image.as_ptr() as *const _) }
             .map_err(|e| CudaError::driver("cuModuleLoadData", e))?;
         Ok(Self { handle, file })
     }
 
-    /// The entry point `name`.
+    /// The entry point `name`, one of the file's [`KernelFile::entry_points`].
     pub fn kernel(&self, name: &'static str) -> CudaResult<Kernel> {
+        let file = self.file.name;
+        if !self.file.entry_points.contains(&name) {
+            return Err(CudaError::Unavailable(format!(
+                "{name} is not among the entry points declared for {file} (src/cuda/module.rs)"
+            )));
+        }
         let c_name = CString::new(name).expect("kernel names have no NUL");
         // SAFETY: the module is loaded for the life of `self`.
         let function =
             unsafe { result::module::get_function(self.handle, c_name) }.map_err(|e| {
-                log::error!("gpusort: {} has no entry point {name}", self.file);
+                log::error!("gpusort: {file} has no entry point {name}");
                 CudaError::driver("cuModuleGetFunction", e)
             })?;
         Ok(Kernel { function, name })
@@ -424,8 +508,30 @@ mod tests {
                     "{} sm_{arch}: not a CUBIN",
                     file.name
                 );
+                for name in file.entry_points {
+                    assert!(
+                        has_symbol(&cubin, name),
+                        "{} sm_{arch}: no entry point {name}",
+                        file.name
+                    );
+                }
             }
         }
+    }
+
+    /// Whether the CUBIN's string table holds `name` as a whole symbol name (NUL before
+    /// and after: section names such as `.text.<name>` have a dot before it).
+    fn has_symbol(cubin: &[u8], name: &str) -> bool {
+        let needle = [b"\0", name.as_bytes(), b"\0"].concat();
+        cubin.windows(needle.len()).any(|w| w == needle)
+    }
+
+    #[test]
+    fn symbol_search_matches_whole_names_only() {
+        let table = b"\0.text.segment_tiles_u32\0segment_tiles_u64\0";
+        assert!(has_symbol(table, "segment_tiles_u64"));
+        assert!(!has_symbol(table, "segment_tiles_u32"));
+        assert!(!has_symbol(table, "tiles_u64"));
     }
 
     #[test]

@@ -268,7 +268,7 @@ impl Onesweep {
     /// Compiles (or takes from the cache) and loads the kernels for `device`.
     pub fn load(device: &Device) -> CudaResult<Self> {
         let cubin = cached_cubin(ONESWEEP, device.arch, &defines())?;
-        let module = Module::load(ONESWEEP.name, &cubin)?;
+        let module = Module::load(ONESWEEP, &cubin)?;
         let k = |name| module.kernel(name);
         let loaded = Self {
             histogram: [k("onesweep_histogram_u32")?, k("onesweep_histogram_u64")?],

@@ -121,7 +121,7 @@ impl LargeSegmentTiles {
             ("MERGE_ITEMS".to_string(), items.to_string()),
         ];
         let module = Module::load(
-            SEGMENT_TILES_LARGE.name,
+            SEGMENT_TILES_LARGE,
             &cached_cubin(SEGMENT_TILES_LARGE, device.arch, &defines)?,
         )?;
         let usable = |name: &'static str, key_bytes: usize| -> CudaResult<Option<Kernel>> {
