@@ -1233,15 +1233,15 @@ gpu_test!(segmented_sort_equals_the_cpu_segmented_sort, |rt| {
 
 /// Runs the segment-tile sort with `tile` directly on u32 and u64 keys (few distinct
 /// values: many ties, so stability is checked too) for every size and segment shape, and
-/// compares with the CPU segmented sort. Segments longer than `tile_rows` (power-law
-/// lengths) are split first.
+/// compares with the CPU segmented sort. Segments longer than the tile (power-law lengths)
+/// are split first.
 fn check_segment_tiles(
     rt: &cuda::CudaRuntime,
     tile: cuda::SegmentTile,
-    tile_rows: usize,
     sizes: &[usize],
     shapes: &[common::strategies::Lengths],
 ) {
+    let tile_rows = tile.rows();
     for &n in sizes {
         for &lengths in shapes {
             let label = format!("segment tiles {tile:?} n={n} {lengths:?}");
@@ -1299,7 +1299,6 @@ gpu_test!(segment_tiles_sort_segments_up_to_a_tile, |rt| {
     check_segment_tiles(
         rt,
         cuda::SegmentTile::Standard,
-        tile,
         &[
             1,
             2,
@@ -1330,12 +1329,11 @@ gpu_test!(segment_tiles_sort_segments_up_to_a_tile, |rt| {
 // (stride 1), short ones mixed in, sizes around the large tile; and which tile `auto` picks.
 gpu_test!(large_segment_tiles_sort_segments_up_to_a_tile, |rt| {
     use common::strategies::Lengths;
-    let tile = cuda::large_tile_rows();
+    let tile = cuda::SegmentTile::Large.rows();
     let standard = cuda::MERGE_TILE as usize;
     check_segment_tiles(
         rt,
         cuda::SegmentTile::Large,
-        tile,
         &[
             1,
             17,

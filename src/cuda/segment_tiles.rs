@@ -11,7 +11,7 @@
 //!              longest segment ≤ SEGMENT_RANK_MAX_ROWS: each row ranked by counting the
 //!              rows of its segment before it (segment_ranks_<k>); else block sort of
 //!              (segment, key, row id) (segment_tiles_<k>) → final row ids written
-//!  large tile (large_tile_rows() rows, kernels/segment_tiles_large.cu), longer segments:
+//!  large tile (SegmentTile::Large.rows() rows, kernels/segment_tiles_large.cu), longer segments:
 //!     segment_tile_windows: the same windows, each non-empty one appended to a list
 //!     segment_tiles_large_<k>: one block per listed window, one block per SM (its tile
 //!              in dynamic shared memory), the same sort as segment_tiles_<k>
@@ -63,6 +63,27 @@ pub enum SegmentTile {
     Large,
 }
 
+impl SegmentTile {
+    /// Rows per tile.
+    pub fn rows(self) -> usize {
+        match self {
+            SegmentTile::Standard => MERGE_TILE as usize,
+            SegmentTile::Large => large_tile_rows(),
+        }
+    }
+
+    /// The rows between window starts for segments of at most `longest` rows: a window's
+    /// segments then always fit one tile (s(x + stride) ≤ x + stride + longest − 1).
+    fn stride(self, longest: usize) -> u32 {
+        let rows = self.rows();
+        assert!(
+            (1..=rows).contains(&longest),
+            "{self:?} segment tiles take segments of 1 ..= {rows} rows, not {longest}"
+        );
+        (rows + 1 - longest) as u32
+    }
+}
+
 /// The large tile's block shape, threads × items: [`LARGE_TILE_THREADS`] ×
 /// [`LARGE_TILE_ITEMS`], or `GPUSORT_SEGMENT_TILES_LARGE=THREADSxITEMS` for measurements
 /// (threads a power of two from 64 to 1 024). Read once per process.
@@ -83,7 +104,7 @@ fn large_tile_shape() -> (u32, u32) {
 }
 
 /// Rows of a large segment tile.
-pub fn large_tile_rows() -> usize {
+fn large_tile_rows() -> usize {
     let (threads, items) = large_tile_shape();
     (threads * items) as usize
 }
@@ -180,12 +201,14 @@ impl MergeSorts {
         if longest <= standard {
             return Some(SegmentTile::Standard);
         }
-        let large = large_tile_rows();
-        let stride = (large + 1).saturating_sub(longest);
-        let fill = stride.max(segments.mean_rows());
-        let usable = self.large_segment_tiles.sort[usize::from(key_bytes == 8)].is_some();
-        (usable && longest <= large && fill * LARGE_TILE_MIN_FILL >= large)
-            .then_some(SegmentTile::Large)
+        let large = SegmentTile::Large;
+        if longest > large.rows()
+            || self.large_segment_tiles.sort[usize::from(key_bytes == 8)].is_none()
+        {
+            return None;
+        }
+        let fill = (large.stride(longest) as usize).max(segments.mean_rows());
+        (fill * LARGE_TILE_MIN_FILL >= large.rows()).then_some(large)
     }
 
     /// Stable sort of `n` rows by one-word `keys` within `segments`, whose longest segment
@@ -242,11 +265,7 @@ impl MergeSorts {
         out: &DeviceBuffer<u32>,
     ) -> CudaResult<()> {
         let longest = segments.longest_rows();
-        assert!(
-            (1..=MERGE_TILE as usize).contains(&longest),
-            "segment tiles take segments of 1 ..= {MERGE_TILE} rows, not {longest}"
-        );
-        let stride = MERGE_TILE + 1 - longest as u32;
+        let stride = SegmentTile::Standard.stride(longest);
         let blocks = n.div_ceil(stride as usize) as u32;
         let bounds = device.alloc::<u32>(blocks as usize + 1, "segment tile bounds")?;
         let count = segments.len() as u32;
@@ -304,18 +323,12 @@ impl MergeSorts {
         out: &DeviceBuffer<u32>,
     ) -> CudaResult<()> {
         let large = &self.large_segment_tiles;
-        let rows_per_tile = large_tile_rows();
-        let longest = segments.longest_rows();
-        assert!(
-            (1..=rows_per_tile).contains(&longest),
-            "large segment tiles take segments of 1 ..= {rows_per_tile} rows, not {longest}"
-        );
+        let stride = SegmentTile::Large.stride(segments.longest_rows());
         let Some(sort) = large.sort[keys.index()] else {
             return Err(CudaError::Unavailable(
                 "large segment tiles do not fit this device's shared memory".into(),
             ));
         };
-        let stride = (rows_per_tile + 1 - longest) as u32;
         let windows = n.div_ceil(stride as usize) as u32;
         // No more listed windows than segments (each holds at least one) or windows.
         let most = windows.min(segments.len() as u32);

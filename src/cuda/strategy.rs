@@ -3,7 +3,7 @@
 //! ```text
 //!  segments known (input ordered by a key prefix):
 //!     key of one word, longest segment ≤ segment_tiles_max_rows() (standard tile), or
-//!     ≤ large_tile_rows() with blocks at least a quarter full (large tile)
+//!     ≤ SegmentTile::Large.rows() with blocks at least a quarter full (large tile)
 //!         → segment tiles: blocks of whole segments, each sorted as one tile (one kernel)
 //!     mean segment ≤ SEGMENTED_MERGE_MAX_MEAN_ROWS, key of one word
 //!         → segmented merge sort: (segment, key) elements; with u32 keys (segment << 32 | key)

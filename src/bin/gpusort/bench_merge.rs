@@ -108,13 +108,11 @@ pub fn run(options: &MergeBench) -> Result<()> {
             None => "radix",
         };
         let longest = segments.longest_rows();
-        let fits_large = longest <= cuda::large_tile_rows();
-        // The tile `auto` picks, else any that fits.
-        let tile = chosen.or(if longest <= cuda::MERGE_TILE as usize {
-            Some(SegmentTile::Standard)
-        } else {
-            fits_large.then_some(SegmentTile::Large)
-        });
+        let fits_large = longest <= SegmentTile::Large.rows();
+        // The tile `auto` picks, else the first that fits.
+        let tile = chosen.or([SegmentTile::Standard, SegmentTile::Large]
+            .into_iter()
+            .find(|t| longest <= t.rows()));
         let [auto, merge, radix] = [Path::Auto, Path::Merge, Path::Radix]
             .map(|p| time_u64(&runtime, &random, Some(&segments), p, options));
         let (auto, merge, radix) = (auto?, merge?, radix?);
