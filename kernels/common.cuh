@@ -5,6 +5,7 @@
 #pragma once
 
 typedef unsigned char u8;
+typedef unsigned short u16;
 typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef int i32;

@@ -24,7 +24,6 @@
 // (LIMB_VIEW_LENGTH, `offset` = window).
 #include "common.cuh"
 
-typedef unsigned short u16;
 typedef long long i64;
 
 #ifndef ENCODE_THREADS

@@ -17,8 +17,6 @@
 // source padded to whole words by the host.
 #include "common.cuh"
 
-typedef unsigned short u16;
-
 // 16 and 32 bytes moved as aligned vectors (decimals of 128 and 256 bits, intervals).
 struct __align__(16) Bytes16 {
     u64 lo, hi;

@@ -10,6 +10,9 @@
 //                          head flags, sorts them as one tile and writes the final row ids
 //   segment_ranks_<k>      the same blocks when every segment is short: each row ranked by
 //                          counting the rows of its segment before it
+//   segment_starts_<l>     the segments' first rows from their lengths less one (u8 or u16:
+//                          a quarter or half the bytes of the starts over PCIe) and the
+//                          first row of every SEGMENT_STARTS_CHUNK-th segment
 //   segment_ids            per row: the index of its segment, from the segments' first rows
 //   segmented_block_sort / _find_dirty / _merge_tiles / _copy_back
 //                          the merge passes of merge.cuh over (segment, u64 key, row id):
@@ -66,31 +69,57 @@ __device__ void segment_ranks(const K* __restrict__ keys, const u32* __restrict_
     const u32 count = (k1 < segments ? starts[k1] : n) - row0;
     if (count == 0) return;  // the same for the whole block
     if (count > MERGE_TILE) __trap();  // a stride too large for the longest segment
-    for (u32 i = threadIdx.x; i < count; i += MERGE_THREADS) s_keys[i] = keys[row0 + i];
+    // Thread t's rows are t, t + MERGE_THREADS, ...: all its key loads are issued before the
+    // first is used, and its keys stay in registers for the ranking.
+    K mine[MERGE_ITEMS];
+#pragma unroll
+    for (int it = 0; it < MERGE_ITEMS; ++it) {
+        const u32 i = threadIdx.x + it * MERGE_THREADS;
+        if (i < count) mine[it] = keys[row0 + i];
+    }
+#pragma unroll
+    for (int it = 0; it < MERGE_ITEMS; ++it) {
+        const u32 i = threadIdx.x + it * MERGE_THREADS;
+        if (i < count) s_keys[i] = mine[it];
+    }
     for (u32 k = k0 + threadIdx.x; k < k1; k += MERGE_THREADS) {
         const u32 first = starts[k] - row0;
         const u32 end = k + 1 < k1 ? starts[k + 1] - row0 : count;
         for (u32 r = first; r < end; ++r) s_span[r] = first | end << 16;
     }
     __syncthreads();
-    for (u32 i = threadIdx.x; i < count; i += MERGE_THREADS) {
-        const K key = s_keys[i];
-        const u32 span = s_span[i];
-        const u32 first = span & 0xffffu, end = span >> 16;
-        u32 rank = first;
-        for (u32 j = first; j < end; ++j) {
-            const K other = s_keys[j];
-            rank += (other < key) | ((other == key) & (j < i));
+#pragma unroll
+    for (int it = 0; it < MERGE_ITEMS; ++it) {
+        const u32 i = threadIdx.x + it * MERGE_THREADS;
+        if (i < count) {
+            const K key = mine[it];
+            const u32 span = s_span[i];
+            const u32 first = span & 0xffffu, end = span >> 16;
+            u32 rank = first;
+            for (u32 j = first; j < end; ++j) {
+                const K other = s_keys[j];
+                rank += (other < key) | ((other == key) & (j < i));
+            }
+            s_ids[rank] = row0 + i;
         }
-        s_ids[rank] = row0 + i;
     }
     __syncthreads();
-    for (u32 i = threadIdx.x; i < count; i += MERGE_THREADS) out[row0 + i] = s_ids[i];
+#pragma unroll
+    for (int it = 0; it < MERGE_ITEMS; ++it) {
+        const u32 i = threadIdx.x + it * MERGE_THREADS;
+        if (i < count) out[row0 + i] = s_ids[i];
+    }
 }
+
+// Blocks of segment_ranks_<k> that must fit one SM: ptxas keeps the registers low enough for
+// the shared memory to be the limit (7 blocks of 32 KB for u64 keys; 32 registers, no spills).
+#ifndef SEGMENT_RANKS_MIN_BLOCKS
+#define SEGMENT_RANKS_MIN_BLOCKS 7
+#endif
 
 // The extern "C" entry points segment_ranks_<k> and segment_tiles_<k> of one key type.
 #define SEGMENT_TILE_ENTRY_POINTS(K)                                                                       \
-    extern "C" __global__ void __launch_bounds__(MERGE_THREADS)                                           \
+    extern "C" __global__ void __launch_bounds__(MERGE_THREADS, SEGMENT_RANKS_MIN_BLOCKS)                 \
         segment_ranks_##K(const K* keys, const u32* starts, u32 segments, u32 n, const u32* bounds,      \
                           u32* out) {                                                                     \
         segment_ranks<K>(keys, starts, segments, n, bounds, out);                                         \
@@ -103,6 +132,46 @@ __device__ void segment_ranks(const K* __restrict__ keys, const u32* __restrict_
 
 SEGMENT_TILE_ENTRY_POINTS(u32)
 SEGMENT_TILE_ENTRY_POINTS(u64)
+
+// ---- Segment starts from segment lengths ----
+//
+// Block b rebuilds the starts of segments [b * SEGMENT_STARTS_CHUNK, (b + 1) * ...): thread t
+// adds up the lengths of its SEGMENT_STARTS_ITEMS consecutive segments, a block scan gives
+// each thread its offset, and chunk_starts[b] (sent by the host, which knows the starts)
+// places the chunk. lengths[k] is segment k's rows less one, so u8 takes segments of up to
+// 256 rows and u16 up to 65 536.
+#define SEGMENT_STARTS_ITEMS 16
+#define SEGMENT_STARTS_CHUNK (MERGE_THREADS * SEGMENT_STARTS_ITEMS)
+
+template <typename L>
+__device__ void segment_starts(const L* __restrict__ lengths, const u32* __restrict__ chunk_starts,
+                               u32 segments, u32* __restrict__ starts) {
+    __shared__ u32 s_warp[MERGE_THREADS / WARP];
+    const u64 first = (u64)blockIdx.x * SEGMENT_STARTS_CHUNK + threadIdx.x * SEGMENT_STARTS_ITEMS;
+    u32 rows[SEGMENT_STARTS_ITEMS];
+    u32 sum = 0;
+#pragma unroll
+    for (int i = 0; i < SEGMENT_STARTS_ITEMS; ++i) {
+        rows[i] = first + i < segments ? (u32)lengths[first + i] + 1 : 0;
+        sum += rows[i];
+    }
+    u32 at = chunk_starts[blockIdx.x] + block_exclusive_sum<MERGE_THREADS>(sum, s_warp);
+#pragma unroll
+    for (int i = 0; i < SEGMENT_STARTS_ITEMS; ++i) {
+        if (first + i < segments) starts[first + i] = at;
+        at += rows[i];
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(MERGE_THREADS)
+    segment_starts_u8(const u8* lengths, const u32* chunk_starts, u32 segments, u32* starts) {
+    segment_starts<u8>(lengths, chunk_starts, segments, starts);
+}
+
+extern "C" __global__ void __launch_bounds__(MERGE_THREADS)
+    segment_starts_u16(const u16* lengths, const u32* chunk_starts, u32 segments, u32* starts) {
+    segment_starts<u16>(lengths, chunk_starts, segments, starts);
+}
 
 // Block b numbers rows [b * MERGE_TILE, (b + 1) * MERGE_TILE): at most MERGE_TILE segments
 // start there, so the starts from the segment of its first row on fit in shared memory.

@@ -1291,6 +1291,50 @@ fn check_segment_tiles(
     }
 }
 
+// Segment starts sent as u8 / u16 lengths (or as they are) and rebuilt on the device: segment
+// counts around the rebuild's chunk, lengths at each encoding's limit, random lengths.
+gpu_test!(segment_starts_rebuilt_from_lengths, |rt| {
+    use cuda::{StartsEncoding, SEGMENT_STARTS_CHUNK as CHUNK};
+    let mut rng = rng("segment starts");
+    for longest in [1usize, 2, 255, 256, 257, 65_535, 65_536, 65_537] {
+        for count in [
+            1,
+            2,
+            CHUNK - 1,
+            CHUNK,
+            CHUNK + 1,
+            2 * CHUNK + 1,
+            5 * CHUNK + 17,
+        ] {
+            // Random lengths, the longest one somewhere; at most 2^26 rows in all.
+            let longest = longest.min((1usize << 26) / count);
+            let label = format!("segment starts: {count} segments of up to {longest} rows");
+            let mut lengths: Vec<usize> =
+                (0..count).map(|_| rng.random_range(1..=longest)).collect();
+            lengths[rng.random_range(0..count)] = longest;
+            let mut starts = Vec::with_capacity(count);
+            let mut rows = 0usize;
+            for length in &lengths {
+                starts.push(rows as u32);
+                rows += length;
+            }
+            let segments = gpusort::sort::Segments::new(starts, rows);
+            assert_eq!(segments.longest_rows(), longest, "{label}");
+            let got = rt
+                .with_device(|device, staging| {
+                    let on_device = rt.merge.upload_segment_starts(device, staging, &segments)?;
+                    download(device, staging, Some(on_device), count)
+                })
+                .unwrap_or_else(|e| panic!("{label}: {e}"));
+            assert!(
+                got == segments.starts(),
+                "{label} ({:?}): starts differ",
+                StartsEncoding::for_longest(longest)
+            );
+        }
+    }
+});
+
 // The standard segment tile: segment lengths up to a whole tile (stride 1), around the rank
 // kernel's limit of 32, mixed lengths, sizes around the tile.
 gpu_test!(segment_tiles_sort_segments_up_to_a_tile, |rt| {

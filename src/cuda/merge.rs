@@ -31,6 +31,7 @@ use super::error::{CudaError, CudaResult};
 use super::module::{arg, cached_cubin, launch, Kernel, Module, LOCALITY, SEGMENTED};
 use super::segment_tiles::LargeSegmentTiles;
 use super::transfer::Staging;
+use crate::sort::Segments;
 
 /// Threads of a merge block.
 pub(super) const MERGE_THREADS: u32 = 256;
@@ -135,6 +136,8 @@ pub struct MergeSorts {
     segmented: MergeKernels,
     inversions: [Kernel; 2],
     segment_ids: Kernel,
+    /// `segment_starts_u8` and `_u16` (see `segment_starts.rs`).
+    pub(super) segment_starts: [Kernel; 2],
     /// `segment_tiles_u32` and `_u64` (see `segment_tiles.rs`).
     pub(super) segment_tiles: [Kernel; 2],
     /// `segment_tile_bounds`.
@@ -171,6 +174,10 @@ impl MergeSorts {
                 locality_module.kernel("locality_inversions_u64")?,
             ],
             segment_ids: segmented_module.kernel("segment_ids")?,
+            segment_starts: [
+                segmented_module.kernel("segment_starts_u8")?,
+                segmented_module.kernel("segment_starts_u16")?,
+            ],
             segment_tiles: [
                 segmented_module.kernel("segment_tiles_u32")?,
                 segmented_module.kernel("segment_tiles_u64")?,
@@ -249,22 +256,20 @@ impl MergeSorts {
         self.run(device, self.segmented, keys.ptr(), 8, Some(segs.ptr()), n)
     }
 
-    /// Each row's segment index, from the segments' first rows (`starts[0] == 0`,
-    /// ascending).
+    /// Each of the `n` rows' segment index in `segments` (their starts sent as
+    /// [`Self::upload_segment_starts`] does).
     pub fn segment_ids(
         &self,
         device: &Device,
         staging: &mut Staging,
-        starts: &[u32],
+        segments: &Segments,
         n: usize,
     ) -> CudaResult<DeviceBuffer<u32>> {
         check_rows(n)?;
-        let on_device = staging.upload(device, starts.len(), "segment starts", |at, out| {
-            out.copy_from_slice(&starts[at..at + out.len()])
-        })?;
+        let on_device = self.upload_segment_starts(device, staging, segments)?;
         let out = device.alloc::<u32>(n, "segment ids")?;
         let (mut s, mut count, mut rows, mut o) =
-            (on_device.ptr(), starts.len() as u32, n as u32, out.ptr());
+            (on_device.ptr(), segments.len() as u32, n as u32, out.ptr());
         let mut params = [arg(&mut s), arg(&mut count), arg(&mut rows), arg(&mut o)];
         let blocks = n.div_ceil(MERGE_TILE as usize) as u32;
         launch(

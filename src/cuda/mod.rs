@@ -26,6 +26,7 @@ mod idle_vectors;
 mod merge;
 mod module;
 mod onesweep;
+mod segment_starts;
 mod segment_tiles;
 mod strategy;
 mod transfer;
@@ -52,6 +53,7 @@ pub use module::{compile_cubin, is_nvrtc_present, nvrtc_version, KernelFile, ALL
 pub use onesweep::{
     defines as onesweep_defines, Onesweep, PassMode, PassTuning, RadixKey, Sorted, Values,
 };
+pub use segment_starts::{StartsEncoding, SEGMENT_STARTS_CHUNK};
 pub use segment_tiles::{segment_tiles_max_rows, SegmentTile, SEGMENT_TILES_MAX_ROWS};
 pub use strategy::{DeviceOrder, LOCALITY_MAX_INVERSIONS_PER, SEGMENTED_MERGE_MAX_MEAN_ROWS};
 pub use transfer::{Plain as TransferPlain, Staging};

@@ -129,6 +129,8 @@ pub const SEGMENTED: KernelFile = KernelFile {
         ["segmented"],
         [
             "merge_scan_tiles",
+            "segment_starts_u8",
+            "segment_starts_u16",
             "segment_ids",
             "segment_tile_bounds",
             "segment_tiles_u32",

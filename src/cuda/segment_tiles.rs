@@ -2,7 +2,7 @@
 //! one kernel over their keys and segment starts.
 //!
 //! ```text
-//!  segment starts ──staged upload──► device
+//!  segment starts ──staged upload (segment_starts.rs: as u8/u16 lengths)──► device
 //!  standard tile (MERGE_TILE rows, kernels/segmented_sort.cu), longest segment ≤ half a tile:
 //!     segment_tile_bounds: each block's first segment (one binary search per block)
 //!     block b: rows [s(b·stride), s((b+1)·stride)), s(x) = first segment start ≥ x
@@ -213,7 +213,7 @@ impl MergeSorts {
 
     /// Stable sort of `n` rows by one-word `keys` within `segments`, whose longest segment
     /// must fit `tile`: the permutation. The segment starts go up through the staging
-    /// buffers.
+    /// buffers as [`Self::upload_segment_starts`] sends them.
     pub fn sort_segment_tiles(
         &self,
         device: &Device,
@@ -223,10 +223,7 @@ impl MergeSorts {
         n: usize,
         tile: SegmentTile,
     ) -> CudaResult<DeviceBuffer<u32>> {
-        let starts = segments.starts();
-        let on_device = staging.upload(device, starts.len(), "segment starts", |at, out| {
-            out.copy_from_slice(&starts[at..at + out.len()])
-        })?;
+        let on_device = self.upload_segment_starts(device, staging, segments)?;
         self.sort_segment_tiles_with_starts(device, keys, &on_device, segments, n, tile)
     }
 

@@ -132,9 +132,7 @@ impl CudaRuntime {
         };
         let merge = algorithm != AlgorithmChoice::Onesweep
             && segments.mean_rows() <= SEGMENTED_MERGE_MAX_MEAN_ROWS;
-        let segs = self
-            .merge
-            .segment_ids(device, staging, segments.starts(), n)?;
+        let segs = self.merge.segment_ids(device, staging, segments, n)?;
         let permutation = match keys {
             DeviceKeys::Constant => None,
             DeviceKeys::U32(word) => {

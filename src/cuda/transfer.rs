@@ -207,6 +207,8 @@ pub unsafe trait Plain: Copy + Send + Sync + 'static {}
 // SAFETY: primitive integers are plain data.
 unsafe impl Plain for u8 {}
 // SAFETY: as above.
+unsafe impl Plain for u16 {}
+// SAFETY: as above.
 unsafe impl Plain for u32 {}
 // SAFETY: as above.
 unsafe impl Plain for u64 {}

@@ -245,10 +245,7 @@ fn time_u64(
                             .sort_segment_tiles(device, staging, &keys, segments, n, tile)?;
                     }
                     (Some(segments), Path::Merge) => {
-                        let segs =
-                            runtime
-                                .merge
-                                .segment_ids(device, staging, segments.starts(), n)?;
+                        let segs = runtime.merge.segment_ids(device, staging, segments, n)?;
                         runtime.merge.sort_segmented_rows(device, &keys, &segs, n)?;
                     }
                     _ => {
