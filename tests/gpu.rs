@@ -1132,6 +1132,83 @@ gpu_test!(
     }
 );
 
+// The windowed locality sort: keys within the halo of their places (ties included) give
+// the stable sort; a key further away, or random keys, make the check decline (a result
+// that is kept must be the stable sort).
+gpu_test!(locality_window_sort_is_exact_or_declines, |rt| {
+    let halo = cuda::LOCALITY_WINDOW_HALO;
+    let owned = (cuda::MERGE_TILE - 2 * halo) as usize;
+    let tile = cuda::MERGE_TILE as usize;
+    for n in [
+        tile + 1,
+        3 * owned - 1,
+        3 * owned,
+        3 * owned + 1,
+        100_003,
+        1 << 20,
+    ] {
+        for bits in [32u32, 64] {
+            // (shape, noise, must the window sort keep its result?)
+            let cases: [(&str, u64, Option<bool>); 6] = [
+                ("nearly", 0, Some(true)),
+                ("nearly", 1, Some(true)),
+                ("nearly", halo as u64 / 2, Some(true)),
+                ("nearly", halo as u64, Some(true)),
+                ("far", 0, Some(false)),
+                ("random", 0, None),
+            ];
+            for (shape, noise, keeps) in cases {
+                let label = format!("window sort n={n} bits={bits} {shape} noise={noise}");
+                let mut word = match shape {
+                    "far" => shaped_word(n, &label, bits, "nearly", 0),
+                    _ => shaped_word(n, &label, bits, shape, noise),
+                };
+                if bits == 32 {
+                    // Ties: keys of eight rows in a row share their value.
+                    for w in word.iter_mut() {
+                        *w &= !(0x3fu64 << 32);
+                    }
+                }
+                if shape == "far" {
+                    // One key belongs n / 2 places before where it is.
+                    word[n - 1] = word[n / 2];
+                }
+                let expected = radix_sort(std::slice::from_ref(&word), n);
+                let got = rt
+                    .with_device(|device, staging| {
+                        let keys = if bits == 32 {
+                            let narrow: Vec<u32> = word.iter().map(|&k| (k >> 32) as u32).collect();
+                            cuda::MergeKeys::U32(staging.upload::<u32, _>(
+                                device,
+                                n,
+                                "test keys",
+                                |at, out| out.copy_from_slice(&narrow[at..at + out.len()]),
+                            )?)
+                        } else {
+                            cuda::MergeKeys::U64(staging.upload::<u64, _>(
+                                device,
+                                n,
+                                "test keys",
+                                |at, out| out.copy_from_slice(&word[at..at + out.len()]),
+                            )?)
+                        };
+                        match rt.merge.window_sort(device, &keys, n, halo)? {
+                            Some(ids) => download(device, staging, Some(ids), n).map(Some),
+                            None => Ok(None),
+                        }
+                    })
+                    .unwrap_or_else(|e| panic!("{label}: {e}"));
+                if let Some(keeps) = keeps {
+                    assert_eq!(got.is_some(), keeps, "{label}: kept or declined wrongly");
+                }
+                if let Some(got) = got {
+                    assert!(got == expected, "{label}: order differs");
+                }
+            }
+        }
+    }
+});
+
 gpu_test!(auto_probes_for_nearly_sorted_keys, |rt| {
     let _ = rt;
     let backend = CudaBackend::new().unwrap();

@@ -135,6 +135,10 @@ pub struct MergeSorts {
     locality: [MergeKernels; 2],
     segmented: MergeKernels,
     inversions: [Kernel; 2],
+    /// `locality_window_u32` and `_u64` (see `locality_window.rs`).
+    pub(super) window: [Kernel; 2],
+    /// `locality_window_check_u32` and `_u64`.
+    pub(super) window_check: [Kernel; 2],
     segment_ids: Kernel,
     /// `segment_starts_u8` and `_u16` (see `segment_starts.rs`).
     pub(super) segment_starts: [Kernel; 2],
@@ -172,6 +176,14 @@ impl MergeSorts {
             inversions: [
                 locality_module.kernel("locality_inversions_u32")?,
                 locality_module.kernel("locality_inversions_u64")?,
+            ],
+            window: [
+                locality_module.kernel("locality_window_u32")?,
+                locality_module.kernel("locality_window_u64")?,
+            ],
+            window_check: [
+                locality_module.kernel("locality_window_check_u32")?,
+                locality_module.kernel("locality_window_check_u64")?,
             ],
             segment_ids: segmented_module.kernel("segment_ids")?,
             segment_starts: [

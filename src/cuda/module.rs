@@ -117,6 +117,10 @@ pub const LOCALITY: KernelFile = KernelFile {
             "merge_scan_tiles",
             "locality_inversions_u32",
             "locality_inversions_u64",
+            "locality_window_u32",
+            "locality_window_u64",
+            "locality_window_check_u32",
+            "locality_window_check_u64",
         ]
     ),
 };

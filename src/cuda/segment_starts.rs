@@ -100,9 +100,15 @@ impl MergeSorts {
             return Ok(out);
         }
         let lengths = staging.upload(device, count, "segment lengths", |at, part| {
-            for (k, length) in (at..).zip(part.iter_mut()) {
-                let end = starts.get(k + 1).copied().unwrap_or(rows);
-                *length = narrow(end - starts[k] - 1);
+            // Zipped slices, no index checks: the loop vectorizes. The last segment ends
+            // at `rows`.
+            let len = part.len();
+            let ends = &starts[at + 1..(at + len + 1).min(count)];
+            for ((length, &start), &end) in part.iter_mut().zip(&starts[at..at + len]).zip(ends) {
+                *length = narrow(end - start - 1);
+            }
+            if at + len == count {
+                part[len - 1] = narrow(rows - starts[count - 1] - 1);
             }
         })?;
         let chunks = count.div_ceil(SEGMENT_STARTS_CHUNK);

@@ -12,10 +12,11 @@
 //!           whose cost does not depend on segment length (no cliff)
 //!  no segments:
 //!     onesweep → OneSweep
-//!     locality / segmented → locality merge sort (keys of one word; longer keys: OneSweep)
+//!     locality / segmented → locality sort (keys of one word; longer keys: OneSweep)
 //!     auto → sortedness probe on a sample (keys greater than the key one tile on for
-//!            u32 keys, four tiles on for u64); few enough: locality merge sort, else
-//!            OneSweep
+//!            u32 keys, four tiles on for u64); few enough: locality sort, else OneSweep
+//!  locality sort: no key above the key `halo` rows on (second sampled probe) → windowed
+//!            sort (locality_window.rs), kept when its check proves it; else the merge sort
 //! ```
 //!
 //! The thresholds come from `gpusort bench merge` (docs/performance.md).
@@ -23,6 +24,7 @@
 use super::device::{Device, DeviceBuffer};
 use super::encode::DeviceKeys;
 use super::error::CudaResult;
+use super::locality_window::locality_window_halo;
 use super::merge::{MergeKeys, MERGE_TILE};
 use super::transfer::Staging;
 use super::CudaRuntime;
@@ -85,6 +87,19 @@ impl CudaRuntime {
             AlgorithmChoice::Auto => self.nearly_sorted(device, &keys, n)?,
         };
         if locality {
+            let window = self.merge.window_sort_if_local(
+                device,
+                &keys,
+                n,
+                locality_window_halo(),
+                LOCALITY_PROBE_EVERY,
+            )?;
+            if let Some(permutation) = window {
+                return Ok(DeviceOrder {
+                    permutation: Some(permutation),
+                    algorithm: Algorithm::Locality,
+                });
+            }
             let sorted = self.merge.sort_rows(device, keys, n)?;
             return Ok(DeviceOrder {
                 permutation: Some(sorted.permutation),

@@ -58,6 +58,8 @@ enum Path {
     /// The segment-tile sort forced, its segment starts uploaded before the timed region
     /// (as CUB's offsets are).
     TilesStartsOnDevice(SegmentTile),
+    /// Only the upload of the segment starts (as the segment-tile sort sends them).
+    StartsUpload,
     /// The merge sort forced (locality sort, or the segmented merge sort).
     Merge,
     /// OneSweep forced (with segments: the composite radix sort).
@@ -94,8 +96,8 @@ pub fn run(options: &MergeBench) -> Result<()> {
             .unwrap_or_default()
     };
     println!();
-    println!("| segment rows | gpusort auto (path) | segment tiles forced (tile) | segment tiles, starts on device | large tile forced | merge forced | composite radix forced | CUB stable segmented | CUB segmented radix | auto vs best CUB |");
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| segment rows | gpusort auto (path) | segment tiles forced (tile) | segment tiles, starts on device | starts upload alone | large tile forced | merge forced | composite radix forced | CUB stable segmented | CUB segmented radix | auto vs best CUB |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     let random = generate(n, options.seed, |x| x);
     for length in SEGMENT_LENGTHS {
         let starts: Vec<u32> = (0..n).step_by(length).map(|s| s as u32).collect();
@@ -128,11 +130,12 @@ pub fn run(options: &MergeBench) -> Result<()> {
             None => "-".into(),
         };
         let tiles_on_device = forced(tile.map(Path::TilesStartsOnDevice))?;
+        let starts_upload = forced(Some(Path::StartsUpload))?;
         let large = forced(fits_large.then_some(Path::Tiles(SegmentTile::Large)))?;
         let theirs = cub_ms(&format!("cub seg {length} "));
         let best = theirs.iter().copied().fold(f64::INFINITY, f64::min);
         println!(
-            "| {length} | {auto:.3} ({path}) | {tiles} | {tiles_on_device} | {large} | {merge:.3} | {radix:.3} | {} | {} | {} |",
+            "| {length} | {auto:.3} ({path}) | {tiles} | {tiles_on_device} | {starts_upload} | {large} | {merge:.3} | {radix:.3} | {} | {} | {} |",
             cell(theirs.first()),
             cell(theirs.get(1)),
             ratio(best, auto)
@@ -187,7 +190,9 @@ fn ratio(theirs: f64, ours: f64) -> String {
 fn algorithm(path: Path) -> AlgorithmChoice {
     match path {
         Path::Auto => AlgorithmChoice::Auto,
-        Path::Tiles(_) | Path::TilesStartsOnDevice(_) | Path::Merge => AlgorithmChoice::Locality,
+        Path::Tiles(_) | Path::TilesStartsOnDevice(_) | Path::StartsUpload | Path::Merge => {
+            AlgorithmChoice::Locality
+        }
         Path::Radix => AlgorithmChoice::Onesweep,
     }
 }
@@ -237,6 +242,12 @@ fn time_u64(
                         runtime.merge.sort_segment_tiles_with_starts(
                             device, &keys, starts, segments, n, tile,
                         )?;
+                    }
+                    (Some(segments), Path::StartsUpload) => {
+                        drop(keys);
+                        runtime
+                            .merge
+                            .upload_segment_starts(device, staging, segments)?;
                     }
                     (Some(segments), Path::Tiles(tile)) => {
                         let keys = cuda::MergeKeys::U64(keys);

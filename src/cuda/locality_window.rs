@@ -1,0 +1,136 @@
+//! The windowed locality sort: one kernel for keys that are each within a halo of rows of
+//! their sorted place, proved exact afterwards (`kernels/locality_sort.cu`).
+//!
+//! ```text
+//!  probe at distance halo (sampled): any key above the key `halo` rows on → decline
+//!  locality_window_<k>     block b owns rows [b·M, (b+1)·M), M = MERGE_TILE − 2·halo; it
+//!                          sorts them with halo rows on each side and writes the row ids of
+//!                          its owned places, and the (key, id) of its first and last place
+//!  locality_window_check   boundaries where (key, id) does not strictly increase (4 bytes
+//!                          back); none → the permutation is the stable sort; some → decline
+//! ```
+//!
+//! Compared with the block sort + radius check + placement of the merge sort, the keys are
+//! read once, no key is written, and no second pass reads them again; the cost is the
+//! halo's share of each tile sorted twice. Declining costs the attempt; the keys are left
+//! as they were, so the merge sort then runs on them.
+
+use std::sync::OnceLock;
+
+use super::device::{Device, DeviceBuffer};
+use super::error::CudaResult;
+use super::merge::{check_rows, MergeKeys, MergeSorts, MERGE_THREADS, MERGE_TILE};
+use super::module::{arg, launch};
+
+/// Rows of halo on each side of a window (a window owns MERGE_TILE − 2 × this rows).
+pub const LOCALITY_WINDOW_HALO: u32 = 128;
+
+/// The halo: [`LOCALITY_WINDOW_HALO`], or `GPUSORT_LOCALITY_WINDOW_HALO` for measurements
+/// (0 turns the windowed sort off; at most a quarter of a tile). Read once per process.
+pub fn locality_window_halo() -> u32 {
+    static HALO: OnceLock<u32> = OnceLock::new();
+    *HALO.get_or_init(|| {
+        std::env::var("GPUSORT_LOCALITY_WINDOW_HALO")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(LOCALITY_WINDOW_HALO)
+            .min(MERGE_TILE / 4)
+    })
+}
+
+impl MergeSorts {
+    /// The stable sort of `n` keys by the windowed sort when a sampled probe finds no key
+    /// above the key `halo` rows on, and the check proves the result; else `None` (the keys
+    /// are untouched).
+    pub fn window_sort_if_local(
+        &self,
+        device: &Device,
+        keys: &MergeKeys,
+        n: usize,
+        halo: u32,
+        probe_every: u32,
+    ) -> CudaResult<Option<DeviceBuffer<u32>>> {
+        if halo == 0 || n <= MERGE_TILE as usize {
+            return Ok(None);
+        }
+        if self
+            .inversions(device, keys, n, halo, probe_every)?
+            .inversions
+            > 0
+        {
+            return Ok(None);
+        }
+        self.window_sort(device, keys, n, halo)
+    }
+
+    /// The windowed sort of `n` keys with `halo` rows on each side of each window: the
+    /// permutation, or `None` when some key lay further than that from its place.
+    pub fn window_sort(
+        &self,
+        device: &Device,
+        keys: &MergeKeys,
+        n: usize,
+        halo: u32,
+    ) -> CudaResult<Option<DeviceBuffer<u32>>> {
+        check_rows(n)?;
+        assert!(
+            (1..=MERGE_TILE / 4).contains(&halo),
+            "a window's halo is 1 ..= {} rows, not {halo}",
+            MERGE_TILE / 4
+        );
+        let out = device.alloc::<u32>(n, "window sort row ids")?;
+        if n == 0 {
+            return Ok(Some(out));
+        }
+        let owned = (MERGE_TILE - 2 * halo) as usize;
+        let windows = n.div_ceil(owned);
+        let edge_keys = device.alloc::<u8>(2 * windows * keys.key_bytes(), "window edge keys")?;
+        let edge_ids = device.alloc::<u32>(2 * windows, "window edge row ids")?;
+        let failures = device.alloc::<u32>(1, "window check failures")?;
+        device.zero(&failures)?;
+        let index = keys.index();
+        {
+            let (mut k, mut rows, mut h, mut o, mut ek, mut ei) = (
+                keys.ptr(),
+                n as u32,
+                halo,
+                out.ptr(),
+                edge_keys.ptr(),
+                edge_ids.ptr(),
+            );
+            let mut params = [
+                arg(&mut k),
+                arg(&mut rows),
+                arg(&mut h),
+                arg(&mut o),
+                arg(&mut ek),
+                arg(&mut ei),
+            ];
+            launch(
+                device,
+                self.window[index],
+                windows as u32,
+                MERGE_THREADS,
+                &mut params,
+                n,
+            )?;
+        }
+        let (mut ek, mut ei, mut w, mut f) = (
+            edge_keys.ptr(),
+            edge_ids.ptr(),
+            windows as u32,
+            failures.ptr(),
+        );
+        let mut params = [arg(&mut ek), arg(&mut ei), arg(&mut w), arg(&mut f)];
+        launch(
+            device,
+            self.window_check[index],
+            windows.div_ceil(MERGE_THREADS as usize) as u32,
+            MERGE_THREADS,
+            &mut params,
+            n,
+        )?;
+        let broken = device.download_now(&failures)?[0];
+        Ok((broken == 0).then_some(out))
+    }
+}
