@@ -95,13 +95,13 @@ __device__ void segment_ranks(const K* __restrict__ keys, const u32* __restrict_
             const K key = mine[it];
             const u32 span = s_span[i];
             const u32 first = span & 0xffffu, end = span >> 16;
-            // Rows before i count when not greater (ties keep their order), rows after i
-            // when smaller: one comparison each.
+            // One loop over the whole segment: lanes of a warp run the same trip count (two
+            // loops, before and after i, measured slower: the lanes diverge).
             u32 rank = first;
-#pragma unroll 4
-            for (u32 j = first; j < i; ++j) rank += s_keys[j] <= key;
-#pragma unroll 4
-            for (u32 j = i + 1; j < end; ++j) rank += s_keys[j] < key;
+            for (u32 j = first; j < end; ++j) {
+                const K other = s_keys[j];
+                rank += (other < key) | ((other == key) & (j < i));
+            }
             s_ids[rank] = row0 + i;
         }
     }

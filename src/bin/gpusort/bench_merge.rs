@@ -60,6 +60,9 @@ enum Path {
     TilesStartsOnDevice(SegmentTile),
     /// Only the upload of the segment starts (as the segment-tile sort sends them).
     StartsUpload,
+    /// A staged upload of one byte per segment, filled with a constant: the copy and the
+    /// staging's overhead without the lengths' computation.
+    StagedBytes,
     /// The merge sort forced (locality sort, or the segmented merge sort).
     Merge,
     /// OneSweep forced (with segments: the composite radix sort).
@@ -96,8 +99,8 @@ pub fn run(options: &MergeBench) -> Result<()> {
             .unwrap_or_default()
     };
     println!();
-    println!("| segment rows | gpusort auto (path) | segment tiles forced (tile) | segment tiles, starts on device | starts upload alone | large tile forced | merge forced | composite radix forced | CUB stable segmented | CUB segmented radix | auto vs best CUB |");
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| segment rows | gpusort auto (path) | segment tiles forced (tile) | segment tiles, starts on device | starts upload alone | staged bytes, constant fill | large tile forced | merge forced | composite radix forced | CUB stable segmented | CUB segmented radix | auto vs best CUB |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     let random = generate(n, options.seed, |x| x);
     for length in SEGMENT_LENGTHS {
         let starts: Vec<u32> = (0..n).step_by(length).map(|s| s as u32).collect();
@@ -131,16 +134,18 @@ pub fn run(options: &MergeBench) -> Result<()> {
         };
         let tiles_on_device = forced(tile.map(Path::TilesStartsOnDevice))?;
         let starts_upload = forced(Some(Path::StartsUpload))?;
+        let staged_bytes = forced(Some(Path::StagedBytes))?;
         let large = forced(fits_large.then_some(Path::Tiles(SegmentTile::Large)))?;
         let theirs = cub_ms(&format!("cub seg {length} "));
         let best = theirs.iter().copied().fold(f64::INFINITY, f64::min);
         println!(
-            "| {length} | {auto:.3} ({path}) | {tiles} | {tiles_on_device} | {starts_upload} | {large} | {merge:.3} | {radix:.3} | {} | {} | {} |",
+            "| {length} | {auto:.3} ({path}) | {tiles} | {tiles_on_device} | {starts_upload} | {staged_bytes} | {large} | {merge:.3} | {radix:.3} | {} | {} | {} |",
             cell(theirs.first()),
             cell(theirs.get(1)),
             ratio(best, auto)
         );
     }
+    print_host_fill(n, options);
     println!();
     println!("| keys | noise | gpusort auto (path) | locality forced | OneSweep forced | CUB radix | auto vs CUB |");
     println!("| --- | --- | --- | --- | --- | --- | --- |");
@@ -170,6 +175,36 @@ pub fn run(options: &MergeBench) -> Result<()> {
     Ok(())
 }
 
+/// The host's share of the starts upload at 16 rows per segment: the u8 lengths computed
+/// from the starts on all cores into a plain vector (median wall time).
+fn print_host_fill(n: usize, options: &MergeBench) {
+    use rayon::prelude::*;
+    let starts: Vec<u32> = (0..n as u32).step_by(16).collect();
+    let mut lengths = vec![0u8; starts.len()];
+    let mut times = Vec::new();
+    for _ in 0..options.warmup + options.reps {
+        let begin = std::time::Instant::now();
+        lengths
+            .par_chunks_mut(1 << 16)
+            .zip(starts.par_chunks(1 << 16))
+            .for_each(|(out, from)| {
+                for (o, w) in out.iter_mut().zip(from.windows(2)) {
+                    *o = (w[1] - w[0] - 1) as u8;
+                }
+            });
+        times.push(begin.elapsed().as_secs_f64() * 1e3);
+    }
+    let mut timed = times.split_off(options.warmup);
+    timed.sort_by(f64::total_cmp);
+    println!();
+    println!(
+        "host fill of the u8 lengths of 16-row segments ({} segments, all cores, into a vector): {:.3} ms (median); checksum {}",
+        starts.len(),
+        timed[timed.len() / 2],
+        lengths.iter().map(|&l| l as u64).sum::<u64>()
+    );
+}
+
 fn generate_index(n: usize, make: impl Fn(u64) -> u64 + Sync + Send) -> Vec<u64> {
     use rayon::prelude::*;
     (0..n as u64).into_par_iter().map(make).collect()
@@ -190,9 +225,11 @@ fn ratio(theirs: f64, ours: f64) -> String {
 fn algorithm(path: Path) -> AlgorithmChoice {
     match path {
         Path::Auto => AlgorithmChoice::Auto,
-        Path::Tiles(_) | Path::TilesStartsOnDevice(_) | Path::StartsUpload | Path::Merge => {
-            AlgorithmChoice::Locality
-        }
+        Path::Tiles(_)
+        | Path::TilesStartsOnDevice(_)
+        | Path::StartsUpload
+        | Path::StagedBytes
+        | Path::Merge => AlgorithmChoice::Locality,
         Path::Radix => AlgorithmChoice::Onesweep,
     }
 }
@@ -248,6 +285,15 @@ fn time_u64(
                         runtime
                             .merge
                             .upload_segment_starts(device, staging, segments)?;
+                    }
+                    (Some(segments), Path::StagedBytes) => {
+                        drop(keys);
+                        staging.upload::<u8, _>(
+                            device,
+                            segments.len(),
+                            "bench bytes",
+                            |_, part| part.fill(1),
+                        )?;
                     }
                     (Some(segments), Path::Tiles(tile)) => {
                         let keys = cuda::MergeKeys::U64(keys);
