@@ -58,6 +58,32 @@ __device__ void segment_tiles(const K* __restrict__ keys, const u32* __restrict_
 // of the segment length. Threads of a warp read the same rows of the same segment
 // (broadcasts); no merge, few registers, many blocks per SM.
 
+// 1 when (other, j) < (key, i), read as one number of the key's bits then 32 bits of row,
+// else 0: the borrow out of the subtraction chain (key, i) from (other, j). PTX keeps the
+// borrow in CC.CF: sub.cc/subc.cc compute a - (b + CF) and write the borrow out, addc
+// adds it.
+__device__ __forceinline__ u32 sorts_before(u32 other, u32 j, u32 key, u32 i) {
+    u32 flag;
+    asm("{\n\t.reg .u32 d;\n\t"
+        "sub.cc.u32 d, %1, %2;\n\t"
+        "subc.cc.u32 d, %3, %4;\n\t"
+        "addc.u32 %0, 0, 0;\n\t}"
+        : "=r"(flag)
+        : "r"(j), "r"(i), "r"(other), "r"(key));
+    return flag;
+}
+__device__ __forceinline__ u32 sorts_before(u64 other, u32 j, u64 key, u32 i) {
+    u32 flag;
+    asm("{\n\t.reg .u32 d;\n\t"
+        "sub.cc.u32 d, %1, %2;\n\t"
+        "subc.cc.u32 d, %3, %4;\n\t"
+        "subc.cc.u32 d, %5, %6;\n\t"
+        "addc.u32 %0, 0, 0;\n\t}"
+        : "=r"(flag)
+        : "r"(j), "r"(i), "r"((u32)other), "r"((u32)key), "r"((u32)(other >> 32)), "r"((u32)(key >> 32)));
+    return flag;
+}
+
 template <typename K>
 __device__ void segment_ranks(const K* __restrict__ keys, const u32* __restrict__ starts, u32 segments, u32 n,
                               const u32* __restrict__ bounds, u32* __restrict__ out) {
@@ -95,13 +121,12 @@ __device__ void segment_ranks(const K* __restrict__ keys, const u32* __restrict_
             const K key = mine[it];
             const u32 span = s_span[i];
             const u32 first = span & 0xffffu, end = span >> 16;
-            // One loop over the whole segment: lanes of a warp run the same trip count (two
-            // loops, before and after i, measured slower: the lanes diverge).
+            // Its rank: the rows j of its segment with (key_j, j) < (key, i), each found by
+            // one chain of subtractions (fewer instructions than comparing the keys for
+            // less and equal and the rows for less: the loop is bound by instruction issue).
             u32 rank = first;
-            for (u32 j = first; j < end; ++j) {
-                const K other = s_keys[j];
-                rank += (other < key) | ((other == key) & (j < i));
-            }
+#pragma unroll 4
+            for (u32 j = first; j < end; ++j) rank += sorts_before(s_keys[j], j, key, i);
             s_ids[rank] = row0 + i;
         }
     }
