@@ -58,11 +58,12 @@ __device__ void segment_tiles(const K* __restrict__ keys, const u32* __restrict_
 // of the segment length. Threads of a warp read the same rows of the same segment
 // (broadcasts); no merge, few registers, many blocks per SM.
 
-// 1 when (other, j) < (key, i), read as one number of the key's bits then 32 bits of row,
-// else 0: the borrow out of the subtraction chain (key, i) from (other, j). PTX keeps the
-// borrow in CC.CF: sub.cc/subc.cc compute a - (b + CF) and write the borrow out, addc
-// adds it.
-__device__ __forceinline__ u32 sorts_before(u32 other, u32 j, u32 key, u32 i) {
+// 1 when (other, j) >= (key, i), read as one number of the key's bits then 32 bits of row,
+// else 0: the carry out of the subtraction chain (other, j) - (key, i). CC.CF works as a
+// carry: sub.cc / subc.cc compile to IADD3 / IADD3.X (a + ~b + carry), so it ends as 1
+// exactly when the chain did not borrow (seen on an H100 for every ordering of keys and
+// rows, ties included; the GPU tests of segment tiles check it through the sort).
+__device__ __forceinline__ u32 not_before(u32 other, u32 j, u32 key, u32 i) {
     u32 flag;
     asm("{\n\t.reg .u32 d;\n\t"
         "sub.cc.u32 d, %1, %2;\n\t"
@@ -72,7 +73,7 @@ __device__ __forceinline__ u32 sorts_before(u32 other, u32 j, u32 key, u32 i) {
         : "r"(j), "r"(i), "r"(other), "r"(key));
     return flag;
 }
-__device__ __forceinline__ u32 sorts_before(u64 other, u32 j, u64 key, u32 i) {
+__device__ __forceinline__ u32 not_before(u64 other, u32 j, u64 key, u32 i) {
     u32 flag;
     asm("{\n\t.reg .u32 d;\n\t"
         "sub.cc.u32 d, %1, %2;\n\t"
@@ -121,12 +122,14 @@ __device__ void segment_ranks(const K* __restrict__ keys, const u32* __restrict_
             const K key = mine[it];
             const u32 span = s_span[i];
             const u32 first = span & 0xffffu, end = span >> 16;
-            // Its rank: the rows j of its segment with (key_j, j) < (key, i), each found by
-            // one chain of subtractions (fewer instructions than comparing the keys for
-            // less and equal and the rows for less: the loop is bound by instruction issue).
-            u32 rank = first;
+            // Its rank: first + the rows j of its segment with (key_j, j) < (key, i), that is
+            // end - those not before it (itself included), each found by one chain of
+            // subtractions: fewer instructions than comparing keys for less and equal and
+            // rows for less, and the loop is bound by instruction issue.
+            u32 not_before_count = 0;
 #pragma unroll 4
-            for (u32 j = first; j < end; ++j) rank += sorts_before(s_keys[j], j, key, i);
+            for (u32 j = first; j < end; ++j) not_before_count += not_before(s_keys[j], j, key, i);
+            const u32 rank = end - not_before_count;
             s_ids[rank] = row0 + i;
         }
     }
