@@ -10,8 +10,6 @@
 //!
 //! Pageable copies run at a fraction of PCIe speed; pinned ones at full speed, and with two
 //! buffers the host's conversion of one chunk overlaps the copy of the other.
-//! Uploads of less than four buffers are cut into quarters (of at least 1 MB), so
-//! that they overlap too.
 
 use std::mem::MaybeUninit;
 
@@ -22,8 +20,6 @@ use super::error::CudaResult;
 
 /// Bytes per staging buffer.
 pub const CHUNK_BYTES: usize = 32 << 20;
-/// The smallest chunk an upload is cut into (see [`upload_chunk`]).
-const MIN_UPLOAD_CHUNK_BYTES: usize = 1 << 20;
 /// Elements per parallel slice of a fill or drain.
 const PAR_ELEMS: usize = 1 << 16;
 /// Bytes per parallel piece of a drain into parts.
@@ -70,7 +66,7 @@ impl Staging {
         F: Fn(usize, &mut [T]) + Sync,
     {
         let out = device.alloc::<T>(n, what)?;
-        let chunk = upload_chunk::<T>(n);
+        let chunk = CHUNK_BYTES / std::mem::size_of::<T>();
         for (i, start) in (0..n).step_by(chunk).enumerate() {
             let which = i % 2;
             let len = chunk.min(n - start);
@@ -202,15 +198,6 @@ impl Staging {
     }
 }
 
-/// Elements per chunk of an upload of `n` `T`s: a staging buffer's worth, but at most a
-/// quarter of the upload (and at least [`MIN_UPLOAD_CHUNK_BYTES`]), so that an upload of
-/// less than four buffers still has several chunks and the fill of one overlaps the copy
-/// of the one before (an upload of one chunk waits for its whole fill before copying).
-fn upload_chunk<T>(n: usize) -> usize {
-    let size = std::mem::size_of::<T>();
-    ((n * size) / 4).clamp(MIN_UPLOAD_CHUNK_BYTES, CHUNK_BYTES) / size
-}
-
 /// Plain data that may live in a staging buffer: any bit pattern is a valid value, no
 /// padding, no pointers.
 ///
@@ -225,22 +212,3 @@ unsafe impl Plain for u16 {}
 unsafe impl Plain for u32 {}
 // SAFETY: as above.
 unsafe impl Plain for u64 {}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn uploads_are_cut_into_several_chunks_when_they_are_large_enough() {
-        // Small uploads: one chunk of at least a megabyte.
-        assert_eq!(upload_chunk::<u8>(100), MIN_UPLOAD_CHUNK_BYTES);
-        assert_eq!(upload_chunk::<u32>(1 << 18), MIN_UPLOAD_CHUNK_BYTES / 4);
-        // 4 MB of bytes: four chunks of 1 MB.
-        assert_eq!(upload_chunk::<u8>(4 << 20), 1 << 20);
-        // 64 MB of u64: four chunks of 16 MB.
-        assert_eq!(upload_chunk::<u64>(8 << 20), 2 << 20);
-        // Large uploads: a whole staging buffer per chunk.
-        assert_eq!(upload_chunk::<u64>(1 << 26), CHUNK_BYTES / 8);
-        assert_eq!(upload_chunk::<u32>(1 << 30), CHUNK_BYTES / 4);
-    }
-}
