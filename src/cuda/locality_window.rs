@@ -86,9 +86,6 @@ impl MergeSorts {
         let windows = n.div_ceil(owned);
         let edge_keys = device.alloc::<u8>(2 * windows * keys.key_bytes(), "window edge keys")?;
         let edge_ids = device.alloc::<u32>(2 * windows, "window edge row ids")?;
-        let failures = device.alloc::<u32>(1, "window check failures")?;
-        device.zero(&failures)?;
-        let index = keys.index();
         {
             let (mut k, mut rows, mut h, mut o, mut ek, mut ei) = (
                 keys.ptr(),
@@ -108,13 +105,29 @@ impl MergeSorts {
             ];
             launch(
                 device,
-                self.window[index],
+                self.window[keys.index()],
                 windows as u32,
                 MERGE_THREADS,
                 &mut params,
                 n,
             )?;
         }
+        let broken = self.broken_window_boundaries(device, keys, &edge_keys, &edge_ids, windows)?;
+        Ok((broken == 0).then_some(out))
+    }
+
+    /// How many of the boundaries between `windows` windows (their first and last owned
+    /// (key, row id) in `edge_keys` / `edge_ids`) do not strictly increase.
+    fn broken_window_boundaries(
+        &self,
+        device: &Device,
+        keys: &MergeKeys,
+        edge_keys: &DeviceBuffer<u8>,
+        edge_ids: &DeviceBuffer<u32>,
+        windows: usize,
+    ) -> CudaResult<u32> {
+        let failures = device.alloc::<u32>(1, "window check failures")?;
+        device.zero(&failures)?;
         let (mut ek, mut ei, mut w, mut f) = (
             edge_keys.ptr(),
             edge_ids.ptr(),
@@ -124,13 +137,12 @@ impl MergeSorts {
         let mut params = [arg(&mut ek), arg(&mut ei), arg(&mut w), arg(&mut f)];
         launch(
             device,
-            self.window_check[index],
+            self.window_check[keys.index()],
             windows.div_ceil(MERGE_THREADS as usize) as u32,
             MERGE_THREADS,
             &mut params,
-            n,
+            windows,
         )?;
-        let broken = device.download_now(&failures)?[0];
-        Ok((broken == 0).then_some(out))
+        Ok(device.download_now(&failures)?[0])
     }
 }
