@@ -62,30 +62,13 @@ extern "C" __global__ void locality_inversions_u64(const u64* keys, u32 n, u32 d
 template <typename K>
 __device__ void window_sort(const K* __restrict__ keys, u32 n, u32 halo, u32* __restrict__ out,
                             K* __restrict__ edge_keys, u32* __restrict__ edge_ids) {
-    typedef Elem<K, false> E;
     __shared__ SharedTile<K, false> s;
     const u32 owned = MERGE_TILE - 2 * halo;
     const u64 own0 = (u64)blockIdx.x * owned;
     const u64 own1 = min(own0 + owned, (u64)n);
     const u64 w0 = own0 > halo ? own0 - halo : 0;
     const u32 count = (u32)(min(own1 + halo, (u64)n) - w0);
-    E r[MERGE_ITEMS];
-#pragma unroll
-    for (int k = 0; k < MERGE_ITEMS; ++k) {
-        const u32 i = threadIdx.x + k * MERGE_THREADS;
-        if (i < count) {
-            r[k].key = keys[w0 + i];
-            r[k].id = (u32)(w0 + i);
-        } else {
-            set_padding(r[k]);  // sorts after every row (stable: after equal keys too)
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < MERGE_ITEMS; ++k) s.put(threadIdx.x + k * MERGE_THREADS, r[k]);
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < MERGE_ITEMS; ++i) r[i] = s.get(threadIdx.x * MERGE_ITEMS + i);
-    if (!tile_in_order(s, r)) sort_tile(s, r);
+    load_and_sort_tile(s, keys, (const u32*)nullptr, w0, count);
     const u32 from = (u32)(own0 - w0), len = (u32)(own1 - own0);
     for (u32 i = threadIdx.x; i < len; i += MERGE_THREADS) out[own0 + i] = s.ids[pad(from + i)];
     if (threadIdx.x < 2) {

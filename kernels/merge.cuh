@@ -282,19 +282,18 @@ __device__ void sort_tile(SharedTile<K, SEG>& s, Elem<K, SEG> (&r)[MERGE_ITEMS])
     __syncthreads();
 }
 
-// Sorts tile blockIdx.x of `data` in place and numbers its rows (row id = position).
+// Loads rows [first, first + count) into the tile `s`, each with its position as row id and
+// padding after them, and sorts it unless it is in order already. Returns whether it was
+// (then `s` holds the rows as loaded). `s` is synchronized on return.
 template <typename K, bool SEG>
-__device__ void block_sort(Arrays<K, SEG> data, u32 n) {
+__device__ bool load_and_sort_tile(SharedTile<K, SEG>& s, const K* keys, const u32* segs, u64 first, u32 count) {
     typedef Elem<K, SEG> E;
-    __shared__ SharedTile<K, SEG> s;
-    const u64 base = (u64)blockIdx.x * MERGE_TILE;
-    const u32 count = (u32)min((u64)MERGE_TILE, n - base);
     for (u32 i = threadIdx.x; i < MERGE_TILE; i += MERGE_THREADS) {
         E e;
         if (i < count) {
-            e.key = data.keys[base + i];
-            if constexpr (SEG) e.seg = data.segs[base + i];
-            e.id = (u32)(base + i);
+            e.key = keys[first + i];
+            if constexpr (SEG) e.seg = segs[first + i];
+            e.id = (u32)(first + i);
         } else {
             set_padding(e);
         }
@@ -304,13 +303,23 @@ __device__ void block_sort(Arrays<K, SEG> data, u32 n) {
     E r[MERGE_ITEMS];
 #pragma unroll
     for (int i = 0; i < MERGE_ITEMS; ++i) r[i] = s.get(threadIdx.x * MERGE_ITEMS + i);
+    if (tile_in_order(s, r)) return true;
+    sort_tile(s, r);
+    return false;
+}
+
+// Sorts tile blockIdx.x of `data` in place and numbers its rows (row id = position).
+template <typename K, bool SEG>
+__device__ void block_sort(Arrays<K, SEG> data, u32 n) {
+    __shared__ SharedTile<K, SEG> s;
+    const u64 base = (u64)blockIdx.x * MERGE_TILE;
+    const u32 count = (u32)min((u64)MERGE_TILE, n - base);
     // A tile already in order (sorted or nearly sorted input, short segments of such)
     // keeps its keys where they are: only its row ids are written.
-    if (tile_in_order(s, r)) {
+    if (load_and_sort_tile(s, data.keys, data.segs, base, count)) {
         for (u32 i = threadIdx.x; i < count; i += MERGE_THREADS) data.ids[base + i] = (u32)(base + i);
         return;
     }
-    sort_tile(s, r);
     for (u32 i = threadIdx.x; i < count; i += MERGE_THREADS) data.store(base + i, s.get(i));
 }
 

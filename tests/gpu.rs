@@ -1176,22 +1176,7 @@ gpu_test!(locality_window_sort_is_exact_or_declines, |rt| {
                 let expected = radix_sort(std::slice::from_ref(&word), n);
                 let got = rt
                     .with_device(|device, staging| {
-                        let keys = if bits == 32 {
-                            let narrow: Vec<u32> = word.iter().map(|&k| (k >> 32) as u32).collect();
-                            cuda::MergeKeys::U32(staging.upload::<u32, _>(
-                                device,
-                                n,
-                                "test keys",
-                                |at, out| out.copy_from_slice(&narrow[at..at + out.len()]),
-                            )?)
-                        } else {
-                            cuda::MergeKeys::U64(staging.upload::<u64, _>(
-                                device,
-                                n,
-                                "test keys",
-                                |at, out| out.copy_from_slice(&word[at..at + out.len()]),
-                            )?)
-                        };
+                        let keys = upload_merge_keys(device, staging, &word, bits)?;
                         match rt.merge.window_sort(device, &keys, n, halo)? {
                             Some(ids) => download(device, staging, Some(ids), n).map(Some),
                             None => Ok(None),
@@ -1308,6 +1293,27 @@ gpu_test!(segmented_sort_equals_the_cpu_segmented_sort, |rt| {
     }
 });
 
+/// Top-aligned one-word keys on the device as merge keys: their top 32 bits as u32 keys when
+/// `bits` ≤ 32, else the u64 words.
+fn upload_merge_keys(
+    device: &cuda::Device,
+    staging: &mut cuda::Staging,
+    word: &[u64],
+    bits: u32,
+) -> cuda::CudaResult<cuda::MergeKeys> {
+    let n = word.len();
+    Ok(if bits <= 32 {
+        let narrow: Vec<u32> = word.iter().map(|&k| (k >> 32) as u32).collect();
+        cuda::MergeKeys::U32(staging.upload::<u32, _>(device, n, "test keys", |at, out| {
+            out.copy_from_slice(&narrow[at..at + out.len()])
+        })?)
+    } else {
+        cuda::MergeKeys::U64(staging.upload::<u64, _>(device, n, "test keys", |at, out| {
+            out.copy_from_slice(&word[at..at + out.len()])
+        })?)
+    })
+}
+
 /// Runs the segment-tile sort with `tile` directly on u32 and u64 keys (few distinct
 /// values: many ties, so stability is checked too) for every size and segment shape, and
 /// compares with the CPU segmented sort. Segments longer than the tile (power-law lengths)
@@ -1340,22 +1346,7 @@ fn check_segment_tiles(
                     gpusort::sort::segmented_sort(std::slice::from_ref(&word), &segments);
                 let got = rt
                     .with_device(|device, staging| {
-                        let keys = if bits <= 32 {
-                            let narrow: Vec<u32> = word.iter().map(|&k| (k >> 32) as u32).collect();
-                            cuda::MergeKeys::U32(staging.upload::<u32, _>(
-                                device,
-                                n,
-                                "test keys",
-                                |at, out| out.copy_from_slice(&narrow[at..at + out.len()]),
-                            )?)
-                        } else {
-                            cuda::MergeKeys::U64(staging.upload::<u64, _>(
-                                device,
-                                n,
-                                "test keys",
-                                |at, out| out.copy_from_slice(&word[at..at + out.len()]),
-                            )?)
-                        };
+                        let keys = upload_merge_keys(device, staging, &word, bits)?;
                         let ids = rt
                             .merge
                             .sort_segment_tiles(device, staging, &keys, &segments, n, tile)?;
