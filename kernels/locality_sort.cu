@@ -6,9 +6,10 @@
 //                          the stretch where two runs overlap is merged
 //   merge_scan_tiles       the work queue of a merge pass
 //   locality_window_<k> / _check_<k>
-//                          for disorder within a halo of rows: each block sorts its own rows
-//                          with a halo on each side and writes its own places' row ids; the
-//                          check proves the result (or the launcher falls back)
+//                          for disorder within a halo of rows: each block sorts chunks of two
+//                          halos around its own rows, merges the chunks' neighbouring halves
+//                          and writes its own places' row ids; checks of every place prove the
+//                          result (or the launcher falls back)
 //   locality_inversions_<k>  the sortedness probe: how many keys are greater than the key
 //                          `distance` rows further on (0 for data whose disorder stays
 //                          within that distance, about half the keys for random data),
@@ -50,29 +51,94 @@ extern "C" __global__ void locality_inversions_u64(const u64* keys, u32 n, u32 d
 
 // ---- Windowed sort: one kernel for disorder within a halo ----
 //
-// Block b owns the rows [b * M, (b + 1) * M), M = MERGE_TILE - 2 * halo, and sorts them
-// together with `halo` rows on each side (one tile); it writes the row ids of its own rows'
-// places only. When no key is more than `halo` places from its sorted place, every block's
-// owned places hold exactly the right rows. Whether they did is checked after: each block
-// also writes the (key, row id) of its first and last owned place, and
-// locality_window_check counts the block boundaries where the order does not strictly
-// increase. None: the ids are strictly increasing (key, row id) pairs over all n places,
-// so every row appears once and the permutation is the stable sort. Else the launcher
-// falls back to the merge sort, whose input keys this kernel left untouched.
+// For keys where no row sorts after a row `halo` or more places further on (h-sorted, h =
+// halo), two phases sort everything: (1) sort the chunks of 2h rows, (2) merge the upper
+// half of each chunk with the lower half of the next, in place. After (1), the h largest
+// of chunk m sort after every row of chunk m - 1 (at least h + 1 rows of chunk m lie h or
+// more places after any row of chunk m - 1), and the h least of chunk m before every row
+// of chunk m + 1; so the merged ranges of (2) are in order among themselves.
+//
+// Block b owns the rows [b * M, (b + 1) * M), M = MERGE_TILE - 2h, and loads one tile of
+// rows from b * M - h (rows before 0 load as least padding, rows from n as padding): its
+// chunks are those of one global grid, its owned places are the merged ranges of (2) in
+// its tile, and it writes their row ids. Whether the input was h-sorted is not assumed but
+// checked: each block counts its owned places whose (key, row id) does not strictly
+// increase into `failures`, and writes the (key, row id) of its first and last owned place
+// for locality_window_check, which counts the block boundaries that do not. None at all:
+// the ids are strictly increasing (key, row id) pairs over all n places, so every row
+// appears once and the permutation is the stable sort. Else the launcher falls back to the
+// merge sort, whose input keys this kernel left untouched.
+template <typename K>
+__device__ __forceinline__ bool strictly_before(const Elem<K, false>& a, const Elem<K, false>& b) {
+    return a.key < b.key || (a.key == b.key && a.id < b.id);
+}
+
+// Phase (2) on a tile of sorted chunks of 2 * half elements: the elements of tile places
+// [half, MERGE_TILE - half) merged in place; each thread returns in r[] the elements of its
+// places q .. q + MERGE_ITEMS - 1, q = half + MERGE_ITEMS * thread (when below
+// MERGE_TILE - half). `s` is synchronized on return.
+template <typename K>
+__device__ void merge_shifted_halves(SharedTile<K, false>& s, u32 half, Elem<K, false> (&r)[MERGE_ITEMS]) {
+    const u32 q = half + threadIdx.x * MERGE_ITEMS;
+    bool changed = false;
+    if (q < MERGE_TILE - half) {
+#pragma unroll
+        for (int i = 0; i < MERGE_ITEMS; ++i) r[i] = s.get(q + i);
+        // A: upper half of one chunk, B: lower half of the next.
+        const u32 first = half + (q - half) / (2 * half) * (2 * half);
+        const OrderView<K, false> A{&s, first};
+        const OrderView<K, false> B{&s, first + half};
+        const u32 diag = q - first;
+        // As in sort_tile: a thread whose elements keep their places merges nothing.
+        changed = !(diag < half ? le(r[MERGE_ITEMS - 1], B(0)) : le(A(half - 1), r[0]));
+        if (changed) {
+            const u32 a = merge_path(A, half, B, half, diag);
+            serial_merge_tile(s, first, a, half, first + half, diag - a, half, r);
+        }
+    }
+    __syncthreads();
+    if (changed) {
+#pragma unroll
+        for (int i = 0; i < MERGE_ITEMS; ++i) s.put(q + i, r[i]);
+    }
+    __syncthreads();
+}
+
+// Whether the owned places [half, half + len) of the tile, whose thread-blocked elements from
+// place q = half + MERGE_ITEMS * thread on are in r[], all strictly increase in (key, row id).
+template <typename K>
+__device__ bool owned_places_increase(const SharedTile<K, false>& s, u32 half, u32 len,
+                                      const Elem<K, false> (&r)[MERGE_ITEMS]) {
+    const u32 q = half + threadIdx.x * MERGE_ITEMS;
+    const u32 end = half + len;
+    bool ok = true;
+#pragma unroll
+    for (int i = 0; i + 1 < MERGE_ITEMS; ++i) {
+        if (q + i + 1 < end) ok = ok && strictly_before(r[i], r[i + 1]);
+    }
+    if (q + MERGE_ITEMS < end) ok = ok && strictly_before(r[MERGE_ITEMS - 1], s.get(q + MERGE_ITEMS));
+    return __syncthreads_and(ok);
+}
+
 template <typename K>
 __device__ void window_sort(const K* __restrict__ keys, u32 n, u32 halo, u32* __restrict__ out,
-                            K* __restrict__ edge_keys, u32* __restrict__ edge_ids) {
+                            K* __restrict__ edge_keys, u32* __restrict__ edge_ids, u32* failures) {
     __shared__ SharedTile<K, false> s;
     const u32 owned = MERGE_TILE - 2 * halo;
     const u64 own0 = (u64)blockIdx.x * owned;
-    const u64 own1 = min(own0 + owned, (u64)n);
-    const u64 w0 = own0 > halo ? own0 - halo : 0;
-    const u32 count = (u32)(min(own1 + halo, (u64)n) - w0);
-    load_and_sort_tile(s, keys, (const u32*)nullptr, w0, count);
-    const u32 from = (u32)(own0 - w0), len = (u32)(own1 - own0);
-    for (u32 i = threadIdx.x; i < len; i += MERGE_THREADS) out[own0 + i] = s.ids[pad(from + i)];
+    const u32 len = (u32)min((u64)owned, n - own0);
+    // Tile place e holds row own0 - halo + e.
+    const u32 lead = own0 < halo ? halo : 0;
+    const u64 first = own0 + lead - halo;
+    const u32 count = (u32)min((u64)(MERGE_TILE - lead), n - first);
+    if (!load_and_sort_tile(s, keys, (const u32*)nullptr, first, count, lead, 2 * halo)) {
+        Elem<K, false> r[MERGE_ITEMS];
+        merge_shifted_halves(s, halo, r);
+        if (!owned_places_increase(s, halo, len, r) && threadIdx.x == 0) atomicAdd(failures, 1u);
+    }
+    for (u32 i = threadIdx.x; i < len; i += MERGE_THREADS) out[own0 + i] = s.ids[pad(halo + i)];
     if (threadIdx.x < 2) {
-        const u32 e = from + (threadIdx.x == 0 ? 0 : len - 1);
+        const u32 e = halo + (threadIdx.x == 0 ? 0 : len - 1);
         edge_keys[2 * blockIdx.x + threadIdx.x] = s.keys[pad(e)];
         edge_ids[2 * blockIdx.x + threadIdx.x] = s.ids[pad(e)];
     }
@@ -86,8 +152,12 @@ __device__ void window_check(const K* __restrict__ edge_keys, const u32* __restr
     const u32 b = blockIdx.x * blockDim.x + threadIdx.x;
     bool broken = false;
     if (b + 1 < windows) {
-        const K last = edge_keys[2 * b + 1], next = edge_keys[2 * b + 2];
-        broken = !(last < next || (last == next && edge_ids[2 * b + 1] < edge_ids[2 * b + 2]));
+        Elem<K, false> last, next;
+        last.key = edge_keys[2 * b + 1];
+        last.id = edge_ids[2 * b + 1];
+        next.key = edge_keys[2 * b + 2];
+        next.id = edge_ids[2 * b + 2];
+        broken = !strictly_before(last, next);
     }
     const u32 warp_total = __reduce_add_sync(0xffffffffu, broken ? 1u : 0u);
     if (lane_id() == 0 && warp_total > 0) atomicAdd(failures, warp_total);
@@ -95,8 +165,9 @@ __device__ void window_check(const K* __restrict__ edge_keys, const u32* __restr
 
 #define WINDOW_ENTRY_POINTS(K)                                                                             \
     extern "C" __global__ void __launch_bounds__(MERGE_THREADS)                                           \
-        locality_window_##K(const K* keys, u32 n, u32 halo, u32* out, K* edge_keys, u32* edge_ids) {      \
-        window_sort<K>(keys, n, halo, out, edge_keys, edge_ids);                                          \
+        locality_window_##K(const K* keys, u32 n, u32 halo, u32* out, K* edge_keys, u32* edge_ids,         \
+                            u32* failures) {                                                              \
+        window_sort<K>(keys, n, halo, out, edge_keys, edge_ids, failures);                                \
     }                                                                                                     \
     extern "C" __global__ void locality_window_check_##K(const K* edge_keys, const u32* edge_ids,          \
                                                          u32 windows, u32* failures) {                    \

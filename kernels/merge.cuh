@@ -80,6 +80,15 @@ __device__ __forceinline__ void set_padding(Elem<K, true>& e) {
     e.id = ~0u;
 }
 
+// An element that sorts before every real one (padding in front of a window's first rows;
+// never stored). Stability puts it before real elements of the least key.
+template <typename K, bool SEG>
+__device__ __forceinline__ void set_least(Elem<K, SEG>& e) {
+    e.key = (K)0;
+    if constexpr (SEG) e.seg = 0;
+    e.id = 0;
+}
+
 // The element arrays in global memory (structure of arrays; `segs` only with SEG).
 template <typename K, bool SEG>
 struct Arrays {
@@ -232,10 +241,11 @@ __device__ __forceinline__ bool tile_in_order(const SharedTile<K, SEG>& s, const
     return __syncthreads_and(in_order);
 }
 
-// Sorts the tile in `s` whose blocked elements each thread holds in r[] (as in `s`); the
-// sorted tile is left in `s` (synchronized).
+// Sorts the runs of `sorted_run` elements (a power of two, MERGE_ITEMS ..= MERGE_TILE) of
+// the tile in `s` whose blocked elements each thread holds in r[] (as in `s`); the sorted
+// runs are left in `s` (synchronized). `sorted_run` = MERGE_TILE sorts the whole tile.
 template <typename K, bool SEG>
-__device__ void sort_tile(SharedTile<K, SEG>& s, Elem<K, SEG> (&r)[MERGE_ITEMS]) {
+__device__ void sort_tile(SharedTile<K, SEG>& s, Elem<K, SEG> (&r)[MERGE_ITEMS], u32 sorted_run = MERGE_TILE) {
     typedef Elem<K, SEG> E;
     // Odd-even transposition: swaps only strictly greater neighbours, so it is stable.
     bool changed = false;  // r[] differs from the thread's elements in `s`
@@ -256,7 +266,7 @@ __device__ void sort_tile(SharedTile<K, SEG>& s, Elem<K, SEG> (&r)[MERGE_ITEMS])
     // first, and B's >= A's last, are in their merged places). Its elements in `s` are
     // already right, so it writes nothing. Nearly sorted tiles and tiles of short
     // segments merge only around the pairs' interfaces.
-    for (u32 run = MERGE_ITEMS; run < MERGE_TILE; run *= 2) {
+    for (u32 run = MERGE_ITEMS; run < sorted_run; run *= 2) {
         __syncthreads();
         if (changed) {
 #pragma unroll
@@ -282,18 +292,23 @@ __device__ void sort_tile(SharedTile<K, SEG>& s, Elem<K, SEG> (&r)[MERGE_ITEMS])
     __syncthreads();
 }
 
-// Loads rows [first, first + count) into the tile `s`, each with its position as row id and
-// padding after them, and sorts it unless it is in order already. Returns whether it was
+// Loads `lead` elements of least padding, then rows [first, first + count), each with its
+// position as row id, then padding into the tile `s`, and sorts its runs of `sorted_run`
+// elements (see sort_tile) unless the tile is in order already. Returns whether it was
 // (then `s` holds the rows as loaded). `s` is synchronized on return.
 template <typename K, bool SEG>
-__device__ bool load_and_sort_tile(SharedTile<K, SEG>& s, const K* keys, const u32* segs, u64 first, u32 count) {
+__device__ bool load_and_sort_tile(SharedTile<K, SEG>& s, const K* keys, const u32* segs, u64 first, u32 count,
+                                   u32 lead = 0, u32 sorted_run = MERGE_TILE) {
     typedef Elem<K, SEG> E;
     for (u32 i = threadIdx.x; i < MERGE_TILE; i += MERGE_THREADS) {
         E e;
-        if (i < count) {
-            e.key = keys[first + i];
-            if constexpr (SEG) e.seg = segs[first + i];
-            e.id = (u32)(first + i);
+        if (i < lead) {
+            set_least(e);
+        } else if (i - lead < count) {
+            const u64 row = first + (i - lead);
+            e.key = keys[row];
+            if constexpr (SEG) e.seg = segs[row];
+            e.id = (u32)row;
         } else {
             set_padding(e);
         }
@@ -304,7 +319,7 @@ __device__ bool load_and_sort_tile(SharedTile<K, SEG>& s, const K* keys, const u
 #pragma unroll
     for (int i = 0; i < MERGE_ITEMS; ++i) r[i] = s.get(threadIdx.x * MERGE_ITEMS + i);
     if (tile_in_order(s, r)) return true;
-    sort_tile(s, r);
+    sort_tile(s, r, sorted_run);
     return false;
 }
 

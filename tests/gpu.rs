@@ -1136,7 +1136,16 @@ gpu_test!(
 // the stable sort; a key further away, or random keys, make the check decline (a result
 // that is kept must be the stable sort).
 gpu_test!(locality_window_sort_is_exact_or_declines, |rt| {
-    let halo = cuda::LOCALITY_WINDOW_HALO;
+    // The default halo, the least (chunks of one thread's elements) and the largest.
+    for halo in [cuda::LOCALITY_WINDOW_HALO, 4, 512] {
+        check_window_sort(rt, halo);
+    }
+});
+
+/// The windowed sort with `halo` keeps input whose keys are each at most `halo` places out
+/// (ties included) with the stable order, declines a key far out, and is right or declines
+/// on random keys.
+fn check_window_sort(rt: &CudaRuntime, halo: u32) {
     let owned = (cuda::MERGE_TILE - 2 * halo) as usize;
     let tile = cuda::MERGE_TILE as usize;
     for n in [
@@ -1158,7 +1167,8 @@ gpu_test!(locality_window_sort_is_exact_or_declines, |rt| {
                 ("random", 0, None),
             ];
             for (shape, noise, keeps) in cases {
-                let label = format!("window sort n={n} bits={bits} {shape} noise={noise}");
+                let label =
+                    format!("window sort halo={halo} n={n} bits={bits} {shape} noise={noise}");
                 let mut word = match shape {
                     "far" => shaped_word(n, &label, bits, "nearly", 0),
                     _ => shaped_word(n, &label, bits, shape, noise),
@@ -1192,7 +1202,7 @@ gpu_test!(locality_window_sort_is_exact_or_declines, |rt| {
             }
         }
     }
-});
+}
 
 gpu_test!(auto_probes_for_nearly_sorted_keys, |rt| {
     let _ = rt;

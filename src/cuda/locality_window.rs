@@ -3,39 +3,58 @@
 //!
 //! ```text
 //!  probe at distance halo (sampled): any key above the key `halo` rows on → decline
-//!  locality_window_<k>     block b owns rows [b·M, (b+1)·M), M = MERGE_TILE − 2·halo; it
-//!                          sorts them with halo rows on each side and writes the row ids of
-//!                          its owned places, and the (key, id) of its first and last place
+//!  locality_window_<k>     block b owns rows [b·M, (b+1)·M), M = MERGE_TILE − 2·halo; from
+//!                          its tile of rows around them it sorts the chunks of 2·halo rows,
+//!                          merges each chunk's upper half with the next one's lower half,
+//!                          and writes the row ids of its owned places; it counts the owned
+//!                          places whose (key, id) does not strictly increase, and writes the
+//!                          (key, id) of its first and last place
 //!  locality_window_check   boundaries where (key, id) does not strictly increase (4 bytes
-//!                          back); none → the permutation is the stable sort; some → decline
+//!                          back, with the blocks' count); none → the permutation is the
+//!                          stable sort; some → decline
 //! ```
 //!
+//! The two phases sort every input in which no row sorts after a row `halo` or more places
+//! further on (the kernel's comment has the argument); other input is caught by the checks.
 //! Compared with the block sort + radius check + placement of the merge sort, the keys are
-//! read once, no key is written, and no second pass reads them again; the cost is the
-//! halo's share of each tile sorted twice. Declining costs the attempt; the keys are left
+//! read once, no key is written, and no second pass reads them again; a chunk of 2·halo rows
+//! is sorted instead of the whole tile, so the merge levels above it are saved. The cost is
+//! the halo's share of each tile sorted twice. Declining costs the attempt; the keys are left
 //! as they were, so the merge sort then runs on them.
 
 use std::sync::OnceLock;
 
 use super::device::{Device, DeviceBuffer};
 use super::error::CudaResult;
-use super::merge::{check_rows, MergeKeys, MergeSorts, MERGE_THREADS, MERGE_TILE};
+use super::merge::{check_rows, MergeKeys, MergeSorts, MERGE_ITEMS, MERGE_THREADS, MERGE_TILE};
 use super::module::{arg, launch};
 
 /// Rows of halo on each side of a window (a window owns MERGE_TILE − 2 × this rows).
 pub const LOCALITY_WINDOW_HALO: u32 = 128;
+/// The halos a window can have: powers of two from half a thread's elements to a quarter
+/// of a tile (chunks of two halos are runs of the tile sort).
+pub const WINDOW_HALOS: std::ops::RangeInclusive<u32> = (MERGE_ITEMS / 2)..=(MERGE_TILE / 4);
 
 /// The halo: [`LOCALITY_WINDOW_HALO`], or `GPUSORT_LOCALITY_WINDOW_HALO` for measurements
-/// (0 turns the windowed sort off; at most a quarter of a tile). Read once per process.
+/// (0 turns the windowed sort off; others are rounded up to a power of two in
+/// [`WINDOW_HALOS`]). Read once per process.
 pub fn locality_window_halo() -> u32 {
     static HALO: OnceLock<u32> = OnceLock::new();
     *HALO.get_or_init(|| {
         std::env::var("GPUSORT_LOCALITY_WINDOW_HALO")
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(LOCALITY_WINDOW_HALO)
-            .min(MERGE_TILE / 4)
+            .map_or(LOCALITY_WINDOW_HALO, window_halo_at_least)
     })
+}
+
+/// The smallest halo in [`WINDOW_HALOS`] of at least `rows` rows (0 stays 0: off).
+pub fn window_halo_at_least(rows: u32) -> u32 {
+    if rows == 0 {
+        return 0;
+    }
+    rows.next_power_of_two()
+        .clamp(*WINDOW_HALOS.start(), *WINDOW_HALOS.end())
 }
 
 impl MergeSorts {
@@ -74,9 +93,8 @@ impl MergeSorts {
     ) -> CudaResult<Option<DeviceBuffer<u32>>> {
         check_rows(n)?;
         assert!(
-            (1..=MERGE_TILE / 4).contains(&halo),
-            "a window's halo is 1 ..= {} rows, not {halo}",
-            MERGE_TILE / 4
+            halo.is_power_of_two() && WINDOW_HALOS.contains(&halo),
+            "a window's halo is a power of two in {WINDOW_HALOS:?}, not {halo}"
         );
         let out = device.alloc::<u32>(n, "window sort row ids")?;
         if n == 0 {
@@ -86,14 +104,17 @@ impl MergeSorts {
         let windows = n.div_ceil(owned);
         let edge_keys = device.alloc::<u8>(2 * windows * keys.key_bytes(), "window edge keys")?;
         let edge_ids = device.alloc::<u32>(2 * windows, "window edge row ids")?;
+        let failures = device.alloc::<u32>(1, "window check failures")?;
+        device.zero(&failures)?;
         {
-            let (mut k, mut rows, mut h, mut o, mut ek, mut ei) = (
+            let (mut k, mut rows, mut h, mut o, mut ek, mut ei, mut f) = (
                 keys.ptr(),
                 n as u32,
                 halo,
                 out.ptr(),
                 edge_keys.ptr(),
                 edge_ids.ptr(),
+                failures.ptr(),
             );
             let mut params = [
                 arg(&mut k),
@@ -102,6 +123,7 @@ impl MergeSorts {
                 arg(&mut o),
                 arg(&mut ek),
                 arg(&mut ei),
+                arg(&mut f),
             ];
             launch(
                 device,
@@ -112,12 +134,14 @@ impl MergeSorts {
                 n,
             )?;
         }
-        let broken = self.broken_window_boundaries(device, keys, &edge_keys, &edge_ids, windows)?;
+        let broken =
+            self.broken_window_boundaries(device, keys, &edge_keys, &edge_ids, windows, failures)?;
         Ok((broken == 0).then_some(out))
     }
 
-    /// How many of the boundaries between `windows` windows (their first and last owned
-    /// (key, row id) in `edge_keys` / `edge_ids`) do not strictly increase.
+    /// `failures` (the windows' own count) plus how many of the boundaries between
+    /// `windows` windows (their first and last owned (key, row id) in `edge_keys` /
+    /// `edge_ids`) do not strictly increase.
     fn broken_window_boundaries(
         &self,
         device: &Device,
@@ -125,9 +149,8 @@ impl MergeSorts {
         edge_keys: &DeviceBuffer<u8>,
         edge_ids: &DeviceBuffer<u32>,
         windows: usize,
+        failures: DeviceBuffer<u32>,
     ) -> CudaResult<u32> {
-        let failures = device.alloc::<u32>(1, "window check failures")?;
-        device.zero(&failures)?;
         let (mut ek, mut ei, mut w, mut f) = (
             edge_keys.ptr(),
             edge_ids.ptr(),
@@ -144,5 +167,22 @@ impl MergeSorts {
             windows,
         )?;
         Ok(device.download_now(&failures)?[0])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn halos_round_up_to_a_power_of_two_within_range() {
+        assert_eq!(window_halo_at_least(0), 0);
+        assert_eq!(window_halo_at_least(1), 4);
+        assert_eq!(window_halo_at_least(64), 64);
+        assert_eq!(window_halo_at_least(65), 128);
+        assert_eq!(window_halo_at_least(100_000), MERGE_TILE / 4);
+        assert!(
+            WINDOW_HALOS.contains(&LOCALITY_WINDOW_HALO) && LOCALITY_WINDOW_HALO.is_power_of_two()
+        );
     }
 }

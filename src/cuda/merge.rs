@@ -36,7 +36,7 @@ use crate::sort::Segments;
 /// Threads of a merge block.
 pub(super) const MERGE_THREADS: u32 = 256;
 /// Elements per thread.
-const MERGE_ITEMS: u32 = 8;
+pub(super) const MERGE_ITEMS: u32 = 8;
 /// Rows per tile of the block sort and per work-queue tile of the merge passes.
 pub const MERGE_TILE: u32 = MERGE_THREADS * MERGE_ITEMS;
 const SCAN_THREADS: u32 = 1024;
