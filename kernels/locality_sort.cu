@@ -10,10 +10,10 @@
 //                          halos around its own rows, merges the chunks' neighbouring halves
 //                          and writes its own places' row ids; checks of every place prove the
 //                          result (or the launcher falls back)
-//   locality_inversions_<k>  the sortedness probe: how many keys are greater than the key
-//                          `distance` rows further on (0 for data whose disorder stays
-//                          within that distance, about half the keys for random data),
-//                          over a sample of chunks of consecutive positions
+//   locality_probe_<k>     the sortedness probe: how many keys are greater than the key
+//                          d rows further on (0 for data whose disorder stays within d,
+//                          about half the keys for random data), over a sample of chunks
+//                          of consecutive positions, for every window halo d and one far d
 #include "merge.cuh"
 
 MERGE_ENTRY_POINTS(locality_u32, u32, false)
@@ -21,32 +21,52 @@ MERGE_ENTRY_POINTS(locality_u64, u64, false)
 MERGE_SCAN_ENTRY_POINT
 
 // Positions probed: chunks of PROBE_CHUNK consecutive positions (coalesced reads), every
-// `every`-th chunk from the first (every = 1: all), below n - distance. The launcher counts
-// the positions the same way.
+// `every`-th chunk from the first (every = 1: all). The launcher counts the positions the
+// same way (src/cuda/locality_probe.rs).
 #define PROBE_CHUNK 1024
+// Distances probed: the window halos WINDOW_HALO_MIN << k for k < PROBE_HALOS, then `far`.
+#define WINDOW_HALO_MIN (MERGE_ITEMS / 2)
+#define PROBE_HALOS 8
+static_assert((WINDOW_HALO_MIN << (PROBE_HALOS - 1)) == MERGE_TILE / 4, "window halos reach a quarter tile");
 
+// counts[k] += how many probed keys are greater than the key d_k rows on (where there is
+// one), for the distances d_k above: one read of the sample for every decision the
+// locality sort takes (whether to run, and with which window halo).
 template <typename K>
-__device__ void count_inversions(const K* __restrict__ keys, u32 n, u32 distance, u32 every, u64* count) {
-    u32 local = 0;
-    if (n > distance) {
-        const u64 limit = n - distance;
+__device__ void count_inversions(const K* __restrict__ keys, u32 n, u32 far, u32 every, u64* counts) {
+    u32 local[PROBE_HALOS + 1];
+#pragma unroll
+    for (int k = 0; k <= PROBE_HALOS; ++k) local[k] = 0;
+    const u32 nearest = min((u32)WINDOW_HALO_MIN, far);
+    if (n > nearest) {
+        const u64 limit = n - nearest;
         const u64 step = (u64)every * PROBE_CHUNK;
         const u64 probed = (limit + step - 1) / step * PROBE_CHUNK;
         const u64 stride = (u64)gridDim.x * blockDim.x;
         for (u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x; j < probed; j += stride) {
             const u64 i = j / PROBE_CHUNK * step + j % PROBE_CHUNK;
-            if (i < limit) local += keys[i] > keys[i + distance] ? 1u : 0u;
+            if (i >= limit) continue;
+            const K x = keys[i];
+#pragma unroll
+            for (int k = 0; k < PROBE_HALOS; ++k) {
+                const u64 d = (u64)WINDOW_HALO_MIN << k;
+                if (i + d < n) local[k] += x > keys[i + d] ? 1u : 0u;
+            }
+            if (i + far < n) local[PROBE_HALOS] += x > keys[i + far] ? 1u : 0u;
         }
     }
-    const u32 warp_total = __reduce_add_sync(0xffffffffu, local);
-    if (lane_id() == 0 && warp_total > 0) atomicAdd(count, (u64)warp_total);
+#pragma unroll
+    for (int k = 0; k <= PROBE_HALOS; ++k) {
+        const u32 warp_total = __reduce_add_sync(0xffffffffu, local[k]);
+        if (lane_id() == 0 && warp_total > 0) atomicAdd(&counts[k], (u64)warp_total);
+    }
 }
 
-extern "C" __global__ void locality_inversions_u32(const u32* keys, u32 n, u32 distance, u32 every, u64* count) {
-    count_inversions<u32>(keys, n, distance, every, count);
+extern "C" __global__ void locality_probe_u32(const u32* keys, u32 n, u32 far, u32 every, u64* counts) {
+    count_inversions<u32>(keys, n, far, every, counts);
 }
-extern "C" __global__ void locality_inversions_u64(const u64* keys, u32 n, u32 distance, u32 every, u64* count) {
-    count_inversions<u64>(keys, n, distance, every, count);
+extern "C" __global__ void locality_probe_u64(const u64* keys, u32 n, u32 far, u32 every, u64* counts) {
+    count_inversions<u64>(keys, n, far, every, counts);
 }
 
 // ---- Windowed sort: one kernel for disorder within a halo ----

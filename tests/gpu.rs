@@ -1163,7 +1163,9 @@ fn check_window_sort(rt: &CudaRuntime, halo: u32) {
                 ("nearly", 1, Some(true)),
                 ("nearly", halo as u64 / 2, Some(true)),
                 ("nearly", halo as u64, Some(true)),
-                ("far", 0, Some(false)),
+                // One key n / 2 places out: the two phases move a key less than four
+                // halos, so then it must decline.
+                ("far", 0, (n / 2 > 4 * halo as usize + 2).then_some(false)),
                 ("random", 0, None),
             ];
             for (shape, noise, keeps) in cases {
@@ -1203,6 +1205,48 @@ fn check_window_sort(rt: &CudaRuntime, halo: u32) {
         }
     }
 }
+
+gpu_test!(probe_counts_every_distance_like_the_host, |rt| {
+    let far = 4 * cuda::MERGE_TILE;
+    let every = 8u32;
+    let chunk = cuda::PROBE_CHUNK as usize;
+    for n in [1usize, 5, 2 * chunk + 7, 100_003] {
+        for bits in [32u32, 64] {
+            for noise in [0u64, 16, 64, 300, 1000] {
+                let label = format!("probe n={n} bits={bits} noise={noise}");
+                let word = shaped_word(n, &label, bits, "nearly", noise);
+                let probe = rt
+                    .with_device(|device, staging| {
+                        let keys = upload_merge_keys(device, staging, &word, bits)?;
+                        rt.merge.probe(device, &keys, n, far, every)
+                    })
+                    .unwrap_or_else(|e| panic!("{label}: {e}"));
+                let host = |distance: u32| {
+                    let d = distance as usize;
+                    let sampled =
+                        (0..n.saturating_sub(d)).filter(|i| (i / chunk) % every as usize == 0);
+                    let (mut probed, mut inversions) = (0u64, 0u64);
+                    for i in sampled {
+                        probed += 1;
+                        inversions += u64::from(word[i] > word[i + d]);
+                    }
+                    cuda::Probe { inversions, probed }
+                };
+                for (k, &halo) in cuda::PROBED_HALOS.iter().enumerate() {
+                    assert_eq!(probe.halos[k], host(halo), "{label}: halo {halo}");
+                }
+                assert_eq!(probe.far, host(far), "{label}: far");
+                if n > 1000 {
+                    // Keys at most `noise` places out: clean from the first power of two
+                    // at or above it on (none of them past 512).
+                    let least = (noise.max(4).next_power_of_two() as u32 <= 512)
+                        .then(|| noise.max(4).next_power_of_two() as u32);
+                    assert_eq!(probe.least_clean_halo(), least, "{label}");
+                }
+            }
+        }
+    }
+});
 
 gpu_test!(auto_probes_for_nearly_sorted_keys, |rt| {
     let _ = rt;

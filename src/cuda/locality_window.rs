@@ -2,7 +2,8 @@
 //! their sorted place, proved exact afterwards (`kernels/locality_sort.cu`).
 //!
 //! ```text
-//!  probe at distance halo (sampled): any key above the key `halo` rows on → decline
+//!  halo: the least power of two at which the probe (locality_probe.rs) found no key above
+//!        the key `halo` rows on; none → decline
 //!  locality_window_<k>     block b owns rows [b·M, (b+1)·M), M = MERGE_TILE − 2·halo; from
 //!                          its tile of rows around them it sorts the chunks of 2·halo rows,
 //!                          merges each chunk's upper half with the next one's lower half,
@@ -11,7 +12,8 @@
 //!                          (key, id) of its first and last place
 //!  locality_window_check   boundaries where (key, id) does not strictly increase (4 bytes
 //!                          back, with the blocks' count); none → the permutation is the
-//!                          stable sort; some → decline
+//!                          stable sort; some → decline (a halo below 128 first
+//!                          retries at 128, in case the probe's sample missed a key)
 //! ```
 //!
 //! The two phases sort every input in which no row sorts after a row `halo` or more places
@@ -26,60 +28,83 @@ use std::sync::OnceLock;
 
 use super::device::{Device, DeviceBuffer};
 use super::error::CudaResult;
+use super::locality_probe::LocalityProbe;
 use super::merge::{check_rows, MergeKeys, MergeSorts, MERGE_ITEMS, MERGE_THREADS, MERGE_TILE};
 use super::module::{arg, launch};
 
-/// Rows of halo on each side of a window (a window owns MERGE_TILE − 2 × this rows).
+/// Rows of halo on each side of a window (a window owns MERGE_TILE − 2 × this rows) that a
+/// window sort with a smaller halo retries with when it declines.
 pub const LOCALITY_WINDOW_HALO: u32 = 128;
 /// The halos a window can have: powers of two from half a thread's elements to a quarter
 /// of a tile (chunks of two halos are runs of the tile sort).
 pub const WINDOW_HALOS: std::ops::RangeInclusive<u32> = (MERGE_ITEMS / 2)..=(MERGE_TILE / 4);
 
-/// The halo: [`LOCALITY_WINDOW_HALO`], or `GPUSORT_LOCALITY_WINDOW_HALO` for measurements
-/// (0 turns the windowed sort off; others are rounded up to a power of two in
-/// [`WINDOW_HALOS`]). Read once per process.
-pub fn locality_window_halo() -> u32 {
-    static HALO: OnceLock<u32> = OnceLock::new();
+/// How the windowed sort picks its halo.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowHalo {
+    /// Never run the windowed sort.
+    Off,
+    /// The least halo at which the probe found no key out of order (the default).
+    LeastClean,
+    /// This halo, when the probe found no key out of order at it.
+    Fixed(u32),
+}
+
+/// The halo choice: [`WindowHalo::LeastClean`], or `GPUSORT_LOCALITY_WINDOW_HALO` for
+/// measurements (0: off; others are rounded up to a power of two in [`WINDOW_HALOS`] and
+/// fixed). Read once per process.
+pub fn locality_window_halo() -> WindowHalo {
+    static HALO: OnceLock<WindowHalo> = OnceLock::new();
     *HALO.get_or_init(|| {
-        std::env::var("GPUSORT_LOCALITY_WINDOW_HALO")
+        match std::env::var("GPUSORT_LOCALITY_WINDOW_HALO")
             .ok()
             .and_then(|v| v.parse().ok())
-            .map_or(LOCALITY_WINDOW_HALO, window_halo_at_least)
+        {
+            None => WindowHalo::LeastClean,
+            Some(0) => WindowHalo::Off,
+            Some(rows) => WindowHalo::Fixed(window_halo_at_least(rows)),
+        }
     })
 }
 
-/// The smallest halo in [`WINDOW_HALOS`] of at least `rows` rows (0 stays 0: off).
+/// The smallest halo in [`WINDOW_HALOS`] of at least `rows` rows (`rows` > 0).
 pub fn window_halo_at_least(rows: u32) -> u32 {
-    if rows == 0 {
-        return 0;
-    }
     rows.next_power_of_two()
         .clamp(*WINDOW_HALOS.start(), *WINDOW_HALOS.end())
 }
 
 impl MergeSorts {
-    /// The stable sort of `n` keys by the windowed sort when a sampled probe finds no key
-    /// above the key `halo` rows on, and the check proves the result; else `None` (the keys
-    /// are untouched).
+    /// The stable sort of `n` keys by the windowed sort, with the halo that `choice` and
+    /// `probe` give, when its check proves the result; else `None` (the keys are
+    /// untouched). A halo below [`LOCALITY_WINDOW_HALO`] that declines is retried at that
+    /// halo when the probe found it clean: the sample can miss a rare key out of order.
     pub fn window_sort_if_local(
         &self,
         device: &Device,
         keys: &MergeKeys,
         n: usize,
-        halo: u32,
-        probe_every: u32,
+        choice: WindowHalo,
+        probe: &LocalityProbe,
     ) -> CudaResult<Option<DeviceBuffer<u32>>> {
-        if halo == 0 || n <= MERGE_TILE as usize {
+        if n <= MERGE_TILE as usize {
             return Ok(None);
         }
-        if self
-            .inversions(device, keys, n, halo, probe_every)?
-            .inversions
-            > 0
+        let halo = match choice {
+            WindowHalo::Off => None,
+            WindowHalo::LeastClean => probe.least_clean_halo(),
+            WindowHalo::Fixed(halo) => probe.clean_at(halo).then_some(halo),
+        };
+        let Some(halo) = halo else { return Ok(None) };
+        if let Some(permutation) = self.window_sort(device, keys, n, halo)? {
+            return Ok(Some(permutation));
+        }
+        if choice == WindowHalo::LeastClean
+            && halo < LOCALITY_WINDOW_HALO
+            && probe.clean_at(LOCALITY_WINDOW_HALO)
         {
-            return Ok(None);
+            return self.window_sort(device, keys, n, LOCALITY_WINDOW_HALO);
         }
-        self.window_sort(device, keys, n, halo)
+        Ok(None)
     }
 
     /// The windowed sort of `n` keys with `halo` rows on each side of each window: the
@@ -176,7 +201,6 @@ mod tests {
 
     #[test]
     fn halos_round_up_to_a_power_of_two_within_range() {
-        assert_eq!(window_halo_at_least(0), 0);
         assert_eq!(window_halo_at_least(1), 4);
         assert_eq!(window_halo_at_least(64), 64);
         assert_eq!(window_halo_at_least(65), 128);

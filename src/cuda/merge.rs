@@ -1,5 +1,5 @@
 //! Launcher of `kernels/locality_sort.cu` and `kernels/segmented_sort.cu`: the stable merge
-//! sorts for nearly sorted keys and for rows in known segments, and the sortedness probe.
+//! sorts for nearly sorted keys and for rows in known segments.
 //!
 //! ```text
 //!  block_sort                 every tile of MERGE_TILE rows sorted in place, row ids made
@@ -40,7 +40,7 @@ pub(super) const MERGE_ITEMS: u32 = 8;
 /// Rows per tile of the block sort and per work-queue tile of the merge passes.
 pub const MERGE_TILE: u32 = MERGE_THREADS * MERGE_ITEMS;
 const SCAN_THREADS: u32 = 1024;
-const SIMPLE_THREADS: u32 = 256;
+pub(super) const SIMPLE_THREADS: u32 = 256;
 /// Sorted tiles of at most this radius are placed in one pass instead of merged.
 pub const MAX_PLACE_RADIUS: u32 = 8;
 /// The radius check keeps its verdicts in the bits of a u32 (`kernels/merge.cuh`).
@@ -134,7 +134,8 @@ pub struct MergeSorts {
     _segmented_module: Module,
     locality: [MergeKernels; 2],
     segmented: MergeKernels,
-    inversions: [Kernel; 2],
+    /// `locality_probe_u32` and `_u64` (see `locality_probe.rs`).
+    pub(super) probe: [Kernel; 2],
     /// `locality_window_u32` and `_u64` (see `locality_window.rs`).
     pub(super) window: [Kernel; 2],
     /// `locality_window_check_u32` and `_u64`.
@@ -173,9 +174,9 @@ impl MergeSorts {
                 merge_kernels!(locality_module, "locality_u64", locality_scan),
             ],
             segmented: merge_kernels!(segmented_module, "segmented", segmented_scan),
-            inversions: [
-                locality_module.kernel("locality_inversions_u32")?,
-                locality_module.kernel("locality_inversions_u64")?,
+            probe: [
+                locality_module.kernel("locality_probe_u32")?,
+                locality_module.kernel("locality_probe_u64")?,
             ],
             window: [
                 locality_module.kernel("locality_window_u32")?,
@@ -207,44 +208,6 @@ impl MergeSorts {
             _locality_module: locality_module,
             _segmented_module: segmented_module,
         })
-    }
-
-    /// The sortedness probe over every `every`-th chunk of [`PROBE_CHUNK`] consecutive
-    /// positions: how many of the probed keys are greater than the key `distance` rows
-    /// further on, and how many keys were probed.
-    pub fn inversions(
-        &self,
-        device: &Device,
-        keys: &MergeKeys,
-        n: usize,
-        distance: u32,
-        every: u32,
-    ) -> CudaResult<Probe> {
-        check_rows(n)?;
-        assert!(every >= 1, "the probe takes every chunk at most");
-        let count = device.alloc::<u64>(1, "probe counter")?;
-        device.zero(&count)?;
-        let probed = probed_positions(n, distance, every);
-        let (mut ptr, mut rows, mut distance, mut every, mut out) =
-            (keys.ptr(), n as u32, distance, every, count.ptr());
-        let mut params = [
-            arg(&mut ptr),
-            arg(&mut rows),
-            arg(&mut distance),
-            arg(&mut every),
-            arg(&mut out),
-        ];
-        let kernel = self.inversions[keys.index()];
-        launch(
-            device,
-            kernel,
-            self.simple_grid(probed as usize),
-            SIMPLE_THREADS,
-            &mut params,
-            n,
-        )?;
-        let inversions = device.download_now(&count)?[0];
-        Ok(Probe { inversions, probed })
     }
 
     /// Stable locality sort of `n` keys: the permutation.
@@ -341,7 +304,7 @@ impl MergeSorts {
         Ok(out)
     }
 
-    fn simple_grid(&self, n: usize) -> u32 {
+    pub(super) fn simple_grid(&self, n: usize) -> u32 {
         (n.div_ceil(SIMPLE_THREADS as usize) as u32).clamp(1, self.sm_count * 16)
     }
 
@@ -574,31 +537,6 @@ fn max_place_radius() -> u32 {
         .min(LARGEST_PLACE_RADIUS)
 }
 
-/// Positions the probe reads (`kernels/locality_sort.cu`, `count_inversions`).
-pub const PROBE_CHUNK: u64 = 1024;
-
-/// What the sortedness probe found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Probe {
-    /// Probed keys greater than the key `distance` rows further on.
-    pub inversions: u64,
-    /// Keys probed.
-    pub probed: u64,
-}
-
-/// How many positions below `n - distance` lie in every `every`-th chunk of
-/// [`PROBE_CHUNK`] positions, from the first chunk on.
-fn probed_positions(n: usize, distance: u32, every: u32) -> u64 {
-    let limit = (n as u64).saturating_sub(distance as u64);
-    if limit == 0 {
-        return 0;
-    }
-    let step = every as u64 * PROBE_CHUNK;
-    let chunks = limit.div_ceil(step);
-    let last = (chunks - 1) * step;
-    (chunks - 1) * PROBE_CHUNK + PROBE_CHUNK.min(limit - last)
-}
-
 /// The merge kernels index rows with u32.
 pub(super) fn check_rows(n: usize) -> CudaResult<()> {
     let max = u32::MAX as usize - MERGE_TILE as usize;
@@ -606,29 +544,4 @@ pub(super) fn check_rows(n: usize) -> CudaResult<()> {
         return Err(CudaError::TooLarge { rows: n, max });
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn probed_positions_count_the_sampled_chunks() {
-        let brute = |n: usize, distance: u32, every: u32| {
-            (0..(n as u64).saturating_sub(distance as u64))
-                .filter(|i| (i / PROBE_CHUNK) % every as u64 == 0)
-                .count() as u64
-        };
-        for n in [0, 1, 1023, 1024, 1025, 5000, 8192, 8193, 100_000] {
-            for distance in [0, 1, 2048, 8192] {
-                for every in [1, 2, 8] {
-                    assert_eq!(
-                        probed_positions(n, distance, every),
-                        brute(n, distance, every),
-                        "n={n} distance={distance} every={every}"
-                    );
-                }
-            }
-        }
-    }
 }

@@ -23,6 +23,7 @@ pub mod faults;
 mod gather;
 mod host_memory;
 mod idle_vectors;
+mod locality_probe;
 mod locality_window;
 mod merge;
 mod module;
@@ -49,7 +50,8 @@ use gather::{DeviceColumn, DeviceRun};
 pub use host_memory::LOCK_VARIABLE as HOST_LOCK_VARIABLE;
 use host_memory::{idle_limit, HostRegions, PageLocker};
 use idle_vectors::IdleVectors;
-pub use locality_window::{locality_window_halo, LOCALITY_WINDOW_HALO};
+pub use locality_probe::{LocalityProbe, Probe, PROBED_HALOS, PROBE_CHUNK};
+pub use locality_window::{locality_window_halo, WindowHalo, LOCALITY_WINDOW_HALO};
 pub use merge::{MergeKeys, MergeSorted, MergeSorts, MERGE_TILE};
 pub use module::{compile_cubin, is_nvrtc_present, nvrtc_version, KernelFile, ALL_KERNELS};
 pub use onesweep::{

@@ -115,8 +115,8 @@ pub const LOCALITY: KernelFile = KernelFile {
         ["locality_u32", "locality_u64"],
         [
             "merge_scan_tiles",
-            "locality_inversions_u32",
-            "locality_inversions_u64",
+            "locality_probe_u32",
+            "locality_probe_u64",
             "locality_window_u32",
             "locality_window_u64",
             "locality_window_check_u32",

@@ -15,8 +15,9 @@
 //!     locality / segmented → locality sort (keys of one word; longer keys: OneSweep)
 //!     auto → sortedness probe on a sample (keys greater than the key one tile on for
 //!            u32 keys, four tiles on for u64); few enough: locality sort, else OneSweep
-//!  locality sort: no key above the key `halo` rows on (second sampled probe) → windowed
-//!            sort (locality_window.rs), kept when its check proves it; else the merge sort
+//!  locality sort: the least halo at which the same probe found no key above the key `halo`
+//!            rows on → windowed sort (locality_window.rs), kept when its check proves it;
+//!            else the merge sort
 //! ```
 //!
 //! The thresholds come from `gpusort bench merge` (docs/performance.md).
@@ -24,6 +25,7 @@
 use super::device::{Device, DeviceBuffer};
 use super::encode::DeviceKeys;
 use super::error::CudaResult;
+use super::locality_probe::LocalityProbe;
 use super::locality_window::locality_window_halo;
 use super::merge::{MergeKeys, MERGE_TILE};
 use super::transfer::Staging;
@@ -81,19 +83,21 @@ impl CudaRuntime {
             }
             Err(_constant) => return Ok(radix(None)),
         };
-        let locality = match algorithm {
-            AlgorithmChoice::Onesweep => false,
-            AlgorithmChoice::Locality | AlgorithmChoice::Segmented => true,
-            AlgorithmChoice::Auto => self.nearly_sorted(device, &keys, n)?,
+        let probe = match algorithm {
+            AlgorithmChoice::Onesweep => None,
+            // Too few rows for `auto` to find them nearly sorted.
+            AlgorithmChoice::Auto if n <= 2 * far_distance(&keys) as usize => None,
+            _ => Some(self.probe(device, &keys, n)?),
         };
-        if locality {
-            let window = self.merge.window_sort_if_local(
-                device,
-                &keys,
-                n,
-                locality_window_halo(),
-                LOCALITY_PROBE_EVERY,
-            )?;
+        let locality = match (algorithm, &probe) {
+            (AlgorithmChoice::Locality | AlgorithmChoice::Segmented, _) => true,
+            (AlgorithmChoice::Auto, Some(probe)) => nearly_sorted(probe, &keys, n),
+            _ => false,
+        };
+        if let (true, Some(probe)) = (locality, &probe) {
+            let window =
+                self.merge
+                    .window_sort_if_local(device, &keys, n, locality_window_halo(), probe)?;
             if let Some(permutation) = window {
                 return Ok(DeviceOrder {
                     permutation: Some(permutation),
@@ -113,16 +117,11 @@ impl CudaRuntime {
         Ok(radix(permutation))
     }
 
-    /// Whether the sortedness probe finds `keys` nearly sorted.
-    fn nearly_sorted(&self, device: &Device, keys: &MergeKeys, n: usize) -> CudaResult<bool> {
-        let distance = LOCALITY_PROBE_TILES[keys.index()] * MERGE_TILE;
-        if n <= 2 * distance as usize {
-            return Ok(false);
-        }
-        let probe = self
-            .merge
-            .inversions(device, keys, n, distance, LOCALITY_PROBE_EVERY)?;
-        Ok(probe.inversions * LOCALITY_MAX_INVERSIONS_PER <= probe.probed)
+    /// The sortedness probe of `keys`: at the window halos, and at the far distance of
+    /// their width.
+    fn probe(&self, device: &Device, keys: &MergeKeys, n: usize) -> CudaResult<LocalityProbe> {
+        self.merge
+            .probe(device, keys, n, far_distance(keys), LOCALITY_PROBE_EVERY)
     }
 
     fn sort_segments(
@@ -233,4 +232,16 @@ fn radix(permutation: Option<DeviceBuffer<u32>>) -> DeviceOrder {
         permutation,
         algorithm: Algorithm::Radix,
     }
+}
+
+/// How many rows apart `auto`'s probe compares keys ([`LOCALITY_PROBE_TILES`]).
+fn far_distance(keys: &MergeKeys) -> u32 {
+    LOCALITY_PROBE_TILES[keys.index()] * MERGE_TILE
+}
+
+/// Whether `auto` takes the locality sort: at most one sampled key in
+/// [`LOCALITY_MAX_INVERSIONS_PER`] out of order at the far distance.
+fn nearly_sorted(probe: &LocalityProbe, keys: &MergeKeys, n: usize) -> bool {
+    n > 2 * far_distance(keys) as usize
+        && probe.far.inversions * LOCALITY_MAX_INVERSIONS_PER <= probe.far.probed
 }
