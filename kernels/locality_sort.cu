@@ -25,8 +25,10 @@ MERGE_SCAN_ENTRY_POINT
 // same way (src/cuda/locality_probe.rs).
 #define PROBE_CHUNK 1024
 // Distances probed: the window halos WINDOW_HALO_MIN << k for k < PROBE_HALOS, then `far`.
-#define WINDOW_HALO_MIN (MERGE_ITEMS / 2)
-#define PROBE_HALOS 8
+// From 16 rows on, a window owns a multiple of 32 rows, so its loads and stores start on
+// 128-byte lines.
+#define WINDOW_HALO_MIN 16
+#define PROBE_HALOS 6
 static_assert((WINDOW_HALO_MIN << (PROBE_HALOS - 1)) == MERGE_TILE / 4, "window halos reach a quarter tile");
 
 // counts[k] += how many probed keys are greater than the key d_k rows on (where there is

@@ -300,20 +300,25 @@ template <typename K, bool SEG>
 __device__ bool load_and_sort_tile(SharedTile<K, SEG>& s, const K* keys, const u32* segs, u64 first, u32 count,
                                    u32 lead = 0, u32 sorted_run = MERGE_TILE) {
     typedef Elem<K, SEG> E;
-    for (u32 i = threadIdx.x; i < MERGE_TILE; i += MERGE_THREADS) {
-        E e;
+    // All of a thread's loads are issued before its first store (one memory latency per
+    // tile, not one per element).
+    E e[MERGE_ITEMS];
+#pragma unroll
+    for (int k = 0; k < MERGE_ITEMS; ++k) {
+        const u32 i = threadIdx.x + k * MERGE_THREADS;
         if (i < lead) {
-            set_least(e);
+            set_least(e[k]);
         } else if (i - lead < count) {
             const u64 row = first + (i - lead);
-            e.key = keys[row];
-            if constexpr (SEG) e.seg = segs[row];
-            e.id = (u32)row;
+            e[k].key = keys[row];
+            if constexpr (SEG) e[k].seg = segs[row];
+            e[k].id = (u32)row;
         } else {
-            set_padding(e);
+            set_padding(e[k]);
         }
-        s.put(i, e);
     }
+#pragma unroll
+    for (int k = 0; k < MERGE_ITEMS; ++k) s.put(threadIdx.x + k * MERGE_THREADS, e[k]);
     __syncthreads();
     E r[MERGE_ITEMS];
 #pragma unroll

@@ -1136,8 +1136,8 @@ gpu_test!(
 // the stable sort; a key further away, or random keys, make the check decline (a result
 // that is kept must be the stable sort).
 gpu_test!(locality_window_sort_is_exact_or_declines, |rt| {
-    // The default halo, the least (chunks of one thread's elements) and the largest.
-    for halo in [cuda::LOCALITY_WINDOW_HALO, 4, 512] {
+    // The default halo, the least and the largest.
+    for halo in [cuda::LOCALITY_WINDOW_HALO, 16, 512] {
         check_window_sort(rt, halo);
     }
 });
@@ -1239,8 +1239,8 @@ gpu_test!(probe_counts_every_distance_like_the_host, |rt| {
                 if n > 1000 {
                     // Keys at most `noise` places out: clean from the first power of two
                     // at or above it on (none of them past 512).
-                    let least = (noise.max(4).next_power_of_two() as u32 <= 512)
-                        .then(|| noise.max(4).next_power_of_two() as u32);
+                    let power = noise.max(16).next_power_of_two() as u32;
+                    let least = (power <= 512).then_some(power);
                     assert_eq!(probe.least_clean_halo(), least, "{label}");
                 }
             }

@@ -5,9 +5,9 @@
 //! ```text
 //!  sample: every `every`-th chunk of PROBE_CHUNK consecutive positions
 //!  per sampled key, per distance d: is it greater than the key d rows on?
-//!      d = every window halo (4, 8, … 512)   → the least halo the windowed sort can try
+//!      d = every window halo (16, 32, … 512)   → the least halo the windowed sort can try
 //!      d = far (tiles apart, by key width)    → `auto`: locality sort or OneSweep
-//!  (9 counts back, 72 bytes)
+//!  (7 counts back, 56 bytes)
 //! ```
 
 use super::device::Device;
@@ -18,8 +18,8 @@ use super::module::{arg, launch};
 /// Positions the probe reads in a row (`PROBE_CHUNK` in the kernel).
 pub const PROBE_CHUNK: u64 = 1024;
 /// The window halos the probe tries (`WINDOW_HALO_MIN << k` for k < `PROBE_HALOS` in the
-/// kernel): the powers of two from 4 to 512.
-pub const PROBED_HALOS: [u32; 8] = [4, 8, 16, 32, 64, 128, 256, 512];
+/// kernel): the powers of two from 16 to 512.
+pub const PROBED_HALOS: [u32; 6] = [16, 32, 64, 128, 256, 512];
 
 /// Sampled keys greater than the key some distance on, and how many were sampled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,7 +167,7 @@ mod tests {
                 probed: 100,
             },
         };
-        assert_eq!(probe(0).least_clean_halo(), Some(4));
+        assert_eq!(probe(0).least_clean_halo(), Some(16));
         assert_eq!(probe(64).least_clean_halo(), Some(64));
         assert_eq!(probe(1024).least_clean_halo(), None);
         assert!(probe(64).clean_at(128) && !probe(64).clean_at(32) && !probe(0).clean_at(100));

@@ -35,9 +35,11 @@ use super::module::{arg, launch};
 /// Rows of halo on each side of a window (a window owns MERGE_TILE − 2 × this rows) that a
 /// window sort with a smaller halo retries with when it declines.
 pub const LOCALITY_WINDOW_HALO: u32 = 128;
-/// The halos a window can have: powers of two from half a thread's elements to a quarter
-/// of a tile (chunks of two halos are runs of the tile sort).
-pub const WINDOW_HALOS: std::ops::RangeInclusive<u32> = (MERGE_ITEMS / 2)..=(MERGE_TILE / 4);
+/// The halos a window can have: powers of two up to a quarter of a tile (chunks of two
+/// halos are runs of the tile sort), from 16 rows: a window then owns a multiple of 32 rows,
+/// so its loads and stores start on 128-byte lines.
+pub const WINDOW_HALOS: std::ops::RangeInclusive<u32> = 16..=(MERGE_TILE / 4);
+const _: () = assert!(2 * *WINDOW_HALOS.start() >= MERGE_ITEMS);
 
 /// How the windowed sort picks its halo.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,7 +203,7 @@ mod tests {
 
     #[test]
     fn halos_round_up_to_a_power_of_two_within_range() {
-        assert_eq!(window_halo_at_least(1), 4);
+        assert_eq!(window_halo_at_least(1), 16);
         assert_eq!(window_halo_at_least(64), 64);
         assert_eq!(window_halo_at_least(65), 128);
         assert_eq!(window_halo_at_least(100_000), MERGE_TILE / 4);
