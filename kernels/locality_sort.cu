@@ -36,6 +36,12 @@ static_assert((WINDOW_HALO_MIN << (PROBE_HALOS - 1)) == MERGE_TILE / 4, "window 
 // locality sort takes (whether to run, and with which window halo).
 template <typename K>
 __device__ void count_inversions(const K* __restrict__ keys, u32 n, u32 far, u32 every, u64* counts) {
+    // Warps add into the block's counters, blocks into the global ones: global atomics on
+    // the same few addresses from every warp cost more than the reads (ncu: 113 µs against
+    // 54 for sorted input over 2^26 u64 keys).
+    __shared__ u32 block_counts[PROBE_HALOS + 1];
+    if (threadIdx.x <= PROBE_HALOS) block_counts[threadIdx.x] = 0;
+    __syncthreads();
     u32 local[PROBE_HALOS + 1];
 #pragma unroll
     for (int k = 0; k <= PROBE_HALOS; ++k) local[k] = 0;
@@ -60,7 +66,11 @@ __device__ void count_inversions(const K* __restrict__ keys, u32 n, u32 far, u32
 #pragma unroll
     for (int k = 0; k <= PROBE_HALOS; ++k) {
         const u32 warp_total = __reduce_add_sync(0xffffffffu, local[k]);
-        if (lane_id() == 0 && warp_total > 0) atomicAdd(&counts[k], (u64)warp_total);
+        if (lane_id() == 0 && warp_total > 0) atomicAdd(&block_counts[k], warp_total);
+    }
+    __syncthreads();
+    if (threadIdx.x <= PROBE_HALOS && block_counts[threadIdx.x] > 0) {
+        atomicAdd(&counts[threadIdx.x], (u64)block_counts[threadIdx.x]);
     }
 }
 
