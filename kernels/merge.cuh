@@ -578,34 +578,6 @@ __device__ __forceinline__ u32 count_before(const K* keys, const u32* segs, u32 
     return lo;
 }
 
-// The same count when the first `from` elements are known to sort before x (the count of
-// an element at or below x): it gallops from `from` and then halves, a few steps when the
-// count is near `from`.
-template <typename K, bool SEG>
-__device__ __forceinline__ u32 count_before_from(const K* keys, const u32* segs, u32 len, const Elem<K, SEG>& x,
-                                                 bool or_equal, u32 from) {
-    auto before = [&](u32 m) {
-        Elem<K, SEG> y;
-        y.key = keys[m];
-        if constexpr (SEG) y.seg = segs[m];
-        return or_equal ? le(y, x) : !le(x, y);
-    };
-    // Elements below lo sort before x; the one at hi (if any) does not.
-    u32 lo = from, hi = from, step = 1;
-    while (hi < len && before(hi)) {
-        lo = hi + 1;
-        hi = lo + step;
-        step *= 2;
-    }
-    hi = min(hi, len);
-    while (lo < hi) {
-        const u32 m = (lo + hi) >> 1;
-        if (before(m)) lo = m + 1;
-        else hi = m;
-    }
-    return lo;
-}
-
 // How many of sorted tile elements [0, len) of `data` from `at` on satisfy `pred` (true,
 // then false), found by the whole block in two rounds of loads: every MERGE_ITEMS-th
 // element, then the MERGE_ITEMS - 1 after the last one that satisfies it.
@@ -631,17 +603,13 @@ __device__ void place(Arrays<K, SEG> data, u32 n, u32 radius, u32* out_ids) {
     const u32 t = blockIdx.x;
     const u64 base = (u64)t * MERGE_TILE;
     const u32 count = (u32)min((u64)MERGE_TILE, n - base);
-    // Each thread takes MERGE_ITEMS consecutive elements (ascending): their counts in a
-    // neighbour tile ascend too, so only the first is searched from scratch.
-    __shared__ u32 s_pos[PADDED_TILE];
-    const u32 e0 = threadIdx.x * MERGE_ITEMS;
     E mine[MERGE_ITEMS];
     u32 pos[MERGE_ITEMS];
 #pragma unroll
     for (int k = 0; k < MERGE_ITEMS; ++k) {
-        const u32 e = e0 + k;
+        const u32 e = threadIdx.x + k * MERGE_THREADS;
         pos[k] = e;
-        if (e < count) mine[k] = data.load_order(base + e);
+        if (e < count) mine[k] = data.load(base + e);
         else set_padding(mine[k]);  // counted like the rest, never written
     }
     const E lowest = data.load_order(base), highest = data.load_order(base + count - 1);
@@ -671,22 +639,16 @@ __device__ void place(Arrays<K, SEG> data, u32 n, u32 radius, u32* out_ids) {
         }
         __syncthreads();
         const bool or_equal = j < t;
-        u32 c = count_before<K, SEG>(s_keys, s_segs, hi - lo, mine[0], or_equal);
-        pos[0] += c;
 #pragma unroll
-        for (int k = 1; k < MERGE_ITEMS; ++k) {
-            c = count_before_from<K, SEG>(s_keys, s_segs, hi - lo, mine[k], or_equal, c);
-            pos[k] += c;
-        }
+        for (int k = 0; k < MERGE_ITEMS; ++k) pos[k] += count_before<K, SEG>(s_keys, s_segs, hi - lo, mine[k], or_equal);
         __syncthreads();
     }
-    // The places go back to the tile's order through shared memory, so that neighbouring
-    // threads write neighbouring places and read the row ids coalesced.
-#pragma unroll
-    for (int k = 0; k < MERGE_ITEMS; ++k) s_pos[pad(e0 + k)] = pos[k];
-    __syncthreads();
     const u64 before = (u64)first * MERGE_TILE;
-    for (u32 e = threadIdx.x; e < count; e += MERGE_THREADS) out_ids[before + s_pos[pad(e)]] = data.ids[base + e];
+#pragma unroll
+    for (int k = 0; k < MERGE_ITEMS; ++k) {
+        const u32 e = threadIdx.x + k * MERGE_THREADS;
+        if (e < count) out_ids[before + pos[k]] = mine[k].id;
+    }
 }
 
 // The extern "C" entry points of one element type, named <prefix>_<what>.
