@@ -22,13 +22,19 @@ MERGE_SCAN_ENTRY_POINT
 
 // Positions probed: chunks of PROBE_CHUNK consecutive positions (coalesced reads), every
 // `every`-th chunk from the first (every = 1: all). The launcher counts the positions the
-// same way (src/cuda/locality_probe.rs).
+// same way (src/cuda/locality_probe.rs) and passes these constants as -D options.
+#ifndef PROBE_CHUNK
 #define PROBE_CHUNK 1024
+#endif
 // Distances probed: the window halos WINDOW_HALO_MIN << k for k < PROBE_HALOS, then `far`.
 // From 16 rows on, a window owns a multiple of 32 rows, so its loads and stores start on
 // 128-byte lines.
+#ifndef WINDOW_HALO_MIN
 #define WINDOW_HALO_MIN 16
+#endif
+#ifndef PROBE_HALOS
 #define PROBE_HALOS 6
+#endif
 static_assert((WINDOW_HALO_MIN << (PROBE_HALOS - 1)) == MERGE_TILE / 4, "window halos reach a quarter tile");
 
 // counts[k] += how many probed keys are greater than the key d_k rows on (where there is
@@ -116,23 +122,12 @@ __device__ void merge_shifted_halves(SharedTile<K, false>& s, u32 half, Elem<K, 
     if (q < MERGE_TILE - half) {
 #pragma unroll
         for (int i = 0; i < MERGE_ITEMS; ++i) r[i] = s.get(q + i);
-        // A: upper half of one chunk, B: lower half of the next.
+        // The pair: the upper half of one chunk and the lower half of the next.
         const u32 first = half + (q - half) / (2 * half) * (2 * half);
-        const OrderView<K, false> A{&s, first};
-        const OrderView<K, false> B{&s, first + half};
-        const u32 diag = q - first;
-        // As in sort_tile: a thread whose elements keep their places merges nothing.
-        changed = !(diag < half ? le(r[MERGE_ITEMS - 1], B(0)) : le(A(half - 1), r[0]));
-        if (changed) {
-            const u32 a = merge_path(A, half, B, half, diag);
-            serial_merge_tile(s, first, a, half, first + half, diag - a, half, r);
-        }
+        changed = merge_runs_at(s, first, half, q - first, r);
     }
     __syncthreads();
-    if (changed) {
-#pragma unroll
-        for (int i = 0; i < MERGE_ITEMS; ++i) s.put(q + i, r[i]);
-    }
+    if (changed) put_run(s, q, r);
     __syncthreads();
 }
 

@@ -241,6 +241,34 @@ __device__ __forceinline__ bool tile_in_order(const SharedTile<K, SEG>& s, const
     return __syncthreads_and(in_order);
 }
 
+// Puts r[] at tile places at .. at + MERGE_ITEMS - 1 (callers synchronize around it: with
+// the barriers inside, ptxas gave the windowed kernel 39 registers instead of 32).
+template <typename K, bool SEG>
+__device__ __forceinline__ void put_run(SharedTile<K, SEG>& s, u32 at, const Elem<K, SEG> (&r)[MERGE_ITEMS]) {
+#pragma unroll
+    for (int i = 0; i < MERGE_ITEMS; ++i) s.put(at + i, r[i]);
+}
+
+// One thread's share of merging the sorted runs A = [first, first + run) and B = [first +
+// run, first + 2 run) of the tile: r[] holds the elements at merged places diag ..
+// diag + MERGE_ITEMS - 1 of the pair and becomes what belongs there. Returns whether they
+// changed. A thread whose elements all stay where they are keeps them: on A's side when
+// its last is <= B's first, on B's side when its first is >= A's last (A's elements <= B's
+// first, and B's >= A's last, are in their merged places). Nearly sorted tiles and tiles of
+// short segments merge only around the pairs' interfaces.
+template <typename K, bool SEG>
+__device__ __forceinline__ bool merge_runs_at(const SharedTile<K, SEG>& s, u32 first, u32 run, u32 diag,
+                                              Elem<K, SEG> (&r)[MERGE_ITEMS]) {
+    const OrderView<K, SEG> A{&s, first};
+    const OrderView<K, SEG> B{&s, first + run};
+    const bool changed = !(diag < run ? le(r[MERGE_ITEMS - 1], B(0)) : le(A(run - 1), r[0]));
+    if (changed) {
+        const u32 a = merge_path(A, run, B, run, diag);
+        serial_merge_tile(s, first, a, run, first + run, diag - a, run, r);
+    }
+    return changed;
+}
+
 // Sorts the runs of `sorted_run` elements (a power of two, MERGE_ITEMS ..= MERGE_TILE) of
 // the tile in `s` whose blocked elements each thread holds in r[] (as in `s`); the sorted
 // runs are left in `s` (synchronized). `sorted_run` = MERGE_TILE sorts the whole tile.
@@ -261,34 +289,16 @@ __device__ void sort_tile(SharedTile<K, SEG>& s, Elem<K, SEG> (&r)[MERGE_ITEMS],
             }
         }
     }
-    // A thread whose elements all stay where they are keeps them: on A's side when its
-    // last is <= B's first, on B's side when its first is >= A's last (A's elements <= B's
-    // first, and B's >= A's last, are in their merged places). Its elements in `s` are
-    // already right, so it writes nothing. Nearly sorted tiles and tiles of short
-    // segments merge only around the pairs' interfaces.
     for (u32 run = MERGE_ITEMS; run < sorted_run; run *= 2) {
         __syncthreads();
-        if (changed) {
-#pragma unroll
-            for (int i = 0; i < MERGE_ITEMS; ++i) s.put(threadIdx.x * MERGE_ITEMS + i, r[i]);
-        }
+        if (changed) put_run(s, threadIdx.x * MERGE_ITEMS, r);
         __syncthreads();
         const u32 group = 2 * run / MERGE_ITEMS;  // threads per merged pair of runs
         const u32 first = (threadIdx.x / group) * 2 * run;
-        const OrderView<K, SEG> A{&s, first};
-        const OrderView<K, SEG> B{&s, first + run};
-        const u32 diag = (threadIdx.x % group) * MERGE_ITEMS;
-        changed = !(diag < run ? le(r[MERGE_ITEMS - 1], B(0)) : le(A(run - 1), r[0]));
-        if (changed) {
-            const u32 a = merge_path(A, run, B, run, diag);
-            serial_merge_tile(s, first, a, run, first + run, diag - a, run, r);
-        }
+        changed = merge_runs_at(s, first, run, (threadIdx.x % group) * MERGE_ITEMS, r);
     }
     __syncthreads();
-    if (changed) {
-#pragma unroll
-        for (int i = 0; i < MERGE_ITEMS; ++i) s.put(threadIdx.x * MERGE_ITEMS + i, r[i]);
-    }
+    if (changed) put_run(s, threadIdx.x * MERGE_ITEMS, r);
     __syncthreads();
 }
 

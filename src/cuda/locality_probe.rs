@@ -15,10 +15,11 @@ use super::error::CudaResult;
 use super::merge::{check_rows, MergeKeys, MergeSorts, SIMPLE_THREADS};
 use super::module::{arg, launch};
 
-/// Positions the probe reads in a row (`PROBE_CHUNK` in the kernel).
+/// Positions the probe reads in a row (`PROBE_CHUNK` in the kernel, passed by
+/// `merge::defines`).
 pub const PROBE_CHUNK: u64 = 1024;
-/// The window halos the probe tries (`WINDOW_HALO_MIN << k` for k < `PROBE_HALOS` in the
-/// kernel): the powers of two from 16 to 512.
+/// The window halos the probe tries, the powers of two from 16 to 512 (`WINDOW_HALO_MIN << k`
+/// for k < `PROBE_HALOS` in the kernel, both passed by `merge::defines`).
 pub const PROBED_HALOS: [u32; 6] = [16, 32, 64, 128, 256, 512];
 
 /// Sampled keys greater than the key some distance on, and how many were sampled.

@@ -28,6 +28,7 @@ use cudarc::driver::sys::CUdeviceptr;
 
 use super::device::{Device, DeviceBuffer};
 use super::error::{CudaError, CudaResult};
+use super::locality_probe::{PROBED_HALOS, PROBE_CHUNK};
 use super::module::{arg, cached_cubin, launch, Kernel, Module, LOCALITY, SEGMENTED};
 use super::segment_tiles::LargeSegmentTiles;
 use super::transfer::Staging;
@@ -48,11 +49,15 @@ const LARGEST_PLACE_RADIUS: u32 = 14;
 /// Resident merge blocks per SM that the persistent grid asks for.
 const MERGE_BLOCKS_PER_SM: u32 = 8;
 
-/// The `-D` options that carry the block shape into the merge kernels.
+/// The `-D` options that carry the block shape and the probe's sample and distances into
+/// the merge kernels (so the launchers and the kernels cannot disagree).
 pub fn defines() -> Vec<(String, String)> {
     vec![
         ("MERGE_THREADS".into(), MERGE_THREADS.to_string()),
         ("MERGE_ITEMS".into(), MERGE_ITEMS.to_string()),
+        ("PROBE_CHUNK".into(), PROBE_CHUNK.to_string()),
+        ("WINDOW_HALO_MIN".into(), PROBED_HALOS[0].to_string()),
+        ("PROBE_HALOS".into(), PROBED_HALOS.len().to_string()),
     ]
 }
 

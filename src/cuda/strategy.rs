@@ -89,12 +89,10 @@ impl CudaRuntime {
             AlgorithmChoice::Auto if n <= 2 * far_distance(&keys) as usize => None,
             _ => Some(self.probe(device, &keys, n)?),
         };
-        let locality = match (algorithm, &probe) {
-            (AlgorithmChoice::Locality | AlgorithmChoice::Segmented, _) => true,
-            (AlgorithmChoice::Auto, Some(probe)) => nearly_sorted(probe, &keys, n),
-            _ => false,
-        };
-        if let (true, Some(probe)) = (locality, &probe) {
+        // The locality sort: forced, or `auto` finds the keys nearly sorted.
+        let locality = probe
+            .filter(|probe| !matches!(algorithm, AlgorithmChoice::Auto) || nearly_sorted(probe));
+        if let Some(probe) = &locality {
             let window =
                 self.merge
                     .window_sort_if_local(device, &keys, n, locality_window_halo(), probe)?;
@@ -241,7 +239,6 @@ fn far_distance(keys: &MergeKeys) -> u32 {
 
 /// Whether `auto` takes the locality sort: at most one sampled key in
 /// [`LOCALITY_MAX_INVERSIONS_PER`] out of order at the far distance.
-fn nearly_sorted(probe: &LocalityProbe, keys: &MergeKeys, n: usize) -> bool {
-    n > 2 * far_distance(keys) as usize
-        && probe.far.inversions * LOCALITY_MAX_INVERSIONS_PER <= probe.far.probed
+fn nearly_sorted(probe: &LocalityProbe) -> bool {
+    probe.far.inversions * LOCALITY_MAX_INVERSIONS_PER <= probe.far.probed
 }
