@@ -8,7 +8,9 @@
 //!   and reported, not judged. In EXPLAIN output, sort operators (`SortExec`,
 //!   `SortPreservingMergeExec`, `GpuSortExec`) are set aside before comparing, since
 //!   replacing them is the point, and so is a hash `RepartitionExec` directly below a sort
-//!   (a hash routed `GpuSortExec` does its work, `gpu_sort.absorb_repartition`); window operators are compared by their first window
+//!   (a hash routed `GpuSortExec` does its work, `gpu_sort.absorb_repartition`), and every
+//!   `CoalescePartitionsExec` without a LIMIT (the one sort that replaces a sort over
+//!   partitions reads them itself, `src/planner/shapes.rs`); window operators are compared by their first window
 //!   expression only, since a streaming window (`BoundedWindowAggExec`) above a replaced
 //!   sort becomes a whole-partition one (`WindowAggExec`, `gpu_sort.whole_partition_windows`)
 //!   and the two print their expressions differently.
@@ -82,7 +84,11 @@ fn without_sort_operators(lines: impl Iterator<Item = String>) -> Vec<String> {
     let mut below_sort = false;
     for line in lines.map(|l| window_operator(plan_body(&l).trim())) {
         let is_sort = SORT_OPERATORS.iter().any(|op| line.starts_with(op));
-        let absorbed = below_sort && line.starts_with("RepartitionExec: partitioning=Hash(");
+        // The coalesce of partitions below a sort is read through by the one sort that
+        // replaces it (src/planner/shapes.rs), with or without row-wise operators between.
+        let gathered = line == "CoalescePartitionsExec";
+        let absorbed =
+            gathered || below_sort && line.starts_with("RepartitionExec: partitioning=Hash(");
         below_sort = is_sort;
         if !is_sort && !absorbed {
             kept.push(line);

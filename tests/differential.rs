@@ -66,3 +66,13 @@ async fn string_keys_mixed_with_other_keys() {
 async fn string_keys_in_runs_partitions_and_spills() {
     cases::string_keys_in_runs_partitions_and_spills(Cpu).await;
 }
+
+#[tokio::test]
+async fn parquet_sources() {
+    cases::parquet_sources(Cpu).await;
+}
+
+#[tokio::test]
+async fn copy_to_parquet() {
+    cases::copy_to_parquet(Cpu).await;
+}

@@ -762,6 +762,8 @@ differential_on_cuda!(
     string_keys_every_type_and_shape,
     string_keys_mixed_with_other_keys,
     string_keys_in_runs_partitions_and_spills,
+    parquet_sources,
+    copy_to_parquet,
 );
 
 /// A run of `columns` (one column per type, named `c<i>`) in uneven input batches: the

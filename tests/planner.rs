@@ -315,3 +315,177 @@ async fn dropping_a_query_mid_sort_releases_memory() {
         runtime.memory_pool.reserved()
     );
 }
+
+/// A session over the multi-file, multi-row-group Parquet table `t` (see
+/// `common/parquet.rs`), with `repartition_sorts` as given.
+async fn parquet_session(
+    dir: &std::path::Path,
+    target_partitions: usize,
+    repartition_sorts: bool,
+) -> (SessionContext, Arc<GpuSortRule>) {
+    common::parquet::write_table(dir, common::seed(), common::parquet::MULTI_FILE);
+    let rule = Arc::new(GpuSortRule::new());
+    let config = SessionConfig::new()
+        .with_target_partitions(target_partitions)
+        .set_bool("datafusion.optimizer.repartition_sorts", repartition_sorts);
+    let state = SessionStateBuilder::new()
+        .with_config(config)
+        .with_default_features()
+        .with_gpu_sort_rule(GpuSortConfig::forced_cpu(), Arc::clone(&rule))
+        .build();
+    let ctx = SessionContext::new_with_state(state);
+    common::parquet::register_table(&ctx, dir, false).await;
+    (ctx, rule)
+}
+
+/// Asserts `plan` sorts with one `GpuSortExec` of one output partition, with no
+/// DataFusion sort or merge left, and no coalesce of partitions on the sort's input path.
+fn assert_one_gathering_sort(plan: &str) {
+    assert_eq!(plan.matches("GpuSortExec").count(), 1, "{plan}");
+    assert!(plan.contains("preserve_partitioning=[false]"), "{plan}");
+    for kept in [" SortExec:", "SortPreservingMergeExec"] {
+        assert!(!plan.contains(kept), "{kept} left:\n{plan}");
+    }
+    // Below the sort, down its first children: no coalesce before a scan or a join.
+    let below_sort = plan.lines().skip_while(|l| !l.contains("GpuSortExec"));
+    for line in below_sort.skip(1) {
+        assert!(
+            !line.contains("CoalescePartitionsExec"),
+            "coalesce left:\n{plan}"
+        );
+        if line.contains("DataSourceExec") || line.contains("JoinExec") {
+            break;
+        }
+    }
+    common::parquet_cases::assert_no_merge_above_gpu_sort(plan, "");
+}
+
+#[tokio::test]
+async fn plain_order_by_over_multi_file_parquet_is_one_sort_without_merge() {
+    let dir = tempfile::tempdir().unwrap();
+    for repartition_sorts in [true, false] {
+        let (ctx, rule) = parquet_session(dir.path(), 8, repartition_sorts).await;
+        let plan = plan_of(&ctx, "SELECT * FROM t ORDER BY k").await;
+        assert_one_gathering_sort(&plan);
+        // The scan keeps its partitions: the one sort reads them all in parallel.
+        assert!(plan.contains("file_groups={8 groups"), "{plan}");
+        let decisions = rule.last_decisions();
+        assert_eq!(decisions.len(), 1, "{decisions:?}");
+        let text = decisions[0].to_string();
+        let shape = if repartition_sorts {
+            "over 8 partition sorts"
+        } else {
+            "over 8 coalesced partitions"
+        };
+        assert!(text.contains(shape), "{text}");
+    }
+}
+
+#[tokio::test]
+async fn merge_over_projection_over_partition_sorts_is_one_sort() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ctx, _) = parquet_session(dir.path(), 4, true).await;
+    let plan = plan_of(
+        &ctx,
+        "SELECT k AS key, s, rid, k * 2 + g AS k2 FROM t ORDER BY key, k2",
+    )
+    .await;
+    assert_one_gathering_sort(&plan);
+    assert!(
+        plan.contains("expr=[key@0 ASC NULLS LAST, k2@3 ASC NULLS LAST]"),
+        "{plan}"
+    );
+}
+
+#[tokio::test]
+async fn merge_over_filter_is_one_sort_with_the_filter_below() {
+    let dir = tempfile::tempdir().unwrap();
+    for repartition_sorts in [true, false] {
+        let (ctx, _) = parquet_session(dir.path(), 4, repartition_sorts).await;
+        let plan = plan_of(&ctx, "SELECT rid, f FROM t WHERE g <> 3 ORDER BY f DESC").await;
+        assert_one_gathering_sort(&plan);
+        let sort_line = plan
+            .lines()
+            .position(|l| l.contains("GpuSortExec"))
+            .unwrap();
+        let filter_line = plan.lines().position(|l| l.contains("FilterExec")).unwrap();
+        assert!(filter_line > sort_line, "filter above the sort:\n{plan}");
+    }
+}
+
+#[tokio::test]
+async fn union_all_under_one_order_by_is_one_sort() {
+    let dir = tempfile::tempdir().unwrap();
+    for repartition_sorts in [true, false] {
+        let (ctx, _) = parquet_session(dir.path(), 3, repartition_sorts).await;
+        let sql = "SELECT k, rid FROM t WHERE g < 3 UNION ALL SELECT k + 1, rid FROM t \
+                   WHERE g >= 3 ORDER BY k, rid";
+        let plan = plan_of(&ctx, sql).await;
+        assert_one_gathering_sort(&plan);
+        assert!(plan.contains("UnionExec"), "{plan}");
+    }
+}
+
+#[tokio::test]
+async fn order_by_over_a_subquery_is_one_sort() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ctx, _) = parquet_session(dir.path(), 4, true).await;
+    let sql = "SELECT * FROM (SELECT g, k, rid FROM t WHERE k > 0) AS sub ORDER BY g DESC, k";
+    assert_one_gathering_sort(&plan_of(&ctx, sql).await);
+}
+
+#[tokio::test]
+async fn order_by_over_a_join_is_one_sort() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ctx, _) = parquet_session(dir.path(), 4, true).await;
+    let sql = "SELECT a.rid, a.k, b.s FROM t a JOIN t b ON a.rid = b.rid ORDER BY a.k, b.s";
+    assert_one_gathering_sort(&plan_of(&ctx, sql).await);
+}
+
+#[tokio::test]
+async fn sort_merge_join_sorts_are_replaced_per_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ctx, _) = parquet_session(dir.path(), 4, true).await;
+    ctx.sql("SET datafusion.optimizer.prefer_hash_join = false")
+        .await
+        .unwrap();
+    let sql = "SELECT a.rid, a.k, b.s FROM t a JOIN t b ON a.rid = b.rid";
+    let plan = plan_of(&ctx, sql).await;
+    assert!(plan.contains("SortMergeJoin"), "{plan}");
+    assert!(!plan.contains(" SortExec:"), "{plan}");
+    assert_eq!(plan.matches("GpuSortExec").count(), 2, "{plan}");
+}
+
+#[tokio::test]
+async fn copy_of_an_ordered_query_is_one_sort() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    for repartition_sorts in [true, false] {
+        let (ctx, _) = parquet_session(dir.path(), 4, repartition_sorts).await;
+        let sql = format!(
+            "COPY (SELECT s, k FROM t ORDER BY s DESC, k) TO '{}/o.parquet'",
+            out.path().display()
+        );
+        assert_one_gathering_sort(&plan_of(&ctx, &sql).await);
+    }
+}
+
+#[tokio::test]
+async fn window_over_parquet_sorts_partitions_with_one_sort() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ctx, _) = parquet_session(dir.path(), 4, true).await;
+    let sql = "SELECT rid, ROW_NUMBER() OVER (PARTITION BY g ORDER BY k) AS n FROM t";
+    let plan = plan_of(&ctx, sql).await;
+    assert!(!plan.contains(" SortExec:"), "{plan}");
+    assert!(plan.contains("GpuSortExec"), "{plan}");
+    common::parquet_cases::assert_no_merge_above_gpu_sort(&plan, "");
+}
+
+#[tokio::test]
+async fn merge_of_sorts_with_a_limit_is_one_sort_with_topk_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ctx, _) = parquet_session(dir.path(), 4, true).await;
+    let plan = plan_of(&ctx, "SELECT k, rid FROM t ORDER BY k LIMIT 10").await;
+    assert_one_gathering_sort(&plan);
+    assert!(plan.contains("GpuSortExec: fetch=10"), "{plan}");
+}

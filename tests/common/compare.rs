@@ -69,6 +69,19 @@ pub fn assert_stable(
     row_id_column: usize,
     context: &str,
 ) {
+    assert_stable_by(batches, key_columns, row_id_column, |id| id, context);
+}
+
+/// Asserts that within each group of equal keys, `place(row id)` increases: the row ids of
+/// `row_id_column` mapped to their place in the input (when the input is not in row-id
+/// order).
+pub fn assert_stable_by(
+    batches: &[RecordBatch],
+    key_columns: &[usize],
+    row_id_column: usize,
+    place: impl Fn(i64) -> i64,
+    context: &str,
+) {
     let Some(batch) = concat(batches) else {
         return;
     };
@@ -77,8 +90,12 @@ pub fn assert_stable(
     for i in 1..keys.len() {
         if keys[i] == keys[i - 1] {
             assert!(
-                ids.value(i - 1) < ids.value(i),
-                "tie at row {i} out of input order: {context}"
+                place(ids.value(i - 1)) < place(ids.value(i)),
+                "tie at row {i} out of input order (row ids {} at {}, {} at {}): {context}",
+                ids.value(i - 1),
+                place(ids.value(i - 1)),
+                ids.value(i),
+                place(ids.value(i)),
             );
         }
     }

@@ -25,6 +25,9 @@ use super::{
 };
 use gpusort::BackendChoice;
 
+#[allow(unused_imports)]
+pub use super::parquet_cases::{copy_to_parquet, parquet_sources};
+
 /// One key column of a generated table.
 #[derive(Debug, Clone)]
 struct KeySpec {

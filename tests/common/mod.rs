@@ -6,6 +6,8 @@
 pub mod compare;
 pub mod data;
 pub mod differential;
+pub mod parquet;
+pub mod parquet_cases;
 pub mod partitions;
 pub mod strategies;
 pub mod strings;

@@ -2,8 +2,9 @@
 //! sort), on the generated tables of [`crate::bench_tables`].
 //!
 //! ```text
-//!  generate t, g, ts, s, u in memory ──► one session (target_partitions = cores)
-//!  per query, per mode (rule on / off):  warm-up run (its result fingerprinted)
+//!  generate t, g, ts, s, u in memory ──► one session (target_partitions = cores), the
+//!  tables registered in memory or (--parquet DIR) written as Parquet files and read from them
+//!  per query, per mode (rule on / off):  first run (cold; its result fingerprinted)
 //!                                        + `reps` timed runs: plan + execute + collect
 //!                                          (`baseline_reps` with the rule off)
 //!  the two modes' fingerprints must agree ──► table: medians, speedup, and where the GPU
@@ -30,7 +31,7 @@ use datafusion::common::{exec_err, DataFusionError, Result};
 use datafusion::datasource::MemTable;
 use datafusion::physical_plan::display::DisplayableExecutionPlan;
 use datafusion::physical_plan::{collect, execute_stream_partitioned, ExecutionPlan};
-use datafusion::prelude::SessionContext;
+use datafusion::prelude::{ParquetReadOptions, SessionContext};
 use futures::StreamExt;
 use gpusort::{BackendChoice, GpuSortExec};
 use rayon::prelude::*;
@@ -57,6 +58,9 @@ pub struct SqlBench {
     pub json: Option<PathBuf>,
     /// Write the generated tables as `<dir>/<table>.parquet` (for the DuckDB script).
     pub write_parquet: Option<PathBuf>,
+    /// Read the tables from Parquet: each written as `<dir>/<table>/part-<p>.parquet`, one
+    /// file per partition, and registered as a Parquet table (what users query).
+    pub parquet_dir: Option<PathBuf>,
     /// Session settings (`name=value`, e.g. `gpu_sort.combine_partitions=false`) set
     /// before the queries run.
     pub settings: Vec<String>,
@@ -72,12 +76,12 @@ pub struct SqlBench {
 }
 
 /// One benchmark query.
-struct Query {
-    name: &'static str,
-    sql: &'static str,
+pub struct Query {
+    pub name: &'static str,
+    pub sql: &'static str,
     /// The columns whose order the query defines; empty when its output order across
     /// partitions is not defined (checked as a multiset only).
-    ordered_by: &'static [&'static str],
+    pub ordered_by: &'static [&'static str],
 }
 
 const QUERIES: [Query; 7] = [
@@ -136,9 +140,13 @@ struct Stages {
 }
 
 /// What one query measured.
-struct Outcome {
+pub struct Outcome {
     query: &'static Query,
     rows: usize,
+    /// The first run of the query in its mode (the warm-up).
+    datafusion_cold: Duration,
+    gpusort_cold: Duration,
+    /// Medians of the timed runs after it.
     datafusion: Duration,
     gpusort: Duration,
     stages: Option<Stages>,
@@ -172,51 +180,85 @@ pub async fn run(options: &SqlBench) -> Result<()> {
         write_parquet(&tables, dir)?;
     }
     let session = new_session(options.backend);
-    session
-        .ctx
-        .sql(&format!(
-            "SET datafusion.execution.target_partitions = {partitions}"
-        ))
-        .await?
-        .collect()
-        .await?;
-    for setting in &options.settings {
+    apply_settings(&session.ctx, partitions, &options.settings).await?;
+    match &options.parquet_dir {
+        Some(dir) => {
+            write_partition_files(&tables, dir)?;
+            for table in &tables {
+                let path = dir.join(table.name);
+                let options = ParquetReadOptions::default();
+                session
+                    .ctx
+                    .register_parquet(table.name, path.display().to_string(), options)
+                    .await?;
+            }
+        }
+        None => {
+            for table in &tables {
+                let provider =
+                    MemTable::try_new(Arc::clone(&table.schema), table.partitions.clone())?;
+                session.ctx.register_table(table.name, Arc::new(provider))?;
+            }
+        }
+    }
+    drop(tables);
+    let queries = QUERIES.iter().filter(|q| selected(q, &options.only));
+    let outcomes = run_queries(&session.ctx, queries, options).await?;
+    report(&outcomes, partitions, options)
+}
+
+/// Sets `target_partitions` and each `name=value` of `settings` in the session.
+pub async fn apply_settings(
+    ctx: &SessionContext,
+    partitions: usize,
+    settings: &[String],
+) -> Result<()> {
+    let partitions = format!("datafusion.execution.target_partitions={partitions}");
+    for setting in std::iter::once(&partitions).chain(settings) {
         let Some((name, value)) = setting.split_once('=') else {
             return exec_err!("--set {setting}: expected name=value");
         };
-        session
-            .ctx
-            .sql(&format!("SET {} = {}", name.trim(), value.trim()))
+        ctx.sql(&format!("SET {} = {}", name.trim(), value.trim()))
             .await?
             .collect()
             .await?;
     }
-    for table in &tables {
-        let provider = MemTable::try_new(Arc::clone(&table.schema), table.partitions.clone())?;
-        session.ctx.register_table(table.name, Arc::new(provider))?;
-    }
-    drop(tables);
+    Ok(())
+}
+
+/// Runs each query in both modes.
+pub async fn run_queries(
+    ctx: &SessionContext,
+    queries: impl Iterator<Item = &'static Query>,
+    options: &SqlBench,
+) -> Result<Vec<Outcome>> {
     let mut outcomes = Vec::new();
-    for query in QUERIES.iter().filter(|q| selected(q, &options.only)) {
-        outcomes.push(measure(&session.ctx, query, options).await?);
+    for query in queries {
+        outcomes.push(measure(ctx, query, options).await?);
     }
+    Ok(outcomes)
+}
+
+/// Prints the table (and writes the JSON file when asked).
+pub fn report(outcomes: &[Outcome], partitions: usize, options: &SqlBench) -> Result<()> {
     let device = gpusort::cuda::runtime()
         .map(|r| format!("{} (sm_{})", r.device.name, r.device.arch))
         .unwrap_or_else(|why| format!("no GPU: {why}"));
     println!(
         "device: {device}; {partitions} partitions; median of {} runs (DataFusion: {}) after \
-         a warm-up; times in seconds, planning + execution + collecting the result",
+         a first (cold) run, timed apart; times in seconds, planning + execution + \
+         collecting the result",
         options.reps, options.baseline_reps
     );
-    print_table(&outcomes);
+    print_table(outcomes);
     if let Some(path) = &options.json {
-        std::fs::write(path, to_json(&outcomes, &device, partitions, options))
+        std::fs::write(path, to_json(outcomes, &device, partitions, options))
             .map_err(|e| DataFusionError::Execution(format!("writing {}: {e}", path.display())))?;
     }
     Ok(())
 }
 
-fn selected(query: &Query, only: &[String]) -> bool {
+pub fn selected(query: &Query, only: &[String]) -> bool {
     only.is_empty() || only.iter().any(|q| q.eq_ignore_ascii_case(query.name))
 }
 
@@ -236,10 +278,10 @@ async fn measure(
 ) -> Result<Outcome> {
     let reps = options.reps;
     set_rule(ctx, false).await?;
-    let (_, expected) = run_checked(ctx, query).await?;
+    let (datafusion_cold, expected) = run_checked(ctx, query).await?;
     let datafusion = median_run(ctx, query, options.baseline_reps).await?.0;
     set_rule(ctx, true).await?;
-    let (_, got) = run_checked(ctx, query).await?;
+    let (gpusort_cold, got) = run_checked(ctx, query).await?;
     if got != expected {
         return exec_err!(
             "{}: gpusort's result differs from DataFusion's: {got:?} vs {expected:?}",
@@ -269,6 +311,8 @@ async fn measure(
     Ok(Outcome {
         query,
         rows: expected.rows,
+        datafusion_cold,
+        gpusort_cold,
         datafusion,
         gpusort,
         stages: stages_of(&plan),
@@ -536,15 +580,22 @@ fn row_hashes(batch: &RecordBatch, columns: Option<&[&str]>) -> Result<Vec<u64>>
         .collect())
 }
 
+/// `sql` on one line, runs of white space made one space.
+fn one_line(sql: &str) -> String {
+    sql.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 fn seconds(d: Duration) -> String {
     format!("{:.3}", d.as_secs_f64())
 }
 
 fn print_table(outcomes: &[Outcome]) {
     println!(
-        "| query | rows | DataFusion | gpusort | speedup | backend | collect | encode | h2d | device sort | d2h | gather | other |"
+        "| query | rows | DataFusion cold | gpusort cold | DataFusion | gpusort | speedup | backend | collect | encode | h2d | device sort | d2h | gather | other |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!(
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    );
     for o in outcomes {
         let speedup = o.datafusion.as_secs_f64() / o.gpusort.as_secs_f64().max(1e-9);
         let breakdown = match &o.stages {
@@ -581,10 +632,12 @@ fn print_table(outcomes: &[Outcome]) {
             None => "DataFusion's sort kept | - | - | - | - | - | - | -".to_string(),
         };
         println!(
-            "| {} `{}` | {} | {} | {} | {speedup:.2}× | {breakdown} |",
+            "| {} `{}` | {} | {} | {} | {} | {} | {speedup:.2}× | {breakdown} |",
             o.query.name,
-            o.query.sql,
+            one_line(o.query.sql),
             o.rows,
+            seconds(o.datafusion_cold),
+            seconds(o.gpusort_cold),
             seconds(o.datafusion),
             seconds(o.gpusort),
         );
@@ -613,10 +666,12 @@ fn to_json(outcomes: &[Outcome], device: &str, partitions: usize, options: &SqlB
                 None => "null".to_string(),
             };
             format!(
-                r#"    {{"query": "{}", "sql": "{}", "rows": {}, "datafusion_s": {}, "gpusort_s": {}, "stages": {stages}}}"#,
+                r#"    {{"query": "{}", "sql": "{}", "rows": {}, "datafusion_cold_s": {}, "gpusort_cold_s": {}, "datafusion_s": {}, "gpusort_s": {}, "stages": {stages}}}"#,
                 o.query.name,
-                escape(o.query.sql),
+                escape(&one_line(o.query.sql)),
                 o.rows,
+                o.datafusion_cold.as_secs_f64(),
+                o.gpusort_cold.as_secs_f64(),
                 o.datafusion.as_secs_f64(),
                 o.gpusort.as_secs_f64()
             )
@@ -652,5 +707,41 @@ fn write_parquet(tables: &[Table], dir: &std::path::Path) -> Result<()> {
             .map_err(|e| DataFusionError::Execution(format!("syncing {}: {e}", path.display())))?;
         eprintln!("wrote {}", path.display());
     }
+    Ok(())
+}
+
+/// Writes each table's partitions to `<dir>/<name>/part-<p>.parquet`, row order kept:
+/// several files of several row groups, as users' tables are. Files already there from an
+/// earlier run with the same rows are rewritten.
+fn write_partition_files(tables: &[Table], dir: &std::path::Path) -> Result<()> {
+    use datafusion::parquet::arrow::ArrowWriter;
+    let started = Instant::now();
+    let jobs: Vec<(&Table, usize)> = tables
+        .iter()
+        .flat_map(|t| (0..t.partitions.len()).map(move |p| (t, p)))
+        .collect();
+    jobs.into_par_iter()
+        .try_for_each(|(table, p)| -> Result<()> {
+            let folder = dir.join(table.name);
+            std::fs::create_dir_all(&folder).map_err(|e| {
+                DataFusionError::Execution(format!("creating {}: {e}", folder.display()))
+            })?;
+            let path = folder.join(format!("part-{p:03}.parquet"));
+            let file = std::fs::File::create(&path).map_err(|e| {
+                DataFusionError::Execution(format!("creating {}: {e}", path.display()))
+            })?;
+            let mut writer = ArrowWriter::try_new(file, Arc::clone(&table.schema), None)?;
+            for batch in &table.partitions[p] {
+                writer.write(batch)?;
+            }
+            let file = writer.into_inner()?;
+            file.sync_all()
+                .map_err(|e| DataFusionError::Execution(format!("syncing {}: {e}", path.display())))
+        })?;
+    eprintln!(
+        "wrote the tables as Parquet under {} in {:.1} s",
+        dir.display(),
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }

@@ -4,13 +4,20 @@
 //! Rewrites, top down:
 //!
 //! ```text
-//!  SortPreservingMergeExec(SortExec{preserve_partitioning: true})  ──►  GpuSortExec (1 partition)
+//!  SortPreservingMergeExec(row-wise chain(SortExec{preserve_partitioning: true}))
+//!                                                ──►  GpuSortExec(row-wise chain) (1 partition)
+//!  SortExec(row-wise chain(CoalescePartitionsExec(input)))
+//!                                                ──►  GpuSortExec(row-wise chain(input))
 //!  SortExec{fetch: None}                                           ──►  GpuSortExec (same partitioning)
 //!  SortExec{fetch: Some(n)}           (only with gpu_sort.topk)    ──►  GpuSortExec{fetch: n}
 //!  SortExec{preserve_partitioning: true}(RepartitionExec(Hash(e, N))(input))
 //!                 (gpu_sort.combine_partitions and absorb_repartition) ──►  GpuSortExec(input),
 //!                                                           hash routed to Hash(e, N)
 //! ```
+//!
+//! The first two shapes are where DataFusion gathers partitions into one ordered stream
+//! (`shapes.rs`): one sort that reads every partition in parallel replaces the
+//! per-partition sorts and the one-thread merge above them.
 //!
 //! A sort is kept, for a [`DeclineReason`], when the rule is disabled, the sort has a LIMIT
 //! and `topk` is off, no backend is usable, a key type is unsupported, or the input is
@@ -38,6 +45,9 @@ use crate::exec::{GpuSortExec, GpuSortOptions, HashRouting};
 use crate::keys::unsupported_reason;
 use crate::sort::resolve_backend;
 use crate::window::windows_over_sorts;
+use shapes::{merge_over_partition_sorts, sort_over_coalesce, GatheredSort};
+
+mod shapes;
 
 /// Why a sort kept DataFusion's operator.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,11 +122,13 @@ struct Candidate {
     /// The input of a hash repartition directly below a sort that keeps partitioning,
     /// and its routing.
     below_repartition: Option<(Arc<dyn ExecutionPlan>, HashRouting)>,
+    /// A merge of partition sorts: when declined, the sorts below are decided on their own.
+    is_merge: bool,
     text: String,
 }
 
 impl Candidate {
-    fn from_plan(node: &Arc<dyn ExecutionPlan>) -> Option<Self> {
+    fn from_plan(node: &Arc<dyn ExecutionPlan>) -> Result<Option<Self>> {
         let text = || {
             displayable(node.as_ref())
                 .one_line()
@@ -125,24 +137,19 @@ impl Candidate {
                 .to_string()
         };
         if let Some(merge) = node.downcast_ref::<SortPreservingMergeExec>() {
-            let sort = merge.input().downcast_ref::<SortExec>()?;
-            if !sort.preserve_partitioning() || sort.expr() != merge.expr() {
-                return None;
-            }
-            let fetch = match (merge.fetch(), sort.fetch()) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
+            let Some(gathered) = merge_over_partition_sorts(merge)? else {
+                return Ok(None);
             };
-            return Some(Self {
-                input: Arc::clone(sort.input()),
-                expr: merge.expr().clone(),
-                fetch,
-                preserve_partitioning: false,
-                below_repartition: None,
-                text: text(),
-            });
+            let text = format!("{} over {} partition sorts", text(), gathered.replaced);
+            return Ok(Some(Self::gathering(gathered, true, text)));
         }
-        let sort = node.downcast_ref::<SortExec>()?;
+        let Some(sort) = node.downcast_ref::<SortExec>() else {
+            return Ok(None);
+        };
+        if let Some(gathered) = sort_over_coalesce(sort)? {
+            let text = format!("{} over {} coalesced partitions", text(), gathered.replaced);
+            return Ok(Some(Self::gathering(gathered, false, text)));
+        }
         let below_repartition = sort
             .input()
             .downcast_ref::<RepartitionExec>()
@@ -151,14 +158,28 @@ impl Candidate {
                 let routing = HashRouting::of(repartition.partitioning())?;
                 Some((Arc::clone(repartition.input()), routing))
             });
-        Some(Self {
+        Ok(Some(Self {
             input: Arc::clone(sort.input()),
             expr: sort.expr().clone(),
             fetch: sort.fetch(),
             preserve_partitioning: sort.preserve_partitioning(),
             below_repartition,
+            is_merge: false,
             text: text(),
-        })
+        }))
+    }
+
+    /// One sort of every partition of the gathered input.
+    fn gathering(gathered: GatheredSort, is_merge: bool, text: String) -> Self {
+        Self {
+            input: gathered.input,
+            expr: gathered.expr,
+            fetch: gathered.fetch,
+            preserve_partitioning: false,
+            below_repartition: None,
+            is_merge,
+            text,
+        }
     }
 
     /// The replacement: hash routed over the repartition's input when the settings allow.
@@ -177,10 +198,6 @@ impl Candidate {
                 options,
             ),
         }
-    }
-
-    fn is_merge_pair(&self) -> bool {
-        !self.preserve_partitioning && self.text.starts_with("SortPreservingMergeExec")
     }
 }
 
@@ -273,7 +290,7 @@ impl PhysicalOptimizerRule for GpuSortRule {
         let mut decisions = Vec::new();
         let plan = plan
             .transform_down(|node| {
-                let Some(candidate) = Candidate::from_plan(&node) else {
+                let Some(candidate) = Candidate::from_plan(&node)? else {
                     return Ok(Transformed::no(node));
                 };
                 match Self::decide(&candidate, &settings) {
@@ -288,7 +305,7 @@ impl PhysicalOptimizerRule for GpuSortRule {
                         Ok(Transformed::yes(Arc::new(exec) as Arc<dyn ExecutionPlan>))
                     }
                     // The SortExec below a declined merge pair is decided on its own.
-                    Err(_) if candidate.is_merge_pair() => Ok(Transformed::no(node)),
+                    Err(_) if candidate.is_merge => Ok(Transformed::no(node)),
                     Err(reason) => {
                         let decision = SortDecision {
                             sort: candidate.text,
