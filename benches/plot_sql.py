@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Bar chart of the SQL benchmark: gpusort, DataFusion and DuckDB per query (log scale).
 
-    python3 benches/plot_sql.py merged.json docs/sql_benchmark.png
+    python3 benches/plot_sql.py merged.json docs/sql_benchmark.png ["title"]
 
 The input is the JSON written by benches/sql_duckdb.py --json (matplotlib needed).
 """
@@ -11,7 +11,7 @@ import sys
 
 
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4):
         sys.exit(__doc__)
     import matplotlib
 
@@ -41,7 +41,10 @@ def main():
     ax.set_xticklabels(names)
     ax.set_yscale("log")
     ax.set_ylabel("seconds (median of 3, log scale)")
-    ax.set_title(f"SQL benchmark, {data.get('rows', '?'):,} rows, {data.get('device', '')}",
+    title = f"SQL benchmark, {data.get('rows', '?'):,} rows"
+    if len(sys.argv) == 4:
+        title = sys.argv[3]
+    ax.set_title(f"{title}, {data.get('device', '')}",
                  fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()

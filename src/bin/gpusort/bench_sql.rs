@@ -130,6 +130,7 @@ struct Stages {
     encode: Duration,
     h2d: Duration,
     sort: Duration,
+    refine: Duration,
     d2h: Duration,
     gather: Duration,
     /// Within `gather`: the device gather's uploads and windows.
@@ -505,8 +506,9 @@ fn stages_of(plan: &Arc<dyn ExecutionPlan>) -> Option<Stages> {
             stages.collect += time("collect_time");
             stages.encode += time("encode_time");
             stages.h2d += time("h2d_time");
-            // The host's ordering of string ties past the encoded prefix counts as sorting.
-            stages.sort += time("device_sort_time") + time("tie_refine_time");
+            stages.sort += time("device_sort_time");
+            // The ordering of string ties past the encoded key window.
+            stages.refine += time("tie_refine_time");
             stages.d2h += time("d2h_time");
             stages.gather += time("gather_time");
             stages.gather_h2d += time("gather_h2d_time");
@@ -591,16 +593,16 @@ fn seconds(d: Duration) -> String {
 
 fn print_table(outcomes: &[Outcome]) {
     println!(
-        "| query | rows | DataFusion cold | gpusort cold | DataFusion | gpusort | speedup | backend | collect | encode | h2d | device sort | d2h | gather | other |"
+        "| query | rows | DataFusion cold | gpusort cold | DataFusion | gpusort | speedup | backend | collect | encode | h2d | device sort | tie refine | d2h | gather | other |"
     );
     println!(
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
     for o in outcomes {
         let speedup = o.datafusion.as_secs_f64() / o.gpusort.as_secs_f64().max(1e-9);
         let breakdown = match &o.stages {
             Some(s) => {
-                let staged = s.collect + s.encode + s.h2d + s.sort + s.d2h + s.gather;
+                let staged = s.collect + s.encode + s.h2d + s.sort + s.refine + s.d2h + s.gather;
                 let other = o
                     .gpusort
                     .checked_sub(staged)
@@ -621,15 +623,16 @@ fn print_table(outcomes: &[Outcome]) {
                     ));
                 }
                 format!(
-                    "{backend} | {} | {} | {} | {} | {} | {gather} | {other}",
+                    "{backend} | {} | {} | {} | {} | {} | {} | {gather} | {other}",
                     seconds(s.collect),
                     seconds(s.encode),
                     seconds(s.h2d),
                     seconds(s.sort),
+                    seconds(s.refine),
                     seconds(s.d2h),
                 )
             }
-            None => "DataFusion's sort kept | - | - | - | - | - | - | -".to_string(),
+            None => "DataFusion's sort kept | - | - | - | - | - | - | - | -".to_string(),
         };
         println!(
             "| {} `{}` | {} | {} | {} | {} | {} | {speedup:.2}× | {breakdown} |",
@@ -651,13 +654,14 @@ fn to_json(outcomes: &[Outcome], device: &str, partitions: usize, options: &SqlB
         .map(|o| {
             let stages = match &o.stages {
                 Some(s) => format!(
-                    r#"{{"backend": "{}", "partitions": {}, "collect": {}, "encode": {}, "h2d": {}, "device_sort": {}, "d2h": {}, "gather": {}, "gather_h2d": {}, "gather_d2h": {}}}"#,
+                    r#"{{"backend": "{}", "partitions": {}, "collect": {}, "encode": {}, "h2d": {}, "device_sort": {}, "tie_refine": {}, "d2h": {}, "gather": {}, "gather_h2d": {}, "gather_d2h": {}}}"#,
                     s.backend,
                     s.partitions,
                     s.collect.as_secs_f64(),
                     s.encode.as_secs_f64(),
                     s.h2d.as_secs_f64(),
                     s.sort.as_secs_f64(),
+                    s.refine.as_secs_f64(),
                     s.d2h.as_secs_f64(),
                     s.gather.as_secs_f64(),
                     s.gather_h2d.as_secs_f64(),
