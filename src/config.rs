@@ -110,6 +110,11 @@ extensions_options! {
         /// sorted order on the GPU (CUDA backend); smaller runs, and other columns, are
         /// gathered on the host.
         pub device_gather_min_rows: usize, default = DEFAULT_DEVICE_GATHER_MIN_ROWS
+        /// Where DataFusion merges sorted partitions (or coalesces partitions before a
+        /// sort), one sort reads every partition in place of the per-partition sorts and
+        /// the merge (default true); false: each partition's sort is replaced on its own
+        /// and DataFusion's merge stays.
+        pub gather_partitions: bool, default = true
         /// A sort that keeps its input's partitions (below a window's `PARTITION BY`)
         /// sorts all of them at once, each on its own, instead of one sort per partition.
         pub combine_partitions: bool, default = true

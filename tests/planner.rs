@@ -489,3 +489,16 @@ async fn merge_of_sorts_with_a_limit_is_one_sort_with_topk_on() {
     assert_one_gathering_sort(&plan);
     assert!(plan.contains("GpuSortExec: fetch=10"), "{plan}");
 }
+
+#[tokio::test]
+async fn gather_partitions_false_keeps_the_merge_over_replaced_partition_sorts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ctx, _) = parquet_session(dir.path(), 4, true).await;
+    ctx.sql("SET gpu_sort.gather_partitions = false")
+        .await
+        .unwrap();
+    let plan = plan_of(&ctx, "SELECT k AS key, rid FROM t ORDER BY key").await;
+    assert!(plan.contains("SortPreservingMergeExec"), "{plan}");
+    assert!(plan.contains("preserve_partitioning=[true]"), "{plan}");
+    assert!(!plan.contains(" SortExec:"), "{plan}");
+}

@@ -5,7 +5,8 @@
 //!  per key column: values buffer (+ validity bitmap) ──pinned, chunked──► device
 //!                  byte-like: views (+ validity) and the data buffers   (`views.rs`)
 //!    byte-like:    encode_field_stats of the length and the first chunks → the window
-//!                  (`keys::bytes::choose_window`, as the host encoder chooses it)
+//!                  (`keys::bytes::choose_window`, as the host encoder chooses it, but
+//!                  up to every chunk: `DEVICE_LIVE_CHUNKS`)
 //!  per field (null flag, limbs):  encode_field_stats → min, max, OR, AND   (32 B back)
 //!  host: the same reductions and word placements as the host encoder (src/keys/)
 //!  per field part:                encode_pack_field  → packed key words, on the device
@@ -33,7 +34,7 @@ use super::gather::DeviceColumn;
 use super::module::{arg, cached_cubin, launch, Kernel, Module, ENCODE};
 use super::transfer::Staging;
 use super::views::{is_view_type, worth_encoding_on_device};
-use crate::keys::bytes::{choose_window, MAX_CHUNKS};
+use crate::keys::bytes::{choose_window, DEVICE_LIVE_CHUNKS, MAX_CHUNKS};
 use crate::keys::{
     limb_sources, low_mask, placements, EncodedKeys, FieldStats, KeyColumn, LimbKind, LimbSource,
     LongKey, Reduction,
@@ -347,7 +348,7 @@ impl Encoder {
         } else {
             0
         };
-        let (live, window) = choose_window(&stats[1..], longest);
+        let (live, window) = choose_window(&stats[1..], longest, DEVICE_LIVE_CHUNKS);
         let flag = (base.valid != 0).then_some(base);
         let chunks = live
             .iter()

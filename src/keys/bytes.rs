@@ -17,8 +17,9 @@
 //!
 //! The window grows chunk by chunk. A chunk that is the same in every row — a prefix all
 //! values share, such as `https://www.` — is left out of the key (min/max reduction gives it
-//! no bits), so chunks are added until [`LIVE_CHUNKS`] of them vary, every value ends inside
-//! the window, or the window reaches [`MAX_CHUNKS`] chunks. One scan over the values gathers
+//! no bits), so chunks are added until [`LIVE_CHUNKS`] of them vary ([`DEVICE_LIVE_CHUNKS`]
+//! when the device encodes: a key word costs it little), every value ends inside the
+//! window, or the window reaches [`MAX_CHUNKS`] chunks. One scan over the values gathers
 //! the statistics of all candidate chunks; only the varying ones are then written.
 
 use arrow::array::{
@@ -35,10 +36,15 @@ use rayon::prelude::*;
 
 use super::reduce::{FieldStats, KeyField, Reduction};
 
-/// Chunks that must vary before the window stops growing. Wider windows cost key words
-/// (cheap on the GPU: 8 bytes per row over PCIe and a few digit passes); narrower ones
-/// leave more ties to the host's refinement, which reads values at random.
+/// Chunks that must vary before the host encoder's window stops growing. Wider windows
+/// cost key words (on the CPU, eight more digit passes each); narrower ones leave more ties
+/// to the refinement, which reads values at random.
 pub const LIVE_CHUNKS: usize = 4;
+/// The device encoder's: every chunk up to [`MAX_CHUNKS`], so that values of up to 64 bytes
+/// leave no ties to the host's refinement. A key word costs the device eight digit passes
+/// (about 5 ms per 60 M rows on an H100); ties past a 32-byte window cost the host's
+/// refinement 3.8 s on TPC-H `l_comment` at scale factor 10 (docs/performance.md).
+pub const DEVICE_LIVE_CHUNKS: usize = MAX_CHUNKS;
 /// Most chunks in a window (bytes past `8 * MAX_CHUNKS` are left to the refinement).
 pub const MAX_CHUNKS: usize = 8;
 
@@ -252,11 +258,16 @@ impl Scan {
 /// (inverted when descending; at least `MAX_CHUNKS` of them, or as many as the longest
 /// value needs) and its longest valid value: the chunks that vary, with their reductions,
 /// and the window's bytes. Chunks are added until [`LIVE_CHUNKS`] vary, every value ends
-/// inside the window, or it holds [`MAX_CHUNKS`]. Both backends' encoders choose with it.
-pub fn choose_window(chunks: &[FieldStats], longest: usize) -> (Vec<(usize, Reduction)>, usize) {
+/// inside the window, or it holds [`MAX_CHUNKS`]. Both backends' encoders choose with it,
+/// each with its own `live_chunks` ([`LIVE_CHUNKS`], [`DEVICE_LIVE_CHUNKS`]).
+pub fn choose_window(
+    chunks: &[FieldStats],
+    longest: usize,
+    live_chunks: usize,
+) -> (Vec<(usize, Reduction)>, usize) {
     let mut live: Vec<(usize, Reduction)> = Vec::new();
     let mut taken = 0;
-    while live.len() < LIVE_CHUNKS && taken < longest.div_ceil(8).min(MAX_CHUNKS) {
+    while live.len() < live_chunks && taken < longest.div_ceil(8).min(MAX_CHUNKS) {
         if let Some(reduction) = chunks[taken].reduction() {
             live.push((taken, reduction));
         }
@@ -274,6 +285,7 @@ pub fn window_fields(
     rows: usize,
     valid: Option<&[bool]>,
     descending: bool,
+    live_chunks: usize,
     finish: impl FnOnce(Vec<u64>) -> KeyField,
 ) -> Result<WindowFields> {
     let values = ByteValues::new(arrays)?;
@@ -283,7 +295,7 @@ pub fn window_fields(
         |scan, value| scan.add(value, descending),
         Scan::merge,
     );
-    let (live, window) = choose_window(&scan.chunks, scan.longest);
+    let (live, window) = choose_window(&scan.chunks, scan.longest, live_chunks);
     let is_valid = |row: usize| valid.is_none_or(|valid| valid[row]);
     let mut fields: Vec<KeyField> = live
         .into_iter()
@@ -362,8 +374,10 @@ mod tests {
         let prefix = "https://www.example.com/";
         let strings: Vec<String> = (0..50).map(|i| format!("{prefix}{i:05}/page")).collect();
         let array: ArrayRef = Arc::new(StringArray::from(strings.clone()));
-        let encoded =
-            window_fields(&[array], 50, None, false, |limb| reduce_field(limb, None)).unwrap();
+        let encoded = window_fields(&[array], 50, None, false, LIVE_CHUNKS, |limb| {
+            reduce_field(limb, None)
+        })
+        .unwrap();
         // Bytes 0..24 are shared, 24..32 vary, 32..40 hold the shared "ge"; every value
         // (34 bytes) ends inside the 40-byte window, and its marker is the same for all.
         assert_eq!(encoded.window, 40);

@@ -86,8 +86,14 @@ impl EncodedKeys {
     }
 }
 
-/// Encodes the sort key columns of one run.
+/// Encodes the sort key columns of one run (string windows as the host chooses them).
 pub fn encode_keys(columns: &[KeyColumn]) -> Result<EncodedKeys> {
+    encode_keys_windowed(columns, bytes::LIVE_CHUNKS)
+}
+
+/// Encodes the sort key columns of one run, a byte-like key's window growing until
+/// `live_chunks` of its chunks vary (`bytes::choose_window`).
+pub fn encode_keys_windowed(columns: &[KeyColumn], live_chunks: usize) -> Result<EncodedKeys> {
     let rows = columns.first().map_or(0, column_rows);
     let mut fields = Vec::new();
     let mut long_keys = Vec::new();
@@ -95,7 +101,7 @@ pub fn encode_keys(columns: &[KeyColumn]) -> Result<EncodedKeys> {
         if column_rows(column) != rows {
             return internal_err!("gpusort: key columns differ in length");
         }
-        let encoded = encode_column(column, rows)?;
+        let encoded = encode_column(column, rows, live_chunks)?;
         fields.extend(encoded.fields.into_iter().filter(|f| f.width > 0));
         if let Some(window) = encoded.longer_than {
             long_keys.push(LongKey {
@@ -139,7 +145,7 @@ struct ColumnFields {
 }
 
 /// The null-flag field and the value fields of one key column.
-fn encode_column(column: &KeyColumn, rows: usize) -> Result<ColumnFields> {
+fn encode_column(column: &KeyColumn, rows: usize, live_chunks: usize) -> Result<ColumnFields> {
     let data_type = match column.arrays.first() {
         Some(array) => array.data_type().clone(),
         None => {
@@ -166,8 +172,9 @@ fn encode_column(column: &KeyColumn, rows: usize) -> Result<ColumnFields> {
     };
     let mut longer_than = None;
     if bytes::is_byte_like(&data_type) {
+        let valid = valid.as_deref();
         let window =
-            bytes::window_fields(&column.arrays, rows, valid.as_deref(), descending, finish)?;
+            bytes::window_fields(&column.arrays, rows, valid, descending, live_chunks, finish)?;
         fields.extend(window.fields);
         longer_than = window.has_longer.then_some(window.window);
     } else if matches!(data_type, DataType::Dictionary(_, _)) {

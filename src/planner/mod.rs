@@ -17,7 +17,8 @@
 //!
 //! The first two shapes are where DataFusion gathers partitions into one ordered stream
 //! (`shapes.rs`): one sort that reads every partition in parallel replaces the
-//! per-partition sorts and the one-thread merge above them.
+//! per-partition sorts and the one-thread merge above them (`gpu_sort.gather_partitions`;
+//! when false, each sort below is replaced on its own and the merge stays).
 //!
 //! A sort is kept, for a [`DeclineReason`], when the rule is disabled, the sort has a LIMIT
 //! and `topk` is off, no backend is usable, a key type is unsupported, or the input is
@@ -128,7 +129,7 @@ struct Candidate {
 }
 
 impl Candidate {
-    fn from_plan(node: &Arc<dyn ExecutionPlan>) -> Result<Option<Self>> {
+    fn from_plan(node: &Arc<dyn ExecutionPlan>, settings: &GpuSortConfig) -> Result<Option<Self>> {
         let text = || {
             displayable(node.as_ref())
                 .one_line()
@@ -137,6 +138,9 @@ impl Candidate {
                 .to_string()
         };
         if let Some(merge) = node.downcast_ref::<SortPreservingMergeExec>() {
+            if !settings.gather_partitions {
+                return Ok(None);
+            }
             let Some(gathered) = merge_over_partition_sorts(merge)? else {
                 return Ok(None);
             };
@@ -146,7 +150,11 @@ impl Candidate {
         let Some(sort) = node.downcast_ref::<SortExec>() else {
             return Ok(None);
         };
-        if let Some(gathered) = sort_over_coalesce(sort)? {
+        let gathered = match settings.gather_partitions {
+            true => sort_over_coalesce(sort)?,
+            false => None,
+        };
+        if let Some(gathered) = gathered {
             let text = format!("{} over {} coalesced partitions", text(), gathered.replaced);
             return Ok(Some(Self::gathering(gathered, false, text)));
         }
@@ -290,7 +298,7 @@ impl PhysicalOptimizerRule for GpuSortRule {
         let mut decisions = Vec::new();
         let plan = plan
             .transform_down(|node| {
-                let Some(candidate) = Candidate::from_plan(&node)? else {
+                let Some(candidate) = Candidate::from_plan(&node, &settings)? else {
                     return Ok(Transformed::no(node));
                 };
                 match Self::decide(&candidate, &settings) {

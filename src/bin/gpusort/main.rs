@@ -152,6 +152,10 @@ enum BenchCommand {
         /// Run each query once more with gpusort and print the timeline of its stages.
         #[arg(long)]
         trace: bool,
+        /// Another configuration timed in turn with the plain gpusort run: comma-separated
+        /// `setting=value` and `env:VARIABLE=value`; repeat for several.
+        #[arg(long = "variant", value_name = "CHANGES")]
+        variants: Vec<String>,
     },
     /// OneSweep against CUB for u32/u64 keys, pairs and row ids (G keys/s, warm medians).
     Kernels {
@@ -337,6 +341,7 @@ async fn main() {
                     settings,
                     plans,
                     trace,
+                    variants,
                 },
         } => {
             let sql = bench_sql::SqlBench {
@@ -353,7 +358,7 @@ async fn main() {
                 show_plans: plans,
                 trace,
                 baseline_reps: baseline_reps.unwrap_or(reps),
-                variants: Vec::new(),
+                variants,
             };
             bench_tpch::run(&bench_tpch::TpchBench {
                 scale_factor,
