@@ -5,7 +5,8 @@
     python3 benches/sql_duckdb.py --data DIR --gpusort-json gpusort.json --json merged.json
 
 Loads DIR/<table>.parquet (written by gpusort from the same seed) into DuckDB in-memory
-tables, then times each query: one warm-up, then the median of --reps runs, each result
+tables (or, with --parquet-tables DIR, queries the files that `gpusort bench sql --parquet
+DIR` wrote, in place), then times each query: one warm-up, then the median of --reps runs, each result
 fully materialized as an Arrow table, DuckDB using --threads threads (default: cores).
 Prints one markdown table with gpusort, DataFusion and DuckDB side by side, and writes the
 merged figures as JSON (input of benches/plot_sql.py).
@@ -49,7 +50,9 @@ def time_query(con, sql, reps):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", required=True, help="directory of t/g/ts/s/u .parquet")
+    parser.add_argument("--data", help="directory of t/g/ts/s/u .parquet, loaded into memory")
+    parser.add_argument("--parquet-tables", help="directory of t/g/ts/s/u folders of .parquet "
+                        "files (gpusort bench sql --parquet DIR), queried in place")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--query", action="append", help="only these queries (Q1 ...)")
@@ -62,7 +65,13 @@ def main():
     con = duckdb.connect()
     con.execute(f"SET threads = {args.threads}")
     con.execute("SET preserve_insertion_order = true")
+    if not (args.data or args.parquet_tables):
+        sys.exit("--data or --parquet-tables is needed")
     for table in ("t", "g", "ts", "s", "u"):
+        if args.parquet_tables:
+            files = os.path.join(args.parquet_tables, table, "*.parquet")
+            con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{files}')")
+            continue
         path = os.path.join(args.data, f"{table}.parquet")
         started = time.perf_counter()
         con.execute(f"CREATE TABLE {table} AS SELECT * FROM read_parquet('{path}')")
