@@ -17,7 +17,8 @@ import json
 import os
 import statistics
 import sys
-import time
+
+from sql_duckdb import time_query  # same folder: the same timing as the SQL benchmark
 
 KEYS3 = "l_linenumber, l_suppkey, l_orderkey"
 KEYS4 = "l_orderkey, l_suppkey, l_linenumber, l_comment"
@@ -39,26 +40,6 @@ QUERIES = {
     "Q10": f"SELECT {KEYS4}, {WIDE} FROM lineitem ORDER BY {KEYS4}",
     "Q11": "SELECT l_shipmode, l_comment, l_partkey FROM lineitem ORDER BY l_shipmode",
 }
-
-
-def materialize(con, sql):
-    relation = con.sql(sql)
-    if hasattr(relation, "to_arrow_table"):
-        return relation.to_arrow_table()
-    return relation.arrow()
-
-
-def time_query(con, sql, reps):
-    started = time.perf_counter()
-    rows = materialize(con, sql).num_rows
-    cold = time.perf_counter() - started
-    times = []
-    for _ in range(reps):
-        started = time.perf_counter()
-        table = materialize(con, sql)
-        times.append(time.perf_counter() - started)
-        del table
-    return rows, cold, statistics.median(times)
 
 
 def main():

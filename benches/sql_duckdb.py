@@ -38,14 +38,17 @@ def materialize(con, sql):
 
 
 def time_query(con, sql, reps):
+    """(rows, the first (cold) run's seconds, the median of `reps` runs after it)."""
+    started = time.perf_counter()
     rows = materialize(con, sql).num_rows
+    cold = time.perf_counter() - started
     times = []
     for _ in range(reps):
         started = time.perf_counter()
         table = materialize(con, sql)
         times.append(time.perf_counter() - started)
         del table
-    return rows, statistics.median(times)
+    return rows, cold, statistics.median(times)
 
 
 def main():
@@ -87,7 +90,7 @@ def main():
     names = args.query or (list(ours) if ours else list(QUERIES))
     merged = []
     for name in names:
-        rows, median = time_query(con, QUERIES[name], args.reps)
+        rows, _, median = time_query(con, QUERIES[name], args.reps)
         print(f"{name}: DuckDB {median:.3f} s ({rows} rows)", file=sys.stderr)
         entry = dict(ours.get(name, {"query": name, "sql": QUERIES[name]}))
         entry["duckdb_s"] = median

@@ -49,17 +49,15 @@ fn session(config: GpuSortConfig, target_partitions: usize) -> (SessionContext, 
 }
 
 async fn plan_of(ctx: &SessionContext, sql: &str) -> String {
-    let plan = ctx
-        .sql(sql)
-        .await
-        .unwrap()
-        .create_physical_plan()
-        .await
-        .unwrap();
-    let text = datafusion::physical_plan::displayable(plan.as_ref())
-        .indent(true)
-        .to_string();
-    text
+    common::plan_text(&common::physical_plan(ctx, sql).await.unwrap())
+}
+
+/// The plan of `sql`'s text, after asserting that no merge of several partitions stands
+/// above a `GpuSortExec` in it.
+async fn merge_free_plan_of(ctx: &SessionContext, sql: &str) -> String {
+    let plan = common::physical_plan(ctx, sql).await.unwrap();
+    common::parquet_cases::assert_no_merge_of_partitions_above_gpu_sort(&plan, sql);
+    common::plan_text(&plan)
 }
 
 fn declined(rule: &GpuSortRule) -> Vec<DeclineReason> {
@@ -357,7 +355,6 @@ fn assert_one_gathering_sort(plan: &str) {
             break;
         }
     }
-    common::parquet_cases::assert_no_merge_above_gpu_sort(plan, "");
 }
 
 #[tokio::test]
@@ -365,7 +362,7 @@ async fn plain_order_by_over_multi_file_parquet_is_one_sort_without_merge() {
     let dir = tempfile::tempdir().unwrap();
     for repartition_sorts in [true, false] {
         let (ctx, rule) = parquet_session(dir.path(), 8, repartition_sorts).await;
-        let plan = plan_of(&ctx, "SELECT * FROM t ORDER BY k").await;
+        let plan = merge_free_plan_of(&ctx, "SELECT * FROM t ORDER BY k").await;
         assert_one_gathering_sort(&plan);
         // The scan keeps its partitions: the one sort reads them all in parallel.
         assert!(plan.contains("file_groups={8 groups"), "{plan}");
@@ -385,7 +382,7 @@ async fn plain_order_by_over_multi_file_parquet_is_one_sort_without_merge() {
 async fn merge_over_projection_over_partition_sorts_is_one_sort() {
     let dir = tempfile::tempdir().unwrap();
     let (ctx, _) = parquet_session(dir.path(), 4, true).await;
-    let plan = plan_of(
+    let plan = merge_free_plan_of(
         &ctx,
         "SELECT k AS key, s, rid, k * 2 + g AS k2 FROM t ORDER BY key, k2",
     )
@@ -402,7 +399,8 @@ async fn merge_over_filter_is_one_sort_with_the_filter_below() {
     let dir = tempfile::tempdir().unwrap();
     for repartition_sorts in [true, false] {
         let (ctx, _) = parquet_session(dir.path(), 4, repartition_sorts).await;
-        let plan = plan_of(&ctx, "SELECT rid, f FROM t WHERE g <> 3 ORDER BY f DESC").await;
+        let plan =
+            merge_free_plan_of(&ctx, "SELECT rid, f FROM t WHERE g <> 3 ORDER BY f DESC").await;
         assert_one_gathering_sort(&plan);
         let sort_line = plan
             .lines()
@@ -420,7 +418,7 @@ async fn union_all_under_one_order_by_is_one_sort() {
         let (ctx, _) = parquet_session(dir.path(), 3, repartition_sorts).await;
         let sql = "SELECT k, rid FROM t WHERE g < 3 UNION ALL SELECT k + 1, rid FROM t \
                    WHERE g >= 3 ORDER BY k, rid";
-        let plan = plan_of(&ctx, sql).await;
+        let plan = merge_free_plan_of(&ctx, sql).await;
         assert_one_gathering_sort(&plan);
         assert!(plan.contains("UnionExec"), "{plan}");
     }
@@ -431,7 +429,7 @@ async fn order_by_over_a_subquery_is_one_sort() {
     let dir = tempfile::tempdir().unwrap();
     let (ctx, _) = parquet_session(dir.path(), 4, true).await;
     let sql = "SELECT * FROM (SELECT g, k, rid FROM t WHERE k > 0) AS sub ORDER BY g DESC, k";
-    assert_one_gathering_sort(&plan_of(&ctx, sql).await);
+    assert_one_gathering_sort(&merge_free_plan_of(&ctx, sql).await);
 }
 
 #[tokio::test]
@@ -439,7 +437,7 @@ async fn order_by_over_a_join_is_one_sort() {
     let dir = tempfile::tempdir().unwrap();
     let (ctx, _) = parquet_session(dir.path(), 4, true).await;
     let sql = "SELECT a.rid, a.k, b.s FROM t a JOIN t b ON a.rid = b.rid ORDER BY a.k, b.s";
-    assert_one_gathering_sort(&plan_of(&ctx, sql).await);
+    assert_one_gathering_sort(&merge_free_plan_of(&ctx, sql).await);
 }
 
 #[tokio::test]
@@ -466,7 +464,7 @@ async fn copy_of_an_ordered_query_is_one_sort() {
             "COPY (SELECT s, k FROM t ORDER BY s DESC, k) TO '{}/o.parquet'",
             out.path().display()
         );
-        assert_one_gathering_sort(&plan_of(&ctx, &sql).await);
+        assert_one_gathering_sort(&merge_free_plan_of(&ctx, &sql).await);
     }
 }
 
@@ -475,17 +473,16 @@ async fn window_over_parquet_sorts_partitions_with_one_sort() {
     let dir = tempfile::tempdir().unwrap();
     let (ctx, _) = parquet_session(dir.path(), 4, true).await;
     let sql = "SELECT rid, ROW_NUMBER() OVER (PARTITION BY g ORDER BY k) AS n FROM t";
-    let plan = plan_of(&ctx, sql).await;
+    let plan = merge_free_plan_of(&ctx, sql).await;
     assert!(!plan.contains(" SortExec:"), "{plan}");
     assert!(plan.contains("GpuSortExec"), "{plan}");
-    common::parquet_cases::assert_no_merge_above_gpu_sort(&plan, "");
 }
 
 #[tokio::test]
 async fn merge_of_sorts_with_a_limit_is_one_sort_with_topk_on() {
     let dir = tempfile::tempdir().unwrap();
     let (ctx, _) = parquet_session(dir.path(), 4, true).await;
-    let plan = plan_of(&ctx, "SELECT k, rid FROM t ORDER BY k LIMIT 10").await;
+    let plan = merge_free_plan_of(&ctx, "SELECT k, rid FROM t ORDER BY k LIMIT 10").await;
     assert_one_gathering_sort(&plan);
     assert!(plan.contains("GpuSortExec: fetch=10"), "{plan}");
 }

@@ -88,15 +88,15 @@ pub fn sort_over_coalesce(sort: &SortExec) -> Result<Option<GatheredSort>> {
     if sort.preserve_partitioning() {
         return Ok(None);
     }
-    let mut partitions = 0;
-    let Some(input) = strip_coalesce(sort.input(), &mut partitions)? else {
+    let Some(input) = strip_coalesce(sort.input())? else {
         return Ok(None);
     };
     Ok(Some(GatheredSort {
+        // The chain keeps the partitions the coalesce gathered.
+        replaced: input.output_partitioning().partition_count(),
         input,
         expr: sort.expr().clone(),
         fetch: sort.fetch(),
-        replaced: partitions,
     }))
 }
 
@@ -158,20 +158,17 @@ fn strip_partition_sorts(
 /// `plan` with the `CoalescePartitionsExec` at the end of a chain of single-child
 /// row-wise operators replaced by its input; `None` when there is none, it has a LIMIT,
 /// or its input has one partition.
-fn strip_coalesce(
-    plan: &Arc<dyn ExecutionPlan>,
-    partitions: &mut usize,
-) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+fn strip_coalesce(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     if let Some(coalesce) = plan.downcast_ref::<CoalescePartitionsExec>() {
-        *partitions = coalesce.input().output_partitioning().partition_count();
-        let gathers = coalesce.fetch().is_none() && *partitions > 1;
+        let partitions = coalesce.input().output_partitioning().partition_count();
+        let gathers = coalesce.fetch().is_none() && partitions > 1;
         return Ok(gathers.then(|| Arc::clone(coalesce.input())));
     }
     let children = plan.children();
     if children.len() != 1 || plan.downcast_ref::<UnionExec>().is_some() || !is_row_wise(plan) {
         return Ok(None);
     }
-    match strip_coalesce(children[0], partitions)? {
+    match strip_coalesce(children[0])? {
         Some(child) => Ok(Some(
             Arc::clone(plan).replace_children(vec![child], recompute())?,
         )),

@@ -20,7 +20,7 @@ use datafusion::common::Result;
 use datafusion::datasource::MemTable;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::SessionStateBuilder;
-use datafusion::physical_plan::displayable;
+use datafusion::physical_plan::{displayable, ExecutionPlan};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use gpusort::{
     gpu_sort_context_with, BackendChoice, GpuSortConfig, GpuSortExec, SessionStateBuilderExt,
@@ -98,14 +98,24 @@ pub fn register(ctxs: &[&SessionContext], name: &str, partitions: Vec<Vec<Record
     }
 }
 
+/// The physical plan of `sql` in `ctx`.
+pub async fn physical_plan(ctx: &SessionContext, sql: &str) -> Result<Arc<dyn ExecutionPlan>> {
+    ctx.sql(sql).await?.create_physical_plan().await
+}
+
+/// A plan's text, as EXPLAIN prints it.
+pub fn plan_text(plan: &Arc<dyn ExecutionPlan>) -> String {
+    displayable(plan.as_ref()).indent(true).to_string()
+}
+
 /// Runs `sql`, returning the batches, the physical plan's text and how many runs the
 /// plan's `GpuSortExec`s spilled.
 pub async fn run_counting_spills(
     ctx: &SessionContext,
     sql: &str,
 ) -> Result<(Vec<RecordBatch>, String, usize)> {
-    let plan = ctx.sql(sql).await?.create_physical_plan().await?;
-    let text = displayable(plan.as_ref()).indent(true).to_string();
+    let plan = physical_plan(ctx, sql).await?;
+    let text = plan_text(&plan);
     let batches = datafusion::physical_plan::collect(Arc::clone(&plan), ctx.task_ctx()).await?;
     let mut spills = 0;
     plan.apply(|node| {
@@ -119,8 +129,8 @@ pub async fn run_counting_spills(
 
 /// Runs `sql`, returning the batches and the physical plan's text.
 pub async fn run(ctx: &SessionContext, sql: &str) -> Result<(Vec<RecordBatch>, String)> {
-    let plan = ctx.sql(sql).await?.create_physical_plan().await?;
-    let text = displayable(plan.as_ref()).indent(true).to_string();
+    let plan = physical_plan(ctx, sql).await?;
+    let text = plan_text(&plan);
     let batches = datafusion::physical_plan::collect(plan, ctx.task_ctx()).await?;
     Ok((batches, text))
 }

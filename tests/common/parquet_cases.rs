@@ -11,13 +11,17 @@ use std::sync::Arc;
 
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
-use datafusion::physical_plan::{collect_partitioned, ExecutionPlan, ExecutionPlanProperties};
+use datafusion::physical_plan::{
+    collect, collect_partitioned, ExecutionPlan, ExecutionPlanProperties,
+};
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use gpusort::{BackendChoice, GpuSortExec};
 
 use super::compare::{assert_same_sort, assert_stable_by};
 use super::parquet::{register_table, write_table, MULTI_FILE};
-use super::{forced_context_on, run, seed, session_config, stock_context};
+use super::{
+    forced_context_on, physical_plan, plan_text, run, seed, session_config, stock_context,
+};
 
 /// DataFusion's setting that lets an idle scan partition read another's files.
 const WORK_STEALING: &str = "datafusion.execution.enable_file_stream_work_stealing";
@@ -222,29 +226,24 @@ async fn check(
     context: &str,
 ) {
     let (expected, _) = run(stock, query.sql).await.unwrap();
-    let (actual, plan) = run(forced, query.sql)
+    let plan = physical_plan(forced, query.sql).await.unwrap();
+    let text = plan_text(&plan);
+    let actual = collect(Arc::clone(&plan), forced.task_ctx())
         .await
         .unwrap_or_else(|e| panic!("{e}: {context}"));
     if query.replaced {
         assert!(
-            plan.contains("GpuSortExec"),
-            "no GpuSortExec:\n{plan}\n{context}"
+            text.contains("GpuSortExec"),
+            "no GpuSortExec:\n{text}\n{context}"
         );
         if backend == BackendChoice::Cuda {
             assert!(
-                plan.contains("backend=cuda"),
-                "not on the GPU:\n{plan}\n{context}"
+                text.contains("backend=cuda"),
+                "not on the GPU:\n{text}\n{context}"
             );
         }
     }
-    let physical = forced
-        .sql(query.sql)
-        .await
-        .unwrap()
-        .create_physical_plan()
-        .await
-        .unwrap();
-    assert_no_merge_of_partitions_above_gpu_sort(&physical, &plan, context);
+    assert_no_merge_of_partitions_above_gpu_sort(&plan, context);
     assert_same_sort(&expected, &actual, query.keys, context);
     if let Some(rid) = query.stable_rid.filter(|_| stable) {
         let places = input_places(forced, query.sql, rid).await;
@@ -253,18 +252,13 @@ async fn check(
 }
 
 /// The place of each `rid` in the input order of the first `GpuSortExec` of `sql`'s plan
-/// in `ctx` (whose input has `rid` as column `rid_column`): its input partitions one after
-/// another, each in its own order. That is the order the one sort promises for ties; it
-/// need not be row-id order (DataFusion's sort pushdown may read row groups in reverse,
-/// and a scan's partitions need not hold consecutive row ids).
+/// (whose input has `rid` as column `rid_column`): its input partitions one after another,
+/// each in its own order. That is the order the one sort promises for ties; it need not be
+/// row-id order (DataFusion's sort pushdown may read row groups in reverse, and a scan's
+/// partitions need not hold consecutive row ids). Planned afresh: a scan that has run
+/// once has handed out its files.
 async fn input_places(ctx: &SessionContext, sql: &str, rid_column: usize) -> Vec<i64> {
-    let plan = ctx
-        .sql(sql)
-        .await
-        .unwrap()
-        .create_physical_plan()
-        .await
-        .unwrap();
+    let plan = physical_plan(ctx, sql).await.unwrap();
     let mut input = None;
     plan.apply(|node| {
         if let Some(sort) = node.downcast_ref::<GpuSortExec>() {
@@ -293,13 +287,10 @@ async fn input_places(ctx: &SessionContext, sql: &str, rid_column: usize) -> Vec
     places
 }
 
-/// No `SortPreservingMergeExec` of several partitions stands above a `GpuSortExec` (one
-/// over a single partition merges nothing: DataFusion sometimes leaves one above another).
-fn assert_no_merge_of_partitions_above_gpu_sort(
-    plan: &Arc<dyn ExecutionPlan>,
-    text: &str,
-    context: &str,
-) {
+/// No `SortPreservingMergeExec` of several partitions stands above a `GpuSortExec`: the
+/// one sort took the merge (one over a single partition merges nothing: DataFusion
+/// sometimes leaves one above another).
+pub fn assert_no_merge_of_partitions_above_gpu_sort(plan: &Arc<dyn ExecutionPlan>, context: &str) {
     plan.apply(|node| {
         if let Some(merge) = node.downcast_ref::<SortPreservingMergeExec>() {
             let partitions = merge.input().output_partitioning().partition_count();
@@ -311,27 +302,11 @@ fn assert_no_merge_of_partitions_above_gpu_sort(
             .unwrap();
             assert!(
                 partitions == 1 || sorts_below == 0,
-                "a merge of {partitions} partitions above a GpuSortExec:\n{text}\n{context}"
+                "a merge of {partitions} partitions above a GpuSortExec:\n{}\n{context}",
+                plan_text(plan)
             );
         }
         Ok(TreeNodeRecursion::Continue)
     })
     .unwrap();
-}
-
-/// No `SortPreservingMergeExec` stands above a `GpuSortExec`: the one sort took the merge.
-pub fn assert_no_merge_above_gpu_sort(plan: &str, context: &str) {
-    let lines: Vec<&str> = plan.lines().collect();
-    for (i, line) in lines.iter().enumerate() {
-        if !line.trim_start().starts_with("SortPreservingMergeExec") {
-            continue;
-        }
-        let depth = line.len() - line.trim_start().len();
-        let below = lines[i + 1..]
-            .iter()
-            .take_while(|l| l.len() - l.trim_start().len() > depth);
-        if let Some(sort) = below.into_iter().find(|l| l.contains("GpuSortExec")) {
-            panic!("merge above {sort}:\n{plan}\n{context}");
-        }
-    }
 }

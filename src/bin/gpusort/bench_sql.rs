@@ -19,16 +19,19 @@
 //! may come out in either mode's order.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
 use datafusion::arrow;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{exec_err, DataFusionError, Result};
 use datafusion::datasource::MemTable;
+use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::parquet::file::properties::WriterProperties;
 use datafusion::physical_plan::display::DisplayableExecutionPlan;
 use datafusion::physical_plan::{collect, execute_stream_partitioned, ExecutionPlan};
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
@@ -39,40 +42,76 @@ use rayon::prelude::*;
 use crate::bench_tables::{generate_tables, Table};
 use crate::session::new_session;
 
-/// Options of `gpusort bench sql`.
-#[derive(Debug, Clone)]
-pub struct SqlBench {
-    /// Rows of `t`, `g`, `ts` (`s` has a fifth of them).
-    pub rows: usize,
-    /// Timed runs per query and mode (median taken).
+/// How each query is run, checked and reported: the options `bench sql` and `bench tpch`
+/// share.
+#[derive(Debug, Clone, clap::Args)]
+pub struct QueryRuns {
+    /// Timed runs per query and mode (median taken, after one cold run timed apart).
+    #[arg(long, default_value_t = 3)]
     pub reps: usize,
-    /// Data seed.
-    pub seed: u64,
-    /// Partitions of the tables and `target_partitions` (default: cores).
+    /// Timed runs of DataFusion's own sort (default: --reps).
+    #[arg(long)]
+    pub baseline_reps: Option<usize>,
+    /// target_partitions, and the partitions of generated tables (default: the cores).
+    #[arg(long)]
     pub partitions: Option<usize>,
-    /// Only these queries (`Q1` …), all when empty.
+    /// Run only this query (Q1 …); repeat for several.
+    #[arg(long = "query", value_name = "QUERY")]
     pub only: Vec<String>,
-    /// The backend of the GPU mode.
+    /// Sort backend with the rule on: auto, cuda or cpu.
+    #[arg(long, default_value = "auto")]
     pub backend: BackendChoice,
-    /// Also write the results here as JSON.
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
     pub json: Option<PathBuf>,
-    /// Write the generated tables as `<dir>/<table>.parquet` (for the DuckDB script).
-    pub write_parquet: Option<PathBuf>,
-    /// Read the tables from Parquet: each written as `<dir>/<table>/part-<p>.parquet`, one
-    /// file per partition, and registered as a Parquet table (what users query).
-    pub parquet_dir: Option<PathBuf>,
-    /// Session settings (`name=value`, e.g. `gpu_sort.combine_partitions=false`) set
-    /// before the queries run.
+    /// A session setting for the runs, e.g. gpu_sort.combine_partitions=false; repeat
+    /// for several.
+    #[arg(long = "set", value_name = "NAME=VALUE")]
     pub settings: Vec<String>,
-    /// Print the plan of each query's median gpusort run with its metrics.
+    /// Print each query's plan of the median gpusort run with its metrics.
+    #[arg(long = "plans")]
     pub show_plans: bool,
-    /// After the timed runs, run each query once more with gpusort and print its timeline.
+    /// Run each query once more with gpusort and print the timeline of its stages.
+    #[arg(long)]
     pub trace: bool,
-    /// Timed runs of DataFusion's own sort per query (median taken).
-    pub baseline_reps: usize,
-    /// Other configurations of the gpusort run, timed in turn with the plain one: each a
-    /// comma-separated list of `setting=value` and `env:VARIABLE=value`.
+    /// Another configuration timed in turn with the plain gpusort run: comma-separated
+    /// `setting=value` and `env:VARIABLE=value`; repeat for several.
+    #[arg(long = "variant", value_name = "CHANGES")]
     pub variants: Vec<String>,
+}
+
+impl QueryRuns {
+    /// Timed runs of DataFusion's own sort.
+    fn baseline_reps(&self) -> usize {
+        self.baseline_reps.unwrap_or(self.reps)
+    }
+
+    /// `target_partitions`: as asked, else the number of cores.
+    pub fn partitions(&self) -> usize {
+        self.partitions
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+}
+
+/// Options of `gpusort bench sql`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SqlBench {
+    /// Rows of tables t, g and ts (s has a fifth of them).
+    #[arg(long, default_value_t = 100_000_000)]
+    pub rows: usize,
+    /// Data seed.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Write the generated tables to DIR/<table>.parquet (input of benches/sql_duckdb.py).
+    #[arg(long, value_name = "DIR")]
+    pub write_parquet: Option<PathBuf>,
+    /// Query the tables from Parquet: written to DIR/<table>/part-<p>.parquet (one file
+    /// per partition) and registered as Parquet tables, as users query them.
+    #[arg(long = "parquet", value_name = "DIR")]
+    pub parquet_dir: Option<PathBuf>,
+    /// How the queries are run.
+    #[command(flatten)]
+    pub runs: QueryRuns,
 }
 
 /// One benchmark query.
@@ -163,9 +202,8 @@ struct Fingerprint {
 
 /// Generates the tables, runs the queries, prints the table.
 pub async fn run(options: &SqlBench) -> Result<()> {
-    let partitions = options
-        .partitions
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let runs = &options.runs;
+    let partitions = runs.partitions();
     let started = Instant::now();
     let tables = generate_tables(options.rows, partitions, options.seed)?;
     let sizes: Vec<String> = tables
@@ -180,8 +218,8 @@ pub async fn run(options: &SqlBench) -> Result<()> {
     if let Some(dir) = &options.write_parquet {
         write_parquet(&tables, dir)?;
     }
-    let session = new_session(options.backend);
-    apply_settings(&session.ctx, partitions, &options.settings).await?;
+    let session = new_session(runs.backend);
+    apply_settings(&session.ctx, partitions, &runs.settings).await?;
     match &options.parquet_dir {
         Some(dir) => {
             write_partition_files(&tables, dir)?;
@@ -203,9 +241,9 @@ pub async fn run(options: &SqlBench) -> Result<()> {
         }
     }
     drop(tables);
-    let queries = QUERIES.iter().filter(|q| selected(q, &options.only));
-    let outcomes = run_queries(&session.ctx, queries, options).await?;
-    report(&outcomes, partitions, options)
+    let queries = QUERIES.iter().filter(|q| selected(q, &runs.only));
+    let outcomes = run_queries(&session.ctx, queries, runs).await?;
+    report(&outcomes, partitions, options.rows, runs)
 }
 
 /// Sets `target_partitions` and each `name=value` of `settings` in the session.
@@ -231,7 +269,7 @@ pub async fn apply_settings(
 pub async fn run_queries(
     ctx: &SessionContext,
     queries: impl Iterator<Item = &'static Query>,
-    options: &SqlBench,
+    options: &QueryRuns,
 ) -> Result<Vec<Outcome>> {
     let mut outcomes = Vec::new();
     for query in queries {
@@ -240,8 +278,13 @@ pub async fn run_queries(
     Ok(outcomes)
 }
 
-/// Prints the table (and writes the JSON file when asked).
-pub fn report(outcomes: &[Outcome], partitions: usize, options: &SqlBench) -> Result<()> {
+/// Prints the table (and writes the JSON file when asked); `rows`: of the largest table.
+pub fn report(
+    outcomes: &[Outcome],
+    partitions: usize,
+    rows: usize,
+    options: &QueryRuns,
+) -> Result<()> {
     let device = gpusort::cuda::runtime()
         .map(|r| format!("{} (sm_{})", r.device.name, r.device.arch))
         .unwrap_or_else(|why| format!("no GPU: {why}"));
@@ -249,11 +292,12 @@ pub fn report(outcomes: &[Outcome], partitions: usize, options: &SqlBench) -> Re
         "device: {device}; {partitions} partitions; median of {} runs (DataFusion: {}) after \
          a first (cold) run, timed apart; times in seconds, planning + execution + \
          collecting the result",
-        options.reps, options.baseline_reps
+        options.reps,
+        options.baseline_reps()
     );
     print_table(outcomes);
     if let Some(path) = &options.json {
-        std::fs::write(path, to_json(outcomes, &device, partitions, options))
+        std::fs::write(path, to_json(outcomes, &device, partitions, rows, options))
             .map_err(|e| DataFusionError::Execution(format!("writing {}: {e}", path.display())))?;
     }
     Ok(())
@@ -275,12 +319,12 @@ async fn set_rule(ctx: &SessionContext, enabled: bool) -> Result<()> {
 async fn measure(
     ctx: &SessionContext,
     query: &'static Query,
-    options: &SqlBench,
+    options: &QueryRuns,
 ) -> Result<Outcome> {
     let reps = options.reps;
     set_rule(ctx, false).await?;
     let (datafusion_cold, expected) = run_checked(ctx, query).await?;
-    let datafusion = median_run(ctx, query, options.baseline_reps).await?.0;
+    let datafusion = median_run(ctx, query, options.baseline_reps()).await?.0;
     set_rule(ctx, true).await?;
     let (gpusort_cold, got) = run_checked(ctx, query).await?;
     if got != expected {
@@ -380,7 +424,7 @@ async fn compare_variants(
     ctx: &SessionContext,
     query: &Query,
     expected: &Fingerprint,
-    options: &SqlBench,
+    options: &QueryRuns,
 ) -> Result<()> {
     let mut variants = vec![("plain".to_string(), Vec::new())];
     for spec in &options.variants {
@@ -647,9 +691,15 @@ fn print_table(outcomes: &[Outcome]) {
     }
 }
 
-fn to_json(outcomes: &[Outcome], device: &str, partitions: usize, options: &SqlBench) -> String {
+fn to_json(
+    outcomes: &[Outcome],
+    device: &str,
+    partitions: usize,
+    rows: usize,
+    options: &QueryRuns,
+) -> String {
     let escape = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
-    let rows: Vec<String> = outcomes
+    let entries: Vec<String> = outcomes
         .iter()
         .map(|o| {
             let stages = match &o.stages {
@@ -684,31 +734,19 @@ fn to_json(outcomes: &[Outcome], device: &str, partitions: usize, options: &SqlB
     format!(
         "{{\n  \"device\": \"{}\",\n  \"partitions\": {partitions},\n  \"rows\": {},\n  \"reps\": {},\n  \"queries\": [\n{}\n  ]\n}}\n",
         escape(device),
-        options.rows,
+        rows,
         options.reps,
-        rows.join(",\n")
+        entries.join(",\n")
     )
 }
 
 /// Writes each table to `<dir>/<name>.parquet`, row order kept.
-fn write_parquet(tables: &[Table], dir: &std::path::Path) -> Result<()> {
-    use datafusion::parquet::arrow::ArrowWriter;
-    std::fs::create_dir_all(dir)
-        .map_err(|e| DataFusionError::Execution(format!("creating {}: {e}", dir.display())))?;
+fn write_parquet(tables: &[Table], dir: &Path) -> Result<()> {
+    create_dir(dir)?;
     for table in tables {
         let path = dir.join(format!("{}.parquet", table.name));
-        let file = std::fs::File::create(&path)
-            .map_err(|e| DataFusionError::Execution(format!("creating {}: {e}", path.display())))?;
-        let mut writer = ArrowWriter::try_new(file, Arc::clone(&table.schema), None)?;
-        for batch in table.partitions.iter().flatten() {
-            writer.write(batch)?;
-        }
-        // On disk before any query is timed: the kernel's write-back of several GB would
-        // otherwise run during the first queries (Q1 measured 0.258 s in such a run, 0.20 s
-        // without the files).
-        let file = writer.into_inner()?;
-        file.sync_all()
-            .map_err(|e| DataFusionError::Execution(format!("syncing {}: {e}", path.display())))?;
+        let batches = table.partitions.iter().flatten().cloned().map(Ok);
+        write_parquet_file(&path, Arc::clone(&table.schema), None, batches)?;
         eprintln!("wrote {}", path.display());
     }
     Ok(())
@@ -717,35 +755,55 @@ fn write_parquet(tables: &[Table], dir: &std::path::Path) -> Result<()> {
 /// Writes each table's partitions to `<dir>/<name>/part-<p>.parquet`, row order kept:
 /// several files of several row groups, as users' tables are. Files already there from an
 /// earlier run with the same rows are rewritten.
-fn write_partition_files(tables: &[Table], dir: &std::path::Path) -> Result<()> {
-    use datafusion::parquet::arrow::ArrowWriter;
+fn write_partition_files(tables: &[Table], dir: &Path) -> Result<()> {
     let started = Instant::now();
     let jobs: Vec<(&Table, usize)> = tables
         .iter()
         .flat_map(|t| (0..t.partitions.len()).map(move |p| (t, p)))
         .collect();
-    jobs.into_par_iter()
-        .try_for_each(|(table, p)| -> Result<()> {
-            let folder = dir.join(table.name);
-            std::fs::create_dir_all(&folder).map_err(|e| {
-                DataFusionError::Execution(format!("creating {}: {e}", folder.display()))
-            })?;
-            let path = folder.join(format!("part-{p:03}.parquet"));
-            let file = std::fs::File::create(&path).map_err(|e| {
-                DataFusionError::Execution(format!("creating {}: {e}", path.display()))
-            })?;
-            let mut writer = ArrowWriter::try_new(file, Arc::clone(&table.schema), None)?;
-            for batch in &table.partitions[p] {
-                writer.write(batch)?;
-            }
-            let file = writer.into_inner()?;
-            file.sync_all()
-                .map_err(|e| DataFusionError::Execution(format!("syncing {}: {e}", path.display())))
-        })?;
+    jobs.into_par_iter().try_for_each(|(table, p)| {
+        let folder = dir.join(table.name);
+        create_dir(&folder)?;
+        let path = folder.join(format!("part-{p:03}.parquet"));
+        let batches = table.partitions[p].iter().cloned().map(Ok);
+        write_parquet_file(&path, Arc::clone(&table.schema), None, batches).map(|_| ())
+    })?;
     eprintln!(
         "wrote the tables as Parquet under {} in {:.1} s",
         dir.display(),
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// Creates `dir` and its parents.
+pub fn create_dir(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| DataFusionError::Execution(format!("creating {}: {e}", dir.display())))
+}
+
+/// Writes `batches` to the Parquet file `path` and syncs it; returns the rows written.
+/// Synced, the files are on disk before any query is timed: the kernel's write-back of
+/// several GB would otherwise run during the first queries (Q1 measured 0.258 s in such a
+/// run, 0.20 s without the files).
+pub fn write_parquet_file(
+    path: &Path,
+    schema: SchemaRef,
+    properties: Option<WriterProperties>,
+    batches: impl IntoIterator<Item = Result<RecordBatch>>,
+) -> Result<usize> {
+    let io = |what: &str, e: std::io::Error| {
+        DataFusionError::Execution(format!("{what} {}: {e}", path.display()))
+    };
+    let file = std::fs::File::create(path).map_err(|e| io("creating", e))?;
+    let mut writer = ArrowWriter::try_new(file, schema, properties)?;
+    let mut rows = 0;
+    for batch in batches {
+        let batch = batch?;
+        rows += batch.num_rows();
+        writer.write(&batch)?;
+    }
+    let file = writer.into_inner()?;
+    file.sync_all().map_err(|e| io("syncing", e))?;
+    Ok(rows)
 }

@@ -15,7 +15,6 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use datafusion::common::{DataFusionError, Result};
-use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::basic::Compression;
 use datafusion::parquet::file::properties::WriterProperties;
 use datafusion::prelude::ParquetReadOptions;
@@ -23,22 +22,29 @@ use rayon::prelude::*;
 use tpchgen::generators::LineItemGenerator;
 use tpchgen_arrow::LineItemArrow;
 
-use crate::bench_sql::{apply_settings, report, run_queries, selected, Query, SqlBench};
+use crate::bench_sql::{
+    apply_settings, create_dir, report, run_queries, selected, write_parquet_file, Query, QueryRuns,
+};
 use crate::session::new_session;
 
 /// Options of `gpusort bench tpch`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct TpchBench {
     /// TPC-H scale factor (lineitem has about 6 M rows per unit).
+    #[arg(long = "sf", default_value_t = 1.0)]
     pub scale_factor: f64,
-    /// Where the Parquet files are written (and found by later runs).
+    /// Where the Parquet files go (DIR/sf<SF>-<FILES>/lineitem; reused when there).
+    #[arg(long = "data", value_name = "DIR", default_value = "bench-data")]
     pub data_dir: PathBuf,
-    /// Files lineitem is written as.
+    /// Files lineitem is written as (generated in parallel).
+    #[arg(long, default_value_t = 16)]
     pub files: usize,
     /// Rows per Parquet row group.
+    #[arg(long, default_value_t = 1_048_576)]
     pub row_group_rows: usize,
-    /// Everything else, as for `bench sql` (reps, queries, backend, settings, JSON, …).
-    pub sql: SqlBench,
+    /// How the queries are run.
+    #[command(flatten)]
+    pub runs: QueryRuns,
 }
 
 /// DataFusion's `sort_tpch` queries (benchmarks/src/sort_tpch.rs), by their numbers there.
@@ -113,30 +119,30 @@ const QUERIES: [Query; 11] = [
 
 /// Generates (or finds) the files, runs the queries, prints the table.
 pub async fn run(options: &TpchBench) -> Result<()> {
+    let runs = &options.runs;
     let dir = lineitem_dir(options);
-    if !dir.join("_complete").exists() {
-        write_lineitem(options, &dir)?;
-    }
-    let partitions = options
-        .sql
-        .partitions
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let session = new_session(options.sql.backend);
-    apply_settings(&session.ctx, partitions, &options.sql.settings).await?;
+    let marker = dir.join("_complete");
+    let rows = match std::fs::read_to_string(&marker) {
+        Ok(rows) => rows.trim().parse().unwrap_or(0),
+        Err(_) => write_lineitem(options, &dir, &marker)?,
+    };
+    let partitions = runs.partitions();
+    let session = new_session(runs.backend);
+    apply_settings(&session.ctx, partitions, &runs.settings).await?;
     let read = ParquetReadOptions::default();
     session
         .ctx
         .register_parquet("lineitem", dir.display().to_string(), read)
         .await?;
     eprintln!(
-        "lineitem: scale factor {}, {} files under {}",
+        "lineitem: scale factor {}, {rows} rows in {} files under {}",
         options.scale_factor,
         options.files,
         dir.display()
     );
-    let queries = QUERIES.iter().filter(|q| selected(q, &options.sql.only));
-    let outcomes = run_queries(&session.ctx, queries, &options.sql).await?;
-    report(&outcomes, partitions, &options.sql)
+    let queries = QUERIES.iter().filter(|q| selected(q, &runs.only));
+    let outcomes = run_queries(&session.ctx, queries, runs).await?;
+    report(&outcomes, partitions, rows, runs)
 }
 
 /// `DIR/sf<SF>-<files>/lineitem`.
@@ -148,44 +154,39 @@ fn lineitem_dir(options: &TpchBench) -> PathBuf {
 }
 
 /// Generates lineitem as `files` parts in parallel, each written as one Parquet file
-/// (Snappy, `row_group_rows` per row group), then marks the folder complete.
-fn write_lineitem(options: &TpchBench, dir: &Path) -> Result<()> {
-    let io = |what: &str, path: &Path, e: std::io::Error| {
-        DataFusionError::Execution(format!("{what} {}: {e}", path.display()))
-    };
-    std::fs::create_dir_all(dir).map_err(|e| io("creating", dir, e))?;
+/// (Snappy, `row_group_rows` per row group), then writes the row count to `marker`, which
+/// marks the folder complete; returns the row count.
+fn write_lineitem(options: &TpchBench, dir: &Path, marker: &Path) -> Result<usize> {
+    create_dir(dir)?;
     let started = Instant::now();
     let files = options.files.max(1);
     let rows: usize = (1..=files)
         .into_par_iter()
-        .map(|part| -> Result<usize> {
+        .map(|part| {
             let generator = LineItemGenerator::new(options.scale_factor, part as i32, files as i32);
-            let path = dir.join(format!("part-{part:03}.parquet"));
-            let file = std::fs::File::create(&path).map_err(|e| io("creating", &path, e))?;
+            let batches = LineItemArrow::new(generator)
+                .with_batch_size(65_536)
+                .map(|batch| batch.map_err(DataFusionError::from));
             let properties = WriterProperties::builder()
                 .set_compression(Compression::SNAPPY)
                 .set_max_row_group_row_count(Some(options.row_group_rows))
                 .build();
-            let schema = LineItemArrow::schema_ref();
-            let mut writer = ArrowWriter::try_new(file, schema, Some(properties))?;
-            let mut rows = 0;
-            for batch in LineItemArrow::new(generator).with_batch_size(65_536) {
-                let batch = batch?;
-                rows += batch.num_rows();
-                writer.write(&batch)?;
-            }
-            let file = writer.into_inner()?;
-            file.sync_all().map_err(|e| io("syncing", &path, e))?;
-            Ok(rows)
+            let path = dir.join(format!("part-{part:03}.parquet"));
+            write_parquet_file(
+                &path,
+                LineItemArrow::schema_ref(),
+                Some(properties),
+                batches,
+            )
         })
         .collect::<Result<Vec<_>>>()?
         .into_iter()
         .sum();
-    let marker = dir.join("_complete");
-    std::fs::write(&marker, format!("{rows}\n")).map_err(|e| io("writing", &marker, e))?;
+    std::fs::write(marker, format!("{rows}\n"))
+        .map_err(|e| DataFusionError::Execution(format!("writing {}: {e}", marker.display())))?;
     eprintln!(
         "generated lineitem ({rows} rows) as {files} Parquet files in {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    Ok(())
+    Ok(rows)
 }

@@ -112,51 +112,7 @@ enum Command {
 enum BenchCommand {
     /// DataFusion's sort benchmark (sort_tpch Q1–Q11) over TPC-H lineitem generated
     /// in-process and read from Parquet, with gpusort's rule on and off.
-    Tpch {
-        /// TPC-H scale factor (lineitem has about 6 M rows per unit).
-        #[arg(long = "sf", default_value_t = 1.0)]
-        scale_factor: f64,
-        /// Where the Parquet files go (DIR/sf<SF>-<FILES>/lineitem; reused when there).
-        #[arg(long = "data", value_name = "DIR", default_value = "bench-data")]
-        data_dir: std::path::PathBuf,
-        /// Files lineitem is written as (generated in parallel).
-        #[arg(long, default_value_t = 16)]
-        files: usize,
-        /// Rows per Parquet row group.
-        #[arg(long, default_value_t = 1_048_576)]
-        row_group_rows: usize,
-        /// Timed runs per query and mode (median taken, after one cold run).
-        #[arg(long, default_value_t = 3)]
-        reps: usize,
-        /// Timed runs of DataFusion's own sort (default: --reps).
-        #[arg(long)]
-        baseline_reps: Option<usize>,
-        /// target_partitions (default: the number of cores).
-        #[arg(long)]
-        partitions: Option<usize>,
-        /// Run only this query (Q1 … Q11); repeat for several.
-        #[arg(long = "query")]
-        queries: Vec<String>,
-        /// Sort backend with the rule on: auto, cuda or cpu.
-        #[arg(long, default_value = "auto")]
-        backend: BackendChoice,
-        /// Also write the results as JSON to this file.
-        #[arg(long)]
-        json: Option<std::path::PathBuf>,
-        /// A session setting for the runs (NAME=VALUE); repeat for several.
-        #[arg(long = "set", value_name = "NAME=VALUE")]
-        settings: Vec<String>,
-        /// Print each query's plan of the median gpusort run with its metrics.
-        #[arg(long)]
-        plans: bool,
-        /// Run each query once more with gpusort and print the timeline of its stages.
-        #[arg(long)]
-        trace: bool,
-        /// Another configuration timed in turn with the plain gpusort run: comma-separated
-        /// `setting=value` and `env:VARIABLE=value`; repeat for several.
-        #[arg(long = "variant", value_name = "CHANGES")]
-        variants: Vec<String>,
-    },
+    Tpch(bench_tpch::TpchBench),
     /// OneSweep against CUB for u32/u64 keys, pairs and row ids (G keys/s, warm medians).
     Kernels {
         /// log2 of the sizes, comma separated.
@@ -197,53 +153,7 @@ enum BenchCommand {
         cub: Option<String>,
     },
     /// Q1–Q7 on generated tables with gpusort's rule on and off (medians, stage breakdown).
-    Sql {
-        /// Rows of tables t, g and ts (s has a fifth of them).
-        #[arg(long, default_value_t = 100_000_000)]
-        rows: usize,
-        /// Timed runs per query and mode (median taken, after one warm-up run).
-        #[arg(long, default_value_t = 3)]
-        reps: usize,
-        /// Data seed.
-        #[arg(long, default_value_t = 42)]
-        seed: u64,
-        /// Table partitions and target_partitions (default: the number of cores).
-        #[arg(long)]
-        partitions: Option<usize>,
-        /// Run only this query (Q1 … Q7); repeat for several.
-        #[arg(long = "query")]
-        queries: Vec<String>,
-        /// Sort backend with the rule on: auto, cuda or cpu.
-        #[arg(long, default_value = "auto")]
-        backend: BackendChoice,
-        /// Also write the results as JSON to this file.
-        #[arg(long)]
-        json: Option<std::path::PathBuf>,
-        /// Write the generated tables to DIR/<table>.parquet (input of benches/sql_duckdb.py).
-        #[arg(long, value_name = "DIR")]
-        write_parquet: Option<std::path::PathBuf>,
-        /// Query the tables from Parquet: written to DIR/<table>/part-<p>.parquet (one file
-        /// per partition) and registered as Parquet tables.
-        #[arg(long = "parquet", value_name = "DIR")]
-        parquet_dir: Option<std::path::PathBuf>,
-        /// A session setting for the runs, e.g. gpu_sort.combine_partitions=false; repeat
-        /// for several.
-        #[arg(long = "set", value_name = "NAME=VALUE")]
-        settings: Vec<String>,
-        /// Print each query's plan of the median gpusort run with its metrics.
-        #[arg(long)]
-        plans: bool,
-        /// Run each query once more with gpusort and print the timeline of its stages.
-        #[arg(long)]
-        trace: bool,
-        /// Timed runs of DataFusion's own sort (default: --reps).
-        #[arg(long)]
-        baseline_reps: Option<usize>,
-        /// Another configuration timed in turn with the plain gpusort run: comma-separated
-        /// `setting=value` and `env:VARIABLE=value`; repeat for several.
-        #[arg(long = "variant", value_name = "CHANGES")]
-        variants: Vec<String>,
-    },
+    Sql(bench_sql::SqlBench),
 }
 
 #[tokio::main]
@@ -326,86 +236,11 @@ async fn main() {
             cub,
         }),
         Command::Bench {
-            what:
-                BenchCommand::Tpch {
-                    scale_factor,
-                    data_dir,
-                    files,
-                    row_group_rows,
-                    reps,
-                    baseline_reps,
-                    partitions,
-                    queries,
-                    backend,
-                    json,
-                    settings,
-                    plans,
-                    trace,
-                    variants,
-                },
-        } => {
-            let sql = bench_sql::SqlBench {
-                rows: 0,
-                reps,
-                seed: 0,
-                partitions,
-                only: queries,
-                backend,
-                json,
-                write_parquet: None,
-                parquet_dir: None,
-                settings,
-                show_plans: plans,
-                trace,
-                baseline_reps: baseline_reps.unwrap_or(reps),
-                variants,
-            };
-            bench_tpch::run(&bench_tpch::TpchBench {
-                scale_factor,
-                data_dir,
-                files,
-                row_group_rows,
-                sql,
-            })
-            .await
-        }
+            what: BenchCommand::Tpch(options),
+        } => bench_tpch::run(&options).await,
         Command::Bench {
-            what:
-                BenchCommand::Sql {
-                    rows,
-                    reps,
-                    seed,
-                    partitions,
-                    queries,
-                    backend,
-                    json,
-                    write_parquet,
-                    parquet_dir,
-                    settings,
-                    plans,
-                    trace,
-                    baseline_reps,
-                    variants,
-                },
-        } => {
-            bench_sql::run(&bench_sql::SqlBench {
-                rows,
-                reps,
-                seed,
-                partitions,
-                only: queries,
-                backend,
-                json,
-                write_parquet,
-                parquet_dir,
-                settings,
-                show_plans: plans,
-                trace,
-                baseline_reps: baseline_reps.unwrap_or(reps),
-                variants,
-            })
-            .await
-        }
+            what: BenchCommand::Sql(options),
+        } => bench_sql::run(&options).await,
     };
     if let Err(e) = result {
         eprintln!("gpusort: error: {e}");
