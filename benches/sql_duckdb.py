@@ -27,6 +27,7 @@ QUERIES = {
     "Q5": "SELECT * FROM ts ORDER BY ts",
     "Q6": "SELECT * FROM t ORDER BY k LIMIT 100",
     "Q7": "SELECT * FROM u ORDER BY url",
+    "Q8": "SELECT * FROM p ORDER BY path",
 }
 
 

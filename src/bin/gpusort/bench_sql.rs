@@ -123,7 +123,7 @@ pub struct Query {
     pub ordered_by: &'static [&'static str],
 }
 
-const QUERIES: [Query; 7] = [
+const QUERIES: [Query; 8] = [
     Query {
         name: "Q1",
         sql: "SELECT * FROM t ORDER BY k",
@@ -158,6 +158,11 @@ const QUERIES: [Query; 7] = [
         name: "Q7",
         sql: "SELECT * FROM u ORDER BY url",
         ordered_by: &["url"],
+    },
+    Query {
+        name: "Q8",
+        sql: "SELECT * FROM p ORDER BY path",
+        ordered_by: &["path"],
     },
 ];
 

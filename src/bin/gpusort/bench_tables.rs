@@ -7,6 +7,10 @@
 //!  s (s VARCHAR, v BIGINT)                 N/5 rows, s = hex of one of 1 M random 60-bit numbers
 //!  u (url VARCHAR, v BIGINT)               N/5 rows, url = a 40-byte prefix every value shares,
 //!                                          the hex of one of 1 M numbers, "/reviews"
+//!  p (path VARCHAR, v BIGINT)              N/5 rows, path = an object path of 66 bytes and
+//!                                          more: a 35-byte prefix every value shares, one of
+//!                                          448 directories, "part-", the hex of one of 1 M
+//!                                          numbers, ".parquet" (ties past a 64-byte window)
 //! ```
 //!
 //! Value `i` of a column is a pure function of (seed, column, i), so the tables are the same
@@ -30,6 +34,8 @@ pub const BATCH_ROWS: usize = 8192;
 const STRING_POOL: u64 = 1_000_000;
 /// The 40 bytes every URL of table `u` starts with.
 const URL_PREFIX: &str = "https://www.example-shop.com/catalog/id/";
+/// The 35 bytes every path of table `p` starts with.
+const LAKE_PREFIX: &str = "s3://analytics-lake-prod/warehouse/";
 
 /// One generated table: its name, schema and batches per partition.
 pub struct Table {
@@ -45,7 +51,8 @@ impl Table {
     }
 }
 
-/// Generates the five tables: `rows` rows each (`s`: `rows / 5`), `partitions` partitions.
+/// Generates the six tables: `rows` rows each (`s`, `u`, `p`: `rows / 5`), `partitions`
+/// partitions.
 pub fn generate_tables(rows: usize, partitions: usize, seed: u64) -> Result<Vec<Table>> {
     Ok(vec![
         generate("t", rows, partitions, seed, table_t)?,
@@ -53,6 +60,7 @@ pub fn generate_tables(rows: usize, partitions: usize, seed: u64) -> Result<Vec<
         generate("ts", rows, partitions, seed, table_ts)?,
         generate("s", rows / 5, partitions, seed, table_s)?,
         generate("u", rows / 5, partitions, seed, table_u)?,
+        generate("p", rows / 5, partitions, seed, table_p)?,
     ])
 }
 
@@ -205,6 +213,29 @@ fn table_u() -> Columns {
     )
 }
 
+/// The object path of id `id`: its directory (one of 16 × 28) from the id's low bits.
+fn lake_path(id: u64) -> String {
+    let (table, day) = (id % 16, (id >> 4) % 28 + 1);
+    format!("{LAKE_PREFIX}events_{table:02}/date=2024-11-{day:02}/part-{id:x}.parquet")
+}
+
+fn table_p() -> Columns {
+    (
+        vec![
+            Field::new("path", DataType::Utf8View, false),
+            Field::new("v", DataType::Int64, false),
+        ],
+        |seed, rows| {
+            let (id, v) = (pooled_ids(seed, "p"), Stream::new(seed, "p", "v"));
+            let path = |i: u64| lake_path(id(i));
+            vec![
+                Arc::new(StringViewArray::from_iter_values(rows.clone().map(path))),
+                v.int64s(rows),
+            ]
+        },
+    )
+}
+
 fn generate(
     name: &'static str,
     rows: usize,
@@ -265,6 +296,13 @@ mod tests {
             .iter()
             .enumerate()
             .all(|(i, &v)| (0..64_000).contains(&(v - i as i64 * 1000))));
+    }
+
+    #[test]
+    fn paths_run_past_a_64_byte_window() {
+        let path = lake_path(0xabcde);
+        assert!(path.starts_with(LAKE_PREFIX) && path.len() > 64, "{path}");
+        assert_eq!(&path[..66], &lake_path(0xabcde + 16 * 28)[..66]);
     }
 
     #[test]

@@ -152,7 +152,7 @@ enum BenchCommand {
         #[arg(long)]
         cub: Option<String>,
     },
-    /// Q1–Q7 on generated tables with gpusort's rule on and off (medians, stage breakdown).
+    /// Q1–Q8 on generated tables with gpusort's rule on and off (medians, stage breakdown).
     Sql(bench_sql::SqlBench),
 }
 
