@@ -32,7 +32,7 @@ use gpusort::cuda::{
 use gpusort::gather::{gather_sorted, PayloadGather, PayloadStats, RunRows};
 use gpusort::keys::bytes::DEVICE_LIVE_CHUNKS;
 use gpusort::keys::{encode_keys, encode_keys_windowed, EncodedKeys, KeyColumn};
-use gpusort::sort::{radix_sort, CpuBackend, Retained, SortBackend};
+use gpusort::sort::{radix_sort, refine_long_ties, CpuBackend, Retained, Segments, SortBackend};
 use gpusort::{AlgorithmChoice, BackendChoice::Cuda};
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
@@ -507,35 +507,117 @@ gpu_test!(device_encoding_several_keys_and_sizes, |_rt| {
 });
 
 /// The device encoding of byte-like key columns sorts as the host encoding does; where
-/// values are longer than the window, the packed words that come back for refining ties
-/// are exactly the host's.
+/// values are longer than the window, the device orders the ties itself, into the order
+/// (and the tie groups) of the host's refinement.
 fn assert_device_byte_encoding_matches(columns: &[KeyColumn], label: &str) {
+    assert_device_refinement_matches(columns, None, label);
+}
+
+/// A device sort of byte-like key columns (within `segments`) equals the host's sort
+/// followed by the host's refinement of the window's ties: same permutation, same number
+/// of tie groups, no packed key brought back.
+fn assert_device_refinement_matches(
+    columns: &[KeyColumn],
+    segments: Option<&Segments>,
+    label: &str,
+) {
     // The device's windows grow further than the host's (`DEVICE_LIVE_CHUNKS`).
     let host = encode_keys_windowed(columns, DEVICE_LIVE_CHUNKS).unwrap();
-    let expected = CpuBackend.sort(&host, AlgorithmChoice::Auto, None).unwrap();
+    let mut expected = CpuBackend
+        .sort(&host, AlgorithmChoice::Auto, segments)
+        .unwrap()
+        .permutation;
+    let groups = refine_long_ties(columns, &host, segments, &mut expected).unwrap();
     let fallbacks = cuda::fallback_count();
     let run = CudaBackend::new()
         .unwrap()
-        .sort_key_columns(columns, AlgorithmChoice::Auto, None)
+        .sort_key_columns(columns, AlgorithmChoice::Auto, segments)
         .unwrap()
         .unwrap_or_else(|| panic!("{label}: not encoded on the device"));
     assert_eq!(cuda::fallback_count(), fallbacks, "{label}: fell back");
-    assert!(
-        run.permutation == expected.permutation,
-        "{label}: order differs"
-    );
-    match run.refine_keys {
-        Some(keys) => {
-            assert_eq!(keys.long_keys, host.long_keys, "{label}: long keys");
-            assert_eq!(keys.total_bits, host.total_bits, "{label}: bits");
-            assert!(keys.words == host.words, "{label}: packed words differ");
-        }
-        None => assert!(
-            host.long_keys.is_empty() || host.rows < 2,
-            "{label}: long keys not brought back"
-        ),
+    assert!(run.refine_keys.is_none(), "{label}: packed keys came back");
+    if run.permutation != expected {
+        let first = (0..expected.len()).find(|&i| run.permutation[i] != expected[i]);
+        panic!("{label}: order differs, first at position {first:?}");
     }
+    assert_eq!(run.tie_refine.groups, groups, "{label}: tie groups");
 }
+
+/// A string column of `n` rows: `prefix` bytes of 'p', then a short suffix from a small
+/// alphabet (many ties, several lengths), some rows null.
+fn prefixed_strings(rng: &mut rand::rngs::StdRng, n: usize, prefix: usize, nulls: f64) -> ArrayRef {
+    let head = "p".repeat(prefix);
+    let values: Vec<Option<String>> = (0..n)
+        .map(|_| {
+            (!rng.random_bool(nulls)).then(|| {
+                let len = rng.random_range(0..6);
+                let tail: String = (0..len)
+                    .map(|_| ['a', 'b', '\0'][rng.random_range(0..3)])
+                    .collect();
+                format!("{head}{tail}")
+            })
+        })
+        .collect();
+    Arc::new(datafusion::arrow::array::StringViewArray::from(values))
+}
+
+gpu_test!(device_refines_ties_past_the_window, |_rt| {
+    let mut rng = rng("device-refine");
+    let int_key = |rng: &mut rand::rngs::StdRng, n| {
+        key_column(
+            rng,
+            &DataType::Int32,
+            n,
+            common::data::Distribution::Distinct(4),
+            0.0,
+            SortOptions::default(),
+        )
+    };
+    for (n, prefix) in [(2, 70), (5_000, 65), (60_000, 200), (300_000, 90)] {
+        for descending in [false, true] {
+            let options = SortOptions {
+                descending,
+                nulls_first: !descending,
+            };
+            let strings = KeyColumn {
+                arrays: vec![prefixed_strings(&mut rng, n, prefix, 0.05)],
+                options,
+            };
+            let label = format!("n={n} prefix={prefix} desc={descending}");
+            // One long key; a long key and an integer after it; two long keys.
+            assert_device_refinement_matches(std::slice::from_ref(&strings), None, &label);
+            let with_int = vec![strings.clone(), int_key(&mut rng, n)];
+            assert_device_refinement_matches(&with_int, None, &format!("{label} +int"));
+            let second = KeyColumn {
+                arrays: vec![prefixed_strings(&mut rng, n, 100, 0.0)],
+                options: SortOptions::default(),
+            };
+            let two = vec![strings.clone(), second];
+            assert_device_refinement_matches(&two, None, &format!("{label} two long keys"));
+            // Within segments of 1 000 rows.
+            let starts: Vec<u32> = (0..n as u32).step_by(1000).collect();
+            let segments = Segments::new(starts, n);
+            assert_device_refinement_matches(
+                std::slice::from_ref(&strings),
+                Some(&segments),
+                &format!("{label} segments"),
+            );
+        }
+    }
+    // Every value equal and long: one group, refined through 1 000 bytes by short steps.
+    let n = 200_000;
+    let same: ArrayRef = Arc::new(datafusion::arrow::array::StringViewArray::from_iter_values(
+        std::iter::repeat_n("q".repeat(1000), n),
+    ));
+    let all_equal = [
+        KeyColumn {
+            arrays: vec![same],
+            options: SortOptions::default(),
+        },
+        int_key(&mut rng, n),
+    ];
+    assert_device_refinement_matches(&all_equal, None, "all equal");
+});
 
 gpu_test!(device_encoding_of_byte_like_keys, |_rt| {
     use common::data::Distribution::*;

@@ -16,8 +16,8 @@
 //! ```
 //!
 //! A byte-like column with values longer than its window leaves ties the window cannot
-//! order: the packed words then also come back to the host, which orders those ties after
-//! the sort (`crate::sort::refine`), exactly as for keys encoded on the host.
+//! order: the encoding also hands over its fields ([`TieFields`]), with which the device
+//! orders those ties after the sort (`refine.rs`).
 //!
 //! The result is the input of the OneSweep launcher: one u32 word per row when the key has
 //! at most 32 significant bits, else 64-bit words, most significant first.
@@ -32,12 +32,13 @@ use super::device::{Device, DeviceBuffer};
 use super::error::{CudaError, CudaResult};
 use super::gather::DeviceColumn;
 use super::module::{arg, cached_cubin, launch, Kernel, Module, ENCODE};
+use super::refine::TieFields;
 use super::transfer::Staging;
 use super::views::{is_view_type, worth_encoding_on_device};
 use crate::keys::bytes::{choose_window, DEVICE_LIVE_CHUNKS, MAX_CHUNKS};
 use crate::keys::{
-    limb_sources, low_mask, placements, EncodedKeys, FieldStats, KeyColumn, LimbKind, LimbSource,
-    LongKey, Reduction,
+    limb_sources, low_mask, placements, FieldStats, KeyColumn, LimbKind, LimbSource, LongKey,
+    Reduction,
 };
 use crate::sort::PartitionIdTable;
 
@@ -49,10 +50,10 @@ const LIMB_VIEW_CHUNK: u32 = 5;
 /// `kind` of a byte-like value's length marker in a window of `offset` bytes.
 const LIMB_VIEW_LENGTH: u32 = 6;
 
-/// Mirrors `struct FieldSource` of `encode.cu` (kernel parameter, passed by value).
+/// Mirrors `struct FieldSource` of `fields.cuh` (kernel parameter, passed by value).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-struct FieldSource {
+pub(super) struct FieldSource {
     values: CUdeviceptr,
     valid: CUdeviceptr,
     stride: u32,
@@ -84,11 +85,9 @@ pub struct Encoded {
     pub h2d_bytes: usize,
     /// The key columns' raw buffers, left on the device for the payload gather.
     pub columns: Vec<DeviceColumn>,
-    /// Byte-like key columns with values longer than their window (see
-    /// [`EncodedKeys::long_keys`]); the packed words must come back for them.
-    pub long_keys: Vec<LongKey>,
-    /// Significant bits of the packed words.
-    pub total_bits: u32,
+    /// The byte-like key columns with values longer than their window, and the fields
+    /// that order their ties on the device (empty when every value fits its window).
+    pub ties: TieFields,
     /// Rows per partition, when the leading field was made from a partition id table.
     pub partition_counts: Option<Vec<usize>>,
 }
@@ -170,6 +169,8 @@ impl Encoder {
             fields.extend(column_fields.into_iter().map(|f| (f, index)));
             on_device.push((buffers, base));
         }
+        // The key columns' own fields, before a partition id field leads them.
+        let column_fields = fields.clone();
         // Kept until the words are packed (the free is in stream order after them).
         let mut partition_ids = None;
         if let Some(table) = ids {
@@ -194,17 +195,24 @@ impl Encoder {
             .collect();
         let long_keys = longer
             .into_iter()
-            .map(|(column, window)| LongKey {
-                column,
-                window,
-                bits_end: reduced
-                    .iter()
-                    .filter(|(_, _, c)| *c <= column)
-                    .map(|(_, r, _)| r.width)
-                    .sum(),
-                descending: columns[column].options.descending,
+            .map(|(column, window)| {
+                let long = LongKey {
+                    column,
+                    window,
+                    bits_end: reduced
+                        .iter()
+                        .filter(|(_, _, c)| *c <= column)
+                        .map(|(_, r, _)| r.width)
+                        .sum(),
+                    descending: columns[column].options.descending,
+                };
+                (long, on_device[column].1)
             })
             .collect();
+        let ties = TieFields {
+            fields: column_fields,
+            long_keys,
+        };
         let reduced: Vec<_> = reduced.into_iter().map(|(f, r, _)| (f, r)).collect();
         let widths: Vec<u32> = reduced.iter().map(|(_, r)| r.width).collect();
         let total_bits: u32 = widths.iter().sum();
@@ -238,8 +246,7 @@ impl Encoder {
             keys,
             h2d_bytes,
             columns,
-            long_keys,
-            total_bits,
+            ties,
             partition_counts,
         })
     }
@@ -356,40 +363,6 @@ impl Encoder {
         let marker = limb(LIMB_VIEW_LENGTH, window as u32);
         let fields = flag.into_iter().chain(chunks).chain([marker]).collect();
         Ok((fields, window, longest))
-    }
-
-    /// Brings the packed words of `keys` back to the host (most significant first), as the
-    /// host encoder would have packed them.
-    pub fn download_keys(
-        &self,
-        device: &Device,
-        staging: &mut Staging,
-        keys: &DeviceKeys,
-        encoded: &Encoded,
-        rows: usize,
-    ) -> CudaResult<EncodedKeys> {
-        let words = match keys {
-            DeviceKeys::Constant => Vec::new(),
-            DeviceKeys::U32(word) => {
-                let mut host = vec![0u32; rows];
-                staging.download(device, word, &mut host)?;
-                vec![host.into_iter().map(|w| u64::from(w) << 32).collect()]
-            }
-            DeviceKeys::Words(words) => words
-                .iter()
-                .map(|word| {
-                    let mut host = vec![0u64; rows];
-                    staging.download(device, word, &mut host)?;
-                    Ok(host)
-                })
-                .collect::<CudaResult<Vec<_>>>()?,
-        };
-        Ok(EncodedKeys {
-            words,
-            total_bits: encoded.total_bits,
-            rows,
-            long_keys: encoded.long_keys.clone(),
-        })
     }
 
     /// The statistics of every field (one small download for all of them).

@@ -28,6 +28,7 @@ mod locality_window;
 mod merge;
 mod module;
 mod onesweep;
+mod refine;
 mod segment_starts;
 mod segment_tiles;
 mod strategy;
@@ -57,6 +58,7 @@ pub use module::{compile_cubin, is_nvrtc_present, nvrtc_version, KernelFile, ALL
 pub use onesweep::{
     defines as onesweep_defines, Onesweep, PassMode, PassTuning, RadixKey, Sorted, Values,
 };
+pub use refine::{Sorters, TieFields, TieRefiner, STEP_BYTES as TIE_STEP_BYTES};
 pub use segment_starts::{StartsEncoding, SEGMENT_STARTS_CHUNK};
 pub use segment_tiles::{segment_tiles_max_rows, SegmentTile, SEGMENT_TILES_MAX_ROWS};
 pub use strategy::{DeviceOrder, LOCALITY_MAX_INVERSIONS_PER, SEGMENTED_MERGE_MAX_MEAN_ROWS};
@@ -68,7 +70,7 @@ use crate::keys::limb_sources;
 use crate::keys::{column_rows, encode_keys, EncodedKeys, KeyColumn};
 use crate::sort::{
     identity, Algorithm, CpuBackend, PartitionIdTable, Retained, Segments, SortBackend, SortedRun,
-    TransferTimes,
+    TieRefine, TransferTimes,
 };
 
 /// The opened device and what is loaded on it; one per process.
@@ -84,6 +86,8 @@ pub struct CudaRuntime {
     pub encoder: Encoder,
     /// The payload gather kernels.
     pub gatherer: Gatherer,
+    /// The kernels that order the ties of long byte-like keys.
+    pub refiner: TieRefiner,
     /// Pinned staging buffers; holding the lock is holding the device.
     staging: Mutex<Staging>,
     /// Host memory of gathered windows, reused between sorts.
@@ -156,6 +160,7 @@ fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
         let merge = MergeSorts::load(&device)?;
         let encoder = Encoder::load(&device)?;
         let gatherer = Gatherer::load(&device)?;
+        let refiner = TieRefiner::load(&device)?;
         let staging = Mutex::new(Staging::new(&device)?);
         let page_locker: Option<Arc<dyn PageLocker>> = Some(Arc::new(device.page_locker()));
         Ok(CudaRuntime {
@@ -164,6 +169,7 @@ fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
             merge,
             encoder,
             gatherer,
+            refiner,
             staging,
             host_regions: Arc::new(HostRegions::new(idle_limit(), page_locker)),
             idle_permutations: IdleVectors::new(idle_limit() / 4),
@@ -240,7 +246,8 @@ impl CudaRuntime {
                 upload_started: started,
                 h2d_bytes,
             };
-            self.sort_device_keys(device, staging, device_keys, how, Vec::new(), n)
+            let no_ties = TieFields::default();
+            self.sort_device_keys(device, staging, device_keys, how, Vec::new(), &no_ties, n)
         })
     }
 
@@ -294,34 +301,30 @@ impl CudaRuntime {
             crate::trace::event(|| format!("  {n} rows: device taken"));
             let mut encoded = self.encoder.encode(device, staging, columns, n, ids)?;
             let counts = encoded.partition_counts.take();
-            let refine_keys = match encoded.long_keys.is_empty() {
-                true => None,
-                false => {
-                    Some(
-                        self.encoder
-                            .download_keys(device, staging, &encoded.keys, &encoded, n)?,
-                    )
-                }
-            };
             let how = How {
                 algorithm,
                 segments,
                 upload_started: started,
                 h2d_bytes: encoded.h2d_bytes,
             };
-            let mut run =
-                self.sort_device_keys(device, staging, encoded.keys, how, encoded.columns, n)?;
-            if let Some(keys) = &refine_keys {
-                run.d2h_bytes += keys.words.len() * n * 8;
-            }
-            run.refine_keys = refine_keys;
+            let run = self.sort_device_keys(
+                device,
+                staging,
+                encoded.keys,
+                how,
+                encoded.columns,
+                &encoded.ties,
+                n,
+            )?;
             Ok((run, counts))
         })
     }
 
-    /// Sorts packed key words put on the device as `how` says and brings the permutation
-    /// back; the permutation and the raw `key_columns` stay on the device for the payload
-    /// gather (`SortedRun::retained`).
+    /// Sorts packed key words put on the device as `how` says, orders the ties that
+    /// `ties` leaves (`refine.rs`), and brings the permutation back; the permutation and
+    /// the raw `key_columns` stay on the device for the payload gather
+    /// (`SortedRun::retained`).
+    #[allow(clippy::too_many_arguments)]
     fn sort_device_keys(
         &self,
         device: &Device,
@@ -329,6 +332,7 @@ impl CudaRuntime {
         keys: DeviceKeys,
         how: How,
         key_columns: Vec<DeviceColumn>,
+        ties: &TieFields,
         n: usize,
     ) -> CudaResult<SortedRun> {
         device.synchronize()?;
@@ -340,7 +344,33 @@ impl CudaRuntime {
         let order = self.sort_on_device(device, staging, keys, how.algorithm, how.segments, n)?;
         device.synchronize()?;
         crate::trace::event(|| format!("  {n} rows: sorted on the device"));
-        let (algorithm, perm) = (order.algorithm, order.permutation);
+        let (algorithm, mut perm) = (order.algorithm, order.permutation);
+        let mut tie_refine = TieRefine::default();
+        if !ties.is_empty() {
+            let refine_started = Instant::now();
+            let perm = match &mut perm {
+                Some(perm) => perm,
+                None => perm.insert(self.refiner.identity(device, n)?),
+            };
+            let segment_ids = match how.segments {
+                Some(segments) => Some(self.merge.segment_ids(device, staging, segments, n)?),
+                None => None,
+            };
+            let sorters = Sorters {
+                merge: &self.merge,
+                onesweep: &self.onesweep,
+            };
+            tie_refine.groups =
+                self.refiner
+                    .refine(device, sorters, perm, ties, segment_ids.as_ref(), n)?;
+            tie_refine.time = refine_started.elapsed();
+            crate::trace::event(|| {
+                format!(
+                    "  {n} rows: {} tie groups ordered on the device",
+                    tie_refine.groups
+                )
+            });
+        }
         let mut run = match &perm {
             None => device_run(identity(n), algorithm, how.h2d_bytes, 0, transfer),
             Some(perm) => {
@@ -353,6 +383,7 @@ impl CudaRuntime {
                 device_run(permutation, algorithm, how.h2d_bytes, n * 4, transfer)
             }
         };
+        run.tie_refine = tie_refine;
         run.retained = Some(Retained(Box::new(DeviceRun {
             permutation: perm,
             columns: key_columns,

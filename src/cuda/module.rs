@@ -55,6 +55,7 @@ macro_rules! with_merge_entry_points {
 pub const HEADERS: &[(&str, &str)] = &[
     ("common.cuh", include_str!("../../kernels/common.cuh")),
     ("merge.cuh", include_str!("../../kernels/merge.cuh")),
+    ("fields.cuh", include_str!("../../kernels/fields.cuh")),
     (
         "segment_tile.cuh",
         include_str!("../../kernels/segment_tile.cuh"),
@@ -86,6 +87,26 @@ pub const ENCODE: KernelFile = KernelFile {
         "encode_field_stats",
         "encode_pack_field",
         "encode_partition_ids",
+    ],
+};
+
+/// Ties of long byte-like keys ordered after the sort.
+pub const REFINE: KernelFile = KernelFile {
+    name: "refine.cu",
+    source: include_str!("../../kernels/refine.cu"),
+    entry_points: &[
+        "refine_iota",
+        "refine_heads_init",
+        "refine_mark_field",
+        "refine_first_flags",
+        "refine_block_sums",
+        "refine_scan_tiles",
+        "refine_compact",
+        "refine_step_keys",
+        "refine_gather_perm",
+        "refine_scatter_perm",
+        "refine_step_heads",
+        "refine_next_flags",
     ],
 };
 
@@ -162,6 +183,7 @@ pub const SEGMENT_TILES_LARGE: KernelFile = KernelFile {
 pub const ALL_KERNELS: &[KernelFile] = &[
     ONESWEEP,
     ENCODE,
+    REFINE,
     GATHER,
     LOCALITY,
     SEGMENTED,

@@ -109,7 +109,9 @@ impl SortMetrics {
         self.h2d_time.add_duration(run.transfer.upload);
         self.d2h_time.add_duration(run.transfer.download);
         self.sort_time
-            .add_duration(elapsed.saturating_sub(transfers));
+            .add_duration(elapsed.saturating_sub(transfers + run.tie_refine.time));
+        self.tie_refine_time.add_duration(run.tie_refine.time);
+        self.tie_groups.add(run.tie_refine.groups);
         self.runs.add(1);
         self.h2d_bytes.add(run.h2d_bytes);
         self.d2h_bytes.add(run.d2h_bytes);

@@ -92,10 +92,23 @@ pub struct SortedRun {
     /// What the backend kept for [`SortBackend::payload_gatherer`] (valid for exactly this
     /// permutation, or a prefix of it).
     pub retained: Option<Retained>,
-    /// The packed keys, brought to the host when the backend encoded byte-like keys with
-    /// values longer than their window (`long_keys` not empty): the caller orders those
-    /// ties after the sort (`crate::sort::refine`), as for keys encoded on the host.
+    /// The packed keys, when the backend encoded byte-like keys with values longer than
+    /// their window (`long_keys` not empty) and left their ties unordered: the caller
+    /// orders those ties after the sort (`crate::sort::refine`), as for keys encoded on
+    /// the host. A backend that orders them itself leaves this `None`.
     pub refine_keys: Option<EncodedKeys>,
+    /// Tie groups of long byte-like keys that the backend ordered itself, and the wall
+    /// time it took (within the sort's time).
+    pub tie_refine: TieRefine,
+}
+
+/// Tie groups of long byte-like keys ordered by the backend within its sort.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TieRefine {
+    /// Groups of rows equal on the packed window that were ordered by later bytes.
+    pub groups: usize,
+    /// Wall time of that ordering.
+    pub time: Duration,
 }
 
 impl SortedRun {
@@ -111,6 +124,7 @@ impl SortedRun {
             transfer: TransferTimes::default(),
             retained: None,
             refine_keys: None,
+            tie_refine: TieRefine::default(),
         }
     }
 }
