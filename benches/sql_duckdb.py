@@ -15,6 +15,7 @@ merged figures as JSON (input of benches/plot_sql.py).
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -54,8 +55,8 @@ def time_query(con, sql, reps):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", help="directory of t/g/ts/s/u .parquet, loaded into memory")
-    parser.add_argument("--parquet-tables", help="directory of t/g/ts/s/u folders of .parquet "
+    parser.add_argument("--data", help="directory of t/g/ts/s/u/p .parquet, loaded into memory")
+    parser.add_argument("--parquet-tables", help="directory of t/g/ts/s/u/p folders of .parquet "
                         "files (gpusort bench sql --parquet DIR), queried in place")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
@@ -71,7 +72,16 @@ def main():
     con.execute("SET preserve_insertion_order = true")
     if not (args.data or args.parquet_tables):
         sys.exit("--data or --parquet-tables is needed")
-    for table in ("t", "g", "ts", "s", "u"):
+    ours = {}
+    meta = {}
+    if args.gpusort_json:
+        with open(args.gpusort_json) as f:
+            meta = json.load(f)
+        ours = {q["query"]: q for q in meta["queries"]}
+    names = args.query or (list(ours) if ours else list(QUERIES))
+    # Only the tables the chosen queries read.
+    tables = sorted({re.search(r"FROM (\w+)", QUERIES[name]).group(1) for name in names})
+    for table in tables:
         if args.parquet_tables:
             files = os.path.join(args.parquet_tables, table, "*.parquet")
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{files}')")
@@ -81,14 +91,6 @@ def main():
         con.execute(f"CREATE TABLE {table} AS SELECT * FROM read_parquet('{path}')")
         print(f"loaded {table} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
 
-    ours = {}
-    meta = {}
-    if args.gpusort_json:
-        with open(args.gpusort_json) as f:
-            meta = json.load(f)
-        ours = {q["query"]: q for q in meta["queries"]}
-
-    names = args.query or (list(ours) if ours else list(QUERIES))
     merged = []
     for name in names:
         rows, _, median = time_query(con, QUERIES[name], args.reps)
