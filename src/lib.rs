@@ -19,6 +19,7 @@
 
 #![warn(missing_docs)]
 
+pub mod backend;
 pub mod config;
 pub mod cuda;
 pub mod exec;

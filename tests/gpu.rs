@@ -32,7 +32,7 @@ use gpusort::cuda::{
 use gpusort::gather::{gather_sorted, PayloadGather, PayloadStats, RunRows};
 use gpusort::keys::bytes::DEVICE_LIVE_CHUNKS;
 use gpusort::keys::{encode_keys, encode_keys_windowed, EncodedKeys, KeyColumn};
-use gpusort::sort::{radix_sort, refine_long_ties, CpuBackend, Retained, Segments, SortBackend};
+use gpusort::sort::{radix_sort, refine_long_ties, CpuBackend, RunState, Segments, SortBackend};
 use gpusort::{AlgorithmChoice, BackendChoice::Cuda};
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
@@ -884,12 +884,13 @@ fn assert_device_gather_matches_host(
     columns
 }
 
-/// [`assert_device_gather_matches_host`] given what the sort retained; returns the
-/// columns gathered on the device and the gather's statistics.
+/// [`assert_device_gather_matches_host`] through the state a sort left (`None`: a state
+/// that keeps nothing); returns the columns gathered on the device and the gather's
+/// statistics.
 fn device_gather_against_host(
     rows: &RunRows,
     permutation: &[u32],
-    retained: Option<Retained>,
+    state: Option<Box<dyn RunState>>,
     batch_size: usize,
     label: &str,
 ) -> (Vec<usize>, PayloadStats) {
@@ -904,9 +905,9 @@ fn device_gather_against_host(
     };
     let expected = gathered(None);
     let fallbacks = cuda::fallback_count();
-    let mut payload = CudaBackend::new()
-        .unwrap()
-        .payload_gatherer(rows, permutation, retained)
+    let state = state.unwrap_or_else(|| CudaBackend::new().unwrap().empty_run_state());
+    let mut payload = state
+        .payload_gatherer(rows, permutation)
         .unwrap_or_else(|| panic!("{label}: nothing gathered on the device"));
     let actual = gathered(Some(payload.as_mut()));
     assert_eq!(cuda::fallback_count(), fallbacks, "{label}: fell back");
@@ -1036,11 +1037,15 @@ gpu_test!(device_gather_out_of_memory_gathers_on_the_host, |rt| {
     let fallbacks = cuda::fallback_count();
     cuda::inject_fault(Fault::OutOfMemory);
     assert!(backend
-        .payload_gatherer(&rows, &permutation, None)
+        .empty_run_state()
+        .payload_gatherer(&rows, &permutation)
         .is_none());
     assert_eq!(cuda::fallback_count(), fallbacks + 1);
     // Out of memory in the first window: the host gathers that window and the rest.
-    let mut payload = backend.payload_gatherer(&rows, &permutation, None).unwrap();
+    let mut payload = backend
+        .empty_run_state()
+        .payload_gatherer(&rows, &permutation)
+        .unwrap();
     cuda::inject_fault(Fault::OutOfMemory);
     assert_eq!(gathered(Some(payload.as_mut())), expected);
     assert_eq!(cuda::fallback_count(), fallbacks + 2);
@@ -1066,9 +1071,9 @@ gpu_test!(device_gather_reuses_the_sorts_permutation_and_keys, |rt| {
         .sort_key_columns(&[key], AlgorithmChoice::Auto, None)
         .unwrap()
         .expect("sorted on the device");
-    assert!(!run.fell_back && run.retained.is_some());
+    assert!(!run.fell_back && run.state.is_some());
     let (columns, stats) =
-        device_gather_against_host(&rows, &run.permutation, run.retained, 8192, "reuse");
+        device_gather_against_host(&rows, &run.permutation, run.state, 8192, "reuse");
     assert_eq!(columns, vec![0, 1]);
     // Only the payload column's values go up: the key column and the order are reused.
     assert_eq!(stats.h2d_bytes, n * 8, "{stats:?}");
@@ -1130,9 +1135,9 @@ gpu_test!(device_gather_reuses_a_string_keys_views, |rt| {
         .sort_key_columns(&[key], AlgorithmChoice::Auto, None)
         .unwrap()
         .expect("sorted on the device");
-    assert!(!run.fell_back && run.retained.is_some() && run.refine_keys.is_none());
+    assert!(!run.fell_back && run.state.is_some() && run.refine_keys.is_none());
     let (columns, stats) =
-        device_gather_against_host(&rows, &run.permutation, run.retained, 4096, "reuse views");
+        device_gather_against_host(&rows, &run.permutation, run.state, 4096, "reuse views");
     assert_eq!(columns, vec![0, 1]);
     // Only the payload column's values go up: the key's views and the order are reused.
     assert_eq!(stats.h2d_bytes, n * 8, "{stats:?}");

@@ -38,8 +38,9 @@ use super::host_memory::HostRegions;
 use super::module::{arg, cached_cubin, launch, Kernel, Module, GATHER};
 use super::transfer::Staging;
 use super::views::{views_array, VIEW_BYTES};
-use super::{note_gather_failure, CudaRuntime};
+use super::{disabled_reason, note_gather_failure, CudaRuntime};
 use crate::gather::{PayloadGather, PayloadStats, RunRows};
+use crate::sort::RunState;
 
 const THREADS: u32 = 256;
 /// Value widths with a kernel of their own, in the order of [`Gatherer::values`].
@@ -110,12 +111,50 @@ pub struct DeviceColumn {
     pub raw: RawColumn,
 }
 
-/// What a device sort leaves on the device for the payload gather.
+/// What a device sort leaves on the device for the payload gather: the CUDA backend's
+/// [`RunState`], freed with the run.
 pub struct DeviceRun {
+    /// The runtime that gathers.
+    pub runtime: Arc<CudaRuntime>,
     /// The sorted order, when the sort produced one (not for constant keys).
     pub permutation: Option<DeviceBuffer<u32>>,
     /// The key columns the device encoded.
     pub columns: Vec<DeviceColumn>,
+}
+
+impl DeviceRun {
+    /// A state that keeps nothing: the gather uploads the permutation and every column.
+    pub fn empty(runtime: Arc<CudaRuntime>) -> Self {
+        Self {
+            runtime,
+            permutation: None,
+            columns: Vec::new(),
+        }
+    }
+}
+
+impl RunState for DeviceRun {
+    fn payload_gatherer(
+        self: Box<Self>,
+        rows: &RunRows,
+        permutation: &[u32],
+    ) -> Option<Box<dyn PayloadGather>> {
+        if disabled_reason().is_some() {
+            return None;
+        }
+        let runtime = Arc::clone(&self.runtime);
+        match runtime.upload_payload(rows, permutation, *self) {
+            Ok(payload) => payload.map(|p| Box::new(p) as Box<dyn PayloadGather>),
+            Err(error) => {
+                note_gather_failure(&error, permutation.len());
+                None
+            }
+        }
+    }
+
+    fn order_changed(&mut self) {
+        self.permutation = None;
+    }
 }
 
 /// A run's gathered columns and permutation on the device; gathers windows of output
@@ -160,7 +199,7 @@ impl CudaRuntime {
         self: &Arc<Self>,
         rows: &RunRows,
         permutation: &[u32],
-        retained: Option<DeviceRun>,
+        retained: DeviceRun,
     ) -> CudaResult<Option<DevicePayload>> {
         let candidates: Vec<(usize, PayloadLayout)> = (0..rows.num_columns())
             .filter_map(|c| payload_layout(rows.column_type(c)?).map(|layout| (c, layout)))
@@ -168,10 +207,7 @@ impl CudaRuntime {
         if candidates.is_empty() || permutation.is_empty() {
             return Ok(None);
         }
-        let (kept_permutation, kept_columns) = match retained {
-            Some(run) => (run.permutation, run.columns),
-            None => (None, Vec::new()),
-        };
+        let (kept_permutation, kept_columns) = (retained.permutation, retained.columns);
         let started = Instant::now();
         self.with_device(|device, staging| {
             let n = permutation.len();

@@ -5,8 +5,8 @@
 //! write, so filling a fresh 400 MB vector ran at the speed of page faults (13–24 GB/s on
 //! the GPU hosts with 16 threads) instead of at the speed of the copy (50–59 GB/s into
 //! memory touched before; docs/performance.md). The operator gives each large permutation
-//! back (`SortBackend::recycle_permutation`) when its rows are out, and the next sort's
-//! download takes it.
+//! back when its rows are out (dropping the run's `sort::Permutation` gives it back here),
+//! and the next sort's download takes it.
 //!
 //! ```text
 //!  sort: take(rows) ─► idle vector that is long enough (cut to length), else a new one
@@ -18,6 +18,8 @@
 //! nothing).
 
 use std::sync::{Mutex, MutexGuard};
+
+use crate::sort::PermutationHome;
 
 /// Vectors shorter than this are neither kept nor lent: their first touch costs little.
 const SMALLEST_KEPT: usize = 1 << 20;
@@ -96,6 +98,12 @@ impl IdleVectors {
 
     fn bytes(idle: &[Vec<u32>]) -> usize {
         idle.iter().map(|v| v.len() * 4).sum()
+    }
+}
+
+impl PermutationHome for IdleVectors {
+    fn give_back(&self, rows: Vec<u32>) {
+        IdleVectors::give_back(self, rows);
     }
 }
 

@@ -65,12 +65,11 @@ pub use strategy::{DeviceOrder, LOCALITY_MAX_INVERSIONS_PER, SEGMENTED_MERGE_MAX
 pub use transfer::{Plain as TransferPlain, Staging};
 
 use crate::config::AlgorithmChoice;
-use crate::gather::{PayloadGather, RunRows};
 use crate::keys::limb_sources;
 use crate::keys::{column_rows, encode_keys, EncodedKeys, KeyColumn};
 use crate::sort::{
-    identity, Algorithm, CpuBackend, PartitionIdTable, Retained, Segments, SortBackend, SortedRun,
-    TieRefine, TransferTimes,
+    identity, Algorithm, CpuBackend, PartitionIdTable, Permutation, RunState, Segments,
+    SortBackend, SortedRun, TieRefine, TransferTimes,
 };
 
 /// The opened device and what is loaded on it; one per process.
@@ -93,7 +92,7 @@ pub struct CudaRuntime {
     /// Host memory of gathered windows, reused between sorts.
     host_regions: Arc<HostRegions>,
     /// Permutation vectors given back after a sort, filled again by the next download.
-    idle_permutations: IdleVectors,
+    idle_permutations: Arc<IdleVectors>,
 }
 
 static RUNTIME: OnceLock<std::result::Result<Arc<CudaRuntime>, String>> = OnceLock::new();
@@ -172,7 +171,7 @@ fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
             refiner,
             staging,
             host_regions: Arc::new(HostRegions::new(idle_limit(), page_locker)),
-            idle_permutations: IdleVectors::new(idle_limit() / 4),
+            idle_permutations: Arc::new(IdleVectors::new(idle_limit() / 4)),
         })
     })
     .map_err(|_| {
@@ -209,7 +208,7 @@ impl CudaRuntime {
     /// Sorts the rows of `keys` (encoded on the host) on the device, as `algorithm` and
     /// `segments` say: the stable permutation.
     pub fn sort_rows(
-        &self,
+        self: &Arc<Self>,
         keys: &EncodedKeys,
         algorithm: AlgorithmChoice,
         segments: Option<&Segments>,
@@ -254,7 +253,7 @@ impl CudaRuntime {
     /// Sorts the rows of key columns (every one [`encodable_on_device`]): their raw
     /// buffers go to the device, which encodes and sorts them.
     pub fn sort_columns(
-        &self,
+        self: &Arc<Self>,
         columns: &[KeyColumn],
         n: usize,
         algorithm: AlgorithmChoice,
@@ -271,7 +270,7 @@ impl CudaRuntime {
     /// the ids made on the device from `ids` and key column `ids.column`: the order and
     /// the rows per partition.
     pub fn sort_columns_by_ids(
-        &self,
+        self: &Arc<Self>,
         columns: &[KeyColumn],
         n: usize,
         ids: &PartitionIdTable,
@@ -289,7 +288,7 @@ impl CudaRuntime {
     /// [`Self::sort_columns`], the partition ids of `ids` leading the key when given (and
     /// then the rows per partition).
     fn sort_columns_with(
-        &self,
+        self: &Arc<Self>,
         columns: &[KeyColumn],
         n: usize,
         algorithm: AlgorithmChoice,
@@ -323,10 +322,10 @@ impl CudaRuntime {
     /// Sorts packed key words put on the device as `how` says, orders the ties that
     /// `ties` leaves (`refine.rs`), and brings the permutation back; the permutation and
     /// the raw `key_columns` stay on the device for the payload gather
-    /// (`SortedRun::retained`).
+    /// (the run's state, `DeviceRun`).
     #[allow(clippy::too_many_arguments)]
     fn sort_device_keys(
-        &self,
+        self: &Arc<Self>,
         device: &Device,
         staging: &mut Staging,
         keys: DeviceKeys,
@@ -371,8 +370,8 @@ impl CudaRuntime {
                 )
             });
         }
-        let mut run = match &perm {
-            None => device_run(identity(n), algorithm, how.h2d_bytes, 0, transfer),
+        let (permutation, d2h_bytes) = match &perm {
+            None => (identity(n), 0),
             Some(perm) => {
                 let download_started = Instant::now();
                 let mut permutation = self.idle_permutations.take(n);
@@ -380,15 +379,24 @@ impl CudaRuntime {
                 device.synchronize()?;
                 transfer.download = download_started.elapsed();
                 crate::trace::event(|| format!("  {n} rows: permutation downloaded"));
-                device_run(permutation, algorithm, how.h2d_bytes, n * 4, transfer)
+                (permutation, n * 4)
             }
         };
-        run.tie_refine = tie_refine;
-        run.retained = Some(Retained(Box::new(DeviceRun {
-            permutation: perm,
-            columns: key_columns,
-        })));
-        Ok(run)
+        let home = Arc::clone(&self.idle_permutations);
+        Ok(SortedRun {
+            permutation: Permutation::with_home(permutation, home),
+            algorithm,
+            h2d_bytes: how.h2d_bytes,
+            d2h_bytes,
+            transfer,
+            state: Some(Box::new(DeviceRun {
+                runtime: Arc::clone(self),
+                permutation: perm,
+                columns: key_columns,
+            })),
+            tie_refine,
+            ..SortedRun::default()
+        })
     }
 }
 
@@ -409,21 +417,6 @@ fn in_order(n: usize, segments: Option<&Segments>) -> SortedRun {
     SortedRun::on_host(identity(n), algorithm)
 }
 
-fn device_run(
-    permutation: Vec<u32>,
-    algorithm: Algorithm,
-    h2d_bytes: usize,
-    d2h_bytes: usize,
-    transfer: TransferTimes,
-) -> SortedRun {
-    SortedRun {
-        h2d_bytes,
-        d2h_bytes,
-        transfer,
-        ..SortedRun::on_host(permutation, algorithm)
-    }
-}
-
 /// Sorts on the GPU; any failure sorts that run on the CPU backend instead.
 #[derive(Debug, Clone)]
 pub struct CudaBackend {
@@ -434,6 +427,19 @@ impl CudaBackend {
     /// The backend over the process's device, or why there is none.
     pub fn new() -> std::result::Result<Self, String> {
         runtime().map(|runtime| Self { runtime })
+    }
+
+    /// A run state that keeps nothing on the device: its payload gather uploads the
+    /// permutation and every column (for runs the device did not sort, and for tests).
+    pub fn empty_run_state(&self) -> Box<dyn RunState> {
+        Box::new(DeviceRun::empty(Arc::clone(&self.runtime)))
+    }
+
+    /// `run` (sorted by the CPU backend after the device failed or was disabled) with a
+    /// state that still lets the device gather its payload.
+    fn with_empty_state(&self, mut run: SortedRun) -> SortedRun {
+        run.state = Some(self.empty_run_state());
+        run
     }
 }
 
@@ -456,7 +462,7 @@ impl SortBackend for CudaBackend {
             Ok(run) => Ok(run),
             Err(error) => {
                 note_failure(&error, keys.rows);
-                cpu_fallback(keys, algorithm, segments)
+                Ok(self.with_empty_state(cpu_fallback(keys, algorithm, segments)?))
             }
         }
     }
@@ -479,7 +485,7 @@ impl SortBackend for CudaBackend {
             Err(error) => {
                 note_failure(&error, rows);
                 let keys = encode_keys(columns)?;
-                let mut run = cpu_fallback(&keys, algorithm, segments)?;
+                let mut run = self.with_empty_state(cpu_fallback(&keys, algorithm, segments)?);
                 run.refine_keys = (!keys.long_keys.is_empty()).then_some(keys);
                 Ok(Some(run))
             }
@@ -522,36 +528,11 @@ impl SortBackend for CudaBackend {
             }
         }
     }
-
-    fn recycle_permutation(&self, permutation: Vec<u32>) {
-        self.runtime.idle_permutations.give_back(permutation);
-    }
-
-    fn payload_gatherer(
-        &self,
-        rows: &RunRows,
-        permutation: &[u32],
-        retained: Option<Retained>,
-    ) -> Option<Box<dyn PayloadGather>> {
-        if disabled_reason().is_some() {
-            return None;
-        }
-        let retained = retained
-            .and_then(|r| r.0.downcast::<DeviceRun>().ok())
-            .map(|r| *r);
-        match self.runtime.upload_payload(rows, permutation, retained) {
-            Ok(payload) => payload.map(|p| Box::new(p) as Box<dyn PayloadGather>),
-            Err(error) => {
-                note_gather_failure(&error, permutation.len());
-                None
-            }
-        }
-    }
 }
 
 /// Logs a failed device gather (the host gathers instead, counted as a fallback); a fatal
 /// error disables the device for the process.
-fn note_gather_failure(error: &CudaError, rows: usize) {
+pub(super) fn note_gather_failure(error: &CudaError, rows: usize) {
     FALLBACKS.fetch_add(1, Ordering::Relaxed);
     note_failure_of("gather", "gathering on the host", error, rows);
 }

@@ -49,7 +49,7 @@ use super::sorter::{device_payload, gather_rows, order_routed_rows, order_rows, 
 use super::spill::RunSpiller;
 use super::stream::{emit_buffered, OUTPUT_CHANNEL_BATCHES};
 use crate::gather::{PayloadGather, PayloadStats, RunRows};
-use crate::sort::{Segments, SortBackend};
+use crate::sort::{Permutation, Segments};
 use crate::trace;
 
 /// The shared sorts of one `GpuSortExec`: which execution each partition joins.
@@ -122,21 +122,13 @@ enum Combined {
 /// `permutation[ranges[p]]`.
 struct SortedTogether {
     rows: RunRows,
-    permutation: Vec<u32>,
+    /// Its memory goes back to the backend when every partition is done with it.
+    permutation: Permutation,
     ranges: Vec<Range<usize>>,
     /// The backend's device gather of the whole permutation, shared by the partitions.
     payload: Option<SharedPayload>,
     /// Accounts the buffered rows until every partition is done with them.
     _reservation: MemoryReservation,
-    /// Takes the permutation back when every partition is done with it.
-    backend: Arc<dyn SortBackend>,
-}
-
-impl Drop for SortedTogether {
-    fn drop(&mut self) {
-        self.backend
-            .recycle_permutation(std::mem::take(&mut self.permutation));
-    }
 }
 
 impl CombinedSort {
@@ -302,7 +294,7 @@ fn sort_together(
     trace::event(|| "shared sort: sorted".to_string());
     let payload = {
         let _timer = metrics.gather_time.timer();
-        device_payload(spec, &rows, &order.permutation, order.retained)
+        device_payload(spec, &rows, &order.permutation, order.state)
     };
     trace::event(|| "shared sort: payload on the device".to_string());
     let payload = payload.map(|payload| {
@@ -321,7 +313,6 @@ fn sort_together(
         ranges,
         payload,
         _reservation: reservation,
-        backend: Arc::clone(&spec.backend),
     })
 }
 

@@ -30,8 +30,8 @@ use crate::config::AlgorithmChoice;
 use crate::gather::{gather_sorted, PayloadGather, RunRows};
 use crate::keys::{encode_keys, working_limbs, EncodedKeys, KeyColumn};
 use crate::sort::{
-    identity, refine_long_ties, segment_starts, Algorithm, Retained, Segments, SortBackend,
-    SortedRun,
+    identity, refine_long_ties, segment_starts, Algorithm, Permutation, RunState, Segments,
+    SortBackend, SortedRun,
 };
 
 /// What every run of one `GpuSortExec` partition is sorted by and with.
@@ -105,33 +105,41 @@ pub fn sort_run(
     crate::trace::event(|| format!("  {} rows: run laid out", rows.rows()));
     let RunOrder {
         mut permutation,
-        retained,
+        state,
     } = order_rows(spec, &rows, Apart::No, metrics)?;
     if let Some(fetch) = spec.fetch {
         permutation.truncate(fetch);
     }
     let mut payload = {
         let _timer = metrics.gather_time.timer();
-        device_payload(spec, &rows, &permutation, retained)
+        device_payload(spec, &rows, &permutation, state)
     };
-    let gathered = gather_rows(
+    gather_rows(
         spec,
         &rows,
         &permutation,
         payload.as_deref_mut(),
         metrics,
         emit,
-    );
-    spec.backend.recycle_permutation(permutation);
-    gathered
+    )
 }
 
 /// The sorted order of a run's rows.
 pub struct RunOrder {
     /// Row ids in sorted order.
-    pub permutation: Vec<u32>,
-    /// What the backend kept for gathering this order on its device.
-    pub retained: Option<Retained>,
+    pub permutation: Permutation,
+    /// The backend's state for gathering this order on its device.
+    pub state: Option<Box<dyn RunState>>,
+}
+
+impl RunOrder {
+    /// The order of no rows.
+    fn empty() -> Self {
+        Self {
+            permutation: Permutation::default(),
+            state: None,
+        }
+    }
 }
 
 /// How the rows of several partitions sorted at once are kept apart.
@@ -153,10 +161,7 @@ pub fn order_rows(
     metrics: &SortMetrics,
 ) -> Result<RunOrder> {
     if rows.rows() == 0 {
-        return Ok(RunOrder {
-            permutation: Vec::new(),
-            retained: None,
-        });
+        return Ok(RunOrder::empty());
     }
     let columns = evaluate_keys(spec, rows)?;
     crate::trace::event(|| format!("  {} rows: keys evaluated", rows.rows()));
@@ -177,11 +182,7 @@ pub fn order_routed_rows(
         return internal_err!("gpusort: partition ids sorted before an ordered prefix");
     }
     if rows.rows() == 0 {
-        let empty = RunOrder {
-            permutation: Vec::new(),
-            retained: None,
-        };
-        return Ok((empty, vec![0; routing.partitions()]));
+        return Ok((RunOrder::empty(), vec![0; routing.partitions()]));
     }
     let columns = evaluate_keys(spec, rows)?;
     crate::trace::event(|| format!("  {} rows: keys evaluated", rows.rows()));
@@ -201,7 +202,7 @@ pub fn order_routed_rows(
             metrics.record_run(&sorted, started.elapsed());
             let order = RunOrder {
                 permutation: sorted.permutation,
-                retained: sorted.retained,
+                state: sorted.state,
             };
             return Ok((order, counts));
         }
@@ -258,33 +259,31 @@ fn order_evaluated(
     };
     metrics.record_run(&sorted, sort_started.elapsed());
     let mut permutation = sorted.permutation;
-    let mut retained = sorted.retained;
+    let mut state = sorted.state;
     if let Some(keys) = keys.filter(|k| !k.long_keys.is_empty()) {
-        // The order changes: what the backend kept no longer matches it.
-        retained = None;
+        // The order changes: what the backend kept of its order no longer matches it.
+        if let Some(state) = &mut state {
+            state.order_changed();
+        }
         let _timer = metrics.tie_refine_time.timer();
         let _compute = metrics.baseline.elapsed_compute().timer();
         let groups = refine_long_ties(columns, &keys, segments.as_ref(), &mut permutation)?;
         metrics.tie_groups.add(groups);
     }
-    Ok(RunOrder {
-        permutation,
-        retained,
-    })
+    Ok(RunOrder { permutation, state })
 }
 
-/// The backend's gatherer of fixed-width columns on its device for `permutation` (row
-/// ids of `rows`), when the run is large enough for it; `retained` is what the backend's
-/// sort kept, when `permutation` is still its order.
+/// The gatherer of some of `rows`' columns on the backend's device for `permutation`
+/// (row ids of `rows`, the order `state`'s sort found, or a prefix of it), when the run
+/// is large enough for it.
 pub fn device_payload(
     spec: &SortSpec,
     rows: &RunRows,
     permutation: &[u32],
-    retained: Option<Retained>,
+    state: Option<Box<dyn RunState>>,
 ) -> Option<Box<dyn PayloadGather>> {
-    (permutation.len() >= spec.device_gather_min_rows)
-        .then(|| spec.backend.payload_gatherer(rows, permutation, retained))
-        .flatten()
+    let state = state.filter(|_| permutation.len() >= spec.device_gather_min_rows)?;
+    state.payload_gatherer(rows, permutation)
 }
 
 /// Builds the output batches of `permutation` (row ids of `rows`), `payload` gathering

@@ -41,10 +41,10 @@ use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::{ExecutionPlan, StatisticsArgs, StatisticsContext};
 
+use crate::backend::resolve_backend;
 use crate::config::GpuSortConfig;
 use crate::exec::{GpuSortExec, GpuSortOptions, HashRouting};
 use crate::keys::unsupported_reason;
-use crate::sort::resolve_backend;
 use crate::window::windows_over_sorts;
 use shapes::{merge_over_partition_sorts, sort_over_coalesce, GatheredSort};
 

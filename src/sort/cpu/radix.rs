@@ -15,7 +15,7 @@
 
 use rayon::prelude::*;
 
-use super::identity;
+use crate::sort::identity;
 
 const RADIX: usize = 256;
 /// Below this many rows one chunk (one thread) sorts.

@@ -4,10 +4,19 @@
 //! `locality` and `segmented` use the stable run-adaptive merge sort, which does little
 //! work on nearly sorted input. Without known segments a segmented sort is a sort of one
 //! segment. With segments every segment is sorted on its own, in parallel.
+//!
+//! A peer of the CUDA backend (`crate::cuda`), behind the same [`SortBackend`] contract;
+//! the CUDA backend also hands a run to it when the device fails.
+
+mod merge;
+mod radix;
 
 use datafusion::common::Result;
 
-use super::{merge_sort, radix_sort, segmented_sort, Algorithm, Segments, SortBackend, SortedRun};
+pub use merge::merge_sort;
+pub use radix::radix_sort;
+
+use super::{segmented_sort, Algorithm, Segments, SortBackend, SortedRun};
 use crate::config::AlgorithmChoice;
 use crate::keys::EncodedKeys;
 

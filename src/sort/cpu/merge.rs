@@ -5,7 +5,7 @@
 
 use rayon::prelude::*;
 
-use super::identity;
+use crate::sort::identity;
 
 /// Sorts `rows` rows by their key words; returns the stable permutation.
 pub fn merge_sort(words: &[Vec<u64>], rows: usize) -> Vec<u32> {
