@@ -27,14 +27,14 @@ use arrow::datatypes::DataType;
 use cudarc::driver::sys::CUdeviceptr;
 use datafusion::arrow;
 
-use super::columns::{upload_raw_column, PayloadLayout, RawColumn};
-use super::device::{Device, DeviceBuffer};
-use super::error::{CudaError, CudaResult};
-use super::gather::DeviceColumn;
-use super::module::{arg, cached_cubin, launch, Kernel, Module, ENCODE};
-use super::refine::TieFields;
-use super::transfer::Staging;
-use super::views::{is_view_type, worth_encoding_on_device};
+use crate::cuda::columns::views::{is_view_type, worth_encoding_on_device};
+use crate::cuda::columns::{upload_raw_column, PayloadLayout, RawColumn};
+use crate::cuda::error::{CudaError, CudaResult};
+use crate::cuda::gather::DeviceColumn;
+use crate::cuda::memory::device::{Device, DeviceBuffer};
+use crate::cuda::memory::transfer::Staging;
+use crate::cuda::module::{arg, cached_cubin, launch, Kernel, Module, ENCODE};
+use crate::cuda::refine::TieFields;
 use crate::keys::bytes::{choose_window, DEVICE_LIVE_CHUNKS, MAX_CHUNKS};
 use crate::keys::{
     limb_sources, low_mask, placements, FieldStats, KeyColumn, LimbKind, LimbSource, LongKey,

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use cudarc::driver::sys::CUresult;
 
-use super::error::{CudaError, CudaResult};
+use crate::cuda::error::{CudaError, CudaResult};
 
 /// A fault to inject into the next sort on the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

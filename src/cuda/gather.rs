@@ -31,14 +31,14 @@ use arrow::datatypes::DataType;
 use datafusion::arrow;
 use datafusion::common::Result;
 
-use super::columns::{upload_raw_column, PayloadLayout, RawColumn};
-use super::device::{Device, DeviceBuffer};
-use super::error::{CudaError, CudaResult};
-use super::host_memory::HostRegions;
-use super::module::{arg, cached_cubin, launch, Kernel, Module, GATHER};
-use super::transfer::Staging;
-use super::views::{views_array, VIEW_BYTES};
-use super::{disabled_reason, note_gather_failure, CudaRuntime};
+use crate::cuda::columns::views::{views_array, VIEW_BYTES};
+use crate::cuda::columns::{upload_raw_column, PayloadLayout, RawColumn};
+use crate::cuda::error::{CudaError, CudaResult};
+use crate::cuda::memory::device::{Device, DeviceBuffer};
+use crate::cuda::memory::host_memory::HostRegions;
+use crate::cuda::memory::transfer::Staging;
+use crate::cuda::module::{arg, cached_cubin, launch, Kernel, Module, GATHER};
+use crate::cuda::{disabled_reason, note_gather_failure, CudaRuntime};
 use crate::gather::{PayloadGather, PayloadStats, RunRows};
 use crate::sort::RunState;
 

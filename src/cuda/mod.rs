@@ -16,24 +16,16 @@
 //! reason, never a panic.
 
 mod columns;
-mod device;
+mod dispatch;
 mod encode;
 mod error;
 pub mod faults;
 mod gather;
-mod host_memory;
-mod idle_vectors;
-mod locality_probe;
-mod locality_window;
+mod memory;
 mod merge;
 mod module;
-mod onesweep;
+mod radix;
 mod refine;
-mod segment_starts;
-mod segment_tiles;
-mod strategy;
-mod transfer;
-mod views;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -42,27 +34,27 @@ use std::time::{Duration, Instant};
 use datafusion::common::Result;
 
 pub use columns::PayloadLayout;
-pub use device::{Device, DeviceBuffer, Event};
+pub use dispatch::{DeviceOrder, LOCALITY_MAX_INVERSIONS_PER, SEGMENTED_MERGE_MAX_MEAN_ROWS};
 pub use encode::{encodable_on_device, DeviceKeys, Encoded, Encoder};
 pub use error::{CudaError, CudaResult};
 pub use faults::{inject as inject_fault, Fault};
 pub use gather::{payload_layout, DevicePayload, Gatherer};
 use gather::{DeviceColumn, DeviceRun};
-pub use host_memory::LOCK_VARIABLE as HOST_LOCK_VARIABLE;
-use host_memory::{idle_limit, HostRegions, PageLocker};
-use idle_vectors::IdleVectors;
-pub use locality_probe::{LocalityProbe, Probe, PROBED_HALOS, PROBE_CHUNK};
-pub use locality_window::{locality_window_halo, WindowHalo, LOCALITY_WINDOW_HALO};
+pub use memory::device::{Device, DeviceBuffer, Event};
+pub use memory::host_memory::LOCK_VARIABLE as HOST_LOCK_VARIABLE;
+use memory::host_memory::{idle_limit, HostRegions, PageLocker};
+use memory::idle_vectors::IdleVectors;
+pub use memory::transfer::{Plain as TransferPlain, Staging};
+pub use merge::locality_probe::{LocalityProbe, Probe, PROBED_HALOS, PROBE_CHUNK};
+pub use merge::locality_window::{locality_window_halo, WindowHalo, LOCALITY_WINDOW_HALO};
+pub use merge::segment_starts::{StartsEncoding, SEGMENT_STARTS_CHUNK};
+pub use merge::segment_tiles::{segment_tiles_max_rows, SegmentTile, SEGMENT_TILES_MAX_ROWS};
 pub use merge::{MergeKeys, MergeSorted, MergeSorts, MERGE_TILE};
 pub use module::{compile_cubin, is_nvrtc_present, nvrtc_version, KernelFile, ALL_KERNELS};
-pub use onesweep::{
+pub use radix::onesweep::{
     defines as onesweep_defines, Onesweep, PassMode, PassTuning, RadixKey, Sorted, Values,
 };
 pub use refine::{Sorters, TieFields, TieRefiner, STEP_BYTES as TIE_STEP_BYTES};
-pub use segment_starts::{StartsEncoding, SEGMENT_STARTS_CHUNK};
-pub use segment_tiles::{segment_tiles_max_rows, SegmentTile, SEGMENT_TILES_MAX_ROWS};
-pub use strategy::{DeviceOrder, LOCALITY_MAX_INVERSIONS_PER, SEGMENTED_MERGE_MAX_MEAN_ROWS};
-pub use transfer::{Plain as TransferPlain, Staging};
 
 use crate::config::AlgorithmChoice;
 use crate::keys::limb_sources;

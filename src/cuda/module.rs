@@ -16,8 +16,8 @@ use cudarc::driver::result;
 use cudarc::driver::sys;
 use cudarc::nvrtc::sys as nvrtc;
 
-use super::device::Device;
-use super::error::{CudaError, CudaResult};
+use crate::cuda::error::{CudaError, CudaResult};
+use crate::cuda::memory::device::Device;
 
 /// One `.cu` file of `kernels/`.
 #[derive(Debug, Clone, Copy)]

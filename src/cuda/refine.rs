@@ -30,13 +30,13 @@
 //! later keys, input order): the sort's definition, as `crate::sort::refine` does it on
 //! the host for keys encoded there.
 
-use super::device::{Device, DeviceBuffer};
-use super::encode::FieldSource;
-use super::error::{CudaError, CudaResult};
-use super::merge::MergeSorts;
-use super::module::{arg, cached_cubin, launch, Kernel, Module, REFINE};
-use super::onesweep::Onesweep;
-use super::strategy::SEGMENTED_MERGE_MAX_MEAN_ROWS;
+use crate::cuda::dispatch::SEGMENTED_MERGE_MAX_MEAN_ROWS;
+use crate::cuda::encode::FieldSource;
+use crate::cuda::error::{CudaError, CudaResult};
+use crate::cuda::memory::device::{Device, DeviceBuffer};
+use crate::cuda::merge::MergeSorts;
+use crate::cuda::module::{arg, cached_cubin, launch, Kernel, Module, REFINE};
+use crate::cuda::radix::onesweep::Onesweep;
 use crate::keys::LongKey;
 
 const THREADS: u32 = 256;

@@ -15,8 +15,8 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
-use super::device::{Device, DeviceBuffer, Event, PinnedBuffer};
-use super::error::CudaResult;
+use crate::cuda::error::CudaResult;
+use crate::cuda::memory::device::{Device, DeviceBuffer, Event, PinnedBuffer};
 
 /// Bytes per staging buffer.
 pub const CHUNK_BYTES: usize = 32 << 20;

@@ -24,24 +24,29 @@
 //! boundaries. Random input makes every pass merge everything (twice the traffic of a
 //! radix pass), which is why the backend probes before it picks this sort.
 
+pub(super) mod locality_probe;
+pub(super) mod locality_window;
+pub(super) mod segment_starts;
+pub(super) mod segment_tiles;
+
 use cudarc::driver::sys::CUdeviceptr;
 
-use super::device::{Device, DeviceBuffer};
-use super::error::{CudaError, CudaResult};
-use super::locality_probe::{PROBED_HALOS, PROBE_CHUNK};
-use super::module::{arg, cached_cubin, launch, Kernel, Module, LOCALITY, SEGMENTED};
-use super::segment_tiles::LargeSegmentTiles;
-use super::transfer::Staging;
+use crate::cuda::error::{CudaError, CudaResult};
+use crate::cuda::memory::device::{Device, DeviceBuffer};
+use crate::cuda::memory::transfer::Staging;
+use crate::cuda::merge::locality_probe::{PROBED_HALOS, PROBE_CHUNK};
+use crate::cuda::merge::segment_tiles::LargeSegmentTiles;
+use crate::cuda::module::{arg, cached_cubin, launch, Kernel, Module, LOCALITY, SEGMENTED};
 use crate::sort::Segments;
 
 /// Threads of a merge block.
-pub(super) const MERGE_THREADS: u32 = 256;
+pub(in crate::cuda) const MERGE_THREADS: u32 = 256;
 /// Elements per thread.
-pub(super) const MERGE_ITEMS: u32 = 8;
+pub(in crate::cuda) const MERGE_ITEMS: u32 = 8;
 /// Rows per tile of the block sort and per work-queue tile of the merge passes.
 pub const MERGE_TILE: u32 = MERGE_THREADS * MERGE_ITEMS;
 const SCAN_THREADS: u32 = 1024;
-pub(super) const SIMPLE_THREADS: u32 = 256;
+pub(in crate::cuda) const SIMPLE_THREADS: u32 = 256;
 /// Sorted tiles of at most this radius are placed in one pass instead of merged.
 pub const MAX_PLACE_RADIUS: u32 = 8;
 /// The radius check keeps its verdicts in the bits of a u32 (`kernels/merge.cuh`).
@@ -99,21 +104,21 @@ pub enum MergeKeys {
 }
 
 impl MergeKeys {
-    pub(super) fn index(&self) -> usize {
+    pub(in crate::cuda) fn index(&self) -> usize {
         match self {
             MergeKeys::U32(_) => 0,
             MergeKeys::U64(_) => 1,
         }
     }
 
-    pub(super) fn ptr(&self) -> CUdeviceptr {
+    pub(in crate::cuda) fn ptr(&self) -> CUdeviceptr {
         match self {
             MergeKeys::U32(k) => k.ptr(),
             MergeKeys::U64(k) => k.ptr(),
         }
     }
 
-    pub(super) fn key_bytes(&self) -> usize {
+    pub(in crate::cuda) fn key_bytes(&self) -> usize {
         match self {
             MergeKeys::U32(_) => 4,
             MergeKeys::U64(_) => 8,
@@ -140,22 +145,22 @@ pub struct MergeSorts {
     locality: [MergeKernels; 2],
     segmented: MergeKernels,
     /// `locality_probe_u32` and `_u64` (see `locality_probe.rs`).
-    pub(super) probe: [Kernel; 2],
+    pub(in crate::cuda) probe: [Kernel; 2],
     /// `locality_window_u32` and `_u64` (see `locality_window.rs`).
-    pub(super) window: [Kernel; 2],
+    pub(in crate::cuda) window: [Kernel; 2],
     /// `locality_window_check_u32` and `_u64`.
-    pub(super) window_check: [Kernel; 2],
+    pub(in crate::cuda) window_check: [Kernel; 2],
     segment_ids: Kernel,
     /// `segment_starts_u8` and `_u16` (see `segment_starts.rs`).
-    pub(super) segment_starts: [Kernel; 2],
+    pub(in crate::cuda) segment_starts: [Kernel; 2],
     /// `segment_tiles_u32` and `_u64` (see `segment_tiles.rs`).
-    pub(super) segment_tiles: [Kernel; 2],
+    pub(in crate::cuda) segment_tiles: [Kernel; 2],
     /// `segment_tile_bounds`.
-    pub(super) segment_tile_bounds: Kernel,
+    pub(in crate::cuda) segment_tile_bounds: Kernel,
     /// `segment_ranks_u32` and `_u64`.
-    pub(super) segment_ranks: [Kernel; 2],
+    pub(in crate::cuda) segment_ranks: [Kernel; 2],
     /// The large segment tiles (see `segment_tiles.rs`).
-    pub(super) large_segment_tiles: LargeSegmentTiles,
+    pub(in crate::cuda) large_segment_tiles: LargeSegmentTiles,
     segment_key_u32: Kernel,
     segment_word: Kernel,
     sm_count: u32,
@@ -309,7 +314,7 @@ impl MergeSorts {
         Ok(out)
     }
 
-    pub(super) fn simple_grid(&self, n: usize) -> u32 {
+    pub(in crate::cuda) fn simple_grid(&self, n: usize) -> u32 {
         (n.div_ceil(SIMPLE_THREADS as usize) as u32).clamp(1, self.sm_count * 16)
     }
 
@@ -543,7 +548,7 @@ fn max_place_radius() -> u32 {
 }
 
 /// The merge kernels index rows with u32.
-pub(super) fn check_rows(n: usize) -> CudaResult<()> {
+pub(in crate::cuda) fn check_rows(n: usize) -> CudaResult<()> {
     let max = u32::MAX as usize - MERGE_TILE as usize;
     if n > max {
         return Err(CudaError::TooLarge { rows: n, max });

@@ -13,11 +13,11 @@
 //! are 4 bytes for every 16 rows, as many bytes as a quarter of a u64 key column; u8
 //! lengths send a quarter of that, and the rebuild reads them once.
 
-use super::device::{Device, DeviceBuffer};
-use super::error::CudaResult;
-use super::merge::{MergeSorts, MERGE_THREADS};
-use super::module::{arg, launch};
-use super::transfer::{Plain, Staging};
+use crate::cuda::error::CudaResult;
+use crate::cuda::memory::device::{Device, DeviceBuffer};
+use crate::cuda::memory::transfer::{Plain, Staging};
+use crate::cuda::merge::{MergeSorts, MERGE_THREADS};
+use crate::cuda::module::{arg, launch};
 use crate::sort::Segments;
 
 /// Segments per block of `segment_starts_<l>` (`SEGMENT_STARTS_CHUNK` of

@@ -11,9 +11,9 @@ use std::marker::PhantomData;
 use cudarc::driver::result;
 use cudarc::driver::sys::{self, CUdevice_attribute as Attr};
 
-use super::error::{CudaError, CudaResult};
-use super::faults;
-use super::host_memory::PageLocker;
+use crate::cuda::error::{CudaError, CudaResult};
+use crate::cuda::faults;
+use crate::cuda::memory::host_memory::PageLocker;
 
 /// An opened device: context, stream and what the launchers need to know about it.
 #[derive(Debug)]

@@ -4,16 +4,18 @@
 //! their validity bitmaps back to back when some row is null. A key column the encoder put
 //! there is handed on to the gather instead of being uploaded again.
 
+pub(super) mod views;
+
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayData, ArrayRef, BooleanArray};
 use arrow::buffer::{BooleanBuffer, NullBuffer};
 use datafusion::arrow;
 
-use super::device::{Device, DeviceBuffer};
-use super::error::CudaResult;
-use super::transfer::Staging;
-use super::views::{upload_view_data, upload_views, RunBuffers, ViewData};
+use crate::cuda::columns::views::{upload_view_data, upload_views, RunBuffers, ViewData};
+use crate::cuda::error::CudaResult;
+use crate::cuda::memory::device::{Device, DeviceBuffer};
+use crate::cuda::memory::transfer::Staging;
 
 /// How a column's values are laid out on the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,7 +111,7 @@ fn concat_bits(parts: impl Iterator<Item = BooleanBuffer>) -> BooleanBuffer {
 
 /// Uploads `parts` back to back, padded with zeros to a multiple of 8 bytes (so that the
 /// kernels' word reads of bitmaps stay inside the buffer).
-pub(super) fn upload_bytes(
+pub(in crate::cuda) fn upload_bytes(
     device: &Device,
     staging: &mut Staging,
     parts: &[&[u8]],

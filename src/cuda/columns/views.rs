@@ -24,9 +24,9 @@ use arrow::buffer::{Buffer, NullBuffer};
 use arrow::datatypes::{BinaryViewType, ByteArrayType, DataType, StringViewType};
 use datafusion::arrow;
 
-use super::device::{Device, DeviceBuffer};
-use super::error::CudaResult;
-use super::transfer::Staging;
+use crate::cuda::error::CudaResult;
+use crate::cuda::memory::device::{Device, DeviceBuffer};
+use crate::cuda::memory::transfer::Staging;
 
 /// Bytes of one view.
 pub const VIEW_BYTES: usize = 16;
@@ -321,7 +321,7 @@ pub fn upload_view_data(
         total += part.len() as u64;
     }
     starts.push(total);
-    let data = super::columns::upload_bytes(device, staging, &parts, "view data")?;
+    let data = crate::cuda::columns::upload_bytes(device, staging, &parts, "view data")?;
     let table =
         staging.upload::<u64, _>(device, starts.len(), "view buffer starts", |at, out| {
             out.copy_from_slice(&starts[at..at + out.len()])

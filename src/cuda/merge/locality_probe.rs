@@ -10,10 +10,10 @@
 //!  (7 counts back, 56 bytes)
 //! ```
 
-use super::device::Device;
-use super::error::CudaResult;
-use super::merge::{check_rows, MergeKeys, MergeSorts, SIMPLE_THREADS};
-use super::module::{arg, launch};
+use crate::cuda::error::CudaResult;
+use crate::cuda::memory::device::Device;
+use crate::cuda::merge::{check_rows, MergeKeys, MergeSorts, SIMPLE_THREADS};
+use crate::cuda::module::{arg, launch};
 
 /// Positions the probe reads in a row (`PROBE_CHUNK` in the kernel, passed by
 /// `merge::defines`).

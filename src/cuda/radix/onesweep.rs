@@ -19,9 +19,9 @@ use std::sync::OnceLock;
 use cudarc::driver::result;
 use cudarc::driver::sys::{CUdeviceptr, CUfunction_attribute};
 
-use super::device::{Device, DeviceBuffer};
-use super::error::{CudaError, CudaResult};
-use super::module::{arg, cached_cubin, launch, launch_shared, Kernel, Module, ONESWEEP};
+use crate::cuda::error::{CudaError, CudaResult};
+use crate::cuda::memory::device::{Device, DeviceBuffer};
+use crate::cuda::module::{arg, cached_cubin, launch, launch_shared, Kernel, Module, ONESWEEP};
 
 const RADIX: usize = 256;
 /// Keys per tile at most: the pass keeps tile positions in 16 bits.

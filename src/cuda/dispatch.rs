@@ -22,15 +22,15 @@
 //!
 //! The thresholds come from `gpusort bench merge` (docs/performance.md).
 
-use super::device::{Device, DeviceBuffer};
-use super::encode::DeviceKeys;
-use super::error::CudaResult;
-use super::locality_probe::LocalityProbe;
-use super::locality_window::locality_window_halo;
-use super::merge::{MergeKeys, MERGE_TILE};
-use super::transfer::Staging;
 use super::CudaRuntime;
 use crate::config::AlgorithmChoice;
+use crate::cuda::encode::DeviceKeys;
+use crate::cuda::error::CudaResult;
+use crate::cuda::memory::device::{Device, DeviceBuffer};
+use crate::cuda::memory::transfer::Staging;
+use crate::cuda::merge::locality_probe::LocalityProbe;
+use crate::cuda::merge::locality_window::locality_window_halo;
+use crate::cuda::merge::{MergeKeys, MERGE_TILE};
 use crate::sort::{Algorithm, Segments};
 
 /// Segments of at most this many rows on average are merge sorted; longer ones go to

@@ -26,11 +26,13 @@
 
 use std::sync::OnceLock;
 
-use super::device::{Device, DeviceBuffer};
-use super::error::CudaResult;
-use super::locality_probe::LocalityProbe;
-use super::merge::{check_rows, MergeKeys, MergeSorts, MERGE_ITEMS, MERGE_THREADS, MERGE_TILE};
-use super::module::{arg, launch};
+use crate::cuda::error::CudaResult;
+use crate::cuda::memory::device::{Device, DeviceBuffer};
+use crate::cuda::merge::locality_probe::LocalityProbe;
+use crate::cuda::merge::{
+    check_rows, MergeKeys, MergeSorts, MERGE_ITEMS, MERGE_THREADS, MERGE_TILE,
+};
+use crate::cuda::module::{arg, launch};
 
 /// Rows of halo on each side of a window (a window owns MERGE_TILE − 2 × this rows) that a
 /// window sort with a smaller halo retries with when it declines.

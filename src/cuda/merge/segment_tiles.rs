@@ -25,13 +25,13 @@ use std::sync::OnceLock;
 use cudarc::driver::result;
 use cudarc::driver::sys::CUfunction_attribute;
 
-use super::device::{Device, DeviceBuffer};
-use super::error::{CudaError, CudaResult};
-use super::merge::{check_rows, MergeKeys, MergeSorts, MERGE_THREADS, MERGE_TILE};
-use super::module::{
+use crate::cuda::error::{CudaError, CudaResult};
+use crate::cuda::memory::device::{Device, DeviceBuffer};
+use crate::cuda::memory::transfer::Staging;
+use crate::cuda::merge::{check_rows, MergeKeys, MergeSorts, MERGE_THREADS, MERGE_TILE};
+use crate::cuda::module::{
     arg, cached_cubin, launch, launch_shared, Kernel, Module, SEGMENT_TILES_LARGE,
 };
-use super::transfer::Staging;
 use crate::sort::Segments;
 
 /// Runs whose longest segment has at most this many rows are sorted by `segment_ranks_<k>`,

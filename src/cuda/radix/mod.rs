@@ -1,0 +1,3 @@
+//! The radix sort: OneSweep (`onesweep.rs`, launcher of `kernels/onesweep.cu`).
+
+pub(super) mod onesweep;
