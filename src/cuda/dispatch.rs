@@ -22,7 +22,6 @@
 //!
 //! The thresholds come from `gpusort bench merge` (docs/performance.md).
 
-use super::CudaRuntime;
 use crate::config::AlgorithmChoice;
 use crate::cuda::encode::DeviceKeys;
 use crate::cuda::error::CudaResult;
@@ -31,6 +30,7 @@ use crate::cuda::memory::transfer::Staging;
 use crate::cuda::merge::locality_probe::LocalityProbe;
 use crate::cuda::merge::locality_window::locality_window_halo;
 use crate::cuda::merge::{MergeKeys, MERGE_TILE};
+use crate::cuda::runtime::CudaRuntime;
 use crate::sort::{Algorithm, Segments};
 
 /// Segments of at most this many rows on average are merge sorted; longer ones go to
@@ -61,148 +61,150 @@ pub struct DeviceOrder {
     pub algorithm: Algorithm,
 }
 
-impl CudaRuntime {
-    /// Sorts `n` rows by `keys` (consumed) on the device, as `algorithm` and `segments`
-    /// say (see the module docs).
-    pub fn sort_on_device(
-        &self,
-        device: &Device,
-        staging: &mut Staging,
-        keys: DeviceKeys,
-        algorithm: AlgorithmChoice,
-        segments: Option<&Segments>,
-        n: usize,
-    ) -> CudaResult<DeviceOrder> {
-        if let Some(segments) = segments {
-            return self.sort_segments(device, staging, keys, algorithm, segments, n);
+/// Sorts `n` rows by `keys` (consumed) on the device, as `algorithm` and `segments`
+/// say (see the module docs).
+pub fn sort_on_device(
+    rt: &CudaRuntime,
+    device: &Device,
+    staging: &mut Staging,
+    keys: DeviceKeys,
+    algorithm: AlgorithmChoice,
+    segments: Option<&Segments>,
+    n: usize,
+) -> CudaResult<DeviceOrder> {
+    if let Some(segments) = segments {
+        return sort_segments(rt, device, staging, keys, algorithm, segments, n);
+    }
+    let keys = match one_word(keys) {
+        Ok(keys) => keys,
+        Err(DeviceKeys::Words(words)) => {
+            return Ok(radix(rt.onesweep.sort_rows_by_words(device, words, n)?));
         }
-        let keys = match one_word(keys) {
-            Ok(keys) => keys,
-            Err(DeviceKeys::Words(words)) => {
-                return Ok(radix(self.onesweep.sort_rows_by_words(device, words, n)?));
-            }
-            Err(_constant) => return Ok(radix(None)),
-        };
-        let probe = match algorithm {
-            AlgorithmChoice::Onesweep => None,
-            // Too few rows for `auto` to find them nearly sorted.
-            AlgorithmChoice::Auto if n <= 2 * far_distance(&keys) as usize => None,
-            _ => Some(self.probe(device, &keys, n)?),
-        };
-        // The locality sort: forced, or `auto` finds the keys nearly sorted.
-        let locality = probe
-            .filter(|probe| !matches!(algorithm, AlgorithmChoice::Auto) || nearly_sorted(probe));
-        if let Some(probe) = &locality {
-            let window =
-                self.merge
-                    .window_sort_if_local(device, &keys, n, locality_window_halo(), probe)?;
-            if let Some(permutation) = window {
-                return Ok(DeviceOrder {
-                    permutation: Some(permutation),
-                    algorithm: Algorithm::Locality,
-                });
-            }
-            let sorted = self.merge.sort_rows(device, keys, n)?;
+        Err(_constant) => return Ok(radix(None)),
+    };
+    let probe = match algorithm {
+        AlgorithmChoice::Onesweep => None,
+        // Too few rows for `auto` to find them nearly sorted.
+        AlgorithmChoice::Auto if n <= 2 * far_distance(&keys) as usize => None,
+        _ => Some(probe(rt, device, &keys, n)?),
+    };
+    // The locality sort: forced, or `auto` finds the keys nearly sorted.
+    let locality =
+        probe.filter(|probe| !matches!(algorithm, AlgorithmChoice::Auto) || nearly_sorted(probe));
+    if let Some(probe) = &locality {
+        let window =
+            rt.merge
+                .window_sort_if_local(device, &keys, n, locality_window_halo(), probe)?;
+        if let Some(permutation) = window {
             return Ok(DeviceOrder {
-                permutation: Some(sorted.permutation),
+                permutation: Some(permutation),
                 algorithm: Algorithm::Locality,
             });
         }
-        let permutation = match keys {
-            MergeKeys::U32(word) => self.onesweep.sort_rows_u32(device, word, n)?,
-            MergeKeys::U64(word) => self.onesweep.sort_rows_by_words(device, vec![word], n)?,
-        };
-        Ok(radix(permutation))
+        let sorted = rt.merge.sort_rows(device, keys, n)?;
+        return Ok(DeviceOrder {
+            permutation: Some(sorted.permutation),
+            algorithm: Algorithm::Locality,
+        });
     }
+    let permutation = match keys {
+        MergeKeys::U32(word) => rt.onesweep.sort_rows_u32(device, word, n)?,
+        MergeKeys::U64(word) => rt.onesweep.sort_rows_by_words(device, vec![word], n)?,
+    };
+    Ok(radix(permutation))
+}
 
-    /// The sortedness probe of `keys`: at the window halos, and at the far distance of
-    /// their width.
-    fn probe(&self, device: &Device, keys: &MergeKeys, n: usize) -> CudaResult<LocalityProbe> {
-        self.merge
-            .probe(device, keys, n, far_distance(keys), LOCALITY_PROBE_EVERY)
+/// The sortedness probe of `keys`: at the window halos, and at the far distance of
+/// their width.
+fn probe(
+    rt: &CudaRuntime,
+    device: &Device,
+    keys: &MergeKeys,
+    n: usize,
+) -> CudaResult<LocalityProbe> {
+    rt.merge
+        .probe(device, keys, n, far_distance(keys), LOCALITY_PROBE_EVERY)
+}
+
+fn sort_segments(
+    rt: &CudaRuntime,
+    device: &Device,
+    staging: &mut Staging,
+    keys: DeviceKeys,
+    algorithm: AlgorithmChoice,
+    segments: &Segments,
+    n: usize,
+) -> CudaResult<DeviceOrder> {
+    let segmented = |permutation| DeviceOrder {
+        permutation,
+        algorithm: Algorithm::Segmented,
+    };
+    if matches!(keys, DeviceKeys::Constant) || segments.len() == n {
+        return Ok(segmented(None));
     }
-
-    fn sort_segments(
-        &self,
-        device: &Device,
-        staging: &mut Staging,
-        keys: DeviceKeys,
-        algorithm: AlgorithmChoice,
-        segments: &Segments,
-        n: usize,
-    ) -> CudaResult<DeviceOrder> {
-        let segmented = |permutation| DeviceOrder {
-            permutation,
-            algorithm: Algorithm::Segmented,
-        };
-        if matches!(keys, DeviceKeys::Constant) || segments.len() == n {
-            return Ok(segmented(None));
-        }
-        let keys = match self.sort_segment_tiles(device, staging, keys, algorithm, segments, n)? {
-            Ok(permutation) => return Ok(segmented(Some(permutation))),
-            Err(keys) => keys,
-        };
-        let merge = algorithm != AlgorithmChoice::Onesweep
-            && segments.mean_rows() <= SEGMENTED_MERGE_MAX_MEAN_ROWS;
-        let segs = self.merge.segment_ids(device, staging, segments, n)?;
-        let permutation = match keys {
-            DeviceKeys::Constant => None,
-            DeviceKeys::U32(word) => {
-                let composite = self.merge.segment_key_u32(device, &segs, &word, n)?;
-                drop((word, segs));
-                if merge {
-                    Some(
-                        self.merge
-                            .sort_rows(device, MergeKeys::U64(composite), n)?
-                            .permutation,
-                    )
-                } else {
-                    self.onesweep
-                        .sort_rows_by_words(device, vec![composite], n)?
-                }
+    let keys = match sort_segment_tiles(rt, device, staging, keys, algorithm, segments, n)? {
+        Ok(permutation) => return Ok(segmented(Some(permutation))),
+        Err(keys) => keys,
+    };
+    let merge = algorithm != AlgorithmChoice::Onesweep
+        && segments.mean_rows() <= SEGMENTED_MERGE_MAX_MEAN_ROWS;
+    let segs = rt.merge.segment_ids(device, staging, segments, n)?;
+    let permutation = match keys {
+        DeviceKeys::Constant => None,
+        DeviceKeys::U32(word) => {
+            let composite = rt.merge.segment_key_u32(device, &segs, &word, n)?;
+            drop((word, segs));
+            if merge {
+                Some(
+                    rt.merge
+                        .sort_rows(device, MergeKeys::U64(composite), n)?
+                        .permutation,
+                )
+            } else {
+                rt.onesweep.sort_rows_by_words(device, vec![composite], n)?
             }
-            DeviceKeys::Words(words) if merge && words.len() == 1 => Some(
-                self.merge
-                    .sort_segmented_rows(device, &words[0], &segs, n)?
-                    .permutation,
-            ),
-            DeviceKeys::Words(words) => {
-                let mut all = vec![self.merge.segment_word(device, &segs, n)?];
-                drop(segs);
-                all.extend(words);
-                self.onesweep.sort_rows_by_words(device, all, n)?
-            }
-        };
-        Ok(segmented(permutation))
-    }
-
-    /// The segment-tile sort when a tile suits the segments (see
-    /// [`super::MergeSorts::segment_tile_for`]) and the key is one word: the permutation;
-    /// otherwise the keys back, untouched.
-    fn sort_segment_tiles(
-        &self,
-        device: &Device,
-        staging: &mut Staging,
-        keys: DeviceKeys,
-        algorithm: AlgorithmChoice,
-        segments: &Segments,
-        n: usize,
-    ) -> CudaResult<Result<DeviceBuffer<u32>, DeviceKeys>> {
-        if algorithm == AlgorithmChoice::Onesweep {
-            return Ok(Err(keys));
         }
-        let keys = match one_word(keys) {
-            Ok(keys) => keys,
-            Err(other) => return Ok(Err(other)),
-        };
-        let Some(tile) = self.merge.segment_tile_for(keys.key_bytes(), segments) else {
-            return Ok(Err(device_keys(keys)));
-        };
-        let permutation = self
-            .merge
-            .sort_segment_tiles(device, staging, &keys, segments, n, tile)?;
-        Ok(Ok(permutation))
+        DeviceKeys::Words(words) if merge && words.len() == 1 => Some(
+            rt.merge
+                .sort_segmented_rows(device, &words[0], &segs, n)?
+                .permutation,
+        ),
+        DeviceKeys::Words(words) => {
+            let mut all = vec![rt.merge.segment_word(device, &segs, n)?];
+            drop(segs);
+            all.extend(words);
+            rt.onesweep.sort_rows_by_words(device, all, n)?
+        }
+    };
+    Ok(segmented(permutation))
+}
+
+/// The segment-tile sort when a tile suits the segments (see
+/// [`crate::cuda::MergeSorts::segment_tile_for`]) and the key is one word: the permutation;
+/// otherwise the keys back, untouched.
+fn sort_segment_tiles(
+    rt: &CudaRuntime,
+    device: &Device,
+    staging: &mut Staging,
+    keys: DeviceKeys,
+    algorithm: AlgorithmChoice,
+    segments: &Segments,
+    n: usize,
+) -> CudaResult<Result<DeviceBuffer<u32>, DeviceKeys>> {
+    if algorithm == AlgorithmChoice::Onesweep {
+        return Ok(Err(keys));
     }
+    let keys = match one_word(keys) {
+        Ok(keys) => keys,
+        Err(other) => return Ok(Err(other)),
+    };
+    let Some(tile) = rt.merge.segment_tile_for(keys.key_bytes(), segments) else {
+        return Ok(Err(device_keys(keys)));
+    };
+    let permutation = rt
+        .merge
+        .sort_segment_tiles(device, staging, &keys, segments, n, tile)?;
+    Ok(Ok(permutation))
 }
 
 /// Keys of one word (u32, or one u64 word) as merge keys; constant keys and keys of

@@ -28,9 +28,9 @@ use cudarc::driver::sys::CUdeviceptr;
 use datafusion::arrow;
 
 use crate::cuda::columns::views::{is_view_type, worth_encoding_on_device};
-use crate::cuda::columns::{upload_raw_column, PayloadLayout, RawColumn};
+use crate::cuda::columns::{upload_raw_column, DeviceColumn, PayloadLayout, RawColumn};
 use crate::cuda::error::{CudaError, CudaResult};
-use crate::cuda::gather::DeviceColumn;
+
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::transfer::Staging;
 use crate::cuda::module::{arg, cached_cubin, launch, Kernel, Module, ENCODE};

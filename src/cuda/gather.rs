@@ -32,13 +32,13 @@ use datafusion::arrow;
 use datafusion::common::Result;
 
 use crate::cuda::columns::views::{views_array, VIEW_BYTES};
-use crate::cuda::columns::{upload_raw_column, PayloadLayout, RawColumn};
+use crate::cuda::columns::{upload_raw_column, DeviceColumn, PayloadLayout, RawColumn};
 use crate::cuda::error::{CudaError, CudaResult};
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::host_memory::HostRegions;
 use crate::cuda::memory::transfer::Staging;
 use crate::cuda::module::{arg, cached_cubin, launch, Kernel, Module, GATHER};
-use crate::cuda::{disabled_reason, note_gather_failure, CudaRuntime};
+use crate::cuda::runtime::{disabled_reason, note_gather_failure, CudaRuntime};
 use crate::gather::{PayloadGather, PayloadStats, RunRows};
 use crate::sort::RunState;
 
@@ -103,14 +103,6 @@ struct PayloadColumn {
     raw: RawColumn,
 }
 
-/// A key column the encoder uploaded, kept for the gather.
-pub struct DeviceColumn {
-    /// The column's input arrays (the key's own, compared by pointer with the run's).
-    pub arrays: Vec<ArrayRef>,
-    /// Its buffers on the device.
-    pub raw: RawColumn,
-}
-
 /// What a device sort leaves on the device for the payload gather: the CUDA backend's
 /// [`RunState`], freed with the run.
 pub struct DeviceRun {
@@ -143,7 +135,7 @@ impl RunState for DeviceRun {
             return None;
         }
         let runtime = Arc::clone(&self.runtime);
-        match runtime.upload_payload(rows, permutation, *self) {
+        match DevicePayload::upload(&runtime, rows, permutation, *self) {
             Ok(payload) => payload.map(|p| Box::new(p) as Box<dyn PayloadGather>),
             Err(error) => {
                 note_gather_failure(&error, permutation.len());
@@ -191,12 +183,12 @@ struct GatheredViews {
     batch_bytes: Vec<usize>,
 }
 
-impl CudaRuntime {
+impl DevicePayload {
     /// Puts on the device the permutation and every column of `rows` that the device can
     /// gather (as many as fit in device memory); `None` when no column qualifies. What the
     /// sort `retained` (its permutation, the key columns) is reused, not uploaded again.
-    pub fn upload_payload(
-        self: &Arc<Self>,
+    pub fn upload(
+        runtime: &Arc<CudaRuntime>,
         rows: &RunRows,
         permutation: &[u32],
         retained: DeviceRun,
@@ -209,7 +201,7 @@ impl CudaRuntime {
         }
         let (kept_permutation, kept_columns) = (retained.permutation, retained.columns);
         let started = Instant::now();
-        self.with_device(|device, staging| {
+        runtime.with_device(|device, staging| {
             let n = permutation.len();
             let mut stats = PayloadStats::default();
             let device_permutation = match kept_permutation.filter(|p| p.len() >= n) {
@@ -222,7 +214,7 @@ impl CudaRuntime {
                 }
             };
             let mut payload = DevicePayload {
-                runtime: Arc::clone(self),
+                runtime: Arc::clone(runtime),
                 permutation: device_permutation,
                 indices: Vec::new(),
                 columns: Vec::new(),

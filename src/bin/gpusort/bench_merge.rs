@@ -245,7 +245,15 @@ fn choice_of(runtime: &CudaRuntime, data: &[u64], bits: u32) -> Result<&'static 
             } else {
                 DeviceKeys::Words(vec![upload(device, staging, data)?])
             };
-            runtime.sort_on_device(device, staging, keys, AlgorithmChoice::Auto, None, n)
+            cuda::sort_on_device(
+                runtime,
+                device,
+                staging,
+                keys,
+                AlgorithmChoice::Auto,
+                None,
+                n,
+            )
         })
         .map_err(DataFusionError::from)?;
     Ok(order.algorithm.name())
@@ -307,7 +315,8 @@ fn time_u64(
                     }
                     _ => {
                         let keys = DeviceKeys::Words(vec![keys]);
-                        runtime.sort_on_device(
+                        cuda::sort_on_device(
+                            runtime,
                             device,
                             staging,
                             keys,
@@ -332,7 +341,7 @@ fn time_u32(runtime: &CudaRuntime, data: &[u32], path: Path, options: &MergeBenc
             move |device: &cuda::Device, staging: &mut cuda::Staging, start: &cuda::Event| {
                 let keys = DeviceKeys::U32(device.duplicate(&pristine, "bench keys")?);
                 start.record(device)?;
-                runtime.sort_on_device(device, staging, keys, algorithm(path), None, n)?;
+                cuda::sort_on_device(runtime, device, staging, keys, algorithm(path), None, n)?;
                 Ok(())
             },
         )

@@ -150,6 +150,14 @@ fn copy_from_parts(parts: &[&[u8]], starts: &[usize], start: usize, out: &mut [u
     }
 }
 
+/// A key column the encoder uploaded, kept for the gather.
+pub struct DeviceColumn {
+    /// The column's input arrays (the key's own, compared by pointer with the run's).
+    pub arrays: Vec<ArrayRef>,
+    /// Its buffers on the device.
+    pub raw: RawColumn,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

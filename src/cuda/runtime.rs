@@ -1,0 +1,182 @@
+//! The process's CUDA runtime: the probe, the opened device and its kernels, and the
+//! process-wide state of failures (the device disabled after a fatal error, fallbacks).
+//!
+//! ```text
+//!  runtime()  once per process: libcuda present? → device 0 → NVRTC (cached CUBIN) → kernels
+//!     any failure: the reason is kept, `backend = auto` uses the CPU
+//!  a fatal (sticky) error anywhere → disable_device: every later run goes to the CPU
+//! ```
+//!
+//! cudarc loads libcuda dynamically and panics when it is missing, so the probe checks for
+//! the library first and runs the rest under `catch_unwind`; a machine without a GPU gets a
+//! reason, never a panic.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::cuda::encode::Encoder;
+use crate::cuda::error::{CudaError, CudaResult};
+use crate::cuda::gather::Gatherer;
+use crate::cuda::memory::device::Device;
+use crate::cuda::memory::host_memory::{idle_limit, HostRegions, PageLocker};
+use crate::cuda::memory::idle_vectors::IdleVectors;
+use crate::cuda::memory::transfer::Staging;
+use crate::cuda::merge::MergeSorts;
+use crate::cuda::module::is_nvrtc_present;
+use crate::cuda::radix::onesweep::Onesweep;
+use crate::cuda::refine::TieRefiner;
+
+/// The opened device and what is loaded on it; one per process.
+#[derive(Debug)]
+pub struct CudaRuntime {
+    /// The device.
+    pub device: Device,
+    /// The radix sort kernels.
+    pub onesweep: Onesweep,
+    /// The locality and segmented merge sort kernels.
+    pub merge: MergeSorts,
+    /// The key encoding kernels.
+    pub encoder: Encoder,
+    /// The payload gather kernels.
+    pub gatherer: Gatherer,
+    /// The kernels that order the ties of long byte-like keys.
+    pub refiner: TieRefiner,
+    /// Pinned staging buffers; holding the lock is holding the device.
+    pub(super) staging: Mutex<Staging>,
+    /// Host memory of gathered windows, reused between sorts.
+    pub(super) host_regions: Arc<HostRegions>,
+    /// Permutation vectors given back after a sort, filled again by the next download.
+    pub(super) idle_permutations: Arc<IdleVectors>,
+}
+
+static RUNTIME: OnceLock<std::result::Result<Arc<CudaRuntime>, String>> = OnceLock::new();
+static DISABLED: Mutex<Option<String>> = Mutex::new(None);
+static FALLBACKS: AtomicU64 = AtomicU64::new(0);
+
+/// Runs that the CUDA backend handed to the CPU backend in this process (after an error,
+/// or with the device disabled).
+pub fn fallback_count() -> u64 {
+    FALLBACKS.load(Ordering::Relaxed)
+}
+
+/// The process's CUDA runtime, or why there is none.
+pub fn runtime() -> std::result::Result<Arc<CudaRuntime>, String> {
+    if let Some(reason) = disabled_reason() {
+        return Err(format!(
+            "the CUDA device was disabled after a fatal error: {reason}"
+        ));
+    }
+    RUNTIME
+        .get_or_init(|| open_runtime().map_err(|e| e.to_string()))
+        .clone()
+}
+
+/// Marks the device unusable for the rest of the process (after a sticky error).
+pub fn disable_device(reason: &str) {
+    log::error!("gpusort: disabling the CUDA device for this process: {reason}");
+    let mut disabled = DISABLED.lock().unwrap_or_else(|p| p.into_inner());
+    disabled.get_or_insert_with(|| reason.to_string());
+}
+
+/// Why the device was disabled, if it was.
+pub fn disabled_reason() -> Option<String> {
+    DISABLED.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// Whether libcuda can be loaded here (never panics).
+pub fn is_driver_present() -> bool {
+    // SAFETY: only tries to dlopen the library.
+    std::panic::catch_unwind(|| unsafe { cudarc::driver::sys::is_culib_present() }).unwrap_or(false)
+}
+
+fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
+    if std::env::var_os("GPUSORT_DISABLE_CUDA").is_some_and(|v| !v.is_empty() && v != "0") {
+        return Err(CudaError::Unavailable("GPUSORT_DISABLE_CUDA is set".into()));
+    }
+    if !is_driver_present() {
+        return Err(CudaError::LibraryMissing {
+            library: "libcuda (the NVIDIA driver)",
+        });
+    }
+    if !is_nvrtc_present() {
+        return Err(CudaError::LibraryMissing {
+            library: "NVRTC (libnvrtc)",
+        });
+    }
+    let ordinal = std::env::var("GPUSORT_CUDA_DEVICE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let opened = std::panic::catch_unwind(|| -> CudaResult<CudaRuntime> {
+        let device = Device::open(ordinal)?;
+        let onesweep = Onesweep::load(&device)?;
+        let merge = MergeSorts::load(&device)?;
+        let encoder = Encoder::load(&device)?;
+        let gatherer = Gatherer::load(&device)?;
+        let refiner = TieRefiner::load(&device)?;
+        let staging = Mutex::new(Staging::new(&device)?);
+        let page_locker: Option<Arc<dyn PageLocker>> = Some(Arc::new(device.page_locker()));
+        Ok(CudaRuntime {
+            device,
+            onesweep,
+            merge,
+            encoder,
+            gatherer,
+            refiner,
+            staging,
+            host_regions: Arc::new(HostRegions::new(idle_limit(), page_locker)),
+            idle_permutations: Arc::new(IdleVectors::new(idle_limit() / 4)),
+        })
+    })
+    .map_err(|_| {
+        CudaError::Unavailable("the CUDA driver panicked while opening the device".into())
+    })??;
+    log::info!(
+        "gpusort: CUDA device {} (sm_{}, {} SMs, {} GiB)",
+        opened.device.name,
+        opened.device.arch,
+        opened.device.sm_count,
+        opened.device.total_memory >> 30
+    );
+    Ok(Arc::new(opened))
+}
+
+impl CudaRuntime {
+    /// Waits until the host memory of gathered windows that went back is page-locked, and
+    /// returns the bytes of idle memory that are (for tests and benchmarks).
+    pub fn settle_host_memory(&self) -> usize {
+        self.host_regions.wait_for_locking();
+        self.host_regions.locked_bytes()
+    }
+
+    /// Runs `work` with exclusive use of the device and its staging buffers.
+    pub fn with_device<T>(
+        &self,
+        work: impl FnOnce(&Device, &mut Staging) -> CudaResult<T>,
+    ) -> CudaResult<T> {
+        let mut staging = self.staging.lock().unwrap_or_else(|p| p.into_inner());
+        self.device.bind()?;
+        work(&self.device, &mut staging)
+    }
+}
+
+/// Counts a run or a gather that the CPU took over.
+pub(super) fn count_fallback() {
+    FALLBACKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Logs a failed device gather (the host gathers instead, counted as a fallback); a fatal
+/// error disables the device for the process.
+pub(super) fn note_gather_failure(error: &CudaError, rows: usize) {
+    count_fallback();
+    note_failure_of("gather", "gathering on the host", error, rows);
+}
+
+/// Logs a failed device step (`what`, handled as `then`); a fatal error disables the
+/// device for the process.
+pub(super) fn note_failure_of(what: &str, then: &str, error: &CudaError, rows: usize) {
+    if error.is_fatal() {
+        disable_device(&error.to_string());
+    }
+    log::warn!("gpusort: CUDA {what} of {rows} rows failed ({error}); {then}");
+}

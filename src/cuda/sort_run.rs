@@ -1,0 +1,250 @@
+//! One run sorted on the device, from its keys to the permutation back on the host:
+//!
+//! ```text
+//!  keys encoded on the host (sort_rows): packed words ──pinned, chunked──► device
+//!  key columns (sort_columns): raw buffers ──► device ──encode.rs──► packed words
+//!     ──dispatch.rs: OneSweep / locality / segmented──► permutation on the device
+//!     ──refine.rs: ties of long strings ordered──► permutation ──pinned, chunked──► host
+//!  the run keeps the device permutation and the key columns (`gather::DeviceRun`) for its
+//!  payload gather; its host permutation's memory goes back to the idle vectors
+//! ```
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::AlgorithmChoice;
+use crate::cuda::columns::DeviceColumn;
+use crate::cuda::dispatch::sort_on_device;
+use crate::cuda::encode::DeviceKeys;
+use crate::cuda::error::{CudaError, CudaResult};
+use crate::cuda::gather::DeviceRun;
+use crate::cuda::memory::device::Device;
+use crate::cuda::memory::transfer::Staging;
+use crate::cuda::refine::{Sorters, TieFields};
+use crate::cuda::runtime::CudaRuntime;
+use crate::keys::{EncodedKeys, KeyColumn};
+use crate::sort::{
+    identity, Algorithm, PartitionIdTable, Permutation, Segments, SortedRun, TieRefine,
+    TransferTimes,
+};
+
+/// Sorts the rows of `keys` (encoded on the host) on the device, as `algorithm` and
+/// `segments` say: the stable permutation.
+pub(super) fn sort_rows(
+    rt: &Arc<CudaRuntime>,
+    keys: &EncodedKeys,
+    algorithm: AlgorithmChoice,
+    segments: Option<&Segments>,
+) -> CudaResult<SortedRun> {
+    let n = keys.rows;
+    if n < 2 || keys.words.is_empty() {
+        return Ok(in_order(n, segments));
+    }
+    rt.with_device(|device, staging| {
+        let started = Instant::now();
+        let (device_keys, h2d_bytes) = if keys.fits_u32() {
+            let word = &keys.words[0];
+            let upload = staging.upload::<u32, _>(device, n, "u32 keys", |start, out| {
+                for (o, w) in out.iter_mut().zip(&word[start..]) {
+                    *o = (w >> 32) as u32;
+                }
+            })?;
+            (DeviceKeys::U32(upload), n * 4)
+        } else {
+            let words = keys
+                .words
+                .iter()
+                .map(|word| {
+                    staging.upload::<u64, _>(device, n, "key words", |start, out| {
+                        out.copy_from_slice(&word[start..start + out.len()])
+                    })
+                })
+                .collect::<CudaResult<Vec<_>>>()?;
+            (DeviceKeys::Words(words), n * 8 * keys.words.len())
+        };
+        let how = How {
+            algorithm,
+            segments,
+            upload_started: started,
+            h2d_bytes,
+        };
+        let no_ties = TieFields::default();
+        sort_device_keys(
+            rt,
+            device,
+            staging,
+            device_keys,
+            how,
+            Vec::new(),
+            &no_ties,
+            n,
+        )
+    })
+}
+
+/// Sorts the rows of key columns (every one [`encodable_on_device`]): their raw
+/// buffers go to the device, which encodes and sorts them.
+pub(super) fn sort_columns(
+    rt: &Arc<CudaRuntime>,
+    columns: &[KeyColumn],
+    n: usize,
+    algorithm: AlgorithmChoice,
+    segments: Option<&Segments>,
+) -> CudaResult<SortedRun> {
+    if n < 2 {
+        return Ok(in_order(n, segments));
+    }
+    let (run, _) = sort_columns_with(rt, columns, n, algorithm, segments, None)?;
+    Ok(run)
+}
+
+/// Sorts the rows of key columns (every one fixed-width) by (partition id, columns),
+/// the ids made on the device from `ids` and key column `ids.column`: the order and
+/// the rows per partition.
+pub(super) fn sort_columns_by_ids(
+    rt: &Arc<CudaRuntime>,
+    columns: &[KeyColumn],
+    n: usize,
+    ids: &PartitionIdTable,
+    algorithm: AlgorithmChoice,
+) -> CudaResult<(SortedRun, Vec<usize>)> {
+    let (run, counts) = sort_columns_with(rt, columns, n, algorithm, None, Some(ids))?;
+    match counts {
+        Some(counts) => Ok((run, counts)),
+        None => Err(CudaError::Inconsistent(
+            "a sort by partition ids made no ids".to_string(),
+        )),
+    }
+}
+
+/// [`Self::sort_columns`], the partition ids of `ids` leading the key when given (and
+/// then the rows per partition).
+fn sort_columns_with(
+    rt: &Arc<CudaRuntime>,
+    columns: &[KeyColumn],
+    n: usize,
+    algorithm: AlgorithmChoice,
+    segments: Option<&Segments>,
+    ids: Option<&PartitionIdTable>,
+) -> CudaResult<(SortedRun, Option<Vec<usize>>)> {
+    rt.with_device(|device, staging| {
+        let started = Instant::now();
+        crate::trace::event(|| format!("  {n} rows: device taken"));
+        let mut encoded = rt.encoder.encode(device, staging, columns, n, ids)?;
+        let counts = encoded.partition_counts.take();
+        let how = How {
+            algorithm,
+            segments,
+            upload_started: started,
+            h2d_bytes: encoded.h2d_bytes,
+        };
+        let run = sort_device_keys(
+            rt,
+            device,
+            staging,
+            encoded.keys,
+            how,
+            encoded.columns,
+            &encoded.ties,
+            n,
+        )?;
+        Ok((run, counts))
+    })
+}
+
+/// Sorts packed key words put on the device as `how` says, orders the ties that
+/// `ties` leaves (`refine.rs`), and brings the permutation back; the permutation and
+/// the raw `key_columns` stay on the device for the payload gather
+/// (the run's state, `DeviceRun`).
+#[allow(clippy::too_many_arguments)]
+fn sort_device_keys(
+    rt: &Arc<CudaRuntime>,
+    device: &Device,
+    staging: &mut Staging,
+    keys: DeviceKeys,
+    how: How,
+    key_columns: Vec<DeviceColumn>,
+    ties: &TieFields,
+    n: usize,
+) -> CudaResult<SortedRun> {
+    device.synchronize()?;
+    let mut transfer = TransferTimes {
+        upload: how.upload_started.elapsed(),
+        download: Duration::ZERO,
+    };
+    crate::trace::event(|| format!("  {n} rows: keys on the device"));
+    let order = sort_on_device(rt, device, staging, keys, how.algorithm, how.segments, n)?;
+    device.synchronize()?;
+    crate::trace::event(|| format!("  {n} rows: sorted on the device"));
+    let (algorithm, mut perm) = (order.algorithm, order.permutation);
+    let mut tie_refine = TieRefine::default();
+    if !ties.is_empty() {
+        let refine_started = Instant::now();
+        let perm = match &mut perm {
+            Some(perm) => perm,
+            None => perm.insert(rt.refiner.identity(device, n)?),
+        };
+        let segment_ids = match how.segments {
+            Some(segments) => Some(rt.merge.segment_ids(device, staging, segments, n)?),
+            None => None,
+        };
+        let sorters = Sorters {
+            merge: &rt.merge,
+            onesweep: &rt.onesweep,
+        };
+        tie_refine.groups =
+            rt.refiner
+                .refine(device, sorters, perm, ties, segment_ids.as_ref(), n)?;
+        tie_refine.time = refine_started.elapsed();
+        crate::trace::event(|| {
+            format!(
+                "  {n} rows: {} tie groups ordered on the device",
+                tie_refine.groups
+            )
+        });
+    }
+    let (permutation, d2h_bytes) = match &perm {
+        None => (identity(n), 0),
+        Some(perm) => {
+            let download_started = Instant::now();
+            let mut permutation = rt.idle_permutations.take(n);
+            staging.download(device, perm, &mut permutation)?;
+            device.synchronize()?;
+            transfer.download = download_started.elapsed();
+            crate::trace::event(|| format!("  {n} rows: permutation downloaded"));
+            (permutation, n * 4)
+        }
+    };
+    let home = Arc::clone(&rt.idle_permutations);
+    Ok(SortedRun {
+        permutation: Permutation::with_home(permutation, home),
+        algorithm,
+        h2d_bytes: how.h2d_bytes,
+        d2h_bytes,
+        transfer,
+        state: Some(Box::new(DeviceRun {
+            runtime: Arc::clone(rt),
+            permutation: perm,
+            columns: key_columns,
+        })),
+        tie_refine,
+        ..SortedRun::default()
+    })
+}
+
+/// How one run is sorted on the device, and what its upload took.
+struct How<'a> {
+    algorithm: AlgorithmChoice,
+    segments: Option<&'a Segments>,
+    upload_started: Instant,
+    h2d_bytes: usize,
+}
+
+/// A run of fewer than two rows (or no keys): already in order.
+fn in_order(n: usize, segments: Option<&Segments>) -> SortedRun {
+    let algorithm = match segments {
+        Some(_) => Algorithm::Segmented,
+        None => Algorithm::Radix,
+    };
+    SortedRun::on_host(identity(n), algorithm)
+}
