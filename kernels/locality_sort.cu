@@ -1,4 +1,4 @@
-// locality_sort.cu: stable merge sort for nearly sorted keys (launched by src/cuda/merge.rs).
+// locality_sort.cu: stable merge sort for nearly sorted keys (launched by src/cuda/merge/mod.rs).
 //
 //   locality_<k>_block_sort / _find_dirty / _merge_tiles / _copy_back
 //                          the merge passes of merge.cuh over (key, row id), k = u32 or u64;
@@ -22,7 +22,7 @@ MERGE_SCAN_ENTRY_POINT
 
 // Positions probed: chunks of PROBE_CHUNK consecutive positions (coalesced reads), every
 // `every`-th chunk from the first (every = 1: all). The launcher counts the positions the
-// same way (src/cuda/locality_probe.rs) and passes these constants as -D options.
+// same way (src/cuda/merge/locality_probe.rs) and passes these constants as -D options.
 #ifndef PROBE_CHUNK
 #define PROBE_CHUNK 1024
 #endif

@@ -1,4 +1,4 @@
-// onesweep.cu: OneSweep LSD radix sort over 8-bit digits (launched by src/cuda/onesweep.rs).
+// onesweep.cu: OneSweep LSD radix sort over 8-bit digits (launched by src/cuda/radix/onesweep.rs).
 //
 //   onesweep_histogram_<k>   one read of the keys builds the 256-bucket histogram of every
 //                            digit (the host scans them into bucket starts and skips digits
@@ -147,7 +147,7 @@ __device__ __forceinline__ void onesweep_pass(const K* __restrict__ keys_in, K* 
     constexpr int TILE = THREADS * ITEMS;
     constexpr bool HAS_VALUES = MODE != KEYS_ONLY;
     // Dynamic shared memory (tiles may pass the 48 KiB of static shared memory), laid out
-    // as `PassTuning::shared_bytes` in src/cuda/onesweep.rs computes it: the tile's keys
+    // as `PassTuning::shared_bytes` in src/cuda/radix/onesweep.rs computes it: the tile's keys
     // (its values take the same bytes once the keys have left), then the u32 arrays. A
     // launch with less than that traps instead of corrupting memory.
     extern __shared__ __align__(16) u8 smem[];

@@ -1,5 +1,5 @@
 // segment_tiles_large.cu: segment tiles of up to 12 288 rows, one block per SM
-// (launched by src/cuda/segment_tiles.rs).
+// (launched by src/cuda/merge/segment_tiles.rs).
 //
 // The segment-tile sort of segmented_sort.cu for runs whose longest segment is longer than
 // half a standard tile: the same code (segment_tile.cuh) over a tile of MERGE_THREADS x

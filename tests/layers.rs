@@ -17,6 +17,11 @@
 //!
 //! Items the crate root re-exports (`crate::GpuSortExec`) count as the module that
 //! defines them. `src/bin/` is a user of the crate, not a layer.
+//!
+//! `src/cuda/` has layers of its own ([`CUDA_LAYERS`]): errors and memory at the bottom,
+//! the kernel launchers above them, then the runtime that loads them, the dispatch and
+//! the payload gather that use it, one run's sort, and the backend on top. Unit tests
+//! (`#[cfg(test)] mod tests`) are not checked.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -35,6 +40,23 @@ const LAYERS: &[&[&str]] = &[
     &["pipeline"],
 ];
 
+/// Layers of `src/cuda/` from the bottom (files and subfolders).
+const CUDA_LAYERS: &[&[&str]] = &[
+    &["error"],
+    &["faults"],
+    &["memory"],
+    &["module"],
+    &["columns"],
+    &["radix", "merge", "gather"],
+    &["tuning"],
+    &["encode"],
+    &["refine"],
+    &["runtime"],
+    &["dispatch", "payload"],
+    &["sort_run"],
+    &["backend"],
+];
+
 /// The crate root's re-exports, by the module that defines them.
 const ROOT_ITEMS: &[(&str, &str)] = &[
     ("AlgorithmChoice", "config"),
@@ -49,8 +71,8 @@ const ROOT_ITEMS: &[(&str, &str)] = &[
     ("gpu_sort_context_with", "lib"),
 ];
 
-fn layer_of(module: &str) -> Option<usize> {
-    LAYERS.iter().position(|layer| layer.contains(&module))
+fn layer_of(layers: &[&[&str]], module: &str) -> Option<usize> {
+    layers.iter().position(|layer| layer.contains(&module))
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -73,13 +95,24 @@ fn code_lines(text: &str) -> impl Iterator<Item = &str> {
     })
 }
 
+/// The code of a file without its unit tests.
+fn without_tests(text: &str) -> &str {
+    text.find("#[cfg(test)]\nmod tests")
+        .map_or(text, |at| &text[..at])
+}
+
 /// The first path segments after every `crate::` in `code`, including each name of a
 /// `crate::{a, b::c}` group.
 fn crate_references(code: &str) -> Vec<String> {
+    references_under(code, "crate::")
+}
+
+/// The first path segments after every `prefix` (`crate::`, `crate::cuda::`) in `code`.
+fn references_under(code: &str, prefix: &str) -> Vec<String> {
     let mut names = Vec::new();
     let mut rest = code;
-    while let Some(at) = rest.find("crate::") {
-        rest = &rest[at + "crate::".len()..];
+    while let Some(at) = rest.find(prefix) {
+        rest = &rest[at + prefix.len()..];
         if let Some(group) = rest.strip_prefix('{') {
             let end = group.find('}').unwrap_or(group.len());
             for item in group[..end].split(',') {
@@ -125,12 +158,14 @@ fn modules_use_only_lower_layers() {
         let Some(module) = module_of(&src, file) else {
             continue;
         };
-        let Some(layer) = layer_of(&module) else {
+        let Some(layer) = layer_of(LAYERS, &module) else {
             violations.insert(format!("{module}: not in LAYERS"));
             continue;
         };
         let text = std::fs::read_to_string(file).unwrap();
-        let code: String = code_lines(&text).collect::<Vec<_>>().join("\n");
+        let code: String = code_lines(without_tests(&text))
+            .collect::<Vec<_>>()
+            .join("\n");
         for name in crate_references(&code) {
             seen += 1;
             let used = ROOT_ITEMS
@@ -140,7 +175,7 @@ fn modules_use_only_lower_layers() {
             if used == module {
                 continue;
             }
-            let allowed = layer_of(used).is_some_and(|l| l < layer);
+            let allowed = layer_of(LAYERS, used).is_some_and(|l| l < layer);
             if !allowed {
                 violations.insert(format!(
                     "{} uses crate::{name} ({used}), which is not below {module}",
@@ -165,4 +200,56 @@ fn the_scan_sees_groups_and_skips_comments() {
     let code = "use crate::{keys::KeyColumn, sort};\n// crate::exec in a comment\nlet x = crate::gather::f(); // crate::planner";
     let code: String = code_lines(code).collect::<Vec<_>>().join("\n");
     assert_eq!(crate_references(&code), vec!["keys", "sort", "gather"]);
+}
+
+#[test]
+fn cuda_files_use_only_lower_layers() {
+    let cuda = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cuda");
+    let mut files = Vec::new();
+    rust_files(&cuda, &mut files);
+    let mut violations = BTreeSet::new();
+    let mut seen = 0;
+    for file in &files {
+        let relative = file.strip_prefix(&cuda).unwrap();
+        let first = relative
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_str()
+            .unwrap();
+        if first == "mod.rs" {
+            continue;
+        }
+        let unit = first.trim_end_matches(".rs");
+        let Some(layer) = layer_of(CUDA_LAYERS, unit) else {
+            violations.insert(format!("cuda/{unit}: not in CUDA_LAYERS"));
+            continue;
+        };
+        let text = std::fs::read_to_string(file).unwrap();
+        let code: String = code_lines(without_tests(&text))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for used in references_under(&code, "crate::cuda::") {
+            seen += 1;
+            if used == unit {
+                continue;
+            }
+            if layer_of(CUDA_LAYERS, &used).is_none_or(|l| l >= layer) {
+                violations.insert(format!(
+                    "cuda/{} uses crate::cuda::{used}, which is not below {unit}",
+                    relative.display()
+                ));
+            }
+        }
+    }
+    assert!(
+        seen > 50,
+        "found only {seen} crate::cuda:: paths: the scan is broken"
+    );
+    assert!(
+        violations.is_empty(),
+        "imports against the layers of src/cuda:\n{}",
+        violations.into_iter().collect::<Vec<_>>().join("\n")
+    );
 }

@@ -15,7 +15,7 @@ use datafusion::common::Result;
 use crate::config::AlgorithmChoice;
 use crate::cuda::encode::encodable_on_device;
 use crate::cuda::error::CudaError;
-use crate::cuda::gather::DeviceRun;
+use crate::cuda::payload::DeviceRun;
 use crate::cuda::runtime::{
     count_fallback, disabled_reason, note_failure_of, runtime, CudaRuntime,
 };

@@ -34,7 +34,6 @@ use crate::cuda::error::{CudaError, CudaResult};
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::transfer::Staging;
 use crate::cuda::module::{arg, cached_cubin, launch, Kernel, Module, ENCODE};
-use crate::cuda::refine::TieFields;
 use crate::keys::bytes::{choose_window, DEVICE_LIVE_CHUNKS, MAX_CHUNKS};
 use crate::keys::{
     limb_sources, low_mask, placements, FieldStats, KeyColumn, LimbKind, LimbSource, LongKey,
@@ -90,6 +89,24 @@ pub struct Encoded {
     pub ties: TieFields,
     /// Rows per partition, when the leading field was made from a partition id table.
     pub partition_counts: Option<Vec<usize>>,
+}
+
+/// What the device refinement of long-string ties (`refine.rs`) needs from the key
+/// encoding.
+#[derive(Debug, Clone, Default)]
+pub struct TieFields {
+    /// Every field of the key columns (not reduced), with the key column it belongs to, in
+    /// key order.
+    pub(super) fields: Vec<(FieldSource, usize)>,
+    /// The long byte-like key columns, in key order, each with its column's view source.
+    pub(super) long_keys: Vec<(LongKey, FieldSource)>,
+}
+
+impl TieFields {
+    /// Whether some key leaves ties to refine.
+    pub fn is_empty(&self) -> bool {
+        self.long_keys.is_empty()
+    }
 }
 
 /// The loaded encode kernels of one device.

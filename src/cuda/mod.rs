@@ -5,7 +5,9 @@
 //!  sort_run.rs    one run: keys up, encode, dispatch, refine, permutation down
 //!  dispatch.rs    which device sort a run gets
 //!  runtime.rs     the probe, the opened device and its kernels, failures of the process
-//!  encode.rs · refine.rs · gather.rs          key encoding · long-string ties · payload
+//!  payload.rs     a run's payload gathered on the device (DeviceRun: the run's state)
+//!  encode.rs · refine.rs · gather.rs          key encoding · long-string ties · gather kernels
+//!  tuning.rs                                  thresholds between the device sorts
 //!  radix/ · merge/                            OneSweep · locality and segmented sorts
 //!  columns/ · memory/                         raw columns on the device · buffers, copies
 //!  module.rs · error.rs · faults.rs           NVRTC and kernels · errors · injected faults
@@ -21,20 +23,20 @@ mod gather;
 mod memory;
 mod merge;
 mod module;
+mod payload;
 mod radix;
 mod refine;
 mod runtime;
 mod sort_run;
+mod tuning;
 
 pub use backend::CudaBackend;
 pub use columns::PayloadLayout;
-pub use dispatch::{
-    sort_on_device, DeviceOrder, LOCALITY_MAX_INVERSIONS_PER, SEGMENTED_MERGE_MAX_MEAN_ROWS,
-};
-pub use encode::{encodable_on_device, DeviceKeys, Encoded, Encoder};
+pub use dispatch::{sort_on_device, DeviceOrder};
+pub use encode::{encodable_on_device, DeviceKeys, Encoded, Encoder, TieFields};
 pub use error::{CudaError, CudaResult};
 pub use faults::{inject as inject_fault, Fault};
-pub use gather::{payload_layout, DevicePayload, Gatherer};
+pub use gather::{payload_layout, Gatherer};
 pub use memory::device::{Device, DeviceBuffer, Event};
 pub use memory::host_memory::LOCK_VARIABLE as HOST_LOCK_VARIABLE;
 pub use memory::transfer::{Plain as TransferPlain, Staging};
@@ -44,10 +46,12 @@ pub use merge::segment_starts::{StartsEncoding, SEGMENT_STARTS_CHUNK};
 pub use merge::segment_tiles::{segment_tiles_max_rows, SegmentTile, SEGMENT_TILES_MAX_ROWS};
 pub use merge::{MergeKeys, MergeSorted, MergeSorts, MERGE_TILE};
 pub use module::{compile_cubin, is_nvrtc_present, nvrtc_version, KernelFile, ALL_KERNELS};
+pub use payload::DevicePayload;
 pub use radix::onesweep::{
     defines as onesweep_defines, Onesweep, PassMode, PassTuning, RadixKey, Sorted, Values,
 };
-pub use refine::{Sorters, TieFields, TieRefiner, STEP_BYTES as TIE_STEP_BYTES};
+pub use refine::{Sorters, TieRefiner, STEP_BYTES as TIE_STEP_BYTES};
+pub use tuning::{LOCALITY_MAX_INVERSIONS_PER, SEGMENTED_MERGE_MAX_MEAN_ROWS};
 
 pub use runtime::{
     disable_device, disabled_reason, fallback_count, is_driver_present, runtime, CudaRuntime,

@@ -30,14 +30,13 @@
 //! later keys, input order): the sort's definition, as `crate::sort::refine` does it on
 //! the host for keys encoded there.
 
-use crate::cuda::dispatch::SEGMENTED_MERGE_MAX_MEAN_ROWS;
-use crate::cuda::encode::FieldSource;
+use crate::cuda::encode::{FieldSource, TieFields};
 use crate::cuda::error::{CudaError, CudaResult};
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::merge::MergeSorts;
 use crate::cuda::module::{arg, cached_cubin, launch, Kernel, Module, REFINE};
 use crate::cuda::radix::onesweep::Onesweep;
-use crate::keys::LongKey;
+use crate::cuda::tuning::SEGMENTED_MERGE_MAX_MEAN_ROWS;
 
 const THREADS: u32 = 256;
 /// Values per thread of the scan kernels (`SCAN_ITEMS` in `refine.cu`).
@@ -45,23 +44,6 @@ const SCAN_ITEMS: usize = 8;
 const SCAN_TILE: usize = THREADS as usize * SCAN_ITEMS;
 /// Bytes of a value each step orders by (`STEP_BYTES` in `refine.cu`).
 pub const STEP_BYTES: usize = 7;
-
-/// What the refinement needs from the key encoding.
-#[derive(Debug, Clone, Default)]
-pub struct TieFields {
-    /// Every field of the key columns (not reduced), with the key column it belongs to, in
-    /// key order.
-    pub(super) fields: Vec<(FieldSource, usize)>,
-    /// The long byte-like key columns, in key order, each with its column's view source.
-    pub(super) long_keys: Vec<(LongKey, FieldSource)>,
-}
-
-impl TieFields {
-    /// Whether some key leaves ties to refine.
-    pub fn is_empty(&self) -> bool {
-        self.long_keys.is_empty()
-    }
-}
 
 /// The loaded refinement kernels of one device.
 #[derive(Debug)]

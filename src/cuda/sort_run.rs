@@ -16,11 +16,12 @@ use crate::config::AlgorithmChoice;
 use crate::cuda::columns::DeviceColumn;
 use crate::cuda::dispatch::sort_on_device;
 use crate::cuda::encode::DeviceKeys;
+use crate::cuda::encode::TieFields;
 use crate::cuda::error::{CudaError, CudaResult};
-use crate::cuda::gather::DeviceRun;
 use crate::cuda::memory::device::Device;
 use crate::cuda::memory::transfer::Staging;
-use crate::cuda::refine::{Sorters, TieFields};
+use crate::cuda::payload::DeviceRun;
+use crate::cuda::refine::Sorters;
 use crate::cuda::runtime::CudaRuntime;
 use crate::keys::{EncodedKeys, KeyColumn};
 use crate::sort::{

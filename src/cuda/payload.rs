@@ -1,0 +1,646 @@
+//! A run's payload columns gathered on the device in sorted order (the kernels:
+//! `gather.rs`), and the CUDA backend's run state ([`DeviceRun`]) from which it starts.
+//!
+//! The host gather reads each output row's values from wherever the row sat in the input:
+//! one DRAM miss per row and column, which at 10⁸ rows costs more than the whole device
+//! sort. Here a column crosses PCIe twice, sequentially, and the random reads happen in
+//! device memory:
+//!
+//! ```text
+//!  once per run (device lock held):  permutation, each gathered column's values
+//!                                    (+ validity bitmap when a row is null) ──pinned──► device
+//!                                    (the sort's permutation and key columns, still on the
+//!                                    device, are reused: Q1's key `k` never goes up twice)
+//!  per window of output batches (lock held for that window only, never while emitting):
+//!     gather_w<width> / gather_bits ─► window buffer ──pinned──► each batch's own buffers
+//! ```
+//!
+//! Gathered on the device: primitive columns (integers, floats, decimals, dates, times,
+//! timestamps, durations, intervals), `FixedSizeBinary` of 1, 2, 4, 8, 16 or 32 bytes,
+//! `Boolean`, and `Utf8View` and `BinaryView` (their views and data buffers go up, and
+//! each output batch comes back with its own compact data buffer: `views.rs`). Columns that
+//! do not fit in device memory, and every other type, stay with the host gather. A failure
+//! part way hands the rest of the run back to the host gather.
+
+use std::mem::MaybeUninit;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::{make_array, Array, ArrayData, ArrayRef};
+use arrow::buffer::{BooleanBuffer, Buffer, NullBuffer};
+use arrow::datatypes::DataType;
+use datafusion::arrow;
+use datafusion::common::Result;
+
+use crate::cuda::columns::views::{views_array, VIEW_BYTES};
+use crate::cuda::columns::{upload_raw_column, DeviceColumn, PayloadLayout, RawColumn};
+use crate::cuda::error::{CudaError, CudaResult};
+use crate::cuda::gather::{payload_layout, WIDTHS};
+use crate::cuda::memory::device::{Device, DeviceBuffer};
+use crate::cuda::memory::host_memory::HostRegions;
+use crate::cuda::memory::transfer::Staging;
+use crate::cuda::module::{arg, launch};
+use crate::cuda::runtime::{disabled_reason, note_gather_failure, CudaRuntime};
+use crate::gather::{PayloadGather, PayloadStats, RunRows};
+use crate::sort::RunState;
+
+const THREADS: u32 = 256;
+
+/// One column of the run, on the device.
+struct PayloadColumn {
+    data_type: DataType,
+    raw: RawColumn,
+}
+
+/// What a device sort leaves on the device for the payload gather: the CUDA backend's
+/// [`RunState`], freed with the run.
+pub struct DeviceRun {
+    /// The runtime that gathers.
+    pub runtime: Arc<CudaRuntime>,
+    /// The sorted order, when the sort produced one (not for constant keys).
+    pub permutation: Option<DeviceBuffer<u32>>,
+    /// The key columns the device encoded.
+    pub columns: Vec<DeviceColumn>,
+}
+
+impl DeviceRun {
+    /// A state that keeps nothing: the gather uploads the permutation and every column.
+    pub fn empty(runtime: Arc<CudaRuntime>) -> Self {
+        Self {
+            runtime,
+            permutation: None,
+            columns: Vec::new(),
+        }
+    }
+}
+
+impl RunState for DeviceRun {
+    fn payload_gatherer(
+        self: Box<Self>,
+        rows: &RunRows,
+        permutation: &[u32],
+    ) -> Option<Box<dyn PayloadGather>> {
+        if disabled_reason().is_some() {
+            return None;
+        }
+        let runtime = Arc::clone(&self.runtime);
+        match DevicePayload::upload(&runtime, rows, permutation, *self) {
+            Ok(payload) => payload.map(|p| Box::new(p) as Box<dyn PayloadGather>),
+            Err(error) => {
+                note_gather_failure(&error, permutation.len());
+                None
+            }
+        }
+    }
+
+    fn order_changed(&mut self) {
+        self.permutation = None;
+    }
+}
+
+/// A run's gathered columns and permutation on the device; gathers windows of output
+/// batches on request (see [`PayloadGather`]).
+pub struct DevicePayload {
+    runtime: Arc<CudaRuntime>,
+    permutation: DeviceBuffer<u32>,
+    indices: Vec<usize>,
+    columns: Vec<PayloadColumn>,
+    stats: PayloadStats,
+}
+
+/// One column of a gathered window: per output batch, its values (views), its validity
+/// when some row is null, and for views the bytes of its long values.
+struct Gathered {
+    values: Vec<Buffer>,
+    validity: Option<Vec<Buffer>>,
+    data: Option<Vec<Buffer>>,
+}
+
+/// Where one column's parts lie in a window buffer: (byte offset, first part) of each.
+struct Regions {
+    values: (usize, usize),
+    validity: Option<(usize, usize)>,
+    data: Option<(usize, usize)>,
+}
+
+/// A window's views gathered to scratch memory, before their long values are copied.
+struct GatheredViews {
+    views: DeviceBuffer<u8>,
+    /// Each row's offset in its batch's data buffer.
+    offsets: DeviceBuffer<u32>,
+    /// Bytes of long values per batch.
+    batch_bytes: Vec<usize>,
+}
+
+impl DevicePayload {
+    /// Puts on the device the permutation and every column of `rows` that the device can
+    /// gather (as many as fit in device memory); `None` when no column qualifies. What the
+    /// sort `retained` (its permutation, the key columns) is reused, not uploaded again.
+    pub fn upload(
+        runtime: &Arc<CudaRuntime>,
+        rows: &RunRows,
+        permutation: &[u32],
+        retained: DeviceRun,
+    ) -> CudaResult<Option<DevicePayload>> {
+        let candidates: Vec<(usize, PayloadLayout)> = (0..rows.num_columns())
+            .filter_map(|c| payload_layout(rows.column_type(c)?).map(|layout| (c, layout)))
+            .collect();
+        if candidates.is_empty() || permutation.is_empty() {
+            return Ok(None);
+        }
+        let (kept_permutation, kept_columns) = (retained.permutation, retained.columns);
+        let started = Instant::now();
+        runtime.with_device(|device, staging| {
+            let n = permutation.len();
+            let mut stats = PayloadStats::default();
+            let device_permutation = match kept_permutation.filter(|p| p.len() >= n) {
+                Some(kept) => kept,
+                None => {
+                    stats.h2d_bytes += n * 4;
+                    staging.upload::<u32, _>(device, n, "gather permutation", |start, out| {
+                        out.copy_from_slice(&permutation[start..start + out.len()])
+                    })?
+                }
+            };
+            let mut payload = DevicePayload {
+                runtime: Arc::clone(runtime),
+                permutation: device_permutation,
+                indices: Vec::new(),
+                columns: Vec::new(),
+                stats,
+            };
+            for (index, layout) in candidates {
+                let arrays = rows.column_arrays(index);
+                let kept = kept_columns.iter().find(|k| {
+                    k.raw.layout == layout
+                        && k.arrays.len() == arrays.len()
+                        && k.arrays.iter().zip(&arrays).all(|(a, b)| Arc::ptr_eq(a, b))
+                });
+                let raw = match kept {
+                    Some(kept) => kept.raw.clone(),
+                    None => match upload_raw_column(device, staging, &arrays, layout) {
+                        Ok((raw, bytes)) => {
+                            payload.stats.h2d_bytes += bytes;
+                            raw
+                        }
+                        // The columns put there so far are gathered here, the rest on the host.
+                        Err(CudaError::OutOfMemory { .. }) => break,
+                        Err(other) => return Err(other),
+                    },
+                };
+                crate::trace::event(|| format!("  payload column {index} on the device"));
+                payload.indices.push(index);
+                payload.columns.push(PayloadColumn {
+                    data_type: arrays[0].data_type().clone(),
+                    raw,
+                });
+            }
+            device.synchronize()?;
+            payload.stats.upload = started.elapsed();
+            Ok((!payload.columns.is_empty()).then_some(payload))
+        })
+    }
+}
+
+impl PayloadGather for DevicePayload {
+    fn columns(&self) -> &[usize] {
+        &self.indices
+    }
+
+    fn gather(&mut self, start: usize, batch_rows: &[usize]) -> Result<Option<Vec<Vec<ArrayRef>>>> {
+        let rows: usize = batch_rows.iter().sum();
+        let runtime = Arc::clone(&self.runtime);
+        let started = Instant::now();
+        let host = runtime
+            .with_device(|device, staging| self.gather_window(device, staging, start, batch_rows));
+        self.stats.windows += started.elapsed();
+        let host = match host {
+            Ok(host) => host,
+            Err(error) => {
+                note_gather_failure(&error, rows);
+                return Ok(None);
+            }
+        };
+        let mut out = Vec::with_capacity(host.len());
+        for (column, gathered) in self.columns.iter().zip(host) {
+            let Gathered {
+                values,
+                validity,
+                data,
+            } = gathered;
+            for buffer in values.iter().chain(validity.iter().flatten()) {
+                self.stats.d2h_bytes += buffer.len();
+            }
+            self.stats.d2h_bytes += data.iter().flatten().map(Buffer::len).sum::<usize>();
+            let nulls = |b: usize, len: usize| {
+                validity
+                    .as_ref()
+                    .map(|v| NullBuffer::new(BooleanBuffer::new(v[b].clone(), 0, len)))
+                    .filter(|n| n.null_count() > 0)
+            };
+            let arrays = match data {
+                Some(data) => values
+                    .into_iter()
+                    .zip(data)
+                    .zip(batch_rows)
+                    .enumerate()
+                    .map(|(b, ((views, data), &len))| {
+                        views_array(&column.data_type, views, data, len, nulls(b, len))
+                    })
+                    .collect(),
+                None => batch_rows
+                    .iter()
+                    .enumerate()
+                    .map(|(b, &len)| {
+                        let data = ArrayData::builder(column.data_type.clone())
+                            .len(len)
+                            .add_buffer(values[b].clone())
+                            .nulls(nulls(b, len))
+                            .build()?;
+                        Ok(make_array(data))
+                    })
+                    .collect::<Result<Vec<ArrayRef>>>()?,
+            };
+            out.push(arrays);
+        }
+        Ok(Some(out))
+    }
+
+    fn stats(&self) -> PayloadStats {
+        self.stats
+    }
+}
+
+impl Drop for DevicePayload {
+    fn drop(&mut self) {
+        // The buffers are freed in stream order right after this; make the device's
+        // context current on this thread in case it was never bound here.
+        let _ = self.runtime.device.bind();
+    }
+}
+
+impl DevicePayload {
+    /// The permutation entries of output rows `start ..`, as a device pointer.
+    fn permutation_at(&self, start: usize) -> u64 {
+        self.permutation.ptr() + (start * 4) as u64
+    }
+
+    /// Gathers every column for output rows `start ..` into one device buffer (each
+    /// column's values, then its validity, then for views its batches' data, at 256-byte
+    /// aligned offsets) and downloads it in one stream of copies, so that the copy of one
+    /// column overlaps the host's drain of the previous one. Per column: one buffer per
+    /// batch of each part.
+    fn gather_window(
+        &self,
+        device: &Device,
+        staging: &mut Staging,
+        start: usize,
+        batch_rows: &[usize],
+    ) -> CudaResult<Vec<Gathered>> {
+        let batches = batch_rows.len();
+        let bitmap_bytes = batch_rows[0].div_ceil(32) * 4;
+        // Views first: their batches' data sizes are known only once gathered.
+        let prepared: Vec<Option<GatheredViews>> = self
+            .columns
+            .iter()
+            .map(|column| match column.raw.layout {
+                PayloadLayout::Views => self
+                    .gather_views(device, column, start, batch_rows)
+                    .map(Some),
+                _ => Ok(None),
+            })
+            .collect::<CudaResult<_>>()?;
+        // Every part of the window buffer in order (batch buffers and padding), and where
+        // each column's part list starts: (byte offset, first part).
+        let mut sizes: Vec<usize> = Vec::new();
+        let mut offset = 0;
+        let mut place = |part_sizes: &mut dyn Iterator<Item = usize>| {
+            let at = (offset, sizes.len());
+            for size in part_sizes {
+                sizes.push(size);
+                offset += size;
+            }
+            let padding = offset.next_multiple_of(256) - offset;
+            if padding > 0 {
+                sizes.push(padding);
+                offset += padding;
+            }
+            at
+        };
+        let regions: Vec<Regions> = self
+            .columns
+            .iter()
+            .zip(&prepared)
+            .map(|(column, views)| {
+                let values = match column.raw.layout {
+                    PayloadLayout::Fixed(width) => place(&mut batch_rows.iter().map(|r| r * width)),
+                    PayloadLayout::Views => place(&mut batch_rows.iter().map(|r| r * VIEW_BYTES)),
+                    PayloadLayout::Bits => place(&mut std::iter::repeat_n(bitmap_bytes, batches)),
+                };
+                let validity = column
+                    .raw
+                    .validity
+                    .as_ref()
+                    .map(|_| place(&mut std::iter::repeat_n(bitmap_bytes, batches)));
+                let data = views
+                    .as_ref()
+                    .map(|v| place(&mut v.batch_bytes.iter().copied()));
+                Regions {
+                    values,
+                    validity,
+                    data,
+                }
+            })
+            .collect();
+        let out = device.alloc::<u8>(offset, "gathered window")?;
+        for ((column, at), views) in self.columns.iter().zip(&regions).zip(&prepared) {
+            let values_at = out.ptr() + at.values.0 as u64;
+            match (column.raw.layout, views) {
+                (PayloadLayout::Fixed(width), _) => self.launch_values(
+                    device,
+                    &column.raw.values,
+                    width,
+                    start,
+                    batch_rows,
+                    values_at,
+                )?,
+                (PayloadLayout::Bits, _) => {
+                    self.launch_bits(device, &column.raw.values, start, batch_rows, values_at)?
+                }
+                (PayloadLayout::Views, Some(views)) => {
+                    let data_at = out.ptr() + at.data.expect("views have data").0 as u64;
+                    self.copy_view_bytes(
+                        device, staging, column, views, batch_rows, values_at, data_at,
+                    )?
+                }
+                (PayloadLayout::Views, None) => unreachable!("views are prepared"),
+            }
+            if let (Some(bits), Some(validity)) = (&column.raw.validity, at.validity) {
+                let at = out.ptr() + validity.0 as u64;
+                self.launch_bits(device, bits, start, batch_rows, at)?;
+            }
+        }
+        let host_regions = &self.runtime.host_regions;
+        let mut parts: Vec<Option<Buffer>> =
+            download_into_buffers(device, staging, host_regions, &out, &sizes)?
+                .into_iter()
+                .map(Some)
+                .collect();
+        let take = |parts: &mut Vec<Option<Buffer>>, first: usize| -> Vec<Buffer> {
+            parts[first..first + batches]
+                .iter_mut()
+                .map(|p| p.take().expect("each part taken once"))
+                .collect()
+        };
+        Ok(regions
+            .iter()
+            .map(|at| Gathered {
+                values: take(&mut parts, at.values.1),
+                validity: at.validity.map(|v| take(&mut parts, v.1)),
+                data: at.data.map(|d| take(&mut parts, d.1)),
+            })
+            .collect())
+    }
+
+    /// Gathers the views of output rows `start ..` (empty under nulls) into a scratch
+    /// buffer and finds where each long value's bytes go in its batch's data buffer.
+    fn gather_views(
+        &self,
+        device: &Device,
+        column: &PayloadColumn,
+        start: usize,
+        batch_rows: &[usize],
+    ) -> CudaResult<GatheredViews> {
+        let rows: usize = batch_rows.iter().sum();
+        let views = device.alloc::<u8>(rows * VIEW_BYTES, "gathered views")?;
+        let offsets = device.alloc::<u32>(rows, "long value offsets")?;
+        let totals = device.alloc::<u64>(batch_rows.len(), "batch data sizes")?;
+        let gatherer = &self.runtime.gatherer;
+        let valid = column.raw.validity.as_ref().map_or(0, |v| v.ptr());
+        let (mut src, mut valid, mut perm, mut n) = (
+            column.raw.values.ptr(),
+            valid,
+            self.permutation_at(start),
+            rows as u32,
+        );
+        let (mut out, mut long) = (views.ptr(), offsets.ptr());
+        let mut params = [
+            arg(&mut src),
+            arg(&mut valid),
+            arg(&mut perm),
+            arg(&mut n),
+            arg(&mut out),
+            arg(&mut long),
+        ];
+        launch(
+            device,
+            gatherer.views,
+            self.grid_for(rows),
+            THREADS,
+            &mut params,
+            rows,
+        )?;
+        let (mut long, mut n, mut batch) = (offsets.ptr(), rows as u32, batch_rows[0] as u32);
+        let mut sums = totals.ptr();
+        let mut params = [arg(&mut long), arg(&mut n), arg(&mut batch), arg(&mut sums)];
+        let blocks = batch_rows.len() as u32;
+        launch(
+            device,
+            gatherer.scan_view_bytes,
+            blocks,
+            THREADS,
+            &mut params,
+            rows,
+        )?;
+        let batch_bytes = device.download_now(&totals)?;
+        if let Some(&too_big) = batch_bytes.iter().find(|&&b| b > u64::from(u32::MAX)) {
+            return Err(CudaError::BatchTooLarge { bytes: too_big });
+        }
+        Ok(GatheredViews {
+            views,
+            offsets,
+            batch_bytes: batch_bytes.into_iter().map(|b| b as usize).collect(),
+        })
+    }
+
+    /// Copies the long values of gathered `views` into their batches' data buffers at
+    /// device address `data_at` and writes the final views to `views_at`.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_view_bytes(
+        &self,
+        device: &Device,
+        staging: &mut Staging,
+        column: &PayloadColumn,
+        views: &GatheredViews,
+        batch_rows: &[usize],
+        views_at: u64,
+        data_at: u64,
+    ) -> CudaResult<()> {
+        let rows: usize = batch_rows.iter().sum();
+        let mut batch_data = Vec::with_capacity(batch_rows.len());
+        let mut at = 0u64;
+        for &bytes in &views.batch_bytes {
+            batch_data.push(at);
+            at += bytes as u64;
+        }
+        let batch_data = staging.upload::<u64, _>(
+            device,
+            batch_data.len(),
+            "batch data offsets",
+            |s, out| out.copy_from_slice(&batch_data[s..s + out.len()]),
+        )?;
+        let data = column
+            .raw
+            .view_data
+            .as_ref()
+            .expect("views have their data");
+        let (mut src_views, mut out_views, mut long, mut n, mut batch) = (
+            views.views.ptr(),
+            views_at,
+            views.offsets.ptr(),
+            rows as u32,
+            batch_rows[0] as u32,
+        );
+        let (mut src, mut starts, mut batch_data, mut out_data) = (
+            data.data.ptr(),
+            data.starts.ptr(),
+            batch_data.ptr(),
+            data_at,
+        );
+        let mut params = [
+            arg(&mut src_views),
+            arg(&mut out_views),
+            arg(&mut long),
+            arg(&mut n),
+            arg(&mut batch),
+            arg(&mut src),
+            arg(&mut starts),
+            arg(&mut batch_data),
+            arg(&mut out_data),
+        ];
+        let kernel = self.runtime.gatherer.copy_view_bytes;
+        launch(
+            device,
+            kernel,
+            self.grid_for(rows),
+            THREADS,
+            &mut params,
+            rows,
+        )
+    }
+
+    /// Queues the gather of fixed-width values of output rows `start ..` to device
+    /// address `dst`.
+    fn launch_values(
+        &self,
+        device: &Device,
+        values: &DeviceBuffer<u8>,
+        width: usize,
+        start: usize,
+        batch_rows: &[usize],
+        dst: u64,
+    ) -> CudaResult<()> {
+        let rows: usize = batch_rows.iter().sum();
+        let which = WIDTHS
+            .iter()
+            .position(|&w| w == width)
+            .expect("a gathered width");
+        let kernel = self.runtime.gatherer.values[which];
+        let (mut src, mut perm, mut n, mut dst) =
+            (values.ptr(), self.permutation_at(start), rows as u32, dst);
+        let mut params = [arg(&mut src), arg(&mut perm), arg(&mut n), arg(&mut dst)];
+        let grid = self.grid_for(rows);
+        launch(device, kernel, grid, THREADS, &mut params, rows)
+    }
+
+    /// Queues the gather of a bitmap of output rows `start ..` to device address `dst`:
+    /// one bitmap per batch, each starting at bit 0 of its own words (`batch_rows` all
+    /// equal but the last).
+    fn launch_bits(
+        &self,
+        device: &Device,
+        bits: &DeviceBuffer<u8>,
+        start: usize,
+        batch_rows: &[usize],
+        dst: u64,
+    ) -> CudaResult<()> {
+        let rows: usize = batch_rows.iter().sum();
+        let full = batch_rows[0];
+        let words = full.div_ceil(32);
+        let batches = batch_rows.len();
+        let (mut src, mut perm, mut dst) = (bits.ptr(), self.permutation_at(start), dst);
+        let (mut n, mut batch, mut batch_words, mut count) =
+            (rows as u32, full as u32, words as u32, batches as u32);
+        let mut params = [
+            arg(&mut src),
+            arg(&mut perm),
+            arg(&mut n),
+            arg(&mut batch),
+            arg(&mut batch_words),
+            arg(&mut count),
+            arg(&mut dst),
+        ];
+        let grid = self.grid_for(batches * words * 32);
+        launch(
+            device,
+            self.runtime.gatherer.bits,
+            grid,
+            THREADS,
+            &mut params,
+            rows,
+        )
+    }
+
+    /// Blocks for `threads` threads of work, at most the kernels' grid.
+    fn grid_for(&self, threads: usize) -> u32 {
+        (threads.div_ceil(THREADS as usize) as u32).clamp(1, self.runtime.gatherer.grid)
+    }
+}
+
+/// Downloads `src` into host buffers of `sizes` bytes (adding up to its length): slices of
+/// one region of `regions`, reused from earlier windows when one is idle; straight into
+/// it when that region is page-locked, else through the staging buffers.
+fn download_into_buffers(
+    device: &Device,
+    staging: &mut Staging,
+    regions: &Arc<HostRegions>,
+    src: &DeviceBuffer<u8>,
+    sizes: &[usize],
+) -> CudaResult<Vec<Buffer>> {
+    let total: usize = sizes.iter().sum();
+    let region = regions.take(total);
+    let base = region.as_mut_ptr() as *mut MaybeUninit<u8>;
+    let mut offsets = Vec::with_capacity(sizes.len());
+    let mut at = 0;
+    for &size in sizes {
+        offsets.push(at);
+        at += size;
+    }
+    if region.is_locked() {
+        // Page-locked: the device copies the whole window straight into the region.
+        // SAFETY: the region holds at least `total` bytes, no buffer over them exists yet,
+        // and they are read only after the copy has completed (synchronize below).
+        unsafe {
+            let all = std::slice::from_raw_parts_mut(region.as_mut_ptr(), total);
+            device.download(all, src, 0)?;
+        }
+        device.synchronize()?;
+    } else {
+        let mut parts: Vec<&mut [MaybeUninit<u8>]> = offsets
+            .iter()
+            .zip(sizes)
+            // SAFETY: the parts are disjoint ranges of the region's `total` bytes, written
+            // only through these slices; no buffer over them exists yet.
+            .map(|(&offset, &size)| unsafe {
+                std::slice::from_raw_parts_mut(base.add(offset), size)
+            })
+            .collect();
+        staging.download_parts(device, src, &mut parts)?;
+    }
+    Ok(offsets
+        .iter()
+        .zip(sizes)
+        // SAFETY: `download_parts` wrote every byte of every part; the parts do not overlap.
+        .map(|(&offset, &size)| unsafe { region.part(offset, size) })
+        .collect())
+}
