@@ -1,6 +1,6 @@
 //! Differential tests on the CPU backend: gpusort against DataFusion's own `SortExec` over
 //! the test matrix for every supported key type (the cases live in `common/differential.rs`;
-//! `tests/gpu.rs` runs the same cases on the CUDA backend).
+//! `tests/gpu/differential.rs` runs the same cases on the CUDA backend).
 
 mod common;
 

@@ -1,5 +1,5 @@
 //! Sorts that keep their input's partitioning, all partitions sorted at once, on the CPU
-//! backend (the same cases run on the GPU in `gpu.rs`).
+//! backend (the same cases run on the GPU in `gpu/routing.rs`).
 
 mod common;
 

@@ -1,5 +1,5 @@
 //! The segmented and locality strategies on the CPU backend (in CI), against DataFusion's
-//! own sort (cases in `common/strategies.rs`; `tests/gpu.rs` runs them on CUDA).
+//! own sort (cases in `common/strategies.rs`; `tests/gpu/` runs them on CUDA).
 
 mod common;
 

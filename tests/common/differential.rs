@@ -1,6 +1,6 @@
 //! The differential suite: gpusort on a given backend against DataFusion's own `SortExec`
 //! over the test matrix for fixed-width key types. `tests/differential.rs` runs it on the
-//! CPU backend (in CI), `tests/gpu.rs` on the CUDA backend (on a GPU host).
+//! CPU backend (in CI), `tests/gpu/differential.rs` on the CUDA backend (on a GPU host).
 //!
 //! Every case is seeded (`GPUSORT_SEED`, printed on failure) and checks: the plan uses
 //! `GpuSortExec`; sort keys equal DataFusion's exactly (floats bitwise); rows equal as a

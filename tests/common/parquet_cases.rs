@@ -3,7 +3,7 @@
 //! filters, unions, joins, subqueries, windows, LIMIT, `COPY`, and DataFusion's sort
 //! pushdown (a table declared sorted, read in reverse), each with `repartition_sorts` on
 //! and off and several partition counts. `tests/differential.rs` runs them on the CPU
-//! backend, `tests/gpu.rs` on the CUDA backend.
+//! backend, `tests/gpu/differential.rs` on the CUDA backend.
 
 use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::datatypes::Int64Type;

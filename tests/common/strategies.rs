@@ -1,5 +1,5 @@
 //! Differential cases of the segmented and locality strategies, on a given backend:
-//! `tests/strategies.rs` runs them on the CPU backend (in CI), `tests/gpu.rs` on CUDA.
+//! `tests/strategies.rs` runs them on the CPU backend (in CI), `tests/gpu/routing.rs` on CUDA.
 //!
 //! Segmented: tables declared (and generated) ordered by a prefix `g` (segment lengths all
 //! 1, 2–16, 100, 112, 113, 1 000, 100 000, one segment, a power-law mix), sorted by `g`
