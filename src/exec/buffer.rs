@@ -25,8 +25,9 @@ use futures::StreamExt;
 
 use super::hash_routing::HashRouting;
 use super::metrics::SortMetrics;
-use super::sorter::{key_limbs, split_runs, working_bytes, SortSpec};
+use super::run::{split_runs, SortSpec};
 use super::spill::{RunSpiller, SpilledRun};
+use crate::keys::working_limbs;
 
 /// The whole input, once every partition is drained.
 pub enum Buffered {
@@ -270,4 +271,20 @@ async fn drain_in_groups(
     if !group.is_empty() {
         let _ = tx.send((partition, Ok(group))).await;
     }
+}
+
+/// Bytes the encode and sort steps of a run of `rows` rows need beyond the buffered input
+/// (limbs, packed words, the sort's double buffers), for keys of `limbs` value limbs in all
+/// (see [`crate::keys::working_limbs`]).
+pub fn working_bytes(rows: usize, limbs: usize) -> usize {
+    rows.saturating_mul(8 * (2 * limbs + 4))
+}
+
+/// The value limbs of `spec`'s keys over batches of `schema` (1 per key whose type cannot
+/// be resolved).
+pub fn key_limbs(spec: &SortSpec, schema: &arrow::datatypes::Schema) -> usize {
+    spec.exprs
+        .iter()
+        .map(|e| e.expr.data_type(schema).map_or(1, |t| working_limbs(&t)))
+        .sum()
 }

@@ -45,7 +45,7 @@ use tokio::sync::oneshot;
 use super::buffer::{Buffered, Drained, InputBuffer};
 use super::hash_routing::HashRouting;
 use super::metrics::SortMetrics;
-use super::sorter::{device_payload, gather_rows, order_routed_rows, order_rows, Apart, SortSpec};
+use super::run::{Apart, RunSorter, SortSpec};
 use super::spill::RunSpiller;
 use super::stream::{emit_buffered, OUTPUT_CHANNEL_BATCHES};
 use crate::gather::{PayloadGather, PayloadStats, RunRows};
@@ -283,18 +283,20 @@ fn sort_together(
                 .map(|r| r.start as u32)
                 .collect();
             let segments = Segments::new(starts, rows.rows());
-            let order = order_rows(spec, &rows, Apart::Segments(&segments), metrics)?;
+            let order =
+                RunSorter::new(spec, metrics).order_rows(&rows, Apart::Segments(&segments))?;
             (order, ranges)
         }
         Some(routing) => {
-            let (order, counts) = order_routed_rows(spec, &rows, routing, metrics)?;
+            let (order, counts) =
+                RunSorter::new(spec, metrics).order_routed_rows(&rows, routing)?;
             (order, ranges_of(&counts))
         }
     };
     trace::event(|| "shared sort: sorted".to_string());
     let payload = {
         let _timer = metrics.gather_time.timer();
-        device_payload(spec, &rows, &order.permutation, order.state)
+        RunSorter::new(spec, metrics).device_payload(&rows, &order.permutation, order.state)
     };
     trace::event(|| "shared sort: payload on the device".to_string());
     let payload = payload.map(|payload| {
@@ -394,12 +396,10 @@ impl PartitionOutput {
             offset: range.start,
             stats: PayloadStats::default(),
         });
-        let gathered = gather_rows(
-            &self.spec,
+        let gathered = RunSorter::new(&self.spec, &self.metrics).gather_rows(
             rows,
             &permutation[range.start..end],
             payload.as_mut().map(|p| p as &mut dyn PayloadGather),
-            &self.metrics,
             |batch| {
                 self.metrics.baseline.record_output(batch.num_rows());
                 tx.blocking_send(Ok(batch)).is_ok()

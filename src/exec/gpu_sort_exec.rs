@@ -48,7 +48,7 @@ use datafusion::physical_plan::{
 use super::combined::{CombinedSort, CombinedSorts};
 use super::hash_routing::HashRouting;
 use super::metrics::SortMetrics;
-use super::sorter::SortSpec;
+use super::run::SortSpec;
 use super::spill::RunSpiller;
 use super::stream::{sort_stream, SortTask};
 use crate::config::AlgorithmChoice;

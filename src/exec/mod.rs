@@ -7,7 +7,7 @@
 //! - `stream`: run splitting, merging runs, the output channel.
 //! - `buffer`: draining the input within the memory reservation; spilling when it is full.
 //! - `spill`: sorted runs written to and read back from disk.
-//! - `sorter`: one run: keys → encode → backend sort → gather.
+//! - `run`: `RunSorter`, one run: keys → encode → backend sort → gather.
 //! - `metrics`: stage times and transfer bytes.
 
 mod buffer;
@@ -16,7 +16,7 @@ mod gpu_sort_exec;
 mod hash_routing;
 mod id_table;
 mod metrics;
-mod sorter;
+mod run;
 mod spill;
 mod stream;
 

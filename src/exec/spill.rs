@@ -21,12 +21,14 @@ use datafusion::execution::memory_pool::MemoryReservation;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::SpillFile;
 use datafusion::physical_plan::metrics::SpillMetrics;
+use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet};
+use datafusion::physical_plan::sorts::streaming_merge::StreamingMergeBuilder;
 use datafusion::physical_plan::spill::SpillManager;
 use datafusion::physical_plan::SendableRecordBatchStream;
 use futures::StreamExt;
 
 use super::metrics::SortMetrics;
-use super::sorter::{merge_runs, sort_run, SortSpec};
+use super::run::{RunSorter, SortSpec};
 
 /// One sorted run written to disk.
 pub struct SpilledRun {
@@ -63,7 +65,7 @@ impl RunSpiller {
             .create_in_progress_file("GpuSortExec: a sorted run")?;
         let mut max_batch_memory = 0;
         let mut write_error = None;
-        sort_run(spec, batches, metrics, |batch| {
+        RunSorter::new(spec, metrics).sort_run(batches, |batch| {
             max_batch_memory = max_batch_memory.max(memory_when_read(&batch));
             match file.append_batch(&batch) {
                 Ok(_) => true,
@@ -177,4 +179,24 @@ fn runs_that_fit(runs: &[SpilledRun], reservation: &MemoryReservation) -> usize 
     runs.iter()
         .take_while(|run| probe.try_grow(3 * run.max_batch_memory).is_ok())
         .count()
+}
+
+/// Merges sorted `streams` (runs in input order) with DataFusion's streaming merge, ties
+/// broken by run index so the result stays stable.
+pub fn merge_runs(
+    streams: Vec<SendableRecordBatchStream>,
+    schema: SchemaRef,
+    spec: &SortSpec,
+    reservation: MemoryReservation,
+) -> Result<SendableRecordBatchStream> {
+    StreamingMergeBuilder::new()
+        .with_streams(streams)
+        .with_schema(schema)
+        .with_expressions(&spec.exprs)
+        .with_metrics(BaselineMetrics::new(&ExecutionPlanMetricsSet::new(), 0))
+        .with_batch_size(spec.batch_size)
+        .with_fetch(spec.fetch)
+        .with_reservation(reservation)
+        .with_round_robin_tie_breaker(false)
+        .build()
 }

@@ -29,7 +29,8 @@ use tokio::sync::mpsc::Sender;
 
 use super::buffer::{Buffered, InputBuffer};
 use super::metrics::SortMetrics;
-use super::sorter::{merge_runs, sort_run, split_runs, SortSpec};
+use super::run::{split_runs, RunSorter, SortSpec};
+use super::spill::merge_runs;
 use super::spill::RunSpiller;
 
 /// Everything one partition's sort owns while it runs.
@@ -143,7 +144,7 @@ async fn sort_run_into(
     tx: Sender<Result<RecordBatch>>,
 ) -> Result<()> {
     tokio::task::spawn_blocking(move || {
-        sort_run(&spec, run, &metrics, |batch| {
+        RunSorter::new(&spec, &metrics).sort_run(run, |batch| {
             metrics.baseline.record_output(batch.num_rows());
             tx.blocking_send(Ok(batch)).is_ok()
         })
@@ -165,11 +166,12 @@ async fn sort_runs_in_memory(
         let (spec, metrics) = (Arc::clone(spec), metrics.clone());
         let sorted = tokio::task::spawn_blocking(move || {
             let mut out = Vec::new();
-            sort_run(&spec, run, &metrics, |batch| {
-                out.push(batch);
-                true
-            })
-            .map(|_| out)
+            RunSorter::new(&spec, &metrics)
+                .sort_run(run, |batch| {
+                    out.push(batch);
+                    true
+                })
+                .map(|_| out)
         })
         .await
         .map_err(|e| DataFusionError::External(Box::new(e)))??;

@@ -1,0 +1,452 @@
+//! Sorting one run: evaluate keys → (segments) → encode → backend sort → gather.
+//!
+//! When the input is ordered by the first `prefix` sort keys (the planner knows it from
+//! DataFusion's equivalence properties), runs of rows with equal prefix values are
+//! *segments*: only the remaining keys are encoded, and the backend sorts within segments.
+//! Should the rows not be in prefix order after all (checked at every segment boundary),
+//! the run is sorted by all keys.
+//!
+//! Runs on a blocking thread (never on the async runtime). A run is at most
+//! `gpu_sort.run_rows` rows of buffered input; [`split_runs`] cuts the input into runs
+//! in input order, so merging sorted runs with ties broken by run index stays stable.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::compute::SortOptions;
+use datafusion::arrow;
+use datafusion::common::{internal_err, Result};
+use datafusion::physical_expr::LexOrdering;
+
+use super::hash_routing::{id_arrays, total_counts, HashRouting};
+use super::metrics::SortMetrics;
+use crate::config::AlgorithmChoice;
+use crate::gather::{gather_sorted, PayloadGather, RunRows};
+use crate::keys::{encode_keys, EncodedKeys, KeyColumn};
+use crate::sort::{
+    identity, refine_long_ties, segment_starts, Algorithm, Permutation, RunState, Segments,
+    SortBackend, SortedRun,
+};
+
+/// What every run of one `GpuSortExec` partition is sorted by and with.
+#[derive(Debug, Clone)]
+pub struct SortSpec {
+    /// The sort keys.
+    pub exprs: LexOrdering,
+    /// Emit at most this many rows.
+    pub fetch: Option<usize>,
+    /// Rows per output batch of a merge of runs.
+    pub batch_size: usize,
+    /// Rows per output batch of one sorted run (the batches its gather builds): the
+    /// session's batch size, or larger for a consumer that concatenates them anyway.
+    pub run_batch_rows: usize,
+    /// Most rows per run.
+    pub run_rows: usize,
+    /// Requested algorithm.
+    pub algorithm: AlgorithmChoice,
+    /// Leading sort keys the input is already ordered by (0: none): the segmented
+    /// strategy sorts only within runs of equal values of those.
+    pub prefix: usize,
+    /// Runs of at least this many rows may gather columns on the backend's device.
+    pub device_gather_min_rows: usize,
+    /// The backend that sorts.
+    pub backend: Arc<dyn SortBackend>,
+}
+
+/// Cuts `batches` into runs of at most `run_rows` rows, in input order; batches larger
+/// than a run are sliced.
+pub fn split_runs(batches: Vec<RecordBatch>, run_rows: usize) -> Vec<Vec<RecordBatch>> {
+    let run_rows = run_rows.clamp(1, u32::MAX as usize);
+    let mut runs = vec![];
+    let mut current = vec![];
+    let mut current_rows = 0;
+    for batch in batches {
+        let mut offset = 0;
+        while offset < batch.num_rows() {
+            let take = (batch.num_rows() - offset).min(run_rows - current_rows);
+            // A batch that fits whole is not sliced (slicing 12 000 batches costs ms).
+            current.push(if take == batch.num_rows() {
+                batch.clone()
+            } else {
+                batch.slice(offset, take)
+            });
+            current_rows += take;
+            offset += take;
+            if current_rows == run_rows {
+                runs.push(std::mem::take(&mut current));
+                current_rows = 0;
+            }
+        }
+    }
+    if current_rows > 0 {
+        runs.push(current);
+    }
+    runs
+}
+
+/// The sorted order of a run's rows.
+pub struct RunOrder {
+    /// Row ids in sorted order.
+    pub permutation: Permutation,
+    /// The backend's state for gathering this order on its device.
+    pub state: Option<Box<dyn RunState>>,
+}
+
+impl RunOrder {
+    /// The order of no rows.
+    fn empty() -> Self {
+        Self {
+            permutation: Permutation::default(),
+            state: None,
+        }
+    }
+}
+
+/// How the rows of several partitions sorted at once are kept apart.
+pub enum Apart<'a> {
+    /// One partition: nothing to keep apart.
+    No,
+    /// Each segment is a partition; rows never leave it.
+    Segments(&'a Segments),
+    /// A partition id per row, sorted by first (rows of a partition end up contiguous,
+    /// partitions in id order). The spec's ordered prefix must be 0.
+    ByKey(KeyColumn),
+}
+
+/// The runs of equal `prefix` values inside each partition (partitions begin at batch
+/// boundaries of `rows`); `None` when some partition is not ordered by the prefix.
+fn segments_within(
+    prefix: &[KeyColumn],
+    rows: &RunRows,
+    partitions: &Segments,
+) -> Result<Option<Segments>> {
+    let batch_starts = rows.batch_starts();
+    let mut starts = Vec::new();
+    for range in partitions.ranges() {
+        let first = batch_starts.partition_point(|&s| s < range.start);
+        let end = batch_starts.partition_point(|&s| s < range.end);
+        let slice: Vec<KeyColumn> = prefix
+            .iter()
+            .map(|c| KeyColumn {
+                arrays: c.arrays[first..end].to_vec(),
+                options: c.options,
+            })
+            .collect();
+        let Some(within) = segment_starts(&slice)? else {
+            return Ok(None);
+        };
+        starts.extend(within.starts().iter().map(|&s| s + range.start as u32));
+    }
+    Ok(Some(Segments::new(starts, rows.rows())))
+}
+
+/// Sorts runs of one partition: what every run is sorted by and with (`spec`), and where
+/// its stages are recorded (`metrics`). One run goes through `sort_run`: keys evaluated,
+/// segments found, keys encoded and sorted by the backend, ties of long strings refined,
+/// payload gathered (on the device when the run's state offers it), batches emitted.
+pub struct RunSorter<'a> {
+    /// What every run is sorted by and with.
+    pub spec: &'a SortSpec,
+    /// Where the stages are recorded.
+    pub metrics: &'a SortMetrics,
+}
+
+impl<'a> RunSorter<'a> {
+    /// A sorter of runs by `spec`, recording into `metrics`.
+    pub fn new(spec: &'a SortSpec, metrics: &'a SortMetrics) -> Self {
+        Self { spec, metrics }
+    }
+
+    /// Sorts one run and hands its output batches, in order, to `emit` (which returns
+    /// `false` to stop: the consumer went away).
+    pub fn sort_run(
+        &self,
+        batches: Vec<RecordBatch>,
+        emit: impl FnMut(RecordBatch) -> bool,
+    ) -> Result<()> {
+        let (spec, metrics) = (self.spec, self.metrics);
+        let rows = RunRows::new(batches);
+        if rows.rows() == 0 {
+            return Ok(());
+        }
+        crate::trace::event(|| format!("  {} rows: run laid out", rows.rows()));
+        let RunOrder {
+            mut permutation,
+            state,
+        } = self.order_rows(&rows, Apart::No)?;
+        if let Some(fetch) = spec.fetch {
+            permutation.truncate(fetch);
+        }
+        let mut payload = {
+            let _timer = metrics.gather_time.timer();
+            self.device_payload(&rows, &permutation, state)
+        };
+        self.gather_rows(&rows, &permutation, payload.as_deref_mut(), emit)
+    }
+
+    /// Sorts the rows of `rows` by the spec's keys, partitions kept `apart`.
+    pub fn order_rows(&self, rows: &RunRows, apart: Apart<'_>) -> Result<RunOrder> {
+        if rows.rows() == 0 {
+            return Ok(RunOrder::empty());
+        }
+        let columns = self.evaluate_keys(rows)?;
+        crate::trace::event(|| format!("  {} rows: keys evaluated", rows.rows()));
+        self.order_evaluated(rows, columns, apart)
+    }
+
+    /// Sorts the rows of `rows` by (hash partition of `routing`, the spec's keys): the order,
+    /// and the rows of each partition (contiguous in the order, in partition order). The
+    /// backend makes the partition ids itself where it can, from a table of the partition of
+    /// every key value (`id_table.rs`); else they are hashed here on all cores.
+    pub fn order_routed_rows(
+        &self,
+        rows: &RunRows,
+        routing: &HashRouting,
+    ) -> Result<(RunOrder, Vec<usize>)> {
+        let (spec, metrics) = (self.spec, self.metrics);
+        if spec.prefix != 0 {
+            return internal_err!("gpusort: partition ids sorted before an ordered prefix");
+        }
+        if rows.rows() == 0 {
+            return Ok((RunOrder::empty(), vec![0; routing.partitions()]));
+        }
+        let columns = self.evaluate_keys(rows)?;
+        crate::trace::event(|| format!("  {} rows: keys evaluated", rows.rows()));
+        let started = Instant::now();
+        let table = {
+            let _timer = metrics.encode_time.timer();
+            let _compute = metrics.baseline.elapsed_compute().timer();
+            routing.id_table(&spec.exprs, &columns)?
+        };
+        if let Some(table) = table {
+            let on_backend = {
+                let _compute = metrics.baseline.elapsed_compute().timer();
+                spec.backend
+                    .sort_key_columns_by_ids(&columns, &table, spec.algorithm)?
+            };
+            if let Some((sorted, counts)) = on_backend {
+                metrics.record_run(&sorted, started.elapsed());
+                let order = RunOrder {
+                    permutation: sorted.permutation,
+                    state: sorted.state,
+                };
+                return Ok((order, counts));
+            }
+        }
+        let routed = {
+            let _timer = metrics.encode_time.timer();
+            let _compute = metrics.baseline.elapsed_compute().timer();
+            routing.route_all(rows.batches())?
+        };
+        crate::trace::event(|| "  rows routed on the host".to_string());
+        let counts = total_counts(&routed, routing.partitions());
+        let ids = KeyColumn {
+            arrays: id_arrays(routed),
+            options: SortOptions::default(),
+        };
+        let order = self.order_evaluated(rows, columns, Apart::ByKey(ids))?;
+        Ok((order, counts))
+    }
+
+    /// [`order_rows`] with the keys already evaluated (`columns`, one per sort key).
+    fn order_evaluated(
+        &self,
+        rows: &RunRows,
+        mut all_columns: Vec<KeyColumn>,
+        apart: Apart<'_>,
+    ) -> Result<RunOrder> {
+        let (spec, metrics) = (self.spec, self.metrics);
+        let partitions = match apart {
+            Apart::No => None,
+            Apart::Segments(segments) => Some(segments),
+            Apart::ByKey(ids) => {
+                if spec.prefix != 0 {
+                    return internal_err!("gpusort: partition ids sorted before an ordered prefix");
+                }
+                all_columns.insert(0, ids);
+                None
+            }
+        };
+        let started = Instant::now();
+        let (segments, sorted_keys) = {
+            let _timer = metrics.encode_time.timer();
+            let _compute = metrics.baseline.elapsed_compute().timer();
+            self.find_segments(&all_columns, rows, partitions)?
+        };
+        let columns = &all_columns[sorted_keys..];
+        let (sorted, sort_started, keys) = match &segments {
+            // Every key is in the prefix, or every segment is one row: already in order.
+            Some(s) if columns.is_empty() || s.len() == rows.rows() => (
+                SortedRun::on_host(identity(rows.rows()), Algorithm::Segmented),
+                started,
+                None,
+            ),
+            _ => self.sort_keys(columns, segments.as_ref(), started)?,
+        };
+        metrics.record_run(&sorted, sort_started.elapsed());
+        let mut permutation = sorted.permutation;
+        let mut state = sorted.state;
+        if let Some(keys) = keys.filter(|k| !k.long_keys.is_empty()) {
+            // The order changes: what the backend kept of its order no longer matches it.
+            if let Some(state) = &mut state {
+                state.order_changed();
+            }
+            let _timer = metrics.tie_refine_time.timer();
+            let _compute = metrics.baseline.elapsed_compute().timer();
+            let groups = refine_long_ties(columns, &keys, segments.as_ref(), &mut permutation)?;
+            metrics.tie_groups.add(groups);
+        }
+        Ok(RunOrder { permutation, state })
+    }
+
+    /// The gatherer of some of `rows`' columns on the backend's device for `permutation`
+    /// (row ids of `rows`, the order `state`'s sort found, or a prefix of it), when the run
+    /// is large enough for it.
+    pub fn device_payload(
+        &self,
+        rows: &RunRows,
+        permutation: &[u32],
+        state: Option<Box<dyn RunState>>,
+    ) -> Option<Box<dyn PayloadGather>> {
+        let spec = self.spec;
+        let state = state.filter(|_| permutation.len() >= spec.device_gather_min_rows)?;
+        state.payload_gatherer(rows, permutation)
+    }
+
+    /// Builds the output batches of `permutation` (row ids of `rows`), `payload` gathering
+    /// its columns on the device, and hands them, in order, to `emit` (which returns `false`
+    /// to stop).
+    pub fn gather_rows(
+        &self,
+        rows: &RunRows,
+        permutation: &[u32],
+        mut payload: Option<&mut (dyn PayloadGather + '_)>,
+        emit: impl FnMut(RecordBatch) -> bool,
+    ) -> Result<()> {
+        let (spec, metrics) = (self.spec, self.metrics);
+        let _timer = metrics.gather_time.timer();
+        let _compute = metrics.baseline.elapsed_compute().timer();
+        let gathered = gather_sorted(
+            rows,
+            permutation,
+            spec.run_batch_rows,
+            payload.as_deref_mut(),
+            emit,
+        );
+        if let Some(payload) = &payload {
+            metrics.record_payload(payload.stats(), payload.columns().len());
+        }
+        gathered
+    }
+
+    /// The segments to sort within, and how many leading keys they make redundant: the runs
+    /// of equal prefix values when the input is ordered by a prefix of the keys and the
+    /// algorithm allows the segmented strategy (within each partition, when given; the prefix
+    /// keys are then not sorted by), else the partitions (every key sorted by).
+    fn find_segments(
+        &self,
+        columns: &[KeyColumn],
+        rows: &RunRows,
+        partitions: Option<&Segments>,
+    ) -> Result<(Option<Segments>, usize)> {
+        let spec = self.spec;
+        let allowed = matches!(
+            spec.algorithm,
+            AlgorithmChoice::Auto | AlgorithmChoice::Segmented
+        );
+        if spec.prefix == 0 || !allowed {
+            return Ok((partitions.cloned(), 0));
+        }
+        let prefix = &columns[..spec.prefix.min(columns.len())];
+        let segments = match partitions {
+            None => segment_starts(prefix)?,
+            Some(partitions) => segments_within(prefix, rows, partitions)?,
+        };
+        match segments {
+            Some(segments) => Ok((Some(segments), prefix.len())),
+            None => {
+                log::warn!(
+                    "gpusort: input not ordered by its first {} sort keys as planned; sorting by \
+                 all keys",
+                    spec.prefix
+                );
+                Ok((partitions.cloned(), 0))
+            }
+        }
+    }
+
+    /// Encodes `columns` (on the backend's device where it can) and sorts by them, within
+    /// `segments` when given; also the host-encoded keys, when the host encoded them.
+    fn sort_keys(
+        &self,
+        columns: &[KeyColumn],
+        segments: Option<&Segments>,
+        started: Instant,
+    ) -> Result<(SortedRun, Instant, Option<EncodedKeys>)> {
+        let (spec, metrics) = (self.spec, self.metrics);
+        let on_device = {
+            let _compute = metrics.baseline.elapsed_compute().timer();
+            spec.backend
+                .sort_key_columns(columns, spec.algorithm, segments)?
+        };
+        if let Some(mut sorted) = on_device {
+            let keys = sorted.refine_keys.take();
+            return Ok((sorted, started, keys));
+        }
+        let keys = {
+            let _timer = metrics.encode_time.timer();
+            let _compute = metrics.baseline.elapsed_compute().timer();
+            encode_keys(columns)?
+        };
+        let sort_started = Instant::now();
+        let _compute = metrics.baseline.elapsed_compute().timer();
+        let sorted = spec.backend.sort(&keys, spec.algorithm, segments)?;
+        Ok((sorted, sort_started, Some(keys)))
+    }
+
+    fn evaluate_keys(&self, rows: &RunRows) -> Result<Vec<KeyColumn>> {
+        let spec = self.spec;
+        spec.exprs
+            .iter()
+            .map(|sort_expr| {
+                let arrays = rows
+                    .batches()
+                    .iter()
+                    .map(|batch| sort_expr.expr.evaluate(batch)?.into_array(batch.num_rows()))
+                    .collect::<Result<Vec<ArrayRef>>>()?;
+                Ok(KeyColumn {
+                    arrays,
+                    options: sort_expr.options,
+                })
+            })
+            .collect::<Result<Vec<_>>>()
+            .map_err(|e| e.context("gpusort: evaluating sort keys"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int32Array;
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    fn batch(rows: i32) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int32, false)]));
+        RecordBatch::try_new(
+            schema,
+            vec![Arc::new(Int32Array::from_iter_values(0..rows))],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn split_runs_slices_in_input_order() {
+        let runs = split_runs(vec![batch(5), batch(0), batch(4)], 3);
+        let sizes: Vec<Vec<usize>> = runs
+            .iter()
+            .map(|r| r.iter().map(|b| b.num_rows()).collect())
+            .collect();
+        assert_eq!(sizes, vec![vec![3], vec![2, 1], vec![3]]);
+    }
+}
