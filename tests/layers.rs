@@ -101,13 +101,8 @@ fn without_tests(text: &str) -> &str {
         .map_or(text, |at| &text[..at])
 }
 
-/// The first path segments after every `crate::` in `code`, including each name of a
-/// `crate::{a, b::c}` group.
-fn crate_references(code: &str) -> Vec<String> {
-    references_under(code, "crate::")
-}
-
-/// The first path segments after every `prefix` (`crate::`, `crate::cuda::`) in `code`.
+/// The first path segments after every `prefix` (`crate::`, `crate::cuda::`) in `code`,
+/// including each name of a `prefix{a, b::c}` group.
 fn references_under(code: &str, prefix: &str) -> Vec<String> {
     let mut names = Vec::new();
     let mut rest = code;
@@ -132,124 +127,113 @@ fn references_under(code: &str, prefix: &str) -> Vec<String> {
     names
 }
 
-/// The top-level module a file of `src/` belongs to (`None`: the crate root or `bin/`).
-fn module_of(src: &Path, file: &Path) -> Option<String> {
-    let relative = file.strip_prefix(src).unwrap();
-    let first = relative
-        .components()
-        .next()?
-        .as_os_str()
-        .to_str()?
-        .to_string();
-    match first.as_str() {
-        "lib.rs" | "bin" => None,
-        name => Some(name.trim_end_matches(".rs").to_string()),
-    }
+/// One folder's layering: its files, grouped by their first path component under it.
+struct Layering {
+    /// The folder, relative to the crate.
+    dir: &'static str,
+    /// What its paths start with (`crate::`, `crate::cuda::`).
+    prefix: &'static str,
+    /// Its layers from the bottom.
+    layers: &'static [&'static [&'static str]],
+    /// First components that are no layer (the folder's root file, `bin/`).
+    outside: &'static [&'static str],
+    /// The unit a referenced name belongs to (root re-exports resolved).
+    resolve: fn(&str) -> &str,
 }
 
-#[test]
-fn modules_use_only_lower_layers() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+/// Every import of `layering`'s folder that goes up or sideways, and how many paths were
+/// read.
+fn violations(layering: &Layering) -> (BTreeSet<String>, usize) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(layering.dir);
     let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    let mut violations = BTreeSet::new();
+    rust_files(&dir, &mut files);
+    let mut found = BTreeSet::new();
     let mut seen = 0;
     for file in &files {
-        let Some(module) = module_of(&src, file) else {
+        let relative = file.strip_prefix(&dir).unwrap();
+        let first = relative.components().next().unwrap().as_os_str();
+        let first = first.to_str().unwrap();
+        if layering.outside.contains(&first) {
             continue;
-        };
-        let Some(layer) = layer_of(LAYERS, &module) else {
-            violations.insert(format!("{module}: not in LAYERS"));
+        }
+        let unit = first.trim_end_matches(".rs");
+        let Some(layer) = layer_of(layering.layers, unit) else {
+            found.insert(format!("{}/{unit}: not in its layers", layering.dir));
             continue;
         };
         let text = std::fs::read_to_string(file).unwrap();
         let code: String = code_lines(without_tests(&text))
             .collect::<Vec<_>>()
             .join("\n");
-        for name in crate_references(&code) {
+        for name in references_under(&code, layering.prefix) {
             seen += 1;
-            let used = ROOT_ITEMS
-                .iter()
-                .find(|(item, _)| *item == name)
-                .map_or(name.as_str(), |(_, module)| module);
-            if used == module {
-                continue;
-            }
-            let allowed = layer_of(LAYERS, used).is_some_and(|l| l < layer);
-            if !allowed {
-                violations.insert(format!(
-                    "{} uses crate::{name} ({used}), which is not below {module}",
-                    file.strip_prefix(&src).unwrap().display()
+            let used = (layering.resolve)(&name);
+            if used != unit && layer_of(layering.layers, used).is_none_or(|l| l >= layer) {
+                found.insert(format!(
+                    "{}/{} uses {}{name} ({used}), which is not below {unit}",
+                    layering.dir,
+                    relative.display(),
+                    layering.prefix
                 ));
             }
         }
     }
+    (found, seen)
+}
+
+/// Fails on any violation of `layering`, or when the scan read too few paths to mean
+/// anything.
+fn assert_layered(layering: &Layering) {
+    let (found, seen) = violations(layering);
     assert!(
         seen > 50,
-        "found only {seen} crate:: paths: the scan is broken"
+        "found only {seen} {} paths: the scan is broken",
+        layering.prefix
     );
     assert!(
-        violations.is_empty(),
-        "imports against the layers:\n{}",
-        violations.into_iter().collect::<Vec<_>>().join("\n")
+        found.is_empty(),
+        "imports against the layers of {}:\n{}",
+        layering.dir,
+        found.into_iter().collect::<Vec<_>>().join("\n")
     );
+}
+
+/// A crate root re-export as the module that defines it; any other name as itself.
+fn defining_module(name: &str) -> &str {
+    ROOT_ITEMS
+        .iter()
+        .find(|(item, _)| *item == name)
+        .map_or(name, |(_, module)| module)
+}
+
+#[test]
+fn modules_use_only_lower_layers() {
+    assert_layered(&Layering {
+        dir: "src",
+        prefix: "crate::",
+        layers: LAYERS,
+        outside: &["lib.rs", "bin"],
+        resolve: defining_module,
+    });
 }
 
 #[test]
 fn the_scan_sees_groups_and_skips_comments() {
     let code = "use crate::{keys::KeyColumn, sort};\n// crate::exec in a comment\nlet x = crate::gather::f(); // crate::planner";
     let code: String = code_lines(code).collect::<Vec<_>>().join("\n");
-    assert_eq!(crate_references(&code), vec!["keys", "sort", "gather"]);
+    assert_eq!(
+        references_under(&code, "crate::"),
+        vec!["keys", "sort", "gather"]
+    );
 }
 
 #[test]
 fn cuda_files_use_only_lower_layers() {
-    let cuda = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cuda");
-    let mut files = Vec::new();
-    rust_files(&cuda, &mut files);
-    let mut violations = BTreeSet::new();
-    let mut seen = 0;
-    for file in &files {
-        let relative = file.strip_prefix(&cuda).unwrap();
-        let first = relative
-            .components()
-            .next()
-            .unwrap()
-            .as_os_str()
-            .to_str()
-            .unwrap();
-        if first == "mod.rs" {
-            continue;
-        }
-        let unit = first.trim_end_matches(".rs");
-        let Some(layer) = layer_of(CUDA_LAYERS, unit) else {
-            violations.insert(format!("cuda/{unit}: not in CUDA_LAYERS"));
-            continue;
-        };
-        let text = std::fs::read_to_string(file).unwrap();
-        let code: String = code_lines(without_tests(&text))
-            .collect::<Vec<_>>()
-            .join("\n");
-        for used in references_under(&code, "crate::cuda::") {
-            seen += 1;
-            if used == unit {
-                continue;
-            }
-            if layer_of(CUDA_LAYERS, &used).is_none_or(|l| l >= layer) {
-                violations.insert(format!(
-                    "cuda/{} uses crate::cuda::{used}, which is not below {unit}",
-                    relative.display()
-                ));
-            }
-        }
-    }
-    assert!(
-        seen > 50,
-        "found only {seen} crate::cuda:: paths: the scan is broken"
-    );
-    assert!(
-        violations.is_empty(),
-        "imports against the layers of src/cuda:\n{}",
-        violations.into_iter().collect::<Vec<_>>().join("\n")
-    );
+    assert_layered(&Layering {
+        dir: "src/cuda",
+        prefix: "crate::cuda::",
+        layers: CUDA_LAYERS,
+        outside: &["mod.rs"],
+        resolve: |name| name,
+    });
 }

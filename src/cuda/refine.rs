@@ -160,13 +160,12 @@ impl TieRefiner {
             let mut tied = self.compact(device, &flags, None, &heads, n)?;
             drop(flags);
             let mut start = long.window;
-            let mut first = true;
             while let Some(now) = tied {
                 let (next, step_groups) =
                     self.step(device, &sorters, perm, &heads, *base, now, start)?;
-                if first {
+                // The groups of the window's ties; later steps split them further.
+                if start == long.window {
                     groups += step_groups;
-                    first = false;
                 }
                 tied = next;
                 start += STEP_BYTES;

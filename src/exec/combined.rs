@@ -274,6 +274,7 @@ fn sort_together(
     }
     // Drops empty batches: the routing below reads `rows.batches()`, aligned with the keys.
     let rows = RunRows::new(all);
+    let sorter = RunSorter::new(spec, metrics);
     let (order, ranges) = match routing {
         None => {
             let ranges = ranges_of(&sizes);
@@ -283,20 +284,18 @@ fn sort_together(
                 .map(|r| r.start as u32)
                 .collect();
             let segments = Segments::new(starts, rows.rows());
-            let order =
-                RunSorter::new(spec, metrics).order_rows(&rows, Apart::Segments(&segments))?;
+            let order = sorter.order_rows(&rows, Apart::Segments(&segments))?;
             (order, ranges)
         }
         Some(routing) => {
-            let (order, counts) =
-                RunSorter::new(spec, metrics).order_routed_rows(&rows, routing)?;
+            let (order, counts) = sorter.order_routed_rows(&rows, routing)?;
             (order, ranges_of(&counts))
         }
     };
     trace::event(|| "shared sort: sorted".to_string());
     let payload = {
         let _timer = metrics.gather_time.timer();
-        RunSorter::new(spec, metrics).device_payload(&rows, &order.permutation, order.state)
+        sorter.device_payload(&rows, &order.permutation, order.state)
     };
     trace::event(|| "shared sort: payload on the device".to_string());
     let payload = payload.map(|payload| {
