@@ -13,8 +13,9 @@
 // The fields and how they are read from the buffers: fields.cuh.
 #include "fields.cuh"
 
-#ifndef ENCODE_THREADS
-#define ENCODE_THREADS 256
+// Block shape and shared partition counters: -D options from src/cuda/tuning.rs.
+#if !defined(ENCODE_THREADS) || !defined(SHARED_PARTITIONS)
+#error "the launch shapes come from src/cuda/tuning.rs as -D options"
 #endif
 
 __device__ __forceinline__ u64 warp_min(u64 v) {
@@ -84,7 +85,6 @@ extern "C" __global__ void __launch_bounds__(ENCODE_THREADS)
 }
 
 // Partitions counted in shared memory (more: in global memory directly).
-#define SHARED_PARTITIONS 4096
 
 // ids[row] = table[limb(row) - first] for a valid row, `null_id` for a null one (the limb
 // read with `descending` 0); counts[id] += 1 per row. `counts` is zeroed by the host; a

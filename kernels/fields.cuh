@@ -19,11 +19,12 @@
 typedef long long i64;
 
 enum LimbKind { LIMB_UNSIGNED = 0, LIMB_SIGNED = 1, LIMB_FLOAT = 2, LIMB_BIT = 3 };
-// The field is the null flag, not a limb.
-#define FIELD_NULL_FLAG 4
-// Limbs of byte-like values, read through their views.
-#define LIMB_VIEW_CHUNK 5
-#define LIMB_VIEW_LENGTH 6
+// FIELD_NULL_FLAG: the field is the null flag, not a limb. LIMB_VIEW_CHUNK and
+// LIMB_VIEW_LENGTH: limbs of byte-like values, read through their views. All three are
+// -D options from src/cuda/tuning.rs, where the host writes the same codes.
+#if !defined(FIELD_NULL_FLAG) || !defined(LIMB_VIEW_CHUNK) || !defined(LIMB_VIEW_LENGTH)
+#error "the field kinds come from src/cuda/tuning.rs as -D options"
+#endif
 
 // What one field reads: mirrors `LimbSource` in src/keys/limbs.rs plus the column's
 // validity and direction.

@@ -17,6 +17,11 @@
 // source padded to whole words by the host.
 #include "common.cuh"
 
+// Threads of the scan's blocks: a -D option from src/cuda/tuning.rs.
+#if !defined(GATHER_THREADS)
+#error "the launch shapes come from src/cuda/tuning.rs as -D options"
+#endif
+
 // 16 and 32 bytes moved as aligned vectors (decimals of 128 and 256 bits, intervals).
 struct __align__(16) Bytes16 {
     u64 lo, hi;
@@ -92,10 +97,10 @@ extern "C" __global__ void gather_views(const View* __restrict__ src,
 
 // One block per output batch of `batch_rows` rows: `long_bytes` becomes the exclusive
 // prefix sum within the batch, `totals[b]` the batch's sum.
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(GATHER_THREADS)
     scan_view_bytes(u32* __restrict__ long_bytes, u32 n, u32 batch_rows,
                     u64* __restrict__ totals) {
-    __shared__ u64 warp_sums[8];
+    __shared__ u64 warp_sums[GATHER_THREADS / WARP];
     __shared__ u64 carry;
     const u32 begin = blockIdx.x * batch_rows;
     const u32 end = min(n, begin + batch_rows);

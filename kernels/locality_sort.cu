@@ -22,18 +22,13 @@ MERGE_SCAN_ENTRY_POINT
 
 // Positions probed: chunks of PROBE_CHUNK consecutive positions (coalesced reads), every
 // `every`-th chunk from the first (every = 1: all). The launcher counts the positions the
-// same way (src/cuda/merge/locality_probe.rs) and passes these constants as -D options.
-#ifndef PROBE_CHUNK
-#define PROBE_CHUNK 1024
-#endif
+// same way (src/cuda/merge/locality_probe.rs); src/cuda/tuning.rs passes these constants as
+// -D options.
 // Distances probed: the window halos WINDOW_HALO_MIN << k for k < PROBE_HALOS, then `far`.
 // From 16 rows on, a window owns a multiple of 32 rows, so its loads and stores start on
 // 128-byte lines.
-#ifndef WINDOW_HALO_MIN
-#define WINDOW_HALO_MIN 16
-#endif
-#ifndef PROBE_HALOS
-#define PROBE_HALOS 6
+#if !defined(PROBE_CHUNK) || !defined(WINDOW_HALO_MIN) || !defined(PROBE_HALOS)
+#error "the launch shapes come from src/cuda/tuning.rs as -D options"
 #endif
 static_assert((WINDOW_HALO_MIN << (PROBE_HALOS - 1)) == MERGE_TILE / 4, "window halos reach a quarter tile");
 

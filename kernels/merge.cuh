@@ -28,14 +28,11 @@
 #pragma once
 #include "common.cuh"
 
-#ifndef MERGE_THREADS
-#define MERGE_THREADS 256
-#endif
-#ifndef MERGE_ITEMS
-#define MERGE_ITEMS 8
+// Block shapes: -D options from src/cuda/tuning.rs, with no defaults here.
+#if !defined(MERGE_THREADS) || !defined(MERGE_ITEMS) || !defined(SCAN_THREADS)
+#error "the launch shapes come from src/cuda/tuning.rs as -D options"
 #endif
 #define MERGE_TILE (MERGE_THREADS * MERGE_ITEMS)
-#define SCAN_THREADS 1024
 // Shared tiles leave one element free after every MERGE_ITEMS: a thread's run of
 // MERGE_ITEMS elements then starts in another bank than its neighbour's (without it, the
 // blocked reads and writes of a warp all hit the same banks).

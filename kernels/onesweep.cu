@@ -25,47 +25,25 @@
 // belongs to a block that is running or done.
 #include "common.cuh"
 
-// Block shape per key width and value mode (the launcher passes its tuning table as -D;
-// these defaults only serve standalone compiles).
-#ifndef ONESWEEP_U32_KEYS_THREADS
-#define ONESWEEP_U32_KEYS_THREADS 384
-#define ONESWEEP_U32_KEYS_ITEMS 28
-#define ONESWEEP_U32_KEYS_BLOCKS 3
-#endif
-#ifndef ONESWEEP_U32_PAIRS_THREADS
-#define ONESWEEP_U32_PAIRS_THREADS 384
-#define ONESWEEP_U32_PAIRS_ITEMS 20
-#define ONESWEEP_U32_PAIRS_BLOCKS 2
-#endif
-#ifndef ONESWEEP_U32_ROWIDS_THREADS
-#define ONESWEEP_U32_ROWIDS_THREADS 384
-#define ONESWEEP_U32_ROWIDS_ITEMS 20
-#define ONESWEEP_U32_ROWIDS_BLOCKS 2
-#endif
-#ifndef ONESWEEP_U64_KEYS_THREADS
-#define ONESWEEP_U64_KEYS_THREADS 384
-#define ONESWEEP_U64_KEYS_ITEMS 23
-#define ONESWEEP_U64_KEYS_BLOCKS 2
-#endif
-#ifndef ONESWEEP_U64_PAIRS_THREADS
-#define ONESWEEP_U64_PAIRS_THREADS 384
-#define ONESWEEP_U64_PAIRS_ITEMS 16
-#define ONESWEEP_U64_PAIRS_BLOCKS 2
-#endif
-#ifndef ONESWEEP_U64_ROWIDS_THREADS
-#define ONESWEEP_U64_ROWIDS_THREADS 384
-#define ONESWEEP_U64_ROWIDS_ITEMS 16
-#define ONESWEEP_U64_ROWIDS_BLOCKS 2
-#endif
-#ifndef HISTOGRAM_THREADS
-#define HISTOGRAM_THREADS 512
+// Block shape per key width and value mode, the histogram's threads and the bits of a tile
+// index in a look-back tag: -D options from src/cuda/tuning.rs, with no defaults here.
+#if !defined(ONESWEEP_U32_KEYS_THREADS) || !defined(ONESWEEP_U32_KEYS_ITEMS) || \
+    !defined(ONESWEEP_U32_KEYS_BLOCKS) || !defined(ONESWEEP_U32_PAIRS_THREADS) || \
+    !defined(ONESWEEP_U32_PAIRS_ITEMS) || !defined(ONESWEEP_U32_PAIRS_BLOCKS) || \
+    !defined(ONESWEEP_U32_ROWIDS_THREADS) || !defined(ONESWEEP_U32_ROWIDS_ITEMS) || \
+    !defined(ONESWEEP_U32_ROWIDS_BLOCKS) || !defined(ONESWEEP_U64_KEYS_THREADS) || \
+    !defined(ONESWEEP_U64_KEYS_ITEMS) || !defined(ONESWEEP_U64_KEYS_BLOCKS) || \
+    !defined(ONESWEEP_U64_PAIRS_THREADS) || !defined(ONESWEEP_U64_PAIRS_ITEMS) || \
+    !defined(ONESWEEP_U64_PAIRS_BLOCKS) || !defined(ONESWEEP_U64_ROWIDS_THREADS) || \
+    !defined(ONESWEEP_U64_ROWIDS_ITEMS) || !defined(ONESWEEP_U64_ROWIDS_BLOCKS) || \
+    !defined(HISTOGRAM_THREADS) || !defined(TILE_BITS)
+#error "the launch shapes come from src/cuda/tuning.rs as -D options"
 #endif
 
 enum ValueMode { KEYS_ONLY = 0, READ_VALUES = 1, ROW_IDS = 2 };
 
 enum LookbackFlag : u32 { FLAG_EMPTY = 0, FLAG_AGGREGATE = 1, FLAG_INCLUSIVE = 2 };
 
-#define TILE_BITS 20
 #define TILE_MASK ((1u << TILE_BITS) - 1)
 
 __device__ __forceinline__ u64 lookback_entry(u32 value, u32 tag, u32 flag) {

@@ -26,12 +26,11 @@
 // STEP_BYTES + 1). Inverted for DESC.
 #include "fields.cuh"
 
-#ifndef REFINE_THREADS
-#define REFINE_THREADS 256
+// Block shape, scan tile and step: -D options from src/cuda/tuning.rs, with no defaults here.
+#if !defined(REFINE_THREADS) || !defined(SCAN_ITEMS) || !defined(STEP_BYTES)
+#error "the launch shapes come from src/cuda/tuning.rs as -D options"
 #endif
-#define SCAN_ITEMS 8
 #define SCAN_TILE (REFINE_THREADS * SCAN_ITEMS)
-#define STEP_BYTES 7
 
 extern "C" __global__ void refine_iota(u32 n, u32* out) {
     const u64 stride = (u64)gridDim.x * blockDim.x;

@@ -17,12 +17,7 @@
 //                            upper bound of the list's length: blocks past it return); rows
 //                            are read once and the final row ids written once. (A persistent
 //                            loop over the list spilled several times more registers.)
-#ifndef MERGE_THREADS
-#define MERGE_THREADS 1024
-#endif
-#ifndef MERGE_ITEMS
-#define MERGE_ITEMS 12
-#endif
+// The large tile's MERGE_THREADS and MERGE_ITEMS come as -D options from src/cuda/tuning.rs.
 #include "segment_tile.cuh"
 
 extern "C" __global__ void segment_tile_windows(const u32* __restrict__ starts, u32 segments, u32 stride,

@@ -143,8 +143,9 @@ __device__ void segment_ranks(const K* __restrict__ keys, const u32* __restrict_
 
 // Blocks of segment_ranks_<k> that must fit one SM: ptxas keeps the registers low enough for
 // the shared memory to be the limit (7 blocks of 32 KB for u64 keys; 32 registers, no spills).
-#ifndef SEGMENT_RANKS_MIN_BLOCKS
-#define SEGMENT_RANKS_MIN_BLOCKS 7
+// It and SEGMENT_STARTS_ITEMS below are -D options from src/cuda/tuning.rs.
+#if !defined(SEGMENT_RANKS_MIN_BLOCKS) || !defined(SEGMENT_STARTS_ITEMS)
+#error "the launch shapes come from src/cuda/tuning.rs as -D options"
 #endif
 
 // The extern "C" entry points segment_ranks_<k> and segment_tiles_<k> of one key type.
@@ -170,7 +171,6 @@ SEGMENT_TILE_ENTRY_POINTS(u64)
 // each thread its offset, and chunk_starts[b] (sent by the host, which knows the starts)
 // places the chunk. lengths[k] is segment k's rows less one, so u8 takes segments of up to
 // 256 rows and u16 up to 65 536.
-#define SEGMENT_STARTS_ITEMS 16
 #define SEGMENT_STARTS_CHUNK (MERGE_THREADS * SEGMENT_STARTS_ITEMS)
 
 template <typename L>

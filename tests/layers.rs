@@ -18,7 +18,7 @@
 //! Items the crate root re-exports (`crate::GpuSortExec`) count as the module that
 //! defines them. `src/bin/` is a user of the crate, not a layer.
 //!
-//! `src/cuda/` has layers of its own ([`CUDA_LAYERS`]): errors and memory at the bottom,
+//! `src/cuda/` has layers of its own ([`CUDA_LAYERS`]): errors, tuning and memory at the bottom,
 //! the kernel launchers above them, then the runtime that loads them, the dispatch and
 //! the payload gather that use it, one run's sort, and the backend on top. Unit tests
 //! (`#[cfg(test)] mod tests`) are not checked.
@@ -44,11 +44,11 @@ const LAYERS: &[&[&str]] = &[
 const CUDA_LAYERS: &[&[&str]] = &[
     &["error"],
     &["faults"],
+    &["tuning"],
     &["memory"],
     &["module"],
     &["columns"],
     &["radix", "merge", "gather"],
-    &["tuning"],
     &["encode"],
     &["refine"],
     &["runtime"],

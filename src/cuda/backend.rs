@@ -20,6 +20,7 @@ use crate::cuda::runtime::{
     count_fallback, disabled_reason, note_failure_of, runtime, CudaRuntime,
 };
 use crate::cuda::sort_run;
+use crate::cuda::tuning::switches;
 use crate::keys::{column_rows, encode_keys, limb_sources, EncodedKeys, KeyColumn};
 use crate::sort::{CpuBackend, PartitionIdTable, RunState, Segments, SortBackend, SortedRun};
 
@@ -111,7 +112,7 @@ impl SortBackend for CudaBackend {
         });
         // For measurement (`bench sql --variant env:GPUSORT_HOST_PARTITION_IDS=1`): keep the
         // host's hashing.
-        let host_ids = std::env::var_os("GPUSORT_HOST_PARTITION_IDS").is_some_and(|v| v == "1");
+        let host_ids = switches().host_partition_ids();
         if disabled_reason().is_some() || rows < 2 || !fixed_width || host_ids {
             return Ok(None);
         }

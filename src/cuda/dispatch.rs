@@ -2,8 +2,8 @@
 //!
 //! ```text
 //!  segments known (input ordered by a key prefix):
-//!     key of one word, longest segment ≤ segment_tiles_max_rows() (standard tile), or
-//!     ≤ SegmentTile::Large.rows() with blocks at least a quarter full (large tile)
+//!     key of one word, longest segment ≤ Tuning::segment_tiles_max_rows (standard tile),
+//!     or ≤ the large tile's rows with blocks at least a quarter full (large tile)
 //!         → segment tiles: blocks of whole segments, each sorted as one tile (one kernel)
 //!     mean segment ≤ SEGMENTED_MERGE_MAX_MEAN_ROWS, key of one word
 //!         → segmented merge sort: (segment, key) elements; with u32 keys (segment << 32 | key)
@@ -28,11 +28,10 @@ use crate::cuda::error::CudaResult;
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::transfer::Staging;
 use crate::cuda::merge::locality_probe::LocalityProbe;
-use crate::cuda::merge::locality_window::locality_window_halo;
-use crate::cuda::merge::{MergeKeys, MERGE_TILE};
+use crate::cuda::merge::MergeKeys;
 use crate::cuda::runtime::CudaRuntime;
 use crate::cuda::tuning::{
-    LOCALITY_MAX_INVERSIONS_PER, LOCALITY_PROBE_EVERY, LOCALITY_PROBE_TILES,
+    LOCALITY_MAX_INVERSIONS_PER, LOCALITY_PROBE_EVERY, LOCALITY_PROBE_TILES, MERGE_TILE,
     SEGMENTED_MERGE_MAX_MEAN_ROWS,
 };
 use crate::sort::{Algorithm, Segments};
@@ -76,9 +75,10 @@ pub fn sort_on_device(
     let locality =
         probe.filter(|probe| !matches!(algorithm, AlgorithmChoice::Auto) || nearly_sorted(probe));
     if let Some(probe) = &locality {
-        let window =
-            rt.merge
-                .window_sort_if_local(device, &keys, n, locality_window_halo(), probe)?;
+        let halo = rt.merge.window_halo;
+        let window = rt
+            .merge
+            .window_sort_if_local(device, &keys, n, halo, probe)?;
         if let Some(permutation) = window {
             return Ok(DeviceOrder {
                 permutation: Some(permutation),

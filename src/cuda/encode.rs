@@ -34,20 +34,15 @@ use crate::cuda::error::{CudaError, CudaResult};
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::transfer::Staging;
 use crate::cuda::module::{arg, cached_cubin, launch, Kernel, Module, ENCODE};
+use crate::cuda::tuning::{
+    Tuning, ENCODE_THREADS as THREADS, FIELD_NULL_FLAG, LIMB_VIEW_CHUNK, LIMB_VIEW_LENGTH,
+};
 use crate::keys::bytes::{choose_window, DEVICE_LIVE_CHUNKS, MAX_CHUNKS};
 use crate::keys::{
     limb_sources, low_mask, placements, FieldStats, KeyColumn, LimbKind, LimbSource, LongKey,
     Reduction,
 };
 use crate::sort::PartitionIdTable;
-
-const THREADS: u32 = 256;
-/// `kind` of a field that is a column's null flag (see `encode.cu`).
-const FIELD_NULL_FLAG: u32 = 4;
-/// `kind` of chunk `offset / 8` of a byte-like value's window.
-const LIMB_VIEW_CHUNK: u32 = 5;
-/// `kind` of a byte-like value's length marker in a window of `offset` bytes.
-const LIMB_VIEW_LENGTH: u32 = 6;
 
 /// Mirrors `struct FieldSource` of `fields.cuh` (kernel parameter, passed by value).
 #[repr(C)]
@@ -139,8 +134,8 @@ struct ColumnOnDevice {
 
 impl Encoder {
     /// Compiles (or takes from the cache) and loads the kernels for `device`.
-    pub fn load(device: &Device) -> CudaResult<Self> {
-        let cubin = cached_cubin(ENCODE, device.arch, &[])?;
+    pub fn load(device: &Device, tuning: &Tuning) -> CudaResult<Self> {
+        let cubin = cached_cubin(ENCODE, device.arch, tuning)?;
         let module = Module::load(ENCODE, &cubin)?;
         Ok(Self {
             stats: module.kernel("encode_field_stats")?,

@@ -28,6 +28,7 @@ use crate::cuda::columns::PayloadLayout;
 use crate::cuda::error::CudaResult;
 use crate::cuda::memory::device::Device;
 use crate::cuda::module::{cached_cubin, Kernel, Module, GATHER};
+use crate::cuda::tuning::Tuning;
 
 /// Value widths with a kernel of their own, in the order of [`Gatherer::values`].
 pub(super) const WIDTHS: [usize; 6] = [1, 2, 4, 8, 16, 32];
@@ -60,8 +61,8 @@ pub struct Gatherer {
 
 impl Gatherer {
     /// Compiles (or takes from the cache) and loads the kernels for `device`.
-    pub fn load(device: &Device) -> CudaResult<Self> {
-        let cubin = cached_cubin(GATHER, device.arch, &[])?;
+    pub fn load(device: &Device, tuning: &Tuning) -> CudaResult<Self> {
+        let cubin = cached_cubin(GATHER, device.arch, tuning)?;
         let module = Module::load(GATHER, &cubin)?;
         let kernel = |name| module.kernel(name);
         Ok(Self {

@@ -7,7 +7,7 @@
 //!  runtime.rs     the probe, the opened device and its kernels, failures of the process
 //!  payload.rs     a run's payload gathered on the device (DeviceRun: the run's state)
 //!  encode.rs · refine.rs · gather.rs          key encoding · long-string ties · gather kernels
-//!  tuning.rs                                  thresholds between the device sorts
+//!  tuning.rs                                  launch shapes, thresholds, GPUSORT_* overrides
 //!  radix/ · merge/                            OneSweep · locality and segmented sorts
 //!  columns/ · memory/                         raw columns on the device · buffers, copies
 //!  module.rs · error.rs · faults.rs           NVRTC and kernels · errors · injected faults
@@ -38,20 +38,20 @@ pub use error::{CudaError, CudaResult};
 pub use faults::{inject as inject_fault, Fault};
 pub use gather::{payload_layout, Gatherer};
 pub use memory::device::{Device, DeviceBuffer, Event};
-pub use memory::host_memory::LOCK_VARIABLE as HOST_LOCK_VARIABLE;
 pub use memory::transfer::{Plain as TransferPlain, Staging};
-pub use merge::locality_probe::{LocalityProbe, Probe, PROBED_HALOS, PROBE_CHUNK};
-pub use merge::locality_window::{locality_window_halo, WindowHalo, LOCALITY_WINDOW_HALO};
-pub use merge::segment_starts::{StartsEncoding, SEGMENT_STARTS_CHUNK};
-pub use merge::segment_tiles::{segment_tiles_max_rows, SegmentTile, SEGMENT_TILES_MAX_ROWS};
-pub use merge::{MergeKeys, MergeSorted, MergeSorts, MERGE_TILE};
+pub use merge::locality_probe::{LocalityProbe, Probe};
+pub use merge::segment_starts::StartsEncoding;
+pub use merge::segment_tiles::SegmentTile;
+pub use merge::{MergeKeys, MergeSorted, MergeSorts};
 pub use module::{compile_cubin, is_nvrtc_present, nvrtc_version, KernelFile, ALL_KERNELS};
 pub use payload::DevicePayload;
-pub use radix::onesweep::{
-    defines as onesweep_defines, Onesweep, PassMode, PassTuning, RadixKey, Sorted, Values,
+pub use radix::onesweep::{Onesweep, RadixKey, Sorted, Values};
+pub use refine::{Sorters, TieRefiner};
+pub use tuning::{
+    switches, PassMode, PassTuning, Switches, Tuning, WindowHalo, LOCALITY_MAX_INVERSIONS_PER,
+    LOCALITY_WINDOW_HALO, MERGE_TILE, PROBED_HALOS, PROBE_CHUNK, SEGMENTED_MERGE_MAX_MEAN_ROWS,
+    SEGMENT_STARTS_CHUNK, SEGMENT_TILES_MAX_ROWS, TIE_STEP_BYTES,
 };
-pub use refine::{Sorters, TieRefiner, STEP_BYTES as TIE_STEP_BYTES};
-pub use tuning::{LOCALITY_MAX_INVERSIONS_PER, SEGMENTED_MERGE_MAX_MEAN_ROWS};
 
 pub use runtime::{
     disable_device, disabled_reason, fallback_count, is_driver_present, runtime, CudaRuntime,

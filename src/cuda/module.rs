@@ -5,12 +5,14 @@
 //! machine code for the exact architecture loads on any driver that supports the device.
 //! The cache file is named by (kernel file, architecture, NVRTC version, hash of the sources
 //! and options), so a changed kernel, tuning or compiler never reuses a stale binary. The
-//! cache directory is `$GPUSORT_KERNEL_CACHE`, else `$XDG_CACHE_HOME/gpusort`, else
-//! `~/.cache/gpusort`; a cache that cannot be written only costs a compile.
+//! cache directory is `$GPUSORT_KERNEL_CACHE` (read into [`Tuning`]), else
+//! `$XDG_CACHE_HOME/gpusort`, else `~/.cache/gpusort`; a cache that cannot be written only
+//! costs a compile. Every file is compiled with the `-D` options [`Tuning::defines`] gives
+//! it.
 
 use std::borrow::Cow;
 use std::ffi::{c_char, c_void, CString};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use cudarc::driver::result;
 use cudarc::driver::sys;
@@ -18,6 +20,7 @@ use cudarc::nvrtc::sys as nvrtc;
 
 use crate::cuda::error::{CudaError, CudaResult};
 use crate::cuda::memory::device::Device;
+use crate::cuda::tuning::Tuning;
 
 /// One `.cu` file of `kernels/`.
 #[derive(Debug, Clone, Copy)]
@@ -191,10 +194,9 @@ pub const ALL_KERNELS: &[KernelFile] = &[
 ];
 
 /// The source of a kernel file or header: embedded, or, for kernel tuning runs, read from
-/// `$GPUSORT_KERNEL_DIR/<name>` when that variable is set and the file exists there.
-fn source_text(name: &str, embedded: &'static str) -> Cow<'static, str> {
-    std::env::var_os("GPUSORT_KERNEL_DIR")
-        .and_then(|dir| std::fs::read_to_string(PathBuf::from(dir).join(name)).ok())
+/// `dir/<name>` (`GPUSORT_KERNEL_DIR`) when the file exists there.
+fn source_text(name: &str, embedded: &'static str, dir: Option<&Path>) -> Cow<'static, str> {
+    dir.and_then(|dir| std::fs::read_to_string(dir.join(name)).ok())
         .map_or(Cow::Borrowed(embedded), |text| {
             log::warn!("gpusort: kernel source {name} taken from GPUSORT_KERNEL_DIR");
             Cow::Owned(text)
@@ -202,10 +204,10 @@ fn source_text(name: &str, embedded: &'static str) -> Cow<'static, str> {
 }
 
 /// The headers, as [`source_text`] finds them.
-fn header_sources() -> Vec<(&'static str, Cow<'static, str>)> {
+fn header_sources(dir: Option<&Path>) -> Vec<(&'static str, Cow<'static, str>)> {
     HEADERS
         .iter()
-        .map(|(name, text)| (*name, source_text(name, text)))
+        .map(|(name, text)| (*name, source_text(name, text, dir)))
         .collect()
 }
 
@@ -233,11 +235,19 @@ pub fn nvrtc_version() -> CudaResult<(i32, i32)> {
     Ok((major, minor))
 }
 
-/// Compiles `file` to CUBIN for `sm_<arch>` with `-D` `defines`.
-pub fn compile_cubin(
+/// Compiles `file` to CUBIN for `sm_<arch>` with the `-D` options of `tuning`.
+pub fn compile_cubin(file: KernelFile, arch: u32, tuning: &Tuning) -> CudaResult<Vec<u8>> {
+    let defines = tuning.defines(file.name);
+    compile_with(file, arch, &defines, tuning.kernel_dir.as_deref())
+}
+
+/// Compiles `file` to CUBIN for `sm_<arch>` with `-D` `defines`, its sources embedded or
+/// read from `dir`.
+fn compile_with(
     file: KernelFile,
     arch: u32,
     defines: &[(String, String)],
+    dir: Option<&Path>,
 ) -> CudaResult<Vec<u8>> {
     if !is_nvrtc_present() {
         return Err(CudaError::LibraryMissing { library: "NVRTC" });
@@ -248,9 +258,9 @@ pub fn compile_cubin(
         log,
     };
     let text = |s: &str| CString::new(s).map_err(|_| fail("a NUL byte in the source".into()));
-    let source = text(&source_text(file.name, file.source))?;
+    let source = text(&source_text(file.name, file.source, dir))?;
     let name = text(file.name)?;
-    let headers = header_sources();
+    let headers = header_sources(dir);
     let header_texts = headers
         .iter()
         .map(|h| text(&h.1))
@@ -343,31 +353,32 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
     hash
 }
 
-fn cache_dir() -> Option<PathBuf> {
+fn cache_dir(tuning: &Tuning) -> Option<PathBuf> {
     let env = |k: &str| {
         std::env::var_os(k)
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
     };
-    env("GPUSORT_KERNEL_CACHE")
+    tuning
+        .kernel_cache
+        .clone()
+        .filter(|p| !p.as_os_str().is_empty())
         .or_else(|| env("XDG_CACHE_HOME").map(|p| p.join("gpusort")))
         .or_else(|| env("HOME").map(|p| p.join(".cache").join("gpusort")))
 }
 
-/// The cache file of `file` compiled for `arch` with `defines` by this NVRTC.
-fn cache_path(
-    file: KernelFile,
-    arch: u32,
-    defines: &[(String, String)],
-) -> CudaResult<Option<PathBuf>> {
+/// The cache file of `file` compiled for `arch` with the options of `tuning` by this NVRTC.
+fn cache_path(file: KernelFile, arch: u32, tuning: &Tuning) -> CudaResult<Option<PathBuf>> {
     let (major, minor) = nvrtc_version()?;
-    let source = source_text(file.name, file.source);
-    let headers = header_sources();
+    let dir = tuning.kernel_dir.as_deref();
+    let source = source_text(file.name, file.source, dir);
+    let headers = header_sources(dir);
+    let defines = tuning.defines(file.name);
     let mut parts: Vec<&[u8]> = vec![source.as_bytes()];
     for (name, text) in &headers {
         parts.extend([name.as_bytes(), text.as_bytes()]);
     }
-    for (k, v) in defines {
+    for (k, v) in &defines {
         parts.extend([k.as_bytes(), v.as_bytes()]);
     }
     let stem = file.name.trim_end_matches(".cu");
@@ -375,20 +386,17 @@ fn cache_path(
         "{stem}-sm{arch}-nvrtc{major}.{minor}-{:016x}.cubin",
         fnv1a(&parts)
     );
-    Ok(cache_dir().map(|d| d.join(name)))
+    Ok(cache_dir(tuning).map(|d| d.join(name)))
 }
 
-/// The CUBIN of `file` for `arch`: from the disk cache, or compiled and stored there.
-pub fn cached_cubin(
-    file: KernelFile,
-    arch: u32,
-    defines: &[(String, String)],
-) -> CudaResult<Vec<u8>> {
-    let path = cache_path(file, arch, defines)?;
+/// The CUBIN of `file` for `arch` with the options of `tuning`: from the disk cache, or
+/// compiled and stored there.
+pub fn cached_cubin(file: KernelFile, arch: u32, tuning: &Tuning) -> CudaResult<Vec<u8>> {
+    let path = cache_path(file, arch, tuning)?;
     if let Some(cubin) = path.as_ref().and_then(|p| std::fs::read(p).ok()) {
         return Ok(cubin);
     }
-    let cubin = compile_cubin(file, arch, defines)?;
+    let cubin = compile_cubin(file, arch, tuning)?;
     if let Some(path) = path {
         store_atomically(&path, &cubin);
     }
@@ -525,10 +533,12 @@ mod tests {
             eprintln!("skipped: NVRTC not installed");
             return;
         }
-        let defines = crate::cuda::onesweep_defines();
+        // The kernels have no defaults of their own: each compiles only with every option
+        // that `Tuning::defines` gives it.
+        let tuning = Tuning::default();
         for file in ALL_KERNELS {
             for arch in [80, 90] {
-                let cubin = compile_cubin(*file, arch, &defines)
+                let cubin = compile_cubin(*file, arch, &tuning)
                     .unwrap_or_else(|e| panic!("{} for sm_{arch}: {e}", file.name));
                 assert_eq!(
                     &cubin[..4],
@@ -543,6 +553,30 @@ mod tests {
                         file.name
                     );
                 }
+            }
+        }
+    }
+
+    /// No kernel file has defaults of its own for what `Tuning::defines` passes: without
+    /// the options, each stops at its `#error`.
+    #[test]
+    fn no_kernel_compiles_without_its_options() {
+        if !is_nvrtc_present() {
+            eprintln!("skipped: NVRTC not installed");
+            return;
+        }
+        for file in ALL_KERNELS {
+            match compile_with(*file, 90, &[], None) {
+                Err(CudaError::Compile { log, .. }) => assert!(
+                    log.contains("src/cuda/tuning.rs"),
+                    "{}: failed, but not at its #error: {log}",
+                    file.name
+                ),
+                other => panic!(
+                    "{} compiled without its -D options: {:?}",
+                    file.name,
+                    other.map(|cubin| cubin.len())
+                ),
             }
         }
     }

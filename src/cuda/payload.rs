@@ -41,10 +41,9 @@ use crate::cuda::memory::host_memory::HostRegions;
 use crate::cuda::memory::transfer::Staging;
 use crate::cuda::module::{arg, launch};
 use crate::cuda::runtime::{disabled_reason, note_gather_failure, CudaRuntime};
+use crate::cuda::tuning::GATHER_THREADS as THREADS;
 use crate::gather::{PayloadGather, PayloadStats, RunRows};
 use crate::sort::RunState;
-
-const THREADS: u32 = 256;
 
 /// One column of the run, on the device.
 struct PayloadColumn {

@@ -36,14 +36,10 @@ use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::merge::MergeSorts;
 use crate::cuda::module::{arg, cached_cubin, launch, Kernel, Module, REFINE};
 use crate::cuda::radix::onesweep::Onesweep;
-use crate::cuda::tuning::SEGMENTED_MERGE_MAX_MEAN_ROWS;
-
-const THREADS: u32 = 256;
-/// Values per thread of the scan kernels (`SCAN_ITEMS` in `refine.cu`).
-const SCAN_ITEMS: usize = 8;
-const SCAN_TILE: usize = THREADS as usize * SCAN_ITEMS;
-/// Bytes of a value each step orders by (`STEP_BYTES` in `refine.cu`).
-pub const STEP_BYTES: usize = 7;
+use crate::cuda::tuning::{
+    Tuning, REFINE_SCAN_TILE as SCAN_TILE, REFINE_THREADS as THREADS,
+    SEGMENTED_MERGE_MAX_MEAN_ROWS, TIE_STEP_BYTES as STEP_BYTES,
+};
 
 /// The loaded refinement kernels of one device.
 #[derive(Debug)]
@@ -81,8 +77,8 @@ pub struct Sorters<'a> {
 
 impl TieRefiner {
     /// Compiles (or takes from the cache) and loads the kernels for `device`.
-    pub fn load(device: &Device) -> CudaResult<Self> {
-        let cubin = cached_cubin(REFINE, device.arch, &[])?;
+    pub fn load(device: &Device, tuning: &Tuning) -> CudaResult<Self> {
+        let cubin = cached_cubin(REFINE, device.arch, tuning)?;
         let module = Module::load(REFINE, &cubin)?;
         Ok(Self {
             iota: module.kernel("refine_iota")?,

@@ -2,7 +2,8 @@
 //! process-wide state of failures (the device disabled after a fatal error, fallbacks).
 //!
 //! ```text
-//!  runtime()  once per process: libcuda present? → device 0 → NVRTC (cached CUBIN) → kernels
+//!  runtime()  once per process: the tuning read (tuning.rs) → libcuda present? → the device
+//!             → NVRTC (cached CUBIN, compiled with the tuning's -D options) → kernels
 //!     any failure: the reason is kept, `backend = auto` uses the CPU
 //!  a fatal (sticky) error anywhere → disable_device: every later run goes to the CPU
 //! ```
@@ -25,6 +26,7 @@ use crate::cuda::merge::MergeSorts;
 use crate::cuda::module::is_nvrtc_present;
 use crate::cuda::radix::onesweep::Onesweep;
 use crate::cuda::refine::TieRefiner;
+use crate::cuda::tuning::{switches, Tuning};
 
 /// The opened device and what is loaded on it; one per process.
 #[derive(Debug)]
@@ -41,6 +43,8 @@ pub struct CudaRuntime {
     pub gatherer: Gatherer,
     /// The kernels that order the ties of long byte-like keys.
     pub refiner: TieRefiner,
+    /// The tuning the kernels were compiled with, read when the runtime opened.
+    pub tuning: Tuning,
     /// Pinned staging buffers; holding the lock is holding the device.
     pub(super) staging: Mutex<Staging>,
     /// Host memory of gathered windows, reused between sorts.
@@ -90,7 +94,9 @@ pub fn is_driver_present() -> bool {
 }
 
 fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
-    if std::env::var_os("GPUSORT_DISABLE_CUDA").is_some_and(|v| !v.is_empty() && v != "0") {
+    let tuning = Tuning::from_env();
+    switches().open_with(&tuning);
+    if tuning.disable_cuda {
         return Err(CudaError::Unavailable("GPUSORT_DISABLE_CUDA is set".into()));
     }
     if !is_driver_present() {
@@ -103,17 +109,14 @@ fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
             library: "NVRTC (libnvrtc)",
         });
     }
-    let ordinal = std::env::var("GPUSORT_CUDA_DEVICE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
     let opened = std::panic::catch_unwind(|| -> CudaResult<CudaRuntime> {
-        let device = Device::open(ordinal)?;
-        let onesweep = Onesweep::load(&device)?;
-        let merge = MergeSorts::load(&device)?;
-        let encoder = Encoder::load(&device)?;
-        let gatherer = Gatherer::load(&device)?;
-        let refiner = TieRefiner::load(&device)?;
+        let device = Device::open(tuning.device_ordinal as i32)?;
+        let onesweep = Onesweep::load(&device, &tuning)?;
+        let merge = MergeSorts::load(&device, &tuning)?;
+        let encoder = Encoder::load(&device, &tuning)?;
+        let gatherer = Gatherer::load(&device, &tuning)?;
+        let refiner = TieRefiner::load(&device, &tuning)?;
+        let idle = idle_limit(tuning.host_idle_bytes);
         let staging = Mutex::new(Staging::new(&device)?);
         let page_locker: Option<Arc<dyn PageLocker>> = Some(Arc::new(device.page_locker()));
         Ok(CudaRuntime {
@@ -124,8 +127,9 @@ fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
             gatherer,
             refiner,
             staging,
-            host_regions: Arc::new(HostRegions::new(idle_limit(), page_locker)),
-            idle_permutations: Arc::new(IdleVectors::new(idle_limit() / 4)),
+            host_regions: Arc::new(HostRegions::new(idle, page_locker)),
+            idle_permutations: Arc::new(IdleVectors::new(idle / 4)),
+            tuning: tuning.clone(),
         })
     })
     .map_err(|_| {

@@ -1,11 +1,224 @@
-//! The thresholds that choose between the device sorts (`dispatch.rs`, `refine.rs`), with
-//! the measurements behind them (docs/performance.md).
+//! Every number the launchers and the kernels must agree on, every threshold between the
+//! device sorts, and every environment override, in one place.
 //!
-//! Launch shapes still sit beside their launchers (OneSweep's table in
-//! `radix/onesweep.rs`, passed to the kernel as `-D` options; the merge sorts' in
-//! `merge/mod.rs`).
+//! ```text
+//!  constants below     launch shapes, the thresholds (with the measurements behind them,
+//!                      docs/performance.md) and the codes the kernels share with Rust
+//!  Tuning::from_env    once, when the runtime opens: the GPUSORT_* overrides of the table
+//!        │              below, kept by the runtime for the life of the process
+//!        ├─ Tuning::defines(file) → the -D options of one kernel file; the launcher loaded
+//!        │              with them keeps the shapes it compiled, so the two cannot disagree
+//!        └─ switches()  the two settings a benchmark flips between runs of one process
+//! ```
+//!
+//! The kernels define none of these numbers: each `.cu` file stops with `#error` when a
+//! `-D` it needs is missing, so no default in a kernel can drift from this file (CI compiles
+//! every file with [`Tuning::default`]).
+//!
+//! The variables, all optional, for deployment and for measurements:
+//!
+//! | variable | effect |
+//! | --- | --- |
+//! | `GPUSORT_DISABLE_CUDA` | set (not `0`): no device; `backend = auto` sorts on the CPU |
+//! | `GPUSORT_CUDA_DEVICE` | the device ordinal (default 0) |
+//! | `GPUSORT_KERNEL_DIR` | kernel sources read from this folder instead of the embedded ones |
+//! | `GPUSORT_KERNEL_CACHE` | the folder of compiled kernels (default `$XDG_CACHE_HOME/gpusort`) |
+//! | `GPUSORT_HOST_IDLE_BYTES` | idle host memory kept for reuse (default: 4 GiB, at most 1/8 of RAM) |
+//! | `GPUSORT_TUNE_<U32,U64>_<KEYS,PAIRS,ROWIDS>` | a OneSweep pass shape, `THREADSxITEMSxBLOCKS` |
+//! | `GPUSORT_SEGMENT_TILES_LARGE` | the large segment tile, `THREADSxITEMS` |
+//! | `GPUSORT_SEGMENT_TILES_MAX_ROWS` | the longest segment of the standard tile (0: no tiles) |
+//! | `GPUSORT_LOCALITY_WINDOW_HALO` | the windowed sort's halo (0: off; default: the probe's) |
+//! | `GPUSORT_PLACE_MAX_RADIUS` | the largest radius placed in one pass (0: never) |
+//! | `GPUSORT_HOST_LOCK` | switch, `0`: idle host regions are not page-locked |
+//! | `GPUSORT_HOST_PARTITION_IDS` | switch, `1`: routed sorts hash their rows on the host |
+//!
+//! All are read when the runtime opens. The two switches can also be flipped later, between
+//! the runs of a benchmark (`gpusort bench sql --variant env:GPUSORT_HOST_LOCK=0`), through
+//! [`Switches::set`] on the process's [`switches`].
 
-use crate::cuda::merge::MERGE_TILE;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+// ---- OneSweep (kernels/onesweep.cu) ---------------------------------------------------
+
+/// Threads of the histogram kernel.
+pub const ONESWEEP_HISTOGRAM_THREADS: u32 = 512;
+/// Threads of the key-word gather between the words of a multi-word sort.
+pub const ONESWEEP_GATHER_THREADS: u32 = 256;
+/// Bits of the tile index in a look-back tag (the epoch has the 10 above them).
+pub const ONESWEEP_TILE_BITS: u32 = 20;
+
+/// Block shape of the pass kernel for one key width and value mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PassTuning {
+    /// Threads per block (at least 256: one per digit).
+    pub threads: u32,
+    /// Keys per thread.
+    pub items: u32,
+    /// Blocks that must fit one SM at once: caps the kernel's registers (the compiler's
+    /// launch bound); it changes no launch arithmetic.
+    pub blocks: u32,
+}
+
+impl PassTuning {
+    /// Keys per tile at most: the pass keeps tile positions in 16 bits.
+    pub const MAX_TILE: u32 = 1 << 16;
+
+    const fn new(threads: u32, items: u32, blocks: u32) -> Self {
+        Self {
+            threads,
+            items,
+            blocks,
+        }
+    }
+
+    /// Keys per tile (one block's share).
+    pub const fn tile(self) -> u32 {
+        self.threads * self.items
+    }
+
+    /// `THREADSxITEMSxBLOCKS`, when every part is in range.
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut parts = text.split('x').map(|p| p.trim().parse::<u32>().ok());
+        let tuning = Self::new(parts.next()??, parts.next()??, parts.next()??);
+        let valid = parts.next().is_none()
+            && tuning.threads >= 256
+            && tuning.threads % 32 == 0
+            && (1..=64).contains(&tuning.items)
+            && tuning.tile() <= Self::MAX_TILE
+            && (1..=8).contains(&tuning.blocks);
+        valid.then_some(tuning)
+    }
+}
+
+/// What a pass moves besides the keys; indexes the kernel and tuning tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PassMode {
+    /// Keys only.
+    Keys = 0,
+    /// Keys and given u32 values.
+    Pairs = 1,
+    /// Keys and row ids the pass generates (first pass of a row sort).
+    RowIds = 2,
+}
+
+impl PassMode {
+    /// Every mode, in table order.
+    pub const ALL: [PassMode; 3] = [PassMode::Keys, PassMode::Pairs, PassMode::RowIds];
+
+    fn label(self) -> &'static str {
+        match self {
+            PassMode::Keys => "KEYS",
+            PassMode::Pairs => "PAIRS",
+            PassMode::RowIds => "ROWIDS",
+        }
+    }
+}
+
+/// The pass shapes, `[key][mode]`: key 0 is u32, 1 is u64; mode as [`PassMode`].
+pub type PassShapes = [[PassTuning; 3]; 2];
+
+/// Measured best pass shapes (docs/performance.md: keys-only passes 2026-11-23 on an H200,
+/// passes with values 2026-11-24 on an H100, each confirmed on the other). Passes with
+/// values take the largest tiles: their values reuse the keys' shared memory, and longer
+/// runs of one digit per tile coalesce their two scatters better; they hold fewer blocks
+/// per SM to keep the registers that loading the values early needs.
+pub const ONESWEEP_PASSES: PassShapes = [
+    [
+        PassTuning::new(384, 28, 3),
+        PassTuning::new(256, 48, 2),
+        PassTuning::new(256, 48, 2),
+    ],
+    [
+        PassTuning::new(384, 23, 2),
+        PassTuning::new(512, 32, 1),
+        PassTuning::new(512, 32, 1),
+    ],
+];
+
+const KEY_LABELS: [&str; 2] = ["U32", "U64"];
+
+// ---- Merge sorts (kernels/merge.cuh, locality_sort.cu, segmented_sort.cu) ------------
+
+/// Threads of a merge block.
+pub const MERGE_THREADS: u32 = 256;
+/// Elements per thread.
+pub const MERGE_ITEMS: u32 = 8;
+/// Rows per tile of the block sort and per work-queue tile of the merge passes.
+pub const MERGE_TILE: u32 = MERGE_THREADS * MERGE_ITEMS;
+/// Threads of the merge sorts' scan kernel.
+pub const MERGE_SCAN_THREADS: u32 = 1024;
+/// Threads of the merge sorts' element-wise kernels.
+pub const SIMPLE_THREADS: u32 = 256;
+/// Resident merge blocks per SM that the persistent grid asks for.
+pub const MERGE_BLOCKS_PER_SM: u32 = 8;
+/// Sorted tiles of at most this radius are placed in one pass instead of merged.
+pub const MAX_PLACE_RADIUS: u32 = 8;
+
+/// Positions the locality probe reads in a row.
+pub const PROBE_CHUNK: u64 = 1024;
+/// The window halos the probe tries, the powers of two from 16 to 512 (the kernel gets the
+/// first and the count).
+pub const PROBED_HALOS: [u32; 6] = [16, 32, 64, 128, 256, 512];
+/// Rows of halo on each side of a window (a window owns MERGE_TILE − 2 × this rows) that a
+/// window sort with a smaller halo retries with when it declines.
+pub const LOCALITY_WINDOW_HALO: u32 = 128;
+
+/// Runs whose longest segment has at most this many rows are sorted by `segment_ranks_<k>`,
+/// which counts each row's rank within its segment (work grows with the square of the
+/// segment length: H100, 2^26 u64 keys, limits of 32, 64 and 128 rows measured the same at
+/// segments of 16 and slower at 100 and 113 with 128; docs/performance.md).
+pub const SEGMENT_RANK_MAX_ROWS: usize = 32;
+/// Blocks of `segment_ranks_<k>` that must fit one SM at once (its launch bound).
+pub const SEGMENT_RANKS_MIN_BLOCKS: u32 = 7;
+/// Runs whose longest segment has at most this many rows get the segment-tile sort
+/// (a block then takes at least half a tile of rows).
+pub const SEGMENT_TILES_MAX_ROWS: usize = MERGE_TILE as usize / 2;
+/// Segment lengths each thread of `segment_starts_<l>` adds up.
+pub const SEGMENT_STARTS_ITEMS: u32 = 16;
+/// Segments per block of `segment_starts_<l>`: the host keeps the first start of each.
+pub const SEGMENT_STARTS_CHUNK: usize = (MERGE_THREADS * SEGMENT_STARTS_ITEMS) as usize;
+
+/// Block shape of the large segment tile (`kernels/segment_tiles_large.cu`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TileShape {
+    /// Threads per block.
+    pub threads: u32,
+    /// Rows per thread.
+    pub items: u32,
+}
+
+impl TileShape {
+    /// Rows of a tile.
+    pub const fn rows(self) -> usize {
+        (self.threads * self.items) as usize
+    }
+
+    /// `THREADSxITEMS`, threads a power of two from 64 to 1 024.
+    fn parse(text: &str) -> Option<Self> {
+        let (threads, items) = text.split_once('x')?;
+        let shape = Self {
+            threads: threads.trim().parse().ok()?,
+            items: items.trim().parse().ok()?,
+        };
+        let valid = shape.threads.is_power_of_two()
+            && (64..=1024).contains(&shape.threads)
+            && shape.items >= 1;
+        valid.then_some(shape)
+    }
+}
+
+/// The large segment tile: one block per SM.
+pub const LARGE_SEGMENT_TILE: TileShape = TileShape {
+    threads: 1024,
+    items: 12,
+};
+/// Runs get the large tile only when its blocks hold on average at least this share of a
+/// tile (a block's rows: at least the window's stride, and on average at least the mean
+/// segment): every block sorts a whole tile, so emptier tiles would waste the work.
+pub const LARGE_TILE_MIN_FILL: usize = 4;
+
+// ---- Between the device sorts (dispatch.rs, refine.rs) -------------------------------
 
 /// Segments of at most this many rows on average are merge sorted; longer ones go to
 /// the composite radix sort (H100, 2^26 u64 keys: the merge sort wins at 10 000 rows per
@@ -26,3 +239,422 @@ pub const LOCALITY_PROBE_TILES: [u32; 2] = [1, 4];
 /// The probe reads one chunk of consecutive keys in this many (a sample of n / 8 keys
 /// decides as well as all of them, at an eighth of the reads).
 pub const LOCALITY_PROBE_EVERY: u32 = 8;
+
+// ---- Key encoding and tie refinement (encode.cu, refine.cu, fields.cuh) --------------
+
+/// Threads of the encoding kernels.
+pub const ENCODE_THREADS: u32 = 256;
+/// Partition counters the id kernel keeps in shared memory (more go to global memory).
+pub const ENCODE_SHARED_PARTITIONS: u32 = 4096;
+/// `kind` of a field that is a column's null flag (after the limb kinds 0..=3 of
+/// `keys::LimbKind`).
+pub const FIELD_NULL_FLAG: u32 = 4;
+/// `kind` of chunk `offset / 8` of a byte-like value's window.
+pub const LIMB_VIEW_CHUNK: u32 = 5;
+/// `kind` of a byte-like value's length marker in a window of `offset` bytes.
+pub const LIMB_VIEW_LENGTH: u32 = 6;
+
+/// Threads of the refinement kernels.
+pub const REFINE_THREADS: u32 = 256;
+/// Flags each thread of the refinement's scan adds up.
+pub const REFINE_SCAN_ITEMS: u32 = 8;
+/// Flags per tile of the refinement's scan (one block's share).
+pub const REFINE_SCAN_TILE: usize = (REFINE_THREADS * REFINE_SCAN_ITEMS) as usize;
+/// Bytes of a value each refinement step compares.
+pub const TIE_STEP_BYTES: usize = 7;
+
+// ---- Payload gather (gather.cu) -------------------------------------------------------
+
+/// Threads of the gather kernels.
+pub const GATHER_THREADS: u32 = 256;
+
+/// `-D` options for one kernel file.
+pub type Defines = Vec<(String, String)>;
+
+/// The values a measurement can override, read once when the runtime opens.
+#[derive(Debug, Clone)]
+pub struct Tuning {
+    /// `GPUSORT_DISABLE_CUDA`: open no device.
+    pub disable_cuda: bool,
+    /// `GPUSORT_CUDA_DEVICE`: the device ordinal.
+    pub device_ordinal: usize,
+    /// `GPUSORT_KERNEL_DIR`: where kernel sources are read from, when not embedded.
+    pub kernel_dir: Option<PathBuf>,
+    /// `GPUSORT_KERNEL_CACHE`: the folder of compiled kernels.
+    pub kernel_cache: Option<PathBuf>,
+    /// `GPUSORT_HOST_IDLE_BYTES`: idle host memory kept, when not the default.
+    pub host_idle_bytes: Option<usize>,
+    /// OneSweep's pass shapes.
+    pub passes: PassShapes,
+    /// The large segment tile.
+    pub large_segment_tile: TileShape,
+    /// The longest segment of the standard segment tile, at most [`MERGE_TILE`].
+    pub segment_tiles_max_rows: usize,
+    /// How the windowed locality sort picks its halo.
+    pub window_halo: WindowHalo,
+    /// The largest radius the merge sort places in one pass.
+    pub place_max_radius: u32,
+    /// `GPUSORT_HOST_LOCK`: the host-lock switch when the runtime opens.
+    pub host_lock: bool,
+    /// `GPUSORT_HOST_PARTITION_IDS`: the host-ids switch when the runtime opens.
+    pub host_partition_ids: bool,
+}
+
+/// How the windowed locality sort picks its halo.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowHalo {
+    /// Never run the windowed sort.
+    Off,
+    /// The least halo at which the probe found no key out of order (the default).
+    LeastClean,
+    /// This many rows (rounded up to a power of two in the halos a window can have), when
+    /// the probe found no key out of order at it.
+    Fixed(u32),
+}
+
+impl Default for Tuning {
+    /// No overrides: every value as measured.
+    fn default() -> Self {
+        Self::from_lookup(|_| None)
+    }
+}
+
+impl Tuning {
+    /// The overrides of this process's environment.
+    pub fn from_env() -> Self {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// The overrides that `lookup` gives for each variable name; a value that does not
+    /// parse or is out of range is ignored with a warning.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
+        let lookup: &dyn Fn(&str) -> Option<String> = &lookup;
+        let number = |name: &str| read(lookup, name, |t| t.parse::<u64>().ok());
+        let mut passes = ONESWEEP_PASSES;
+        for (key, row) in passes.iter_mut().enumerate() {
+            for mode in PassMode::ALL {
+                let name = format!("GPUSORT_TUNE_{}_{}", KEY_LABELS[key], mode.label());
+                if let Some(shape) = read(lookup, &name, PassTuning::parse) {
+                    row[mode as usize] = shape;
+                }
+            }
+        }
+        let large_segment_tile = read(lookup, "GPUSORT_SEGMENT_TILES_LARGE", TileShape::parse)
+            .unwrap_or(LARGE_SEGMENT_TILE);
+        let window_halo = match number("GPUSORT_LOCALITY_WINDOW_HALO") {
+            None => WindowHalo::LeastClean,
+            Some(0) => WindowHalo::Off,
+            Some(rows) => WindowHalo::Fixed(rows.min(u32::MAX as u64) as u32),
+        };
+        let switch = |name: &str, on: bool| lookup(name).map_or(on, |v| Switches::parse(&v, on));
+        Self {
+            disable_cuda: lookup("GPUSORT_DISABLE_CUDA")
+                .is_some_and(|v| !v.trim().is_empty() && v.trim() != "0"),
+            device_ordinal: number("GPUSORT_CUDA_DEVICE").unwrap_or(0) as usize,
+            kernel_dir: lookup("GPUSORT_KERNEL_DIR").map(PathBuf::from),
+            kernel_cache: lookup("GPUSORT_KERNEL_CACHE").map(PathBuf::from),
+            host_idle_bytes: number("GPUSORT_HOST_IDLE_BYTES").map(|b| b as usize),
+            passes,
+            large_segment_tile,
+            segment_tiles_max_rows: number("GPUSORT_SEGMENT_TILES_MAX_ROWS")
+                .map_or(SEGMENT_TILES_MAX_ROWS, |r| r as usize)
+                .min(MERGE_TILE as usize),
+            window_halo,
+            place_max_radius: number("GPUSORT_PLACE_MAX_RADIUS")
+                .map_or(MAX_PLACE_RADIUS, |r| r.min(u32::MAX as u64) as u32),
+            host_lock: switch("GPUSORT_HOST_LOCK", true),
+            host_partition_ids: switch("GPUSORT_HOST_PARTITION_IDS", false),
+        }
+    }
+
+    /// The pass shape of key width `key` (0: u32, 1: u64) and `mode`.
+    pub fn pass(&self, key: usize, mode: PassMode) -> PassTuning {
+        self.passes[key][mode as usize]
+    }
+
+    /// The `-D` options of kernel file `file` (its name in `kernels/`).
+    pub fn defines(&self, file: &str) -> Defines {
+        let mut out = Defines::new();
+        let mut define = |name: &str, value: &dyn ToString| {
+            out.push((name.to_string(), value.to_string()));
+        };
+        let merge = |define: &mut dyn FnMut(&str, &dyn ToString), shape: TileShape| {
+            define("MERGE_THREADS", &shape.threads);
+            define("MERGE_ITEMS", &shape.items);
+            define("SCAN_THREADS", &MERGE_SCAN_THREADS);
+        };
+        let fields = |define: &mut dyn FnMut(&str, &dyn ToString)| {
+            define("FIELD_NULL_FLAG", &FIELD_NULL_FLAG);
+            define("LIMB_VIEW_CHUNK", &LIMB_VIEW_CHUNK);
+            define("LIMB_VIEW_LENGTH", &LIMB_VIEW_LENGTH);
+        };
+        let standard = TileShape {
+            threads: MERGE_THREADS,
+            items: MERGE_ITEMS,
+        };
+        match file {
+            "onesweep.cu" => {
+                for (key, row) in self.passes.iter().enumerate() {
+                    for mode in PassMode::ALL {
+                        let prefix = format!("ONESWEEP_{}_{}", KEY_LABELS[key], mode.label());
+                        let shape = row[mode as usize];
+                        define(&format!("{prefix}_THREADS"), &shape.threads);
+                        define(&format!("{prefix}_ITEMS"), &shape.items);
+                        define(&format!("{prefix}_BLOCKS"), &shape.blocks);
+                    }
+                }
+                define("HISTOGRAM_THREADS", &ONESWEEP_HISTOGRAM_THREADS);
+                define("TILE_BITS", &ONESWEEP_TILE_BITS);
+            }
+            "locality_sort.cu" | "segmented_sort.cu" => {
+                merge(&mut define, standard);
+                define("PROBE_CHUNK", &PROBE_CHUNK);
+                define("WINDOW_HALO_MIN", &PROBED_HALOS[0]);
+                define("PROBE_HALOS", &PROBED_HALOS.len());
+                define("SEGMENT_RANKS_MIN_BLOCKS", &SEGMENT_RANKS_MIN_BLOCKS);
+                define("SEGMENT_STARTS_ITEMS", &SEGMENT_STARTS_ITEMS);
+            }
+            "segment_tiles_large.cu" => merge(&mut define, self.large_segment_tile),
+            "encode.cu" => {
+                define("ENCODE_THREADS", &ENCODE_THREADS);
+                define("SHARED_PARTITIONS", &ENCODE_SHARED_PARTITIONS);
+                fields(&mut define);
+            }
+            "refine.cu" => {
+                define("REFINE_THREADS", &REFINE_THREADS);
+                define("SCAN_ITEMS", &REFINE_SCAN_ITEMS);
+                define("STEP_BYTES", &TIE_STEP_BYTES);
+                fields(&mut define);
+            }
+            "gather.cu" => define("GATHER_THREADS", &GATHER_THREADS),
+            other => panic!("no -D options are known for kernel file {other}"),
+        }
+        out
+    }
+}
+
+/// The value of variable `name` as `parse` reads it; a value it refuses is ignored, with a
+/// warning.
+fn read<T>(
+    lookup: &dyn Fn(&str) -> Option<String>,
+    name: &str,
+    parse: impl Fn(&str) -> Option<T>,
+) -> Option<T> {
+    let text = lookup(name)?;
+    let value = parse(text.trim());
+    if value.is_none() {
+        log::warn!("gpusort: ignoring {name}={text:?}: not a valid value");
+    }
+    value
+}
+
+/// The settings a benchmark may flip between the runs of one process.
+#[derive(Debug)]
+pub struct Switches {
+    host_lock: AtomicBool,
+    host_partition_ids: AtomicBool,
+}
+
+static SWITCHES: Switches = Switches::new(true, false);
+
+/// The process's switches: as the environment set them when the runtime opened
+/// ([`Switches::open_with`]), or as a benchmark set them since.
+pub fn switches() -> &'static Switches {
+    &SWITCHES
+}
+
+impl Switches {
+    const fn new(host_lock: bool, host_partition_ids: bool) -> Self {
+        Self {
+            host_lock: AtomicBool::new(host_lock),
+            host_partition_ids: AtomicBool::new(host_partition_ids),
+        }
+    }
+
+    /// Takes the values `tuning` read from the environment.
+    pub fn open_with(&self, tuning: &Tuning) {
+        self.host_lock.store(tuning.host_lock, Ordering::Relaxed);
+        self.host_partition_ids
+            .store(tuning.host_partition_ids, Ordering::Relaxed);
+    }
+
+    /// The variables that name a switch.
+    pub const VARIABLES: [&'static str; 2] = ["GPUSORT_HOST_LOCK", "GPUSORT_HOST_PARTITION_IDS"];
+
+    /// Whether idle host regions are page-locked and copied into directly.
+    pub fn host_lock(&self) -> bool {
+        self.host_lock.load(Ordering::Relaxed)
+    }
+
+    /// Whether routed sorts keep the host's hashing of the rows into partitions.
+    pub fn host_partition_ids(&self) -> bool {
+        self.host_partition_ids.load(Ordering::Relaxed)
+    }
+
+    /// The state of the switch of `variable`, or `None` for another variable.
+    pub fn value(&self, variable: &str) -> Option<bool> {
+        match variable {
+            "GPUSORT_HOST_LOCK" => Some(self.host_lock()),
+            "GPUSORT_HOST_PARTITION_IDS" => Some(self.host_partition_ids()),
+            _ => None,
+        }
+    }
+
+    /// Sets the switch of `variable` (one of [`Switches::VARIABLES`]) as that variable's
+    /// `value` would have at open; `Err` for another variable.
+    pub fn set(&self, variable: &str, value: &str) -> Result<(), String> {
+        let (flag, on) = match variable {
+            "GPUSORT_HOST_LOCK" => (&self.host_lock, true),
+            "GPUSORT_HOST_PARTITION_IDS" => (&self.host_partition_ids, false),
+            other => {
+                return Err(format!(
+                    "{other} is read once, when the device opens; only {} change later",
+                    Self::VARIABLES.join(" and ")
+                ))
+            }
+        };
+        flag.store(Self::parse(value.trim(), on), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// A switch's value from its variable: `0` turns a default-on switch off, `1` turns a
+    /// default-off one on, and an empty value keeps the default.
+    fn parse(value: &str, default_on: bool) -> bool {
+        match value.trim() {
+            "" => default_on,
+            "0" => false,
+            _ if default_on => true,
+            v => v == "1",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn with(vars: &[(&str, &str)]) -> Tuning {
+        let vars: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Tuning::from_lookup(|name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn pass_shapes_parse_and_reject_bad_shapes() {
+        assert_eq!(
+            PassTuning::parse("384x28x3"),
+            Some(PassTuning::new(384, 28, 3))
+        );
+        assert_eq!(
+            PassTuning::parse(" 512 x 16 x 2 "),
+            Some(PassTuning::new(512, 16, 2))
+        );
+        for bad in [
+            "384x28",
+            "384x28x3x1",
+            "200x16x2",
+            "300x16x2",
+            "384x0x3",
+            "384x65x3",
+            "1056x64x1",
+            "384x28x0",
+            "384x28x9",
+            "axbxc",
+        ] {
+            assert_eq!(PassTuning::parse(bad), None, "{bad}");
+        }
+        for row in ONESWEEP_PASSES {
+            for shape in row {
+                assert_eq!(
+                    PassTuning::parse(&format!(
+                        "{}x{}x{}",
+                        shape.threads, shape.items, shape.blocks
+                    )),
+                    Some(shape)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn no_overrides_is_the_measured_tuning() {
+        let t = Tuning::default();
+        assert!(!t.disable_cuda);
+        assert_eq!(t.device_ordinal, 0);
+        assert_eq!(t.passes, ONESWEEP_PASSES);
+        assert_eq!(t.large_segment_tile, LARGE_SEGMENT_TILE);
+        assert_eq!(t.segment_tiles_max_rows, SEGMENT_TILES_MAX_ROWS);
+        assert_eq!(t.window_halo, WindowHalo::LeastClean);
+        assert_eq!(t.place_max_radius, MAX_PLACE_RADIUS);
+        assert!(t.host_lock && !t.host_partition_ids);
+    }
+
+    #[test]
+    fn overrides_are_read_and_bad_values_ignored() {
+        let t = with(&[
+            ("GPUSORT_DISABLE_CUDA", "1"),
+            ("GPUSORT_CUDA_DEVICE", "2"),
+            ("GPUSORT_TUNE_U64_PAIRS", "384x16x2"),
+            ("GPUSORT_TUNE_U32_KEYS", "7x7x7"),
+            ("GPUSORT_SEGMENT_TILES_LARGE", "512x8"),
+            ("GPUSORT_SEGMENT_TILES_MAX_ROWS", "999999"),
+            ("GPUSORT_LOCALITY_WINDOW_HALO", "0"),
+            ("GPUSORT_PLACE_MAX_RADIUS", "x"),
+            ("GPUSORT_HOST_LOCK", "0"),
+            ("GPUSORT_HOST_PARTITION_IDS", "1"),
+        ]);
+        assert!(t.disable_cuda);
+        assert_eq!(t.device_ordinal, 2);
+        assert_eq!(t.pass(1, PassMode::Pairs), PassTuning::new(384, 16, 2));
+        assert_eq!(t.pass(0, PassMode::Keys), ONESWEEP_PASSES[0][0]);
+        assert_eq!(t.large_segment_tile.rows(), 4096);
+        assert_eq!(t.segment_tiles_max_rows, MERGE_TILE as usize);
+        assert_eq!(t.window_halo, WindowHalo::Off);
+        assert_eq!(t.place_max_radius, MAX_PLACE_RADIUS);
+        assert!(!t.host_lock && t.host_partition_ids);
+        assert!(!with(&[("GPUSORT_DISABLE_CUDA", "0")]).disable_cuda);
+        assert_eq!(
+            with(&[("GPUSORT_LOCALITY_WINDOW_HALO", "100")]).window_halo,
+            WindowHalo::Fixed(100)
+        );
+    }
+
+    #[test]
+    fn switches_flip_and_refuse_other_variables() {
+        let switches = Switches::new(true, false);
+        switches.set("GPUSORT_HOST_LOCK", "0").unwrap();
+        switches.set("GPUSORT_HOST_PARTITION_IDS", "1").unwrap();
+        assert!(!switches.host_lock() && switches.host_partition_ids());
+        switches.set("GPUSORT_HOST_LOCK", "").unwrap();
+        switches.set("GPUSORT_HOST_PARTITION_IDS", "0").unwrap();
+        assert!(switches.host_lock() && !switches.host_partition_ids());
+        assert!(switches.set("GPUSORT_PLACE_MAX_RADIUS", "2").is_err());
+        switches.open_with(&with(&[("GPUSORT_HOST_LOCK", "0")]));
+        assert!(!switches.host_lock() && !switches.host_partition_ids());
+    }
+
+    #[test]
+    fn every_kernel_file_has_its_options() {
+        let t = Tuning::default();
+        for file in [
+            "onesweep.cu",
+            "locality_sort.cu",
+            "segmented_sort.cu",
+            "segment_tiles_large.cu",
+            "encode.cu",
+            "refine.cu",
+            "gather.cu",
+        ] {
+            let defines = t.defines(file);
+            assert!(!defines.is_empty(), "{file}");
+            let mut names: Vec<_> = defines.iter().map(|(k, _)| k.as_str()).collect();
+            names.sort_unstable();
+            names.dedup();
+            assert_eq!(names.len(), defines.len(), "{file}: a -D given twice");
+        }
+    }
+}

@@ -163,7 +163,7 @@ gpu_test!(device_gather_into_page_locked_windows, |rt| {
     // second gather, of another order, is copied straight into them over stale contents.
     let first = shuffled(n, "locked windows, first");
     device_gather_against_host(&rows, &first, None, 8192, "before locking");
-    if std::env::var(gpusort::cuda::HOST_LOCK_VARIABLE).as_deref() != Ok("0") {
+    if gpusort::cuda::switches().host_lock() {
         assert!(rt.settle_host_memory() > 0, "no window memory was locked");
     }
     let second = shuffled(n, "locked windows, second");

@@ -59,19 +59,19 @@ pub(super) fn device_keys_sort<K: RadixKey + TransferPlain>(
 }
 
 /// The largest tile over the pass modes.
-pub(super) fn max_tile<K: RadixKey>() -> usize {
+pub(super) fn max_tile<K: RadixKey>(rt: &CudaRuntime) -> usize {
     PassMode::ALL
-        .map(|m| K::tuning(m).tile() as usize)
+        .map(|m| rt.onesweep.shape::<K>(m).tile() as usize)
         .into_iter()
         .max()
         .unwrap()
 }
 
 /// Small sizes, and every size from tile-1 to 2·tile+1 for the tile of each pass mode.
-pub(super) fn sizes_for<K: RadixKey>() -> Vec<usize> {
+pub(super) fn sizes_for<K: RadixKey>(rt: &CudaRuntime) -> Vec<usize> {
     let mut sizes: Vec<usize> = vec![0, 1, 2, 3, 31, 32, 33, 255, 256, 257, 1000];
     for mode in PassMode::ALL {
-        let tile = K::tuning(mode).tile() as usize;
+        let tile = rt.onesweep.shape::<K>(mode).tile() as usize;
         sizes.extend(tile - 1..=2 * tile + 1);
         sizes.extend([3 * tile, 100 * tile + 17]);
     }
@@ -86,7 +86,7 @@ pub(super) fn assert_keys_only_sizes<K: RadixKey + TransferPlain + Ord + std::fm
     rt: &CudaRuntime,
     all: &[K],
 ) {
-    for n in sizes_for::<K>() {
+    for n in sizes_for::<K>(rt) {
         let mut expected = all[..n].to_vec();
         expected.sort_unstable();
         assert!(
@@ -101,9 +101,9 @@ pub(super) fn assert_every_size_around_tiles<K>(rt: &CudaRuntime, label: &str, m
 where
     K: RadixKey + TransferPlain + Ord + std::fmt::Debug,
 {
-    let all = random_keys(100 * max_tile::<K>() + 2_000_000, label, make);
+    let all = random_keys(100 * max_tile::<K>(rt) + 2_000_000, label, make);
     assert_keys_only_sizes(rt, &all);
-    for n in sizes_for::<K>() {
+    for n in sizes_for::<K>(rt) {
         assert_stable_order(
             &all[..n],
             &device_rowid_sort(rt, &all[..n]),

@@ -100,7 +100,7 @@ pub(super) fn check_segment_tiles(
     sizes: &[usize],
     shapes: &[common::strategies::Lengths],
 ) {
-    let tile_rows = tile.rows();
+    let tile_rows = rt.merge.tile_rows(tile);
     for &n in sizes {
         for &lengths in shapes {
             let label = format!("segment tiles {tile:?} n={n} {lengths:?}");
@@ -217,7 +217,7 @@ gpu_test!(segment_tiles_sort_segments_up_to_a_tile, |rt| {
 // (stride 1), short ones mixed in, sizes around the large tile; and which tile `auto` picks.
 gpu_test!(large_segment_tiles_sort_segments_up_to_a_tile, |rt| {
     use common::strategies::Lengths;
-    let tile = cuda::SegmentTile::Large.rows();
+    let tile = rt.merge.tile_rows(cuda::SegmentTile::Large);
     let standard = cuda::MERGE_TILE as usize;
     check_segment_tiles(
         rt,

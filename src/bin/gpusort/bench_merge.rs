@@ -113,11 +113,11 @@ pub fn run(options: &MergeBench) -> Result<()> {
             None => "radix",
         };
         let longest = segments.longest_rows();
-        let fits_large = longest <= SegmentTile::Large.rows();
+        let fits_large = longest <= runtime.merge.tile_rows(SegmentTile::Large);
         // The tile `auto` picks, else the first that fits.
         let tile = chosen.or([SegmentTile::Standard, SegmentTile::Large]
             .into_iter()
-            .find(|t| longest <= t.rows()));
+            .find(|&t| longest <= runtime.merge.tile_rows(t)));
         let [auto, merge, radix] = [Path::Auto, Path::Merge, Path::Radix]
             .map(|p| time_u64(&runtime, &random, Some(&segments), p, options));
         let (auto, merge, radix) = (auto?, merge?, radix?);

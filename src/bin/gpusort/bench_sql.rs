@@ -36,7 +36,7 @@ use datafusion::physical_plan::display::DisplayableExecutionPlan;
 use datafusion::physical_plan::{collect, execute_stream_partitioned, ExecutionPlan};
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
 use futures::StreamExt;
-use gpusort::{BackendChoice, GpuSortExec};
+use gpusort::{cuda, BackendChoice, GpuSortExec};
 use rayon::prelude::*;
 
 use crate::bench_tables::{generate_tables, Table};
@@ -369,9 +369,11 @@ async fn measure(
     })
 }
 
-/// One change of a variant: a session setting or an environment variable.
+/// One change of a variant: a session setting, a switch of the device runtime
+/// (`cuda::Switches`), or another environment variable.
 enum Change {
     Setting(String, String),
+    Switch(String, String),
     Env(String, String),
 }
 
@@ -384,6 +386,17 @@ fn parse_variant(spec: &str) -> Result<Vec<Change>> {
             };
             let (name, value) = (name.trim().to_string(), value.trim().to_string());
             Ok(match name.strip_prefix("env:") {
+                Some(variable) if cuda::Switches::VARIABLES.contains(&variable) => {
+                    Change::Switch(variable.to_string(), value)
+                }
+                Some(variable) if variable.starts_with("GPUSORT_") => {
+                    return exec_err!(
+                        "--variant {spec}: {variable} is read once, when the device opens; \
+                         run the benchmark again with it set instead (only {} change \
+                         between runs)",
+                        cuda::Switches::VARIABLES.join(" and ")
+                    );
+                }
                 Some(variable) => Change::Env(variable.to_string(), value),
                 None => Change::Setting(name, value),
             })
@@ -411,6 +424,18 @@ async fn apply(ctx: &SessionContext, changes: &[Change]) -> Result<Vec<Change>> 
                     .collect()
                     .await?;
                 undo.push(Change::Setting(name.clone(), old));
+            }
+            Change::Switch(variable, value) => {
+                // Opening the runtime sets the switches from the environment: open it first.
+                let _ = cuda::runtime();
+                let switches = cuda::switches();
+                let old = switches
+                    .value(variable)
+                    .map_or("", |on| if on { "1" } else { "0" });
+                undo.push(Change::Switch(variable.clone(), old.to_string()));
+                if let Err(message) = switches.set(variable, value) {
+                    return exec_err!("--variant: {message}");
+                }
             }
             Change::Env(variable, value) => {
                 let old = std::env::var(variable).unwrap_or_default();

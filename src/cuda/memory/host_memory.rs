@@ -32,18 +32,20 @@
 //!
 //! Idle regions are process memory outside DataFusion's memory pool: at most
 //! [`idle_limit`] bytes (4 GiB, and never more than an eighth of physical memory; the
-//! environment variable `GPUSORT_HOST_IDLE_BYTES` sets it, 0 keeps nothing idle). Locked
-//! memory is bounded by the same limit: only regions that become idle are locked, and a
-//! region freed past the limit is unlocked first. `GPUSORT_HOST_LOCK=0` locks nothing more
-//! and copies through the staging buffers.
+//! environment variable `GPUSORT_HOST_IDLE_BYTES` sets it, 0 keeps nothing idle; see
+//! `tuning.rs`). Locked memory is bounded by the same limit: only regions that become idle
+//! are locked, and a region freed past the limit is unlocked first. The host-lock switch
+//! (`GPUSORT_HOST_LOCK=0`) locks nothing more and copies through the staging buffers.
 
 use std::alloc::{alloc, dealloc, Layout};
 use std::ptr::NonNull;
 use std::sync::mpsc::{channel, Sender};
-use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 
 use arrow::buffer::Buffer;
 use datafusion::arrow;
+
+use crate::cuda::tuning::switches;
 
 /// Alignment of every region (any Arrow buffer type, and the gather's 256-byte parts).
 const ALIGN: usize = 256;
@@ -53,41 +55,30 @@ const GRANULE: usize = 2 << 20;
 /// The most idle bytes kept, before the physical memory bound.
 const MOST_IDLE: usize = 4 << 30;
 
-/// Environment variable that sets the idle limit in bytes (0: keep nothing idle).
-pub const IDLE_LIMIT_VARIABLE: &str = "GPUSORT_HOST_IDLE_BYTES";
-
-/// Bytes of idle regions kept for reuse: [`IDLE_LIMIT_VARIABLE`] when set, else
-/// [`MOST_IDLE`] but at most an eighth of physical memory (1 GiB when that cannot be read).
-pub fn idle_limit() -> usize {
-    static LIMIT: OnceLock<usize> = OnceLock::new();
-    *LIMIT.get_or_init(|| {
-        if let Some(bytes) = std::env::var(IDLE_LIMIT_VARIABLE)
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-        {
-            return bytes;
-        }
-        let physical = std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|info| {
-                let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
-                let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
-                Some(kib * 1024)
-            });
-        match physical {
-            Some(bytes) => MOST_IDLE.min(bytes / 8),
-            None => 1 << 30,
-        }
-    })
+/// Bytes of idle regions kept for reuse: `chosen` (`GPUSORT_HOST_IDLE_BYTES`) when set,
+/// else [`MOST_IDLE`] but at most an eighth of physical memory (1 GiB when that cannot be
+/// read).
+pub fn idle_limit(chosen: Option<usize>) -> usize {
+    if let Some(bytes) = chosen {
+        return bytes;
+    }
+    let physical = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib * 1024)
+        });
+    match physical {
+        Some(bytes) => MOST_IDLE.min(bytes / 8),
+        None => 1 << 30,
+    }
 }
 
-/// Environment variable that turns page locking of idle regions off (`0`).
-pub const LOCK_VARIABLE: &str = "GPUSORT_HOST_LOCK";
-
-/// Whether idle regions are page-locked and copied into directly ([`LOCK_VARIABLE`] is not
-/// `0`; read each time, so that a benchmark can compare both in one process).
-pub fn locking_enabled() -> bool {
-    std::env::var(LOCK_VARIABLE).map_or(true, |v| v.trim() != "0")
+/// Whether idle regions are page-locked and copied into directly: the host-lock switch,
+/// read each time, so that a benchmark can compare both in one process.
+fn locking_enabled() -> bool {
+    switches().host_lock()
 }
 
 /// Page-locks host memory for a device, so the device copies to and from it directly.
@@ -477,8 +468,7 @@ mod tests {
         let buffers: Vec<Buffer> = (0..5).map(|i| filled(&regions, GRANULE, i)).collect();
         drop(buffers);
         assert_eq!(regions.idle_bytes(), 3 * GRANULE);
-        if std::env::var(IDLE_LIMIT_VARIABLE).is_err() {
-            assert!(idle_limit() >= GRANULE && idle_limit() <= MOST_IDLE);
-        }
+        assert!(idle_limit(None) >= GRANULE && idle_limit(None) <= MOST_IDLE);
+        assert_eq!(idle_limit(Some(7)), 7);
     }
 }

@@ -12,15 +12,9 @@
 
 use crate::cuda::error::CudaResult;
 use crate::cuda::memory::device::Device;
-use crate::cuda::merge::{check_rows, MergeKeys, MergeSorts, SIMPLE_THREADS};
+use crate::cuda::merge::{check_rows, MergeKeys, MergeSorts};
 use crate::cuda::module::{arg, launch};
-
-/// Positions the probe reads in a row (`PROBE_CHUNK` in the kernel, passed by
-/// `merge::defines`).
-pub const PROBE_CHUNK: u64 = 1024;
-/// The window halos the probe tries, the powers of two from 16 to 512 (`WINDOW_HALO_MIN << k`
-/// for k < `PROBE_HALOS` in the kernel, both passed by `merge::defines`).
-pub const PROBED_HALOS: [u32; 6] = [16, 32, 64, 128, 256, 512];
+use crate::cuda::tuning::{PROBED_HALOS, PROBE_CHUNK, SIMPLE_THREADS};
 
 /// Sampled keys greater than the key some distance on, and how many were sampled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

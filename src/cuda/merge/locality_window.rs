@@ -24,51 +24,27 @@
 //! the halo's share of each tile sorted twice. Declining costs the attempt; the keys are left
 //! as they were, so the merge sort then runs on them.
 
-use std::sync::OnceLock;
-
 use crate::cuda::error::CudaResult;
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::merge::locality_probe::LocalityProbe;
-use crate::cuda::merge::{
-    check_rows, MergeKeys, MergeSorts, MERGE_ITEMS, MERGE_THREADS, MERGE_TILE,
-};
+use crate::cuda::merge::{check_rows, MergeKeys, MergeSorts};
 use crate::cuda::module::{arg, launch};
+use crate::cuda::tuning::{
+    WindowHalo, LOCALITY_WINDOW_HALO, MERGE_ITEMS, MERGE_THREADS, MERGE_TILE,
+};
 
-/// Rows of halo on each side of a window (a window owns MERGE_TILE − 2 × this rows) that a
-/// window sort with a smaller halo retries with when it declines.
-pub const LOCALITY_WINDOW_HALO: u32 = 128;
 /// The halos a window can have: powers of two up to a quarter of a tile (chunks of two
 /// halos are runs of the tile sort), from 16 rows: a window then owns a multiple of 32 rows,
 /// so its loads and stores start on 128-byte lines.
 pub const WINDOW_HALOS: std::ops::RangeInclusive<u32> = 16..=(MERGE_TILE / 4);
 const _: () = assert!(2 * *WINDOW_HALOS.start() >= MERGE_ITEMS);
 
-/// How the windowed sort picks its halo.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WindowHalo {
-    /// Never run the windowed sort.
-    Off,
-    /// The least halo at which the probe found no key out of order (the default).
-    LeastClean,
-    /// This halo, when the probe found no key out of order at it.
-    Fixed(u32),
-}
-
-/// The halo choice: [`WindowHalo::LeastClean`], or `GPUSORT_LOCALITY_WINDOW_HALO` for
-/// measurements (0: off; others are rounded up to a power of two in [`WINDOW_HALOS`] and
-/// fixed). Read once per process.
-pub fn locality_window_halo() -> WindowHalo {
-    static HALO: OnceLock<WindowHalo> = OnceLock::new();
-    *HALO.get_or_init(|| {
-        match std::env::var("GPUSORT_LOCALITY_WINDOW_HALO")
-            .ok()
-            .and_then(|v| v.parse().ok())
-        {
-            None => WindowHalo::LeastClean,
-            Some(0) => WindowHalo::Off,
-            Some(rows) => WindowHalo::Fixed(window_halo_at_least(rows)),
-        }
-    })
+/// The halo choice of the tuning, with a fixed halo rounded up to one a window can have.
+pub fn rounded_halo(choice: WindowHalo) -> WindowHalo {
+    match choice {
+        WindowHalo::Fixed(rows) => WindowHalo::Fixed(window_halo_at_least(rows.max(1))),
+        other => other,
+    }
 }
 
 /// The smallest halo in [`WINDOW_HALOS`] of at least `rows` rows (`rows` > 0).

@@ -34,37 +34,17 @@ use cudarc::driver::sys::CUdeviceptr;
 use crate::cuda::error::{CudaError, CudaResult};
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::transfer::Staging;
-use crate::cuda::merge::locality_probe::{PROBED_HALOS, PROBE_CHUNK};
+use crate::cuda::merge::locality_window::rounded_halo;
 use crate::cuda::merge::segment_tiles::LargeSegmentTiles;
 use crate::cuda::module::{arg, cached_cubin, launch, Kernel, Module, LOCALITY, SEGMENTED};
+use crate::cuda::tuning::{
+    Tuning, WindowHalo, MERGE_BLOCKS_PER_SM, MERGE_SCAN_THREADS as SCAN_THREADS, MERGE_THREADS,
+    MERGE_TILE, SIMPLE_THREADS,
+};
 use crate::sort::Segments;
 
-/// Threads of a merge block.
-pub(in crate::cuda) const MERGE_THREADS: u32 = 256;
-/// Elements per thread.
-pub(in crate::cuda) const MERGE_ITEMS: u32 = 8;
-/// Rows per tile of the block sort and per work-queue tile of the merge passes.
-pub const MERGE_TILE: u32 = MERGE_THREADS * MERGE_ITEMS;
-const SCAN_THREADS: u32 = 1024;
-pub(in crate::cuda) const SIMPLE_THREADS: u32 = 256;
-/// Sorted tiles of at most this radius are placed in one pass instead of merged.
-pub const MAX_PLACE_RADIUS: u32 = 8;
 /// The radius check keeps its verdicts in the bits of a u32 (`kernels/merge.cuh`).
 const LARGEST_PLACE_RADIUS: u32 = 14;
-/// Resident merge blocks per SM that the persistent grid asks for.
-const MERGE_BLOCKS_PER_SM: u32 = 8;
-
-/// The `-D` options that carry the block shape and the probe's sample and distances into
-/// the merge kernels (so the launchers and the kernels cannot disagree).
-pub fn defines() -> Vec<(String, String)> {
-    vec![
-        ("MERGE_THREADS".into(), MERGE_THREADS.to_string()),
-        ("MERGE_ITEMS".into(), MERGE_ITEMS.to_string()),
-        ("PROBE_CHUNK".into(), PROBE_CHUNK.to_string()),
-        ("WINDOW_HALO_MIN".into(), PROBED_HALOS[0].to_string()),
-        ("PROBE_HALOS".into(), PROBED_HALOS.len().to_string()),
-    ]
-}
 
 /// The kernels of one element type.
 #[derive(Debug, Clone, Copy)]
@@ -165,17 +145,19 @@ pub struct MergeSorts {
     segment_word: Kernel,
     sm_count: u32,
     max_place_radius: u32,
+    /// How the windowed sort picks its halo.
+    pub(in crate::cuda) window_halo: WindowHalo,
+    /// The longest segment of the standard segment tile (0: no segment tiles).
+    pub(in crate::cuda) segment_tiles_max_rows: usize,
 }
 
 impl MergeSorts {
     /// Compiles (or takes from the cache) and loads the kernels for `device`.
-    pub fn load(device: &Device) -> CudaResult<Self> {
+    pub fn load(device: &Device, tuning: &Tuning) -> CudaResult<Self> {
         let locality_module =
-            Module::load(LOCALITY, &cached_cubin(LOCALITY, device.arch, &defines())?)?;
-        let segmented_module = Module::load(
-            SEGMENTED,
-            &cached_cubin(SEGMENTED, device.arch, &defines())?,
-        )?;
+            Module::load(LOCALITY, &cached_cubin(LOCALITY, device.arch, tuning)?)?;
+        let segmented_module =
+            Module::load(SEGMENTED, &cached_cubin(SEGMENTED, device.arch, tuning)?)?;
         let locality_scan = locality_module.kernel("merge_scan_tiles")?;
         let segmented_scan = segmented_module.kernel("merge_scan_tiles")?;
         Ok(Self {
@@ -210,11 +192,13 @@ impl MergeSorts {
                 segmented_module.kernel("segment_ranks_u32")?,
                 segmented_module.kernel("segment_ranks_u64")?,
             ],
-            large_segment_tiles: LargeSegmentTiles::load(device)?,
+            large_segment_tiles: LargeSegmentTiles::load(device, tuning)?,
             segment_key_u32: segmented_module.kernel("segment_key_u32")?,
             segment_word: segmented_module.kernel("segment_word")?,
             sm_count: device.sm_count,
-            max_place_radius: max_place_radius(),
+            max_place_radius: tuning.place_max_radius.min(LARGEST_PLACE_RADIUS),
+            window_halo: rounded_halo(tuning.window_halo),
+            segment_tiles_max_rows: tuning.segment_tiles_max_rows,
             _locality_module: locality_module,
             _segmented_module: segmented_module,
         })
@@ -535,16 +519,6 @@ fn launch_over_data(
         arg(&mut o),
     ];
     launch(device, kernel, grid, threads, &mut params, n)
-}
-
-/// The largest tile radius that the placement pass takes ([`MAX_PLACE_RADIUS`], or
-/// `GPUSORT_PLACE_MAX_RADIUS` for measurements; 0 turns the placement pass off).
-fn max_place_radius() -> u32 {
-    std::env::var("GPUSORT_PLACE_MAX_RADIUS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(MAX_PLACE_RADIUS)
-        .min(LARGEST_PLACE_RADIUS)
 }
 
 /// The merge kernels index rows with u32.

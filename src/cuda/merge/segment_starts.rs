@@ -16,13 +16,10 @@
 use crate::cuda::error::CudaResult;
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::transfer::{Plain, Staging};
-use crate::cuda::merge::{MergeSorts, MERGE_THREADS};
+use crate::cuda::merge::MergeSorts;
 use crate::cuda::module::{arg, launch};
+use crate::cuda::tuning::{MERGE_THREADS, SEGMENT_STARTS_CHUNK};
 use crate::sort::Segments;
-
-/// Segments per block of `segment_starts_<l>` (`SEGMENT_STARTS_CHUNK` of
-/// `kernels/segmented_sort.cu`): the host sends the first row of every this-many-th segment.
-pub const SEGMENT_STARTS_CHUNK: usize = MERGE_THREADS as usize * 16;
 
 /// How a run's segment starts cross to the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,7 +11,7 @@
 //!              longest segment ≤ SEGMENT_RANK_MAX_ROWS: each row ranked by counting the
 //!              rows of its segment before it (segment_ranks_<k>); else block sort of
 //!              (segment, key, row id) (segment_tiles_<k>) → final row ids written
-//!  large tile (SegmentTile::Large.rows() rows, kernels/segment_tiles_large.cu), longer segments:
+//!  large tile (Tuning::large_segment_tile rows, kernels/segment_tiles_large.cu), longer segments:
 //!     segment_tile_windows: the same windows, each non-empty one appended to a list
 //!     segment_tiles_large_<k>: one block per listed window, one block per SM (its tile
 //!              in dynamic shared memory), the same sort as segment_tiles_<k>
@@ -20,107 +20,50 @@
 //! No segment index per row is written, no key is written back and no pass follows: the
 //! keys are read once and the permutation written once.
 
-use std::sync::OnceLock;
-
 use cudarc::driver::result;
 use cudarc::driver::sys::CUfunction_attribute;
 
 use crate::cuda::error::{CudaError, CudaResult};
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::transfer::Staging;
-use crate::cuda::merge::{check_rows, MergeKeys, MergeSorts, MERGE_THREADS, MERGE_TILE};
+use crate::cuda::merge::{check_rows, MergeKeys, MergeSorts};
 use crate::cuda::module::{
     arg, cached_cubin, launch, launch_shared, Kernel, Module, SEGMENT_TILES_LARGE,
 };
+use crate::cuda::tuning::{
+    TileShape, Tuning, LARGE_TILE_MIN_FILL, MERGE_THREADS, MERGE_TILE, SEGMENT_RANK_MAX_ROWS,
+};
 use crate::sort::Segments;
-
-/// Runs whose longest segment has at most this many rows are sorted by `segment_ranks_<k>`,
-/// which counts each row's rank within its segment (work grows with the square of the
-/// segment length: H100, 2^26 u64 keys, limits of 32, 64 and 128 rows measured the same at
-/// segments of 16 and slower at 100 and 113 with 128; docs/performance.md).
-pub const SEGMENT_RANK_MAX_ROWS: usize = 32;
-
-/// Runs whose longest segment has at most this many rows get the segment-tile sort
-/// (a block then takes at least half a tile of rows).
-pub const SEGMENT_TILES_MAX_ROWS: usize = MERGE_TILE as usize / 2;
-
-/// Threads of a large segment tile's block.
-pub const LARGE_TILE_THREADS: u32 = 1024;
-/// Rows per thread of a large segment tile.
-pub const LARGE_TILE_ITEMS: u32 = 12;
-
-/// Runs get the large tile only when its blocks hold on average at least this share of a
-/// tile (a block's rows: at least the window's stride, and on average at least the mean
-/// segment): every block sorts a whole tile, so emptier tiles would waste the work.
-const LARGE_TILE_MIN_FILL: usize = 4;
 
 /// Which tile the segment-tile sort uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SegmentTile {
     /// [`MERGE_TILE`] rows, several blocks per SM (`segment_tiles_<k>`, `segment_ranks_<k>`).
     Standard,
-    /// [`large_tile_rows`] rows, one block per SM (`segment_tiles_large_<k>`).
+    /// The large tile's rows ([`Tuning::large_segment_tile`]), one block per SM
+    /// (`segment_tiles_large_<k>`).
     Large,
 }
 
-impl SegmentTile {
-    /// Rows per tile.
-    pub fn rows(self) -> usize {
-        match self {
+impl MergeSorts {
+    /// Rows per tile of `tile`.
+    pub fn tile_rows(&self, tile: SegmentTile) -> usize {
+        match tile {
             SegmentTile::Standard => MERGE_TILE as usize,
-            SegmentTile::Large => large_tile_rows(),
+            SegmentTile::Large => self.large_segment_tiles.shape.rows(),
         }
     }
 
-    /// The rows between window starts for segments of at most `longest` rows: a window's
-    /// segments then always fit one tile (s(x + stride) ≤ x + stride + longest − 1).
-    fn stride(self, longest: usize) -> u32 {
-        let rows = self.rows();
+    /// The rows between window starts of `tile` for segments of at most `longest` rows: a
+    /// window's segments then always fit one tile (s(x + stride) ≤ x + stride + longest − 1).
+    fn stride(&self, tile: SegmentTile, longest: usize) -> u32 {
+        let rows = self.tile_rows(tile);
         assert!(
             (1..=rows).contains(&longest),
-            "{self:?} segment tiles take segments of 1 ..= {rows} rows, not {longest}"
+            "{tile:?} segment tiles take segments of 1 ..= {rows} rows, not {longest}"
         );
         (rows + 1 - longest) as u32
     }
-}
-
-/// The large tile's block shape, threads × items: [`LARGE_TILE_THREADS`] ×
-/// [`LARGE_TILE_ITEMS`], or `GPUSORT_SEGMENT_TILES_LARGE=THREADSxITEMS` for measurements
-/// (threads a power of two from 64 to 1 024). Read once per process.
-fn large_tile_shape() -> (u32, u32) {
-    static SHAPE: OnceLock<(u32, u32)> = OnceLock::new();
-    *SHAPE.get_or_init(|| {
-        std::env::var("GPUSORT_SEGMENT_TILES_LARGE")
-            .ok()
-            .and_then(|v| {
-                let (threads, items) = v.split_once('x')?;
-                Some((threads.parse().ok()?, items.parse().ok()?))
-            })
-            .filter(|&(threads, items): &(u32, u32)| {
-                threads.is_power_of_two() && (64..=1024).contains(&threads) && items >= 1
-            })
-            .unwrap_or((LARGE_TILE_THREADS, LARGE_TILE_ITEMS))
-    })
-}
-
-/// Rows of a large segment tile.
-fn large_tile_rows() -> usize {
-    let (threads, items) = large_tile_shape();
-    (threads * items) as usize
-}
-
-/// The longest segment that the standard tile is given ([`SEGMENT_TILES_MAX_ROWS`], or
-/// `GPUSORT_SEGMENT_TILES_MAX_ROWS` for measurements, at most one tile; 0 turns both
-/// segment-tile sorts off). Read once per process.
-pub fn segment_tiles_max_rows() -> usize {
-    static MAX: OnceLock<usize> = OnceLock::new();
-    *MAX.get_or_init(|| {
-        std::env::var("GPUSORT_SEGMENT_TILES_MAX_ROWS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(SEGMENT_TILES_MAX_ROWS)
-            .min(MERGE_TILE as usize)
-    })
 }
 
 /// The loaded large-tile kernels (`kernels/segment_tiles_large.cu`).
@@ -131,19 +74,17 @@ pub struct LargeSegmentTiles {
     /// `segment_tiles_large_u32` and `_u64`; `None` where the device's shared memory per
     /// block is too small for the tile.
     sort: [Option<Kernel>; 2],
+    /// The block shape the kernels were compiled with.
+    shape: TileShape,
 }
 
 impl LargeSegmentTiles {
     /// Compiles (or takes from the cache) and loads the kernels for `device`.
-    pub fn load(device: &Device) -> CudaResult<Self> {
-        let (threads, items) = large_tile_shape();
-        let defines = [
-            ("MERGE_THREADS".to_string(), threads.to_string()),
-            ("MERGE_ITEMS".to_string(), items.to_string()),
-        ];
+    pub fn load(device: &Device, tuning: &Tuning) -> CudaResult<Self> {
+        let shape = tuning.large_segment_tile;
         let module = Module::load(
             SEGMENT_TILES_LARGE,
-            &cached_cubin(SEGMENT_TILES_LARGE, device.arch, &defines)?,
+            &cached_cubin(SEGMENT_TILES_LARGE, device.arch, tuning)?,
         )?;
         let usable = |name: &'static str, key_bytes: usize| -> CudaResult<Option<Kernel>> {
             let kernel = module.kernel(name)?;
@@ -160,10 +101,10 @@ impl LargeSegmentTiles {
                 result::function::set_function_attribute(
                     kernel.function,
                     CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    large_tile_shared_bytes(key_bytes) as i32,
+                    large_tile_shared_bytes(shape, key_bytes) as i32,
                 )
             };
-            if (most as u32) < threads || shared.is_err() {
+            if (most as u32) < shape.threads || shared.is_err() {
                 log::debug!("gpusort: {name} does not fit this device; large segment tiles off");
                 return Ok(None);
             }
@@ -175,6 +116,7 @@ impl LargeSegmentTiles {
                 usable("segment_tiles_large_u32", 4)?,
                 usable("segment_tiles_large_u64", 8)?,
             ],
+            shape,
             _module: module,
         })
     }
@@ -182,19 +124,18 @@ impl LargeSegmentTiles {
 
 /// Dynamic shared memory of a large tile: `SharedTile<K, true>` of `kernels/merge.cuh`,
 /// keys, segments and row ids of the padded tile (one free element per thread's run).
-fn large_tile_shared_bytes(key_bytes: usize) -> usize {
-    let (threads, _) = large_tile_shape();
-    (large_tile_rows() + threads as usize) * (key_bytes + 8)
+fn large_tile_shared_bytes(shape: TileShape, key_bytes: usize) -> usize {
+    (shape.rows() + shape.threads as usize) * (key_bytes + 8)
 }
 
 impl MergeSorts {
     /// The segment tile that sorts a run of `segments` with keys of `key_bytes` (4 or 8)
     /// bytes, or `None` when no tile suits it: the standard tile when no segment is longer
-    /// than [`segment_tiles_max_rows`]; the large tile when none is longer than it and its
+    /// than `Tuning::segment_tiles_max_rows`; the large tile when none is longer than it and its
     /// blocks would be at least a quarter full.
     pub fn segment_tile_for(&self, key_bytes: usize, segments: &Segments) -> Option<SegmentTile> {
         let longest = segments.longest_rows();
-        let standard = segment_tiles_max_rows();
+        let standard = self.segment_tiles_max_rows;
         if standard == 0 {
             return None;
         }
@@ -202,13 +143,13 @@ impl MergeSorts {
             return Some(SegmentTile::Standard);
         }
         let large = SegmentTile::Large;
-        if longest > large.rows()
+        if longest > self.tile_rows(large)
             || self.large_segment_tiles.sort[usize::from(key_bytes == 8)].is_none()
         {
             return None;
         }
-        let fill = (large.stride(longest) as usize).max(segments.mean_rows());
-        (fill * LARGE_TILE_MIN_FILL >= large.rows()).then_some(large)
+        let fill = (self.stride(large, longest) as usize).max(segments.mean_rows());
+        (fill * LARGE_TILE_MIN_FILL >= self.tile_rows(large)).then_some(large)
     }
 
     /// Stable sort of `n` rows by one-word `keys` within `segments`, whose longest segment
@@ -262,7 +203,7 @@ impl MergeSorts {
         out: &DeviceBuffer<u32>,
     ) -> CudaResult<()> {
         let longest = segments.longest_rows();
-        let stride = SegmentTile::Standard.stride(longest);
+        let stride = self.stride(SegmentTile::Standard, longest);
         let blocks = n.div_ceil(stride as usize) as u32;
         let bounds = device.alloc::<u32>(blocks as usize + 1, "segment tile bounds")?;
         let count = segments.len() as u32;
@@ -320,7 +261,7 @@ impl MergeSorts {
         out: &DeviceBuffer<u32>,
     ) -> CudaResult<()> {
         let large = &self.large_segment_tiles;
-        let stride = SegmentTile::Large.stride(segments.longest_rows());
+        let stride = self.stride(SegmentTile::Large, segments.longest_rows());
         let Some(sort) = large.sort[keys.index()] else {
             return Err(CudaError::Unavailable(
                 "large segment tiles do not fit this device's shared memory".into(),
@@ -371,8 +312,8 @@ impl MergeSorts {
             arg(&mut len),
             arg(&mut o),
         ];
-        let (threads, _) = large_tile_shape();
-        let shared = large_tile_shared_bytes(keys.key_bytes()) as u32;
-        launch_shared(device, sort, most, threads, shared, &mut params, n)
+        let shape = large.shape;
+        let shared = large_tile_shared_bytes(shape, keys.key_bytes()) as u32;
+        launch_shared(device, sort, most, shape.threads, shared, &mut params, n)
     }
 }

@@ -10,11 +10,10 @@
 //!          onesweep_pass_*   rank in shared memory → look-back → scatter (keys, row ids)
 //! ```
 //!
-//! The first pass generates the row ids itself, so only keys cross PCIe. Tuning constants
-//! live in [`PassTuning`] and reach the kernels as `-D` options, so the launch arithmetic
-//! here and the kernels cannot disagree.
-
-use std::sync::OnceLock;
+//! The first pass generates the row ids itself, so only keys cross PCIe. The pass shapes
+//! come from `tuning.rs`: the kernels are compiled with them (`-D` options) and the
+//! launcher keeps the shapes it compiled, so its launch arithmetic and the kernels cannot
+//! disagree.
 
 use cudarc::driver::result;
 use cudarc::driver::sys::{CUdeviceptr, CUfunction_attribute};
@@ -22,177 +21,45 @@ use cudarc::driver::sys::{CUdeviceptr, CUfunction_attribute};
 use crate::cuda::error::{CudaError, CudaResult};
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::module::{arg, cached_cubin, launch, launch_shared, Kernel, Module, ONESWEEP};
+use crate::cuda::tuning::{
+    PassMode, PassShapes, PassTuning, Tuning, ONESWEEP_GATHER_THREADS, ONESWEEP_HISTOGRAM_THREADS,
+    ONESWEEP_TILE_BITS,
+};
 
 const RADIX: usize = 256;
-/// Keys per tile at most: the pass keeps tile positions in 16 bits.
-const MAX_TILE: u32 = 1 << 16;
 /// Tile slots of the circular look-back buffer (a power of two): 8 MiB of state, whatever
 /// the input size.
 pub const LOOKBACK_SLOTS: u32 = 4096;
-/// Tile indices have 20 bits in a look-back tag, epochs the 10 above them.
-const MAX_TILES: u64 = 1 << 20;
+/// Tile indices have `ONESWEEP_TILE_BITS` bits in a look-back tag, epochs the 10 above them.
+const MAX_TILES: u64 = 1 << ONESWEEP_TILE_BITS;
 const MAX_EPOCH: u32 = (1 << 10) - 1;
-const HISTOGRAM_THREADS: u32 = 512;
-const GATHER_THREADS: u32 = 256;
+const _: () = assert!(ONESWEEP_TILE_BITS + 10 <= 32);
 
-/// Block shape of the pass kernel for one key width and value mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PassTuning {
-    /// Threads per block (at least 256: one per digit).
-    pub threads: u32,
-    /// Keys per thread.
-    pub items: u32,
-    /// Blocks that must fit one SM at once: caps the kernel's registers (the compiler's
-    /// launch bound); it changes no launch arithmetic.
-    pub blocks: u32,
+/// Dynamic shared memory of one pass block of `shape`, laid out as `onesweep_pass` in
+/// `onesweep.cu` uses it: the tile's keys (a pass with values puts them in the same bytes
+/// once the keys have left), then per-warp digit offsets, per-warp digit group bits, digit
+/// starts and bases, warp sums and the tile index.
+const fn pass_shared_bytes(shape: PassTuning, key_bytes: u32) -> u32 {
+    let warps = shape.threads / 32;
+    key_bytes * shape.tile() + 4 * (2 * warps * RADIX as u32 + 2 * RADIX as u32 + warps + 1)
 }
-
-impl PassTuning {
-    const fn new(threads: u32, items: u32, blocks: u32) -> Self {
-        Self {
-            threads,
-            items,
-            blocks,
-        }
-    }
-
-    /// Keys per tile (one block's share).
-    pub const fn tile(self) -> u32 {
-        self.threads * self.items
-    }
-
-    /// Dynamic shared memory of one pass block, laid out as `onesweep_pass` in
-    /// `onesweep.cu` uses it: the tile's keys (a pass with values puts them in the same
-    /// bytes once the keys have left), then per-warp digit offsets, per-warp digit group
-    /// bits, digit starts and bases, warp sums and the tile index.
-    pub const fn shared_bytes(self, key_bytes: u32) -> u32 {
-        let warps = self.threads / 32;
-        key_bytes * self.tile() + 4 * (2 * warps * RADIX as u32 + 2 * RADIX as u32 + warps + 1)
-    }
-
-    /// `THREADSxITEMSxBLOCKS` from the environment variable `var` (a tuning run's
-    /// override), else `default`.
-    fn from_env(var: &str, default: Self) -> Self {
-        std::env::var(var)
-            .ok()
-            .and_then(|v| Self::parse(&v))
-            .unwrap_or(default)
-    }
-
-    /// `THREADSxITEMSxBLOCKS`, when every part is in range.
-    fn parse(text: &str) -> Option<Self> {
-        let mut parts = text.split('x').map(|p| p.trim().parse::<u32>().ok());
-        let tuning = Self::new(parts.next()??, parts.next()??, parts.next()??);
-        let valid = parts.next().is_none()
-            && tuning.threads >= 256
-            && tuning.threads % 32 == 0
-            && (1..=64).contains(&tuning.items)
-            && tuning.tile() <= MAX_TILE
-            && (1..=8).contains(&tuning.blocks);
-        valid.then_some(tuning)
-    }
-}
-
-/// What a pass moves besides the keys; indexes the kernel and tuning tables.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PassMode {
-    /// Keys only.
-    Keys = 0,
-    /// Keys and given u32 values.
-    Pairs = 1,
-    /// Keys and row ids the pass generates (first pass of a row sort).
-    RowIds = 2,
-}
-
-impl PassMode {
-    /// Every mode, in table order.
-    pub const ALL: [PassMode; 3] = [PassMode::Keys, PassMode::Pairs, PassMode::RowIds];
-
-    fn label(self) -> &'static str {
-        match self {
-            PassMode::Keys => "KEYS",
-            PassMode::Pairs => "PAIRS",
-            PassMode::RowIds => "ROWIDS",
-        }
-    }
-}
-
-/// Measured best block shapes, `[mode]` as [`PassMode`] (docs/performance.md: keys-only
-/// passes 2026-11-23 on an H200, passes with values 2026-11-24 on an H100, each confirmed on
-/// the other). Passes with values take the largest tiles: their values reuse the keys'
-/// shared memory, and longer runs of one digit per tile coalesce their two scatters better;
-/// they hold fewer blocks per SM to keep the registers that loading the values early needs.
-const U32_TUNING: [PassTuning; 3] = [
-    PassTuning::new(384, 28, 3),
-    PassTuning::new(256, 48, 2),
-    PassTuning::new(256, 48, 2),
-];
-const U64_TUNING: [PassTuning; 3] = [
-    PassTuning::new(384, 23, 2),
-    PassTuning::new(512, 32, 1),
-    PassTuning::new(512, 32, 1),
-];
-
-/// The tuning of `table`, each entry overridable by `GPUSORT_TUNE_<KEY>_<MODE>`.
-fn tuning_table(key: &str, table: [PassTuning; 3]) -> [PassTuning; 3] {
-    PassMode::ALL.map(|mode| {
-        let var = format!("GPUSORT_TUNE_{key}_{}", mode.label());
-        PassTuning::from_env(&var, table[mode as usize])
-    })
-}
-
-/// The tuning of one key width, by mode.
-type TuningOf = fn(PassMode) -> PassTuning;
 
 /// A key word type the radix sort handles.
 pub trait RadixKey: Copy + Default + Send + Sync + 'static {
     /// 8-bit digits per key.
     const DIGITS: usize;
-    /// Row of the kernel tables: 0 for u32, 1 for u64.
+    /// Row of the kernel and shape tables: 0 for u32, 1 for u64.
     const INDEX: usize;
-    /// Pass kernel shape for `mode`.
-    fn tuning(mode: PassMode) -> PassTuning;
-    /// The smallest tile over all modes.
-    fn min_tile() -> u32 {
-        PassMode::ALL
-            .map(|m| Self::tuning(m).tile())
-            .into_iter()
-            .min()
-            .unwrap_or(1)
-    }
 }
 
 impl RadixKey for u32 {
     const DIGITS: usize = 4;
     const INDEX: usize = 0;
-    fn tuning(mode: PassMode) -> PassTuning {
-        static TABLE: OnceLock<[PassTuning; 3]> = OnceLock::new();
-        TABLE.get_or_init(|| tuning_table("U32", U32_TUNING))[mode as usize]
-    }
 }
 
 impl RadixKey for u64 {
     const DIGITS: usize = 8;
     const INDEX: usize = 1;
-    fn tuning(mode: PassMode) -> PassTuning {
-        static TABLE: OnceLock<[PassTuning; 3]> = OnceLock::new();
-        TABLE.get_or_init(|| tuning_table("U64", U64_TUNING))[mode as usize]
-    }
-}
-
-/// The `-D` options that carry the tuning table into `onesweep.cu`.
-pub fn defines() -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    for mode in PassMode::ALL {
-        for (key, tuning) in [("U32", u32::tuning(mode)), ("U64", u64::tuning(mode))] {
-            let prefix = format!("ONESWEEP_{key}_{}", mode.label());
-            out.push((format!("{prefix}_THREADS"), tuning.threads.to_string()));
-            out.push((format!("{prefix}_ITEMS"), tuning.items.to_string()));
-            out.push((format!("{prefix}_BLOCKS"), tuning.blocks.to_string()));
-        }
-    }
-    out.push(("HISTOGRAM_THREADS".into(), HISTOGRAM_THREADS.to_string()));
-    out
 }
 
 /// Where the values of a sort come from.
@@ -226,6 +93,8 @@ pub struct Onesweep {
     /// `[key][mode]`, mode 0 keys only, 1 given values, 2 row ids.
     pass: [[Kernel; 3]; 2],
     gather_u64: Kernel,
+    /// The pass shapes the kernels were compiled with, `[key][mode]`.
+    passes: PassShapes,
     sm_count: u32,
 }
 
@@ -266,8 +135,8 @@ type WordHistograms = Vec<[u32; RADIX]>;
 
 impl Onesweep {
     /// Compiles (or takes from the cache) and loads the kernels for `device`.
-    pub fn load(device: &Device) -> CudaResult<Self> {
-        let cubin = cached_cubin(ONESWEEP, device.arch, &defines())?;
+    pub fn load(device: &Device, tuning: &Tuning) -> CudaResult<Self> {
+        let cubin = cached_cubin(ONESWEEP, device.arch, tuning)?;
         let module = Module::load(ONESWEEP, &cubin)?;
         let k = |name| module.kernel(name);
         let loaded = Self {
@@ -285,6 +154,7 @@ impl Onesweep {
                 ],
             ],
             gather_u64: k("onesweep_gather_u64")?,
+            passes: tuning.passes,
             sm_count: device.sm_count,
             _module: module,
         };
@@ -292,13 +162,24 @@ impl Onesweep {
         Ok(loaded)
     }
 
+    /// The block shape of the pass over `K` keys in `mode`, as compiled.
+    pub fn shape<K: RadixKey>(&self, mode: PassMode) -> PassTuning {
+        self.passes[K::INDEX][mode as usize]
+    }
+
+    /// Refuses more `K` keys than the look-back tags can number tiles of the smallest
+    /// shape, or than u32 row ids can name.
+    fn check_size<K: RadixKey>(&self, n: usize) -> CudaResult<()> {
+        let min_tile = self.passes[K::INDEX].iter().map(|s| s.tile()).min();
+        check_size(n, min_tile.unwrap_or(1))
+    }
+
     /// Every pass kernel can run its tuned block size on this device (registers allow it)
     /// and gets the dynamic shared memory its tile needs.
     fn check_block_shapes(&self) -> CudaResult<()> {
-        let rows: [(TuningOf, u32); 2] = [(u32::tuning, 4), (u64::tuning, 8)];
-        for (row, (tuning_of, key_bytes)) in rows.into_iter().enumerate() {
+        for (row, key_bytes) in [4, 8].into_iter().enumerate() {
             for (mode, kernel) in PassMode::ALL.into_iter().zip(self.pass[row]) {
-                let tuning = tuning_of(mode);
+                let tuning = self.passes[row][mode as usize];
                 // SAFETY: a function handle of the loaded module.
                 let most = unsafe {
                     result::function::get_function_attribute(
@@ -313,7 +194,7 @@ impl Onesweep {
                         kernel.name, tuning.threads
                     )));
                 }
-                let shared = tuning.shared_bytes(key_bytes);
+                let shared = pass_shared_bytes(tuning, key_bytes);
                 // SAFETY: as above; the driver checks the size against the device's limit.
                 unsafe {
                     result::function::set_function_attribute(
@@ -341,7 +222,7 @@ impl Onesweep {
         values: Values,
         n: usize,
     ) -> CudaResult<Sorted<K>> {
-        check_size::<K>(n)?;
+        self.check_size::<K>(n)?;
         let histograms = self.histograms(device, &[&keys], n)?;
         let mut state = PassState::new(device)?;
         let mut run = PassRun::new(keys, values);
@@ -357,7 +238,7 @@ impl Onesweep {
         words: Vec<DeviceBuffer<u64>>,
         n: usize,
     ) -> CudaResult<Option<DeviceBuffer<u32>>> {
-        check_size::<u64>(n)?;
+        self.check_size::<u64>(n)?;
         let histograms = self.histograms(device, &words.iter().collect::<Vec<_>>(), n)?;
         let mut state = PassState::new(device)?;
         let mut perm: Option<DeviceBuffer<u32>> = None;
@@ -397,7 +278,8 @@ impl Onesweep {
         let per_word = K::DIGITS * RADIX;
         let counts = device.alloc::<u32>(words.len() * per_word, "digit histograms")?;
         device.zero(&counts)?;
-        let grid = (n.div_ceil(HISTOGRAM_THREADS as usize) as u32).clamp(1, self.sm_count * 4);
+        let grid =
+            (n.div_ceil(ONESWEEP_HISTOGRAM_THREADS as usize) as u32).clamp(1, self.sm_count * 4);
         for (w, word) in words.iter().enumerate() {
             let mut keys = word.ptr();
             let mut rows = n as u32;
@@ -407,7 +289,7 @@ impl Onesweep {
                 device,
                 self.histogram[K::INDEX],
                 grid,
-                HISTOGRAM_THREADS,
+                ONESWEEP_HISTOGRAM_THREADS,
                 &mut params,
                 n,
             )?;
@@ -460,9 +342,9 @@ impl Onesweep {
     ) -> CudaResult<()> {
         let mode = run.prepare_values(device, n)?;
         let kernel = self.pass[K::INDEX][mode];
-        let tuning = K::tuning(PassMode::ALL[mode]);
+        let tuning = self.passes[K::INDEX][mode];
         let tiles = n.div_ceil(tuning.tile() as usize) as u32;
-        let shared = tuning.shared_bytes(std::mem::size_of::<K>() as u32);
+        let shared = pass_shared_bytes(tuning, std::mem::size_of::<K>() as u32);
         let (mut keys_in, mut keys_out) = (run.keys.ptr(), run.keys_alt(device, n)?.ptr());
         let (mut vals_in, mut vals_out) = run.value_ptrs();
         let mut rows = n as u32;
@@ -514,12 +396,13 @@ impl Onesweep {
             arg(&mut dst),
             arg(&mut rows),
         ];
-        let grid = (n.div_ceil(GATHER_THREADS as usize) as u32).clamp(1, self.sm_count * 16);
+        let grid =
+            (n.div_ceil(ONESWEEP_GATHER_THREADS as usize) as u32).clamp(1, self.sm_count * 16);
         launch(
             device,
             self.gather_u64,
             grid,
-            GATHER_THREADS,
+            ONESWEEP_GATHER_THREADS,
             &mut params,
             n,
         )?;
@@ -606,8 +489,9 @@ impl<K: RadixKey> PassRun<K> {
     }
 }
 
-fn check_size<K: RadixKey>(n: usize) -> CudaResult<()> {
-    let max = (MAX_TILES * K::min_tile() as u64 - 1).min(u32::MAX as u64) as usize;
+/// Refuses more than `MAX_TILES` tiles of `min_tile` keys, or more rows than u32 ids.
+fn check_size(n: usize, min_tile: u32) -> CudaResult<()> {
+    let max = (MAX_TILES * min_tile as u64 - 1).min(u32::MAX as u64) as usize;
     if n > max {
         return Err(CudaError::TooLarge { rows: n, max });
     }
@@ -660,45 +544,15 @@ mod tests {
         assert_eq!((s[0], s[1], s[2], s[3], s[255]), (0, 2, 2, 5, 5));
     }
 
-    fn assert_size_limit<K: RadixKey>() {
-        let tiles_limit = MAX_TILES * K::min_tile() as u64 - 1;
-        let max = tiles_limit.min(u32::MAX as u64) as usize;
-        assert!(check_size::<K>(max).is_ok());
-        assert!(matches!(
-            check_size::<K>(max + 1),
-            Err(CudaError::TooLarge { rows, max: m }) if rows == max + 1 && m == max
-        ));
-    }
-
     #[test]
     fn size_limit_follows_tiles_and_row_ids() {
-        assert_size_limit::<u32>();
-        assert_size_limit::<u64>();
-    }
-
-    #[test]
-    fn tuning_overrides_parse_and_reject_bad_shapes() {
-        assert_eq!(
-            PassTuning::parse("384x28x3"),
-            Some(PassTuning::new(384, 28, 3))
-        );
-        assert_eq!(
-            PassTuning::parse(" 512 x 16 x 2 "),
-            Some(PassTuning::new(512, 16, 2))
-        );
-        for bad in [
-            "384x28",
-            "384x28x3x1",
-            "200x16x2",
-            "300x16x2",
-            "384x0x3",
-            "384x65x3",
-            "1056x64x1",
-            "384x28x0",
-            "384x28x9",
-            "axbxc",
-        ] {
-            assert_eq!(PassTuning::parse(bad), None, "{bad}");
+        for min_tile in [256 * 20, 384 * 23, 1 << 16] {
+            let max = (MAX_TILES * min_tile as u64 - 1).min(u32::MAX as u64) as usize;
+            assert!(check_size(max, min_tile).is_ok());
+            assert!(matches!(
+                check_size(max + 1, min_tile),
+                Err(CudaError::TooLarge { rows, max: m }) if rows == max + 1 && m == max
+            ));
         }
     }
 }
