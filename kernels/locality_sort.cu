@@ -1,4 +1,4 @@
-// locality_sort.cu: stable merge sort for nearly sorted keys (launched by src/cuda/merge/mod.rs).
+// locality_sort.cu: stable merge sort for nearly sorted keys (launched by src/cuda/merge/locality.rs).
 //
 //   locality_<k>_block_sort / _find_dirty / _merge_tiles / _copy_back
 //                          the merge passes of merge.cuh over (key, row id), k = u32 or u64;

@@ -1,4 +1,4 @@
-// segmented_sort.cu: stable sort within known segments (launched by src/cuda/merge/mod.rs).
+// segmented_sort.cu: stable sort within known segments (launched by src/cuda/merge/segmented.rs).
 //
 // Segments are runs of rows that already sort before every later run (rows with equal
 // values of the sort keys that the input is ordered by); only rows within one segment

@@ -75,17 +75,14 @@ pub fn sort_on_device(
     let locality =
         probe.filter(|probe| !matches!(algorithm, AlgorithmChoice::Auto) || nearly_sorted(probe));
     if let Some(probe) = &locality {
-        let halo = rt.merge.window_halo;
-        let window = rt
-            .merge
-            .window_sort_if_local(device, &keys, n, halo, probe)?;
+        let window = rt.locality.windows.sort_if_local(device, &keys, n, probe)?;
         if let Some(permutation) = window {
             return Ok(DeviceOrder {
                 permutation: Some(permutation),
                 algorithm: Algorithm::Locality,
             });
         }
-        let sorted = rt.merge.sort_rows(device, keys, n)?;
+        let sorted = rt.locality.sort_rows(device, keys, n)?;
         return Ok(DeviceOrder {
             permutation: Some(sorted.permutation),
             algorithm: Algorithm::Locality,
@@ -106,7 +103,8 @@ fn probe(
     keys: &MergeKeys,
     n: usize,
 ) -> CudaResult<LocalityProbe> {
-    rt.merge
+    rt.locality
+        .prober
         .probe(device, keys, n, far_distance(keys), LOCALITY_PROBE_EVERY)
 }
 
@@ -132,15 +130,15 @@ fn sort_segments(
     };
     let merge = algorithm != AlgorithmChoice::Onesweep
         && segments.mean_rows() <= SEGMENTED_MERGE_MAX_MEAN_ROWS;
-    let segs = rt.merge.segment_ids(device, staging, segments, n)?;
+    let segs = rt.segmented.segment_ids(device, staging, segments, n)?;
     let permutation = match keys {
         DeviceKeys::Constant => None,
         DeviceKeys::U32(word) => {
-            let composite = rt.merge.segment_key_u32(device, &segs, &word, n)?;
+            let composite = rt.segmented.segment_key_u32(device, &segs, &word, n)?;
             drop((word, segs));
             if merge {
                 Some(
-                    rt.merge
+                    rt.locality
                         .sort_rows(device, MergeKeys::U64(composite), n)?
                         .permutation,
                 )
@@ -149,12 +147,12 @@ fn sort_segments(
             }
         }
         DeviceKeys::Words(words) if merge && words.len() == 1 => Some(
-            rt.merge
-                .sort_segmented_rows(device, &words[0], &segs, n)?
+            rt.segmented
+                .sort_rows(device, &words[0], &segs, n)?
                 .permutation,
         ),
         DeviceKeys::Words(words) => {
-            let mut all = vec![rt.merge.segment_word(device, &segs, n)?];
+            let mut all = vec![rt.segmented.segment_word(device, &segs, n)?];
             drop(segs);
             all.extend(words);
             rt.onesweep.sort_rows_by_words(device, all, n)?
@@ -164,7 +162,7 @@ fn sort_segments(
 }
 
 /// The segment-tile sort when a tile suits the segments (see
-/// [`crate::cuda::MergeSorts::segment_tile_for`]) and the key is one word: the permutation;
+/// [`crate::cuda::SegmentTiles::tile_for`]) and the key is one word: the permutation;
 /// otherwise the keys back, untouched.
 fn sort_segment_tiles(
     rt: &CudaRuntime,
@@ -182,11 +180,11 @@ fn sort_segment_tiles(
         Ok(keys) => keys,
         Err(other) => return Ok(Err(other)),
     };
-    let Some(tile) = rt.merge.segment_tile_for(keys.key_bytes(), segments) else {
+    let Some(tile) = rt.segmented.tiles.tile_for(keys.key_bytes(), segments) else {
         return Ok(Err(device_keys(keys)));
     };
     let permutation = rt
-        .merge
+        .segmented
         .sort_segment_tiles(device, staging, &keys, segments, n, tile)?;
     Ok(Ok(permutation))
 }

@@ -449,13 +449,13 @@ impl Module {
     }
 
     /// The entry point `name`, one of the file's [`KernelFile::entry_points`].
-    pub fn kernel(&self, name: &'static str) -> CudaResult<Kernel> {
+    pub fn kernel(&self, name: &str) -> CudaResult<Kernel> {
         let file = self.file.name;
-        if !self.file.entry_points.contains(&name) {
+        let Some(&name) = self.file.entry_points.iter().find(|e| **e == name) else {
             return Err(CudaError::Unavailable(format!(
                 "{name} is not among the entry points declared for {file} (src/cuda/module.rs)"
             )));
-        }
+        };
         let c_name = CString::new(name).expect("kernel names have no NUL");
         // SAFETY: the module is loaded for the life of `self`.
         let function =

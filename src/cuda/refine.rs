@@ -33,7 +33,7 @@
 use crate::cuda::encode::{FieldSource, TieFields};
 use crate::cuda::error::{CudaError, CudaResult};
 use crate::cuda::memory::device::{Device, DeviceBuffer};
-use crate::cuda::merge::MergeSorts;
+use crate::cuda::merge::segmented::SegmentedSort;
 use crate::cuda::module::{arg, cached_cubin, launch, Kernel, Module, REFINE};
 use crate::cuda::radix::onesweep::Onesweep;
 use crate::cuda::tuning::{
@@ -70,7 +70,7 @@ struct Tied {
 /// The sorts a refinement needs besides its own kernels.
 pub struct Sorters<'a> {
     /// The segmented merge sort.
-    pub merge: &'a MergeSorts,
+    pub segmented: &'a SegmentedSort,
     /// The radix sort, for long groups.
     pub onesweep: &'a Onesweep,
 }
@@ -321,10 +321,10 @@ impl TieRefiner {
         groups: usize,
     ) -> CudaResult<Option<DeviceBuffer<u32>>> {
         if m / groups.max(1) <= SEGMENTED_MERGE_MAX_MEAN_ROWS {
-            let sorted = sorters.merge.sort_segmented_rows(device, &keys, segs, m)?;
+            let sorted = sorters.segmented.sort_rows(device, &keys, segs, m)?;
             return Ok(Some(sorted.permutation));
         }
-        let words = vec![sorters.merge.segment_word(device, segs, m)?, keys];
+        let words = vec![sorters.segmented.segment_word(device, segs, m)?, keys];
         sorters.onesweep.sort_rows_by_words(device, words, m)
     }
 

@@ -22,7 +22,8 @@ use crate::cuda::memory::device::Device;
 use crate::cuda::memory::host_memory::{idle_limit, HostRegions, PageLocker};
 use crate::cuda::memory::idle_vectors::IdleVectors;
 use crate::cuda::memory::transfer::Staging;
-use crate::cuda::merge::MergeSorts;
+use crate::cuda::merge::locality::LocalitySort;
+use crate::cuda::merge::segmented::SegmentedSort;
 use crate::cuda::module::is_nvrtc_present;
 use crate::cuda::radix::onesweep::Onesweep;
 use crate::cuda::refine::TieRefiner;
@@ -35,8 +36,10 @@ pub struct CudaRuntime {
     pub device: Device,
     /// The radix sort kernels.
     pub onesweep: Onesweep,
-    /// The locality and segmented merge sort kernels.
-    pub merge: MergeSorts,
+    /// The merge sort of nearly sorted keys, its probe and its windowed sort.
+    pub locality: LocalitySort,
+    /// The sorts within known segments.
+    pub segmented: SegmentedSort,
     /// The key encoding kernels.
     pub encoder: Encoder,
     /// The payload gather kernels.
@@ -112,7 +115,8 @@ fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
     let opened = std::panic::catch_unwind(|| -> CudaResult<CudaRuntime> {
         let device = Device::open(tuning.device_ordinal as i32)?;
         let onesweep = Onesweep::load(&device, &tuning)?;
-        let merge = MergeSorts::load(&device, &tuning)?;
+        let locality = LocalitySort::load(&device, &tuning)?;
+        let segmented = SegmentedSort::load(&device, &tuning)?;
         let encoder = Encoder::load(&device, &tuning)?;
         let gatherer = Gatherer::load(&device, &tuning)?;
         let refiner = TieRefiner::load(&device, &tuning)?;
@@ -122,7 +126,8 @@ fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
         Ok(CudaRuntime {
             device,
             onesweep,
-            merge,
+            locality,
+            segmented,
             encoder,
             gatherer,
             refiner,

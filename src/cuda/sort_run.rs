@@ -186,11 +186,11 @@ fn sort_device_keys(
             None => perm.insert(rt.refiner.identity(device, n)?),
         };
         let segment_ids = match how.segments {
-            Some(segments) => Some(rt.merge.segment_ids(device, staging, segments, n)?),
+            Some(segments) => Some(rt.segmented.segment_ids(device, staging, segments, n)?),
             None => None,
         };
         let sorters = Sorters {
-            merge: &rt.merge,
+            segmented: &rt.segmented,
             onesweep: &rt.onesweep,
         };
         tie_refine.groups =

@@ -137,7 +137,7 @@ pub(super) fn check_window_sort(rt: &CudaRuntime, halo: u32) {
                 let got = rt
                     .with_device(|device, staging| {
                         let keys = upload_merge_keys(device, staging, &word, bits)?;
-                        match rt.merge.window_sort(device, &keys, n, halo)? {
+                        match rt.locality.windows.sort(device, &keys, n, halo)? {
                             Some(ids) => download(device, staging, Some(ids), n).map(Some),
                             None => Ok(None),
                         }
@@ -166,7 +166,7 @@ gpu_test!(probe_counts_every_distance_like_the_host, |rt| {
                 let probe = rt
                     .with_device(|device, staging| {
                         let keys = upload_merge_keys(device, staging, &word, bits)?;
-                        rt.merge.probe(device, &keys, n, far, every)
+                        rt.locality.prober.probe(device, &keys, n, far, every)
                     })
                     .unwrap_or_else(|e| panic!("{label}: {e}"));
                 let host = |distance: u32| {

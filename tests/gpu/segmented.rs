@@ -100,7 +100,7 @@ pub(super) fn check_segment_tiles(
     sizes: &[usize],
     shapes: &[common::strategies::Lengths],
 ) {
-    let tile_rows = rt.merge.tile_rows(tile);
+    let tile_rows = rt.segmented.tiles.tile_rows(tile);
     for &n in sizes {
         for &lengths in shapes {
             let label = format!("segment tiles {tile:?} n={n} {lengths:?}");
@@ -124,7 +124,7 @@ pub(super) fn check_segment_tiles(
                     .with_device(|device, staging| {
                         let keys = upload_merge_keys(device, staging, &word, bits)?;
                         let ids = rt
-                            .merge
+                            .segmented
                             .sort_segment_tiles(device, staging, &keys, &segments, n, tile)?;
                         download(device, staging, Some(ids), n)
                     })
@@ -166,7 +166,7 @@ gpu_test!(segment_starts_rebuilt_from_lengths, |rt| {
             assert_eq!(segments.longest_rows(), longest, "{label}");
             let got = rt
                 .with_device(|device, staging| {
-                    let on_device = rt.merge.upload_segment_starts(device, staging, &segments)?;
+                    let on_device = rt.segmented.starts.upload(device, staging, &segments)?;
                     download(device, staging, Some(on_device), count)
                 })
                 .unwrap_or_else(|e| panic!("{label}: {e}"));
@@ -217,7 +217,7 @@ gpu_test!(segment_tiles_sort_segments_up_to_a_tile, |rt| {
 // (stride 1), short ones mixed in, sizes around the large tile; and which tile `auto` picks.
 gpu_test!(large_segment_tiles_sort_segments_up_to_a_tile, |rt| {
     use common::strategies::Lengths;
-    let tile = rt.merge.tile_rows(cuda::SegmentTile::Large);
+    let tile = rt.segmented.tiles.tile_rows(cuda::SegmentTile::Large);
     let standard = cuda::MERGE_TILE as usize;
     check_segment_tiles(
         rt,
@@ -247,7 +247,7 @@ gpu_test!(large_segment_tiles_sort_segments_up_to_a_tile, |rt| {
         let starts = (0..n).step_by(len).map(|s| s as u32).collect();
         gpusort::sort::Segments::new(starts, n)
     };
-    let pick = |segments: &gpusort::sort::Segments| rt.merge.segment_tile_for(8, segments);
+    let pick = |segments: &gpusort::sort::Segments| rt.segmented.tiles.tile_for(8, segments);
     assert_eq!(pick(&fixed(100)), Some(cuda::SegmentTile::Standard));
     assert_eq!(pick(&fixed(10_000)), Some(cuda::SegmentTile::Large));
     assert_eq!(pick(&fixed(tile + 1)), None);

@@ -105,7 +105,7 @@ pub fn run(options: &MergeBench) -> Result<()> {
     for length in SEGMENT_LENGTHS {
         let starts: Vec<u32> = (0..n).step_by(length).map(|s| s as u32).collect();
         let segments = Segments::new(starts, n);
-        let chosen = runtime.merge.segment_tile_for(8, &segments);
+        let chosen = runtime.segmented.tiles.tile_for(8, &segments);
         let path = match chosen {
             Some(SegmentTile::Standard) => "tiles",
             Some(SegmentTile::Large) => "large tiles",
@@ -113,11 +113,11 @@ pub fn run(options: &MergeBench) -> Result<()> {
             None => "radix",
         };
         let longest = segments.longest_rows();
-        let fits_large = longest <= runtime.merge.tile_rows(SegmentTile::Large);
+        let fits_large = longest <= runtime.segmented.tiles.tile_rows(SegmentTile::Large);
         // The tile `auto` picks, else the first that fits.
         let tile = chosen.or([SegmentTile::Standard, SegmentTile::Large]
             .into_iter()
-            .find(|&t| longest <= runtime.merge.tile_rows(t)));
+            .find(|&t| longest <= runtime.segmented.tiles.tile_rows(t)));
         let [auto, merge, radix] = [Path::Auto, Path::Merge, Path::Radix]
             .map(|p| time_u64(&runtime, &random, Some(&segments), p, options));
         let (auto, merge, radix) = (auto?, merge?, radix?);
@@ -284,15 +284,14 @@ fn time_u64(
                     (Some(segments), Path::TilesStartsOnDevice(tile)) => {
                         let keys = cuda::MergeKeys::U64(keys);
                         let starts = starts.as_ref().expect("starts uploaded");
-                        runtime.merge.sort_segment_tiles_with_starts(
-                            device, &keys, starts, segments, n, tile,
-                        )?;
+                        runtime
+                            .segmented
+                            .tiles
+                            .sort(device, &keys, starts, segments, n, tile)?;
                     }
                     (Some(segments), Path::StartsUpload) => {
                         drop(keys);
-                        runtime
-                            .merge
-                            .upload_segment_starts(device, staging, segments)?;
+                        runtime.segmented.starts.upload(device, staging, segments)?;
                     }
                     (Some(segments), Path::StagedBytes) => {
                         drop(keys);
@@ -306,12 +305,14 @@ fn time_u64(
                     (Some(segments), Path::Tiles(tile)) => {
                         let keys = cuda::MergeKeys::U64(keys);
                         runtime
-                            .merge
+                            .segmented
                             .sort_segment_tiles(device, staging, &keys, segments, n, tile)?;
                     }
                     (Some(segments), Path::Merge) => {
-                        let segs = runtime.merge.segment_ids(device, staging, segments, n)?;
-                        runtime.merge.sort_segmented_rows(device, &keys, &segs, n)?;
+                        let segs = runtime
+                            .segmented
+                            .segment_ids(device, staging, segments, n)?;
+                        runtime.segmented.sort_rows(device, &keys, &segs, n)?;
                     }
                     _ => {
                         let keys = DeviceKeys::Words(vec![keys]);

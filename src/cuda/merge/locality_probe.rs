@@ -12,8 +12,8 @@
 
 use crate::cuda::error::CudaResult;
 use crate::cuda::memory::device::Device;
-use crate::cuda::merge::{check_rows, MergeKeys, MergeSorts};
-use crate::cuda::module::{arg, launch};
+use crate::cuda::merge::{check_rows, simple_grid, MergeKeys};
+use crate::cuda::module::{arg, launch, Kernel, Module};
 use crate::cuda::tuning::{PROBED_HALOS, PROBE_CHUNK, SIMPLE_THREADS};
 
 /// Sampled keys greater than the key some distance on, and how many were sampled.
@@ -60,7 +60,26 @@ impl LocalityProbe {
     }
 }
 
-impl MergeSorts {
+/// The probe's kernels, `locality_probe_u32` and `_u64` (of `kernels/locality_sort.cu`,
+/// loaded by `LocalitySort`).
+#[derive(Debug, Clone, Copy)]
+pub struct Prober {
+    kernels: [Kernel; 2],
+    sm_count: u32,
+}
+
+impl Prober {
+    /// The probe kernels of the locality sort's `module`.
+    pub fn load(module: &Module, device: &Device) -> CudaResult<Self> {
+        Ok(Self {
+            kernels: [
+                module.kernel("locality_probe_u32")?,
+                module.kernel("locality_probe_u64")?,
+            ],
+            sm_count: device.sm_count,
+        })
+    }
+
     /// The probe of `n` keys over every `every`-th chunk of [`PROBE_CHUNK`] positions, at
     /// the window halos and at `far` rows.
     pub fn probe(
@@ -88,8 +107,8 @@ impl MergeSorts {
         ];
         launch(
             device,
-            self.probe[keys.index()],
-            self.simple_grid(probed_positions(n, nearest, every) as usize),
+            self.kernels[keys.index()],
+            simple_grid(probed_positions(n, nearest, every) as usize, self.sm_count),
             SIMPLE_THREADS,
             &mut params,
             n,

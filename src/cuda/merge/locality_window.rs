@@ -27,10 +27,10 @@
 use crate::cuda::error::CudaResult;
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::merge::locality_probe::LocalityProbe;
-use crate::cuda::merge::{check_rows, MergeKeys, MergeSorts};
-use crate::cuda::module::{arg, launch};
+use crate::cuda::merge::{check_rows, MergeKeys};
+use crate::cuda::module::{arg, launch, Kernel, Module};
 use crate::cuda::tuning::{
-    WindowHalo, LOCALITY_WINDOW_HALO, MERGE_ITEMS, MERGE_THREADS, MERGE_TILE,
+    Tuning, WindowHalo, LOCALITY_WINDOW_HALO, MERGE_ITEMS, MERGE_THREADS, MERGE_TILE,
 };
 
 /// The halos a window can have: powers of two up to a quarter of a tile (chunks of two
@@ -40,7 +40,7 @@ pub const WINDOW_HALOS: std::ops::RangeInclusive<u32> = 16..=(MERGE_TILE / 4);
 const _: () = assert!(2 * *WINDOW_HALOS.start() >= MERGE_ITEMS);
 
 /// The halo choice of the tuning, with a fixed halo rounded up to one a window can have.
-pub fn rounded_halo(choice: WindowHalo) -> WindowHalo {
+fn rounded_halo(choice: WindowHalo) -> WindowHalo {
     match choice {
         WindowHalo::Fixed(rows) => WindowHalo::Fixed(window_halo_at_least(rows.max(1))),
         other => other,
@@ -53,19 +53,46 @@ pub fn window_halo_at_least(rows: u32) -> u32 {
         .clamp(*WINDOW_HALOS.start(), *WINDOW_HALOS.end())
 }
 
-impl MergeSorts {
-    /// The stable sort of `n` keys by the windowed sort, with the halo that `choice` and
-    /// `probe` give, when its check proves the result; else `None` (the keys are
+/// The windowed sort's kernels (of `kernels/locality_sort.cu`, loaded by `LocalitySort`)
+/// and how it picks its halo.
+#[derive(Debug, Clone, Copy)]
+pub struct WindowSort {
+    /// `locality_window_u32` and `_u64`.
+    window: [Kernel; 2],
+    /// `locality_window_check_u32` and `_u64`.
+    check: [Kernel; 2],
+    /// The halo choice of the tuning, a fixed one rounded to one a window can have.
+    choice: WindowHalo,
+}
+
+impl WindowSort {
+    /// The windowed sort's kernels of the locality sort's `module`.
+    pub fn load(module: &Module, tuning: &Tuning) -> CudaResult<Self> {
+        Ok(Self {
+            window: [
+                module.kernel("locality_window_u32")?,
+                module.kernel("locality_window_u64")?,
+            ],
+            check: [
+                module.kernel("locality_window_check_u32")?,
+                module.kernel("locality_window_check_u64")?,
+            ],
+            choice: rounded_halo(tuning.window_halo),
+        })
+    }
+
+    /// The stable sort of `n` keys by the windowed sort, with the halo that the tuning's
+    /// choice and `probe` give, when its check proves the result; else `None` (the keys are
     /// untouched). A halo below [`LOCALITY_WINDOW_HALO`] that declines is retried at that
     /// halo when the probe found it clean: the sample can miss a rare key out of order.
-    pub fn window_sort_if_local(
+    pub fn sort_if_local(
         &self,
         device: &Device,
         keys: &MergeKeys,
         n: usize,
-        choice: WindowHalo,
         probe: &LocalityProbe,
     ) -> CudaResult<Option<DeviceBuffer<u32>>> {
+        let choice = self.choice;
         if n <= MERGE_TILE as usize {
             return Ok(None);
         }
@@ -75,21 +102,21 @@ impl MergeSorts {
             WindowHalo::Fixed(halo) => probe.clean_at(halo).then_some(halo),
         };
         let Some(halo) = halo else { return Ok(None) };
-        if let Some(permutation) = self.window_sort(device, keys, n, halo)? {
+        if let Some(permutation) = self.sort(device, keys, n, halo)? {
             return Ok(Some(permutation));
         }
         if choice == WindowHalo::LeastClean
             && halo < LOCALITY_WINDOW_HALO
             && probe.clean_at(LOCALITY_WINDOW_HALO)
         {
-            return self.window_sort(device, keys, n, LOCALITY_WINDOW_HALO);
+            return self.sort(device, keys, n, LOCALITY_WINDOW_HALO);
         }
         Ok(None)
     }
 
     /// The windowed sort of `n` keys with `halo` rows on each side of each window: the
     /// permutation, or `None` when some key lay further than that from its place.
-    pub fn window_sort(
+    pub fn sort(
         &self,
         device: &Device,
         keys: &MergeKeys,
@@ -165,7 +192,7 @@ impl MergeSorts {
         let mut params = [arg(&mut ek), arg(&mut ei), arg(&mut w), arg(&mut f)];
         launch(
             device,
-            self.window_check[keys.index()],
+            self.check[keys.index()],
             windows.div_ceil(MERGE_THREADS as usize) as u32,
             MERGE_THREADS,
             &mut params,

@@ -16,8 +16,7 @@
 use crate::cuda::error::CudaResult;
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::transfer::{Plain, Staging};
-use crate::cuda::merge::MergeSorts;
-use crate::cuda::module::{arg, launch};
+use crate::cuda::module::{arg, launch, Kernel, Module};
 use crate::cuda::tuning::{MERGE_THREADS, SEGMENT_STARTS_CHUNK};
 use crate::sort::Segments;
 
@@ -54,10 +53,27 @@ impl StartsEncoding {
     }
 }
 
-impl MergeSorts {
+/// The kernels that rebuild starts from lengths, `segment_starts_u8` and `_u16` (of
+/// `kernels/segmented_sort.cu`, loaded by `SegmentedSort`).
+#[derive(Debug, Clone, Copy)]
+pub struct SegmentStarts {
+    from_lengths: [Kernel; 2],
+}
+
+impl SegmentStarts {
+    /// The kernels of the segmented sort's `module`.
+    pub fn load(module: &Module) -> CudaResult<Self> {
+        Ok(Self {
+            from_lengths: [
+                module.kernel("segment_starts_u8")?,
+                module.kernel("segment_starts_u16")?,
+            ],
+        })
+    }
+
     /// The first row of each of `segments` in a new device buffer, sent in the encoding
     /// that [`StartsEncoding::for_longest`] picks.
-    pub fn upload_segment_starts(
+    pub fn upload(
         &self,
         device: &Device,
         staging: &mut Staging,
@@ -119,7 +135,7 @@ impl MergeSorts {
         let mut params = [arg(&mut l), arg(&mut c), arg(&mut segs), arg(&mut o)];
         launch(
             device,
-            self.segment_starts[kernel],
+            self.from_lengths[kernel],
             chunks as u32,
             MERGE_THREADS,
             &mut params,
