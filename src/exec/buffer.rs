@@ -24,9 +24,9 @@ use datafusion::physical_plan::SendableRecordBatchStream;
 use futures::StreamExt;
 
 use super::hash_routing::HashRouting;
-use super::metrics::SortMetrics;
+use super::resources::SortResources;
 use super::run::{split_runs, SortSpec};
-use super::spill::{RunSpiller, SpilledRun};
+use super::spill::SpilledRun;
 use crate::keys::working_limbs;
 
 /// The whole input, once every partition is drained.
@@ -48,10 +48,10 @@ pub enum Drained {
 
 /// The input of one partition's sort while it is being drained.
 pub struct InputBuffer {
-    spec: Arc<SortSpec>,
-    metrics: SortMetrics,
+    /// The sort's properties and execution resources.
+    resources: SortResources,
+    /// Accounts the buffered batches (and the working memory of their sort).
     reservation: MemoryReservation,
-    spiller: RunSpiller,
     /// Buffered batches of each input partition, in arrival order.
     buffered: Vec<Vec<RecordBatch>>,
     /// Sorted runs on disk of each output partition, each with the input partition its
@@ -67,16 +67,12 @@ impl InputBuffer {
     /// An empty buffer for `partitions` input partitions.
     pub fn new(
         partitions: usize,
-        spec: Arc<SortSpec>,
-        metrics: SortMetrics,
+        resources: SortResources,
         reservation: MemoryReservation,
-        spiller: RunSpiller,
     ) -> Self {
         Self {
-            spec,
-            metrics,
+            resources,
             reservation,
-            spiller,
             buffered: (0..partitions).map(|_| Vec::new()).collect(),
             spilled: (0..partitions).map(|_| Vec::new()).collect(),
             routing: None,
@@ -164,7 +160,7 @@ impl InputBuffer {
         let limbs = match &self.limbs {
             Some((schema, limbs)) if Arc::ptr_eq(schema, batch.schema_ref()) => *limbs,
             _ => {
-                let limbs = key_limbs(&self.spec, batch.schema_ref());
+                let limbs = key_limbs(&self.resources.spec, batch.schema_ref());
                 self.limbs = Some((batch.schema(), limbs));
                 limbs
             }
@@ -222,12 +218,13 @@ impl InputBuffer {
         partition: usize,
         batches: Vec<RecordBatch>,
     ) -> Result<()> {
-        for run in split_runs(batches, self.spec.run_rows) {
-            let (spec, metrics, spiller) = (
-                Arc::clone(&self.spec),
-                self.metrics.clone(),
-                self.spiller.clone(),
-            );
+        for run in split_runs(batches, self.resources.spec.run_rows) {
+            let SortResources {
+                spec,
+                metrics,
+                spiller,
+                ..
+            } = self.resources.clone();
             let spilled =
                 tokio::task::spawn_blocking(move || spiller.sort_to_disk(&spec, run, &metrics))
                     .await

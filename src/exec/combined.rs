@@ -30,7 +30,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arrow::array::{ArrayRef, RecordBatch};
-use arrow::datatypes::SchemaRef;
 use datafusion::arrow;
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::{DataFusionError, Result};
@@ -45,8 +44,8 @@ use tokio::sync::oneshot;
 use super::buffer::{Buffered, Drained, InputBuffer};
 use super::hash_routing::HashRouting;
 use super::metrics::SortMetrics;
+use super::resources::SortResources;
 use super::run::{Apart, RunSorter, SortSpec};
-use super::spill::RunSpiller;
 use super::stream::{emit_buffered, OUTPUT_CHANNEL_BATCHES};
 use crate::gather::{PayloadGather, PayloadStats, RunRows};
 use crate::sort::{Permutation, Segments};
@@ -132,21 +131,20 @@ struct SortedTogether {
 }
 
 impl CombinedSort {
-    /// Starts draining `inputs` (every input partition, in order) and sorting them.
-    /// `metrics` take the shared stages (collection, encoding, the sort itself). With a
-    /// `routing`, output partition `p` gets the rows of hash partition `p` (from every
-    /// input partition) instead of input partition `p`'s rows.
+    /// Starts draining `inputs` (every input partition, in order) and sorting them. The
+    /// metrics of `resources` (the first partition to claim the sort) take the shared
+    /// stages (collection, encoding, the sort itself). With a `routing`, output partition
+    /// `p` gets the rows of hash partition `p` (from every input partition) instead of
+    /// input partition `p`'s rows.
     pub fn start(
         inputs: Vec<SendableRecordBatchStream>,
-        spec: Arc<SortSpec>,
-        metrics: SortMetrics,
+        resources: SortResources,
         reservation: MemoryReservation,
-        spiller: RunSpiller,
         routing: Option<Arc<HashRouting>>,
     ) -> Arc<Self> {
         let (tx, rx) = oneshot::channel();
         let task = SpawnedTask::spawn(async move {
-            let combined = combine(inputs, spec, metrics, reservation, spiller, routing).await;
+            let combined = combine(inputs, resources, reservation, routing).await;
             let _ = tx.send(combined.map(Arc::new).map_err(Arc::new));
         });
         let result = async move {
@@ -168,21 +166,17 @@ impl CombinedSort {
     pub fn partition_stream(
         self: Arc<Self>,
         partition: usize,
-        schema: SchemaRef,
-        spec: Arc<SortSpec>,
-        metrics: SortMetrics,
-        spiller: RunSpiller,
+        resources: SortResources,
     ) -> SendableRecordBatchStream {
-        let mut builder =
-            RecordBatchReceiverStream::builder(Arc::clone(&schema), OUTPUT_CHANNEL_BATCHES);
+        let mut builder = RecordBatchReceiverStream::builder(
+            Arc::clone(&resources.schema),
+            OUTPUT_CHANNEL_BATCHES,
+        );
         let tx = builder.tx();
         builder.spawn(async move {
             let output = PartitionOutput {
                 partition,
-                schema,
-                spec,
-                metrics,
-                spiller,
+                resources,
             };
             output.emit(self, tx).await
         });
@@ -194,19 +188,12 @@ impl CombinedSort {
 /// routing, the output partitions are its hash partitions instead of the input's.
 async fn combine(
     inputs: Vec<SendableRecordBatchStream>,
-    spec: Arc<SortSpec>,
-    metrics: SortMetrics,
+    resources: SortResources,
     reservation: MemoryReservation,
-    spiller: RunSpiller,
     routing: Option<Arc<HashRouting>>,
 ) -> Result<Combined> {
-    let mut buffer = InputBuffer::new(
-        inputs.len(),
-        Arc::clone(&spec),
-        metrics.clone(),
-        reservation,
-        spiller,
-    );
+    let mut buffer = InputBuffer::new(inputs.len(), resources.clone(), reservation);
+    let SortResources { spec, metrics, .. } = resources;
     if let Some(routing) = &routing {
         buffer = buffer.with_routing(Arc::clone(routing));
     }
@@ -332,10 +319,7 @@ fn ranges_of(sizes: &[usize]) -> Vec<Range<usize>> {
 /// One output partition of a shared sort.
 struct PartitionOutput {
     partition: usize,
-    schema: SchemaRef,
-    spec: Arc<SortSpec>,
-    metrics: SortMetrics,
-    spiller: RunSpiller,
+    resources: SortResources,
 }
 
 impl PartitionOutput {
@@ -346,7 +330,7 @@ impl PartitionOutput {
         match &*combined {
             Combined::Sorted(sorted) => {
                 let sorted = Arc::clone(sorted);
-                let metrics = self.metrics.clone();
+                let metrics = self.resources.metrics.clone();
                 tokio::task::spawn_blocking(move || self.gather(&sorted, &tx))
                     .await
                     .map_err(|e| DataFusionError::External(Box::new(e)))??;
@@ -358,18 +342,9 @@ impl PartitionOutput {
             } => {
                 let taken = inputs.lock().unwrap_or_else(|e| e.into_inner())[self.partition].take();
                 if let Some(buffered) = taken {
-                    emit_buffered(
-                        buffered,
-                        &self.schema,
-                        &self.spec,
-                        reservation.new_empty(),
-                        &self.metrics,
-                        &self.spiller,
-                        tx,
-                    )
-                    .await?;
+                    emit_buffered(buffered, &self.resources, reservation.new_empty(), tx).await?;
                 }
-                self.metrics.baseline.done();
+                self.resources.metrics.baseline.done();
             }
         }
         Ok(())
@@ -385,7 +360,8 @@ impl PartitionOutput {
             ..
         } = sorted;
         let range = ranges[self.partition].clone();
-        let end = match self.spec.fetch {
+        let SortResources { spec, metrics, .. } = &self.resources;
+        let end = match spec.fetch {
             Some(fetch) => range.end.min(range.start + fetch),
             None => range.end,
         };
@@ -395,12 +371,12 @@ impl PartitionOutput {
             offset: range.start,
             stats: PayloadStats::default(),
         });
-        let gathered = RunSorter::new(&self.spec, &self.metrics).gather_rows(
+        let gathered = RunSorter::new(spec, metrics).gather_rows(
             rows,
             &permutation[range.start..end],
             payload.as_mut().map(|p| p as &mut dyn PayloadGather),
             |batch| {
-                self.metrics.baseline.record_output(batch.num_rows());
+                metrics.baseline.record_output(batch.num_rows());
                 tx.blocking_send(Ok(batch)).is_ok()
             },
         );

@@ -48,6 +48,7 @@ use datafusion::physical_plan::{
 use super::combined::{CombinedSort, CombinedSorts};
 use super::hash_routing::HashRouting;
 use super::metrics::SortMetrics;
+use super::resources::SortResources;
 use super::run::SortSpec;
 use super::spill::RunSpiller;
 use super::stream::{sort_stream, SortTask};
@@ -384,7 +385,12 @@ impl ExecutionPlan for GpuSortExec {
             device_gather_min_rows: self.options.device_gather_min_rows,
             backend: Arc::clone(&self.options.backend),
         });
-        let metrics = SortMetrics::new(&self.metrics, partition);
+        let resources = SortResources {
+            schema: self.schema(),
+            spec,
+            metrics: SortMetrics::new(&self.metrics, partition),
+            spiller,
+        };
         if let Some(partitions) = self.combined_partitions() {
             if partition >= partitions {
                 return internal_err!(
@@ -400,14 +406,12 @@ impl ExecutionPlan for GpuSortExec {
                     .register(context.memory_pool());
                 Ok(CombinedSort::start(
                     inputs,
-                    Arc::clone(&spec),
-                    metrics.clone(),
+                    resources.clone(),
                     reservation,
-                    spiller.clone(),
                     self.routing.clone(),
                 ))
             })?;
-            return Ok(shared.partition_stream(partition, self.schema(), spec, metrics, spiller));
+            return Ok(shared.partition_stream(partition, resources));
         }
         let inputs = self.input_streams(partition, &context)?;
         let reservation = MemoryConsumer::new(format!("GpuSortExec[{partition}]"))
@@ -415,11 +419,8 @@ impl ExecutionPlan for GpuSortExec {
             .register(context.memory_pool());
         Ok(sort_stream(SortTask {
             inputs,
-            schema: self.schema(),
-            spec,
             reservation,
-            metrics,
-            spiller,
+            resources,
         }))
     }
 

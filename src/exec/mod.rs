@@ -5,6 +5,7 @@
 //! - `hash_routing`: rows routed to hash partitions as `RepartitionExec` routes them.
 //! - `id_table`: the partition of every value of a routing key, for a backend to look up.
 //! - `stream`: run splitting, merging runs, the output channel.
+//! - `resources`: a partition's sort properties and execution resources, travelling together.
 //! - `buffer`: draining the input within the memory reservation; spilling when it is full.
 //! - `spill`: sorted runs written to and read back from disk.
 //! - `run`: `RunSorter`, one run: keys → encode → backend sort → gather.
@@ -16,6 +17,7 @@ mod gpu_sort_exec;
 mod hash_routing;
 mod id_table;
 mod metrics;
+mod resources;
 mod run;
 mod spill;
 mod stream;

@@ -29,24 +29,18 @@ use tokio::sync::mpsc::Sender;
 
 use super::buffer::{Buffered, InputBuffer};
 use super::metrics::SortMetrics;
+use super::resources::SortResources;
 use super::run::{split_runs, RunSorter, SortSpec};
 use super::spill::merge_runs;
-use super::spill::RunSpiller;
 
 /// Everything one partition's sort owns while it runs.
 pub struct SortTask {
     /// Input streams, in partition order.
     pub inputs: Vec<SendableRecordBatchStream>,
-    /// Output schema (the input's).
-    pub schema: SchemaRef,
-    /// Keys, limit, backend.
-    pub spec: Arc<SortSpec>,
     /// Memory accounted for the buffered input and the sort's working memory.
     pub reservation: MemoryReservation,
-    /// Where stage times and bytes go.
-    pub metrics: SortMetrics,
-    /// Where sorted runs go when the input outgrows the reservation.
-    pub spiller: RunSpiller,
+    /// The sort's properties and execution resources.
+    pub resources: SortResources,
 }
 
 /// Output batches that may wait in the channel. A run's gather builds a window of batches
@@ -57,8 +51,10 @@ pub(super) const OUTPUT_CHANNEL_BATCHES: usize = 32;
 
 /// Starts the sort of one partition; its batches arrive on the returned stream.
 pub fn sort_stream(task: SortTask) -> SendableRecordBatchStream {
-    let mut builder =
-        RecordBatchReceiverStream::builder(Arc::clone(&task.schema), OUTPUT_CHANNEL_BATCHES);
+    let mut builder = RecordBatchReceiverStream::builder(
+        Arc::clone(&task.resources.schema),
+        OUTPUT_CHANNEL_BATCHES,
+    );
     let tx = builder.tx();
     builder.spawn(async move { run_task(task, tx).await });
     builder.build()
@@ -67,35 +63,18 @@ pub fn sort_stream(task: SortTask) -> SendableRecordBatchStream {
 async fn run_task(task: SortTask, tx: Sender<Result<RecordBatch>>) -> Result<()> {
     let SortTask {
         inputs,
-        schema,
-        spec,
         reservation,
-        metrics,
-        spiller,
+        resources,
     } = task;
-    let mut buffer = InputBuffer::new(
-        inputs.len(),
-        Arc::clone(&spec),
-        metrics.clone(),
-        reservation,
-        spiller.clone(),
-    );
+    let mut buffer = InputBuffer::new(inputs.len(), resources.clone(), reservation);
+    let metrics = &resources.metrics;
     let collecting = metrics.collect_time.timer();
     buffer.fill(inputs).await?;
     let merge_reservation = buffer.reservation().new_empty();
     let buffered = buffer.finish().await?;
     collecting.done();
     crate::trace::event(|| "input collected".to_string());
-    emit_buffered(
-        buffered,
-        &schema,
-        &spec,
-        merge_reservation,
-        &metrics,
-        &spiller,
-        tx,
-    )
-    .await?;
+    emit_buffered(buffered, &resources, merge_reservation, tx).await?;
     metrics.baseline.done();
     Ok(())
 }
@@ -104,13 +83,16 @@ async fn run_task(task: SortTask, tx: Sender<Result<RecordBatch>>) -> Result<()>
 /// (or spilled ones) through DataFusion's streaming merge.
 pub(super) async fn emit_buffered(
     buffered: Buffered,
-    schema: &SchemaRef,
-    spec: &Arc<SortSpec>,
+    resources: &SortResources,
     merge_reservation: MemoryReservation,
-    metrics: &SortMetrics,
-    spiller: &RunSpiller,
     tx: Sender<Result<RecordBatch>>,
 ) -> Result<()> {
+    let SortResources {
+        schema,
+        spec,
+        metrics,
+        spiller,
+    } = resources;
     match buffered {
         Buffered::InMemory(batches) => {
             let mut runs = split_runs(batches, spec.run_rows);

@@ -249,7 +249,8 @@ gpu_test!(large_segment_tiles_sort_segments_up_to_a_tile, |rt| {
     };
     let pick = |segments: &gpusort::sort::Segments| rt.segmented.tiles.tile_for(8, segments);
     assert_eq!(pick(&fixed(100)), Some(cuda::SegmentTile::Standard));
-    assert_eq!(pick(&fixed(10_000)), Some(cuda::SegmentTile::Large));
+    // Longer than a standard tile, most of a large one (10 000 of 12 288 rows by default).
+    assert_eq!(pick(&fixed(tile * 4 / 5)), Some(cuda::SegmentTile::Large));
     assert_eq!(pick(&fixed(tile + 1)), None);
     // Short segments and one as long as the tile: windows of one row would hold a few
     // short segments each, a tile sorted for a handful of rows.
