@@ -85,10 +85,10 @@ config_field!(AlgorithmChoice);
 
 /// Default of `device_gather_min_rows`: below it the host gathers a run from its caches
 /// faster than a round trip to the device.
-pub const DEFAULT_DEVICE_GATHER_MIN_ROWS: usize = 1 << 20;
+pub(crate) const DEFAULT_DEVICE_GATHER_MIN_ROWS: usize = 1 << 20;
 
 /// Default rows per device run: 2^28 rows of up to 256 key bits fit any lent GPU.
-pub const DEFAULT_RUN_ROWS: usize = 1 << 28;
+pub(crate) const DEFAULT_RUN_ROWS: usize = 1 << 28;
 
 extensions_options! {
     /// Settings of the gpusort operator, under the `gpu_sort` prefix.

@@ -16,20 +16,45 @@
 //!
 //! Pipeline of one sort: `planner` (rule) → `exec` (operator: buffer, runs) → `keys`
 //! (encode) → `sort` (backend) → `gather` (output batches). See `docs/architecture.md`.
+//!
+//! # Public API
+//!
+//! For users of a DataFusion session:
+//! - [`SessionStateBuilderExt`], [`gpu_sort_context`] and [`gpu_sort_context_with`] turn
+//!   gpusort on; [`GpuSortConfig`] ([`AlgorithmChoice`], [`BackendChoice`]) holds the
+//!   `gpu_sort.*` settings;
+//! - [`GpuSortRule`] swaps DataFusion's sorts for [`GpuSortExec`] and says why it kept one
+//!   ([`SortDecision`], [`DeclineReason`]); [`exec`] builds the operator by hand
+//!   (`GpuSortOptions`, `HashRouting`);
+//! - [`pipeline`] is the `gpusort sort` pipeline: Parquet files in, one sorted Parquet
+//!   file out.
+//!
+//! For the `gpusort` binary's benchmarks and the GPU tests (`tests/gpu/`), below the
+//! operator:
+//! - [`cuda`]: the device API (the process's runtime and the launchers reached through
+//!   its fields, device buffers and transfers, injected faults, the tuning's switches);
+//! - [`sort`]: the backend contract and the CPU sorts the GPU tests compare against;
+//!   [`backend`] resolves a [`BackendChoice`] to a backend;
+//! - [`keys`] and [`gather`]: the key encoding and the output batches, on the host;
+//! - [`trace`]: the stage timeline of `gpusort bench sql --trace`.
+//!
+//! Everything else is private to the crate, and `unreachable_pub` (warned, so denied by
+//! CI's clippy) keeps it so: an item marked `pub` must be reachable from here.
 
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod backend;
-pub mod config;
+mod config;
 pub mod cuda;
 pub mod exec;
 pub mod gather;
 pub mod keys;
 pub mod pipeline;
-pub mod planner;
+mod planner;
 pub mod sort;
 pub mod trace;
-pub mod window;
+mod window;
 
 use std::sync::Arc;
 

@@ -39,7 +39,7 @@ use crate::exec::GpuSortExec;
 /// `plan` with every streaming window directly above a `GpuSortExec` replaced by a
 /// whole-partition window, the sort emitting batches of up to `batch_rows` rows (0: the
 /// session's batch size).
-pub fn windows_over_sorts(
+pub(crate) fn windows_over_sorts(
     plan: Arc<dyn ExecutionPlan>,
     batch_rows: usize,
 ) -> Result<Arc<dyn ExecutionPlan>> {

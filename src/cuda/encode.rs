@@ -116,7 +116,7 @@ pub struct Encoder {
 
 /// Whether every column can be encoded on the device: a fixed-width layout, or a
 /// byte-like type whose data buffers are worth uploading.
-pub fn encodable_on_device(columns: &[KeyColumn]) -> bool {
+pub(super) fn encodable_on_device(columns: &[KeyColumn]) -> bool {
     columns.iter().all(|c| match c.arrays.first() {
         None => true,
         Some(a) if is_view_type(a.data_type()) => worth_encoding_on_device(&c.arrays),

@@ -34,7 +34,7 @@ use crate::cuda::tuning::Tuning;
 pub(super) const WIDTHS: [usize; 6] = [1, 2, 4, 8, 16, 32];
 
 /// How `data_type` is gathered on the device, or `None` when the host gathers it.
-pub fn payload_layout(data_type: &DataType) -> Option<PayloadLayout> {
+pub(super) fn payload_layout(data_type: &DataType) -> Option<PayloadLayout> {
     let width = match data_type {
         DataType::Boolean => return Some(PayloadLayout::Bits),
         DataType::Utf8View | DataType::BinaryView => return Some(PayloadLayout::Views),

@@ -30,34 +30,24 @@ mod runtime;
 mod sort_run;
 mod tuning;
 
+// The device API: what the session (through `backend.rs`), the binary's benchmarks and the
+// GPU tests (`tests/gpu/`) use. The launchers themselves (`Onesweep`, `LocalitySort`,
+// `SegmentedSort`, `Encoder`, `Gatherer`, `TieRefiner`) are reached through the fields of
+// [`CudaRuntime`]; their kernels, modules and launch arithmetic stay inside this module.
 pub use backend::CudaBackend;
-pub use columns::PayloadLayout;
 pub use dispatch::{sort_on_device, DeviceOrder};
-pub use encode::{encodable_on_device, DeviceKeys, Encoded, Encoder, TieFields};
+pub use encode::DeviceKeys;
 pub use error::{CudaError, CudaResult};
 pub use faults::{inject as inject_fault, Fault};
-pub use gather::{payload_layout, Gatherer};
 pub use memory::device::{Device, DeviceBuffer, Event};
 pub use memory::transfer::{Plain as TransferPlain, Staging};
-pub use merge::locality::LocalitySort;
-pub use merge::locality_probe::{LocalityProbe, Probe, Prober};
-pub use merge::locality_window::WindowSort;
-pub use merge::passes::MergeKernels;
-pub use merge::segment_starts::{SegmentStarts, StartsEncoding};
-pub use merge::segment_tiles::{SegmentTile, SegmentTiles};
-pub use merge::segment_tiles_large::LargeSegmentTiles;
-pub use merge::segmented::SegmentedSort;
+pub use merge::locality_probe::{LocalityProbe, Probe};
+pub use merge::segment_starts::StartsEncoding;
+pub use merge::segment_tiles::SegmentTile;
 pub use merge::{MergeKeys, MergeSorted};
-pub use module::{compile_cubin, is_nvrtc_present, nvrtc_version, KernelFile, ALL_KERNELS};
-pub use payload::DevicePayload;
-pub use radix::onesweep::{Onesweep, RadixKey, Sorted, Values};
-pub use refine::{Sorters, TieRefiner};
+pub use radix::onesweep::{RadixKey, Sorted, Values};
+pub use runtime::{disabled_reason, fallback_count, is_driver_present, runtime, CudaRuntime};
 pub use tuning::{
-    switches, PassMode, PassTuning, Switches, Tuning, WindowHalo, LOCALITY_MAX_INVERSIONS_PER,
-    LOCALITY_WINDOW_HALO, MERGE_TILE, PROBED_HALOS, PROBE_CHUNK, SEGMENTED_MERGE_MAX_MEAN_ROWS,
-    SEGMENT_STARTS_CHUNK, SEGMENT_TILES_MAX_ROWS, TIE_STEP_BYTES,
-};
-
-pub use runtime::{
-    disable_device, disabled_reason, fallback_count, is_driver_present, runtime, CudaRuntime,
+    switches, PassMode, Switches, Tuning, LOCALITY_WINDOW_HALO, MERGE_TILE, PROBED_HALOS,
+    PROBE_CHUNK, SEGMENTED_MERGE_MAX_MEAN_ROWS, SEGMENT_STARTS_CHUNK,
 };

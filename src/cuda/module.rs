@@ -55,7 +55,7 @@ macro_rules! with_merge_entry_points {
 }
 
 /// Headers the kernel files may include (`#include "common.cuh"`).
-pub const HEADERS: &[(&str, &str)] = &[
+pub(super) const HEADERS: &[(&str, &str)] = &[
     ("common.cuh", include_str!("../../kernels/common.cuh")),
     ("merge.cuh", include_str!("../../kernels/merge.cuh")),
     ("fields.cuh", include_str!("../../kernels/fields.cuh")),
@@ -66,7 +66,7 @@ pub const HEADERS: &[(&str, &str)] = &[
 ];
 
 /// The OneSweep radix sort kernels.
-pub const ONESWEEP: KernelFile = KernelFile {
+pub(super) const ONESWEEP: KernelFile = KernelFile {
     name: "onesweep.cu",
     source: include_str!("../../kernels/onesweep.cu"),
     entry_points: &[
@@ -83,7 +83,7 @@ pub const ONESWEEP: KernelFile = KernelFile {
 };
 
 /// Key encoding from raw Arrow buffers.
-pub const ENCODE: KernelFile = KernelFile {
+pub(super) const ENCODE: KernelFile = KernelFile {
     name: "encode.cu",
     source: include_str!("../../kernels/encode.cu"),
     entry_points: &[
@@ -94,7 +94,7 @@ pub const ENCODE: KernelFile = KernelFile {
 };
 
 /// Ties of long byte-like keys ordered after the sort.
-pub const REFINE: KernelFile = KernelFile {
+pub(super) const REFINE: KernelFile = KernelFile {
     name: "refine.cu",
     source: include_str!("../../kernels/refine.cu"),
     entry_points: &[
@@ -114,7 +114,7 @@ pub const REFINE: KernelFile = KernelFile {
 };
 
 /// Payload columns gathered in sorted order.
-pub const GATHER: KernelFile = KernelFile {
+pub(super) const GATHER: KernelFile = KernelFile {
     name: "gather.cu",
     source: include_str!("../../kernels/gather.cu"),
     entry_points: &[
@@ -132,7 +132,7 @@ pub const GATHER: KernelFile = KernelFile {
 };
 
 /// The merge sort for nearly sorted keys, and the sortedness probe.
-pub const LOCALITY: KernelFile = KernelFile {
+pub(super) const LOCALITY: KernelFile = KernelFile {
     name: "locality_sort.cu",
     source: include_str!("../../kernels/locality_sort.cu"),
     entry_points: with_merge_entry_points!(
@@ -150,7 +150,7 @@ pub const LOCALITY: KernelFile = KernelFile {
 };
 
 /// The merge sort within known segments.
-pub const SEGMENTED: KernelFile = KernelFile {
+pub(super) const SEGMENTED: KernelFile = KernelFile {
     name: "segmented_sort.cu",
     source: include_str!("../../kernels/segmented_sort.cu"),
     entry_points: with_merge_entry_points!(
@@ -172,7 +172,7 @@ pub const SEGMENTED: KernelFile = KernelFile {
 };
 
 /// Segment tiles larger than the merge tile, one block per SM.
-pub const SEGMENT_TILES_LARGE: KernelFile = KernelFile {
+pub(super) const SEGMENT_TILES_LARGE: KernelFile = KernelFile {
     name: "segment_tiles_large.cu",
     source: include_str!("../../kernels/segment_tiles_large.cu"),
     entry_points: &[
@@ -183,7 +183,8 @@ pub const SEGMENT_TILES_LARGE: KernelFile = KernelFile {
 };
 
 /// Every kernel file, for compile checks.
-pub const ALL_KERNELS: &[KernelFile] = &[
+#[cfg(test)]
+pub(crate) const ALL_KERNELS: &[KernelFile] = &[
     ONESWEEP,
     ENCODE,
     REFINE,
@@ -212,13 +213,13 @@ fn header_sources(dir: Option<&Path>) -> Vec<(&'static str, Cow<'static, str>)> 
 }
 
 /// Whether the NVRTC library can be loaded here.
-pub fn is_nvrtc_present() -> bool {
+pub(super) fn is_nvrtc_present() -> bool {
     // SAFETY: only tries to dlopen the library; never panics.
     std::panic::catch_unwind(|| unsafe { nvrtc::is_culib_present() }).unwrap_or(false)
 }
 
 /// NVRTC's (major, minor) version.
-pub fn nvrtc_version() -> CudaResult<(i32, i32)> {
+pub(super) fn nvrtc_version() -> CudaResult<(i32, i32)> {
     if !is_nvrtc_present() {
         return Err(CudaError::LibraryMissing { library: "NVRTC" });
     }
@@ -236,7 +237,7 @@ pub fn nvrtc_version() -> CudaResult<(i32, i32)> {
 }
 
 /// Compiles `file` to CUBIN for `sm_<arch>` with the `-D` options of `tuning`.
-pub fn compile_cubin(file: KernelFile, arch: u32, tuning: &Tuning) -> CudaResult<Vec<u8>> {
+pub(super) fn compile_cubin(file: KernelFile, arch: u32, tuning: &Tuning) -> CudaResult<Vec<u8>> {
     let defines = tuning.defines(file.name);
     compile_with(file, arch, &defines, tuning.kernel_dir.as_deref())
 }
@@ -391,7 +392,7 @@ fn cache_path(file: KernelFile, arch: u32, tuning: &Tuning) -> CudaResult<Option
 
 /// The CUBIN of `file` for `arch` with the options of `tuning`: from the disk cache, or
 /// compiled and stored there.
-pub fn cached_cubin(file: KernelFile, arch: u32, tuning: &Tuning) -> CudaResult<Vec<u8>> {
+pub(super) fn cached_cubin(file: KernelFile, arch: u32, tuning: &Tuning) -> CudaResult<Vec<u8>> {
     let path = cache_path(file, arch, tuning)?;
     if let Some(cubin) = path.as_ref().and_then(|p| std::fs::read(p).ok()) {
         return Ok(cubin);
@@ -468,12 +469,12 @@ impl Module {
 }
 
 /// A kernel parameter: the address of its value.
-pub fn arg<T>(value: &mut T) -> *mut c_void {
+pub(super) fn arg<T>(value: &mut T) -> *mut c_void {
     value as *mut T as *mut c_void
 }
 
 /// Launches `kernel` on the device's stream; `rows` only labels errors.
-pub fn launch(
+pub(super) fn launch(
     device: &Device,
     kernel: Kernel,
     grid: u32,
@@ -485,7 +486,7 @@ pub fn launch(
 }
 
 /// [`launch`] with `shared_bytes` of dynamic shared memory per block.
-pub fn launch_shared(
+pub(super) fn launch_shared(
     device: &Device,
     kernel: Kernel,
     grid: u32,

@@ -53,7 +53,7 @@ struct PayloadColumn {
 
 /// What a device sort leaves on the device for the payload gather: the CUDA backend's
 /// [`RunState`], freed with the run.
-pub struct DeviceRun {
+pub(super) struct DeviceRun {
     /// The runtime that gathers.
     pub runtime: Arc<CudaRuntime>,
     /// The sorted order, when the sort produced one (not for constant keys).
@@ -64,7 +64,7 @@ pub struct DeviceRun {
 
 impl DeviceRun {
     /// A state that keeps nothing: the gather uploads the permutation and every column.
-    pub fn empty(runtime: Arc<CudaRuntime>) -> Self {
+    pub(super) fn empty(runtime: Arc<CudaRuntime>) -> Self {
         Self {
             runtime,
             permutation: None,
@@ -99,7 +99,7 @@ impl RunState for DeviceRun {
 
 /// A run's gathered columns and permutation on the device; gathers windows of output
 /// batches on request (see [`PayloadGather`]).
-pub struct DevicePayload {
+pub(super) struct DevicePayload {
     runtime: Arc<CudaRuntime>,
     permutation: DeviceBuffer<u32>,
     indices: Vec<usize>,
@@ -135,7 +135,7 @@ impl DevicePayload {
     /// Puts on the device the permutation and every column of `rows` that the device can
     /// gather (as many as fit in device memory); `None` when no column qualifies. What the
     /// sort `retained` (its permutation, the key columns) is reused, not uploaded again.
-    pub fn upload(
+    pub(super) fn upload(
         runtime: &Arc<CudaRuntime>,
         rows: &RunRows,
         permutation: &[u32],

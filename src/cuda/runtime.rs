@@ -79,7 +79,7 @@ pub fn runtime() -> std::result::Result<Arc<CudaRuntime>, String> {
 }
 
 /// Marks the device unusable for the rest of the process (after a sticky error).
-pub fn disable_device(reason: &str) {
+pub(super) fn disable_device(reason: &str) {
     log::error!("gpusort: disabling the CUDA device for this process: {reason}");
     let mut disabled = DISABLED.lock().unwrap_or_else(|p| p.into_inner());
     disabled.get_or_insert_with(|| reason.to_string());

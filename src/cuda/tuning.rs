@@ -42,11 +42,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 // ---- OneSweep (kernels/onesweep.cu) ---------------------------------------------------
 
 /// Threads of the histogram kernel.
-pub const ONESWEEP_HISTOGRAM_THREADS: u32 = 512;
+pub(super) const ONESWEEP_HISTOGRAM_THREADS: u32 = 512;
 /// Threads of the key-word gather between the words of a multi-word sort.
-pub const ONESWEEP_GATHER_THREADS: u32 = 256;
+pub(super) const ONESWEEP_GATHER_THREADS: u32 = 256;
 /// Bits of the tile index in a look-back tag (the epoch has the 10 above them).
-pub const ONESWEEP_TILE_BITS: u32 = 20;
+pub(super) const ONESWEEP_TILE_BITS: u32 = 20;
 
 /// Block shape of the pass kernel for one key width and value mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,14 +116,14 @@ impl PassMode {
 }
 
 /// The pass shapes, `[key][mode]`: key 0 is u32, 1 is u64; mode as [`PassMode`].
-pub type PassShapes = [[PassTuning; 3]; 2];
+pub(super) type PassShapes = [[PassTuning; 3]; 2];
 
 /// Measured best pass shapes (docs/performance.md: keys-only passes 2026-11-23 on an H200,
 /// passes with values 2026-11-24 on an H100, each confirmed on the other). Passes with
 /// values take the largest tiles: their values reuse the keys' shared memory, and longer
 /// runs of one digit per tile coalesce their two scatters better; they hold fewer blocks
 /// per SM to keep the registers that loading the values early needs.
-pub const ONESWEEP_PASSES: PassShapes = [
+pub(super) const ONESWEEP_PASSES: PassShapes = [
     [
         PassTuning::new(384, 28, 3),
         PassTuning::new(256, 48, 2),
@@ -141,19 +141,19 @@ const KEY_LABELS: [&str; 2] = ["U32", "U64"];
 // ---- Merge sorts (kernels/merge.cuh, locality_sort.cu, segmented_sort.cu) ------------
 
 /// Threads of a merge block.
-pub const MERGE_THREADS: u32 = 256;
+pub(super) const MERGE_THREADS: u32 = 256;
 /// Elements per thread.
-pub const MERGE_ITEMS: u32 = 8;
+pub(super) const MERGE_ITEMS: u32 = 8;
 /// Rows per tile of the block sort and per work-queue tile of the merge passes.
 pub const MERGE_TILE: u32 = MERGE_THREADS * MERGE_ITEMS;
 /// Threads of the merge sorts' scan kernel.
-pub const MERGE_SCAN_THREADS: u32 = 1024;
+pub(super) const MERGE_SCAN_THREADS: u32 = 1024;
 /// Threads of the merge sorts' element-wise kernels.
-pub const SIMPLE_THREADS: u32 = 256;
+pub(super) const SIMPLE_THREADS: u32 = 256;
 /// Resident merge blocks per SM that the persistent grid asks for.
-pub const MERGE_BLOCKS_PER_SM: u32 = 8;
+pub(super) const MERGE_BLOCKS_PER_SM: u32 = 8;
 /// Sorted tiles of at most this radius are placed in one pass instead of merged.
-pub const MAX_PLACE_RADIUS: u32 = 8;
+pub(super) const MAX_PLACE_RADIUS: u32 = 8;
 
 /// Positions the locality probe reads in a row.
 pub const PROBE_CHUNK: u64 = 1024;
@@ -168,14 +168,14 @@ pub const LOCALITY_WINDOW_HALO: u32 = 128;
 /// which counts each row's rank within its segment (work grows with the square of the
 /// segment length: H100, 2^26 u64 keys, limits of 32, 64 and 128 rows measured the same at
 /// segments of 16 and slower at 100 and 113 with 128; docs/performance.md).
-pub const SEGMENT_RANK_MAX_ROWS: usize = 32;
+pub(super) const SEGMENT_RANK_MAX_ROWS: usize = 32;
 /// Blocks of `segment_ranks_<k>` that must fit one SM at once (its launch bound).
-pub const SEGMENT_RANKS_MIN_BLOCKS: u32 = 7;
+pub(super) const SEGMENT_RANKS_MIN_BLOCKS: u32 = 7;
 /// Runs whose longest segment has at most this many rows get the segment-tile sort
 /// (a block then takes at least half a tile of rows).
-pub const SEGMENT_TILES_MAX_ROWS: usize = MERGE_TILE as usize / 2;
+pub(super) const SEGMENT_TILES_MAX_ROWS: usize = MERGE_TILE as usize / 2;
 /// Segment lengths each thread of `segment_starts_<l>` adds up.
-pub const SEGMENT_STARTS_ITEMS: u32 = 16;
+pub(super) const SEGMENT_STARTS_ITEMS: u32 = 16;
 /// Segments per block of `segment_starts_<l>`: the host keeps the first start of each.
 pub const SEGMENT_STARTS_CHUNK: usize = (MERGE_THREADS * SEGMENT_STARTS_ITEMS) as usize;
 
@@ -209,14 +209,14 @@ impl TileShape {
 }
 
 /// The large segment tile: one block per SM.
-pub const LARGE_SEGMENT_TILE: TileShape = TileShape {
+pub(super) const LARGE_SEGMENT_TILE: TileShape = TileShape {
     threads: 1024,
     items: 12,
 };
 /// Runs get the large tile only when its blocks hold on average at least this share of a
 /// tile (a block's rows: at least the window's stride, and on average at least the mean
 /// segment): every block sorts a whole tile, so emptier tiles would waste the work.
-pub const LARGE_TILE_MIN_FILL: usize = 4;
+pub(super) const LARGE_TILE_MIN_FILL: usize = 4;
 
 // ---- Between the device sorts (dispatch.rs, refine.rs) -------------------------------
 
@@ -227,49 +227,49 @@ pub const SEGMENTED_MERGE_MAX_MEAN_ROWS: usize = 8 * MERGE_TILE as usize;
 
 /// `auto` picks the locality sort when at most one key in this many is greater than the
 /// key [`LOCALITY_PROBE_TILES`] tiles further on.
-pub const LOCALITY_MAX_INVERSIONS_PER: u64 = 64;
+pub(super) const LOCALITY_MAX_INVERSIONS_PER: u64 = 64;
 
 /// How many tiles apart the probe compares keys, for u32 and for u64 keys: disorder within
 /// this distance goes to the locality sort. H100, 2^26 keys moved up to 4 096 places (radius
 /// 2): the locality sort took 2.5 ms against OneSweep's 2.1 for u32 (four passes), 3.5
 /// against 4.8 for u64 (eight passes); so u32 keys get the locality sort only for disorder
 /// within one tile (docs/performance.md).
-pub const LOCALITY_PROBE_TILES: [u32; 2] = [1, 4];
+pub(super) const LOCALITY_PROBE_TILES: [u32; 2] = [1, 4];
 
 /// The probe reads one chunk of consecutive keys in this many (a sample of n / 8 keys
 /// decides as well as all of them, at an eighth of the reads).
-pub const LOCALITY_PROBE_EVERY: u32 = 8;
+pub(super) const LOCALITY_PROBE_EVERY: u32 = 8;
 
 // ---- Key encoding and tie refinement (encode.cu, refine.cu, fields.cuh) --------------
 
 /// Threads of the encoding kernels.
-pub const ENCODE_THREADS: u32 = 256;
+pub(super) const ENCODE_THREADS: u32 = 256;
 /// Partition counters the id kernel keeps in shared memory (more go to global memory).
-pub const ENCODE_SHARED_PARTITIONS: u32 = 4096;
+pub(super) const ENCODE_SHARED_PARTITIONS: u32 = 4096;
 /// `kind` of a field that is a column's null flag (after the limb kinds 0..=3 of
 /// `keys::LimbKind`).
-pub const FIELD_NULL_FLAG: u32 = 4;
+pub(super) const FIELD_NULL_FLAG: u32 = 4;
 /// `kind` of chunk `offset / 8` of a byte-like value's window.
-pub const LIMB_VIEW_CHUNK: u32 = 5;
+pub(super) const LIMB_VIEW_CHUNK: u32 = 5;
 /// `kind` of a byte-like value's length marker in a window of `offset` bytes.
-pub const LIMB_VIEW_LENGTH: u32 = 6;
+pub(super) const LIMB_VIEW_LENGTH: u32 = 6;
 
 /// Threads of the refinement kernels.
-pub const REFINE_THREADS: u32 = 256;
+pub(super) const REFINE_THREADS: u32 = 256;
 /// Flags each thread of the refinement's scan adds up.
-pub const REFINE_SCAN_ITEMS: u32 = 8;
+pub(super) const REFINE_SCAN_ITEMS: u32 = 8;
 /// Flags per tile of the refinement's scan (one block's share).
-pub const REFINE_SCAN_TILE: usize = (REFINE_THREADS * REFINE_SCAN_ITEMS) as usize;
+pub(super) const REFINE_SCAN_TILE: usize = (REFINE_THREADS * REFINE_SCAN_ITEMS) as usize;
 /// Bytes of a value each refinement step compares.
-pub const TIE_STEP_BYTES: usize = 7;
+pub(super) const TIE_STEP_BYTES: usize = 7;
 
 // ---- Payload gather (gather.cu) -------------------------------------------------------
 
 /// Threads of the gather kernels.
-pub const GATHER_THREADS: u32 = 256;
+pub(super) const GATHER_THREADS: u32 = 256;
 
 /// `-D` options for one kernel file.
-pub type Defines = Vec<(String, String)>;
+pub(super) type Defines = Vec<(String, String)>;
 
 /// The values a measurement can override, read once when the runtime opens.
 #[derive(Debug, Clone)]

@@ -30,7 +30,7 @@ use super::spill::SpilledRun;
 use crate::keys::working_limbs;
 
 /// The whole input, once every partition is drained.
-pub enum Buffered {
+pub(super) enum Buffered {
     /// Everything fit: the batches in input order.
     InMemory(Vec<RecordBatch>),
     /// Some runs went to disk (then so did the rest): sorted runs in input order.
@@ -38,7 +38,7 @@ pub enum Buffered {
 }
 
 /// Every input partition drained, for a sort of several partitions at once.
-pub enum Drained {
+pub(super) enum Drained {
     /// Nothing was spilled: each input partition's batches, in arrival order.
     InMemory(Vec<Vec<RecordBatch>>),
     /// Runs went to disk (then so did the rest): the sorted runs of each output partition
@@ -47,7 +47,7 @@ pub enum Drained {
 }
 
 /// The input of one partition's sort while it is being drained.
-pub struct InputBuffer {
+pub(super) struct InputBuffer {
     /// The sort's properties and execution resources.
     resources: SortResources,
     /// Accounts the buffered batches (and the working memory of their sort).
@@ -65,7 +65,7 @@ pub struct InputBuffer {
 
 impl InputBuffer {
     /// An empty buffer for `partitions` input partitions.
-    pub fn new(
+    pub(super) fn new(
         partitions: usize,
         resources: SortResources,
         reservation: MemoryReservation,
@@ -81,14 +81,14 @@ impl InputBuffer {
     }
 
     /// Spills rows into the output partitions of `routing` instead of their input's.
-    pub fn with_routing(mut self, routing: Arc<HashRouting>) -> Self {
+    pub(super) fn with_routing(mut self, routing: Arc<HashRouting>) -> Self {
         self.spilled = (0..routing.partitions()).map(|_| Vec::new()).collect();
         self.routing = Some(routing);
         self
     }
 
     /// The reservation the buffered batches are accounted in.
-    pub fn reservation(&self) -> &MemoryReservation {
+    pub(super) fn reservation(&self) -> &MemoryReservation {
         &self.reservation
     }
 
@@ -98,7 +98,7 @@ impl InputBuffer {
     /// batches over in groups of [`FILL_GROUP_BATCHES`]; they are admitted here one by one,
     /// in each partition's order. Up to about three groups per input (one being filled, two
     /// in the channel) wait before they are accounted.
-    pub async fn fill(&mut self, inputs: Vec<SendableRecordBatchStream>) -> Result<()> {
+    pub(super) async fn fill(&mut self, inputs: Vec<SendableRecordBatchStream>) -> Result<()> {
         let (tx, mut rx) = tokio::sync::mpsc::channel(inputs.len().max(1) * 2);
         let mut drains = tokio::task::JoinSet::new();
         for (partition, stream) in inputs.into_iter().enumerate() {
@@ -118,7 +118,7 @@ impl InputBuffer {
     }
 
     /// The drained input: in memory if nothing was spilled, else every run on disk.
-    pub async fn finish(mut self) -> Result<Buffered> {
+    pub(super) async fn finish(mut self) -> Result<Buffered> {
         if self.spilled.iter().all(Vec::is_empty) {
             return Ok(Buffered::InMemory(
                 std::mem::take(&mut self.buffered)
@@ -139,7 +139,7 @@ impl InputBuffer {
 
     /// The drained input of each partition on its own, and the reservation its buffered
     /// batches are accounted in.
-    pub async fn finish_partitions(mut self) -> Result<(Drained, MemoryReservation)> {
+    pub(super) async fn finish_partitions(mut self) -> Result<(Drained, MemoryReservation)> {
         if self.spilled.iter().all(Vec::is_empty) {
             let buffered = std::mem::take(&mut self.buffered);
             return Ok((Drained::InMemory(buffered), self.reservation));
@@ -273,13 +273,13 @@ async fn drain_in_groups(
 /// Bytes the encode and sort steps of a run of `rows` rows need beyond the buffered input
 /// (limbs, packed words, the sort's double buffers), for keys of `limbs` value limbs in all
 /// (see [`crate::keys::working_limbs`]).
-pub fn working_bytes(rows: usize, limbs: usize) -> usize {
+pub(super) fn working_bytes(rows: usize, limbs: usize) -> usize {
     rows.saturating_mul(8 * (2 * limbs + 4))
 }
 
 /// The value limbs of `spec`'s keys over batches of `schema` (1 per key whose type cannot
 /// be resolved).
-pub fn key_limbs(spec: &SortSpec, schema: &arrow::datatypes::Schema) -> usize {
+pub(super) fn key_limbs(spec: &SortSpec, schema: &arrow::datatypes::Schema) -> usize {
     spec.exprs
         .iter()
         .map(|e| e.expr.data_type(schema).map_or(1, |t| working_limbs(&t)))

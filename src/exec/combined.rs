@@ -53,7 +53,7 @@ use crate::trace;
 
 /// The shared sorts of one `GpuSortExec`: which execution each partition joins.
 #[derive(Debug, Default)]
-pub struct CombinedSorts {
+pub(super) struct CombinedSorts {
     current: Mutex<Option<Claims>>,
 }
 
@@ -67,7 +67,7 @@ struct Claims {
 impl CombinedSorts {
     /// The shared sort output `partition` (of `partitions`) reads from: the current one,
     /// or one made by `start` when there is none or `partition` was already read from it.
-    pub fn claim(
+    pub(super) fn claim(
         &self,
         partition: usize,
         partitions: usize,
@@ -94,7 +94,7 @@ impl CombinedSorts {
 type SharedResult = Result<Arc<Combined>, Arc<DataFusionError>>;
 
 /// One execution's shared task and its result.
-pub struct CombinedSort {
+pub(super) struct CombinedSort {
     result: Shared<BoxFuture<'static, SharedResult>>,
     /// Aborted when the last output stream (and the exec's claim) lets go of it.
     _task: SpawnedTask<()>,
@@ -136,7 +136,7 @@ impl CombinedSort {
     /// stages (collection, encoding, the sort itself). With a `routing`, output partition
     /// `p` gets the rows of hash partition `p` (from every input partition) instead of
     /// input partition `p`'s rows.
-    pub fn start(
+    pub(super) fn start(
         inputs: Vec<SendableRecordBatchStream>,
         resources: SortResources,
         reservation: MemoryReservation,
@@ -163,7 +163,7 @@ impl CombinedSort {
     }
 
     /// The output stream of `partition`.
-    pub fn partition_stream(
+    pub(super) fn partition_stream(
         self: Arc<Self>,
         partition: usize,
         resources: SortResources,

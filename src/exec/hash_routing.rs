@@ -207,12 +207,12 @@ fn reduce<T>(hashes: &[u64], divisor: u64, counts: &mut [usize], id: impl Fn(u64
 }
 
 /// The partition ids of routed batches as one column per batch (a sort key).
-pub fn id_arrays(routed: Vec<RoutedBatch>) -> Vec<ArrayRef> {
+pub(super) fn id_arrays(routed: Vec<RoutedBatch>) -> Vec<ArrayRef> {
     routed.into_iter().map(|r| r.ids).collect()
 }
 
 /// Rows per partition over all routed batches.
-pub fn total_counts(routed: &[RoutedBatch], partitions: usize) -> Vec<usize> {
+pub(super) fn total_counts(routed: &[RoutedBatch], partitions: usize) -> Vec<usize> {
     let mut counts = vec![0usize; partitions];
     for batch in routed {
         debug_assert_eq!(batch.ids.len(), batch.counts.iter().sum::<usize>());

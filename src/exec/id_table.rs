@@ -25,7 +25,7 @@ use crate::keys::{column_rows, KeyColumn};
 use crate::sort::PartitionIdTable;
 
 /// Most values one table covers (2 MiB of ids).
-pub const MAX_TABLE_VALUES: usize = 1 << 20;
+pub(super) const MAX_TABLE_VALUES: usize = 1 << 20;
 
 /// Fewest values a table may always cover, however few rows there are.
 const MIN_TABLE_LIMIT: usize = 1 << 12;
@@ -34,7 +34,7 @@ impl HashRouting {
     /// The table of this routing's partition ids over the values of the sort key it routes
     /// by (`sort_exprs`, evaluated as `columns`), or `None` when it routes by something
     /// else than one sort key, the key's type is not integer-like, or its values span more
-    /// than [`MAX_TABLE_VALUES`] (or more than the rows: hashing the rows is then the
+    /// than `MAX_TABLE_VALUES` (or more than the rows: hashing the rows is then the
     /// cheaper way).
     pub fn id_table(
         &self,

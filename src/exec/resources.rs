@@ -14,7 +14,7 @@ use super::spill::RunSpiller;
 /// One partition's sort properties and execution resources; cheap to clone into each task
 /// that needs them.
 #[derive(Clone)]
-pub struct SortResources {
+pub(super) struct SortResources {
     /// Output schema (the input's).
     pub schema: SchemaRef,
     /// Keys, limit, backend.

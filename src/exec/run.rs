@@ -31,7 +31,7 @@ use crate::sort::{
 
 /// What every run of one `GpuSortExec` partition is sorted by and with.
 #[derive(Debug, Clone)]
-pub struct SortSpec {
+pub(super) struct SortSpec {
     /// The sort keys.
     pub exprs: LexOrdering,
     /// Emit at most this many rows.
@@ -56,7 +56,7 @@ pub struct SortSpec {
 
 /// Cuts `batches` into runs of at most `run_rows` rows, in input order; batches larger
 /// than a run are sliced.
-pub fn split_runs(batches: Vec<RecordBatch>, run_rows: usize) -> Vec<Vec<RecordBatch>> {
+pub(super) fn split_runs(batches: Vec<RecordBatch>, run_rows: usize) -> Vec<Vec<RecordBatch>> {
     let run_rows = run_rows.clamp(1, u32::MAX as usize);
     let mut runs = vec![];
     let mut current = vec![];
@@ -86,7 +86,7 @@ pub fn split_runs(batches: Vec<RecordBatch>, run_rows: usize) -> Vec<Vec<RecordB
 }
 
 /// The sorted order of a run's rows.
-pub struct RunOrder {
+pub(super) struct RunOrder {
     /// Row ids in sorted order.
     pub permutation: Permutation,
     /// The backend's state for gathering this order on its device.
@@ -104,7 +104,7 @@ impl RunOrder {
 }
 
 /// How the rows of several partitions sorted at once are kept apart.
-pub enum Apart<'a> {
+pub(super) enum Apart<'a> {
     /// One partition: nothing to keep apart.
     No,
     /// Each segment is a partition; rows never leave it.
@@ -145,7 +145,7 @@ fn segments_within(
 /// its stages are recorded (`metrics`). One run goes through `sort_run`: keys evaluated,
 /// segments found, keys encoded and sorted by the backend, ties of long strings refined,
 /// payload gathered (on the device when the run's state offers it), batches emitted.
-pub struct RunSorter<'a> {
+pub(super) struct RunSorter<'a> {
     /// What every run is sorted by and with.
     pub spec: &'a SortSpec,
     /// Where the stages are recorded.
@@ -154,13 +154,13 @@ pub struct RunSorter<'a> {
 
 impl<'a> RunSorter<'a> {
     /// A sorter of runs by `spec`, recording into `metrics`.
-    pub fn new(spec: &'a SortSpec, metrics: &'a SortMetrics) -> Self {
+    pub(super) fn new(spec: &'a SortSpec, metrics: &'a SortMetrics) -> Self {
         Self { spec, metrics }
     }
 
     /// Sorts one run and hands its output batches, in order, to `emit` (which returns
     /// `false` to stop: the consumer went away).
-    pub fn sort_run(
+    pub(super) fn sort_run(
         &self,
         batches: Vec<RecordBatch>,
         emit: impl FnMut(RecordBatch) -> bool,
@@ -186,7 +186,7 @@ impl<'a> RunSorter<'a> {
     }
 
     /// Sorts the rows of `rows` by the spec's keys, partitions kept `apart`.
-    pub fn order_rows(&self, rows: &RunRows, apart: Apart<'_>) -> Result<RunOrder> {
+    pub(super) fn order_rows(&self, rows: &RunRows, apart: Apart<'_>) -> Result<RunOrder> {
         if rows.rows() == 0 {
             return Ok(RunOrder::empty());
         }
@@ -199,7 +199,7 @@ impl<'a> RunSorter<'a> {
     /// and the rows of each partition (contiguous in the order, in partition order). The
     /// backend makes the partition ids itself where it can, from a table of the partition of
     /// every key value (`id_table.rs`); else they are hashed here on all cores.
-    pub fn order_routed_rows(
+    pub(super) fn order_routed_rows(
         &self,
         rows: &RunRows,
         routing: &HashRouting,
@@ -303,7 +303,7 @@ impl<'a> RunSorter<'a> {
     /// The gatherer of some of `rows`' columns on the backend's device for `permutation`
     /// (row ids of `rows`, the order `state`'s sort found, or a prefix of it), when the run
     /// is large enough for it.
-    pub fn device_payload(
+    pub(super) fn device_payload(
         &self,
         rows: &RunRows,
         permutation: &[u32],
@@ -317,7 +317,7 @@ impl<'a> RunSorter<'a> {
     /// Builds the output batches of `permutation` (row ids of `rows`), `payload` gathering
     /// its columns on the device, and hands them, in order, to `emit` (which returns `false`
     /// to stop).
-    pub fn gather_rows(
+    pub(super) fn gather_rows(
         &self,
         rows: &RunRows,
         permutation: &[u32],

@@ -31,7 +31,7 @@ use super::metrics::SortMetrics;
 use super::run::{RunSorter, SortSpec};
 
 /// One sorted run written to disk.
-pub struct SpilledRun {
+pub(super) struct SpilledRun {
     /// The IPC file.
     file: Arc<dyn SpillFile>,
     /// The largest batch written, in memory (for the reader's estimates).
@@ -40,13 +40,13 @@ pub struct SpilledRun {
 
 /// Writes sorted runs of one partition's sort to disk and reads them back.
 #[derive(Clone)]
-pub struct RunSpiller {
+pub(super) struct RunSpiller {
     manager: Arc<SpillManager>,
 }
 
 impl RunSpiller {
     /// A spiller writing batches of `schema` into `env`'s temporary files.
-    pub fn new(env: Arc<RuntimeEnv>, metrics: SpillMetrics, schema: SchemaRef) -> Self {
+    pub(super) fn new(env: Arc<RuntimeEnv>, metrics: SpillMetrics, schema: SchemaRef) -> Self {
         Self {
             manager: Arc::new(SpillManager::new(env, metrics, schema)),
         }
@@ -54,7 +54,7 @@ impl RunSpiller {
 
     /// Sorts `batches` (consecutive input rows) as one run and writes the sorted rows to a
     /// spill file, batch by batch; `None` when the run is empty. Blocking.
-    pub fn sort_to_disk(
+    pub(super) fn sort_to_disk(
         &self,
         spec: &SortSpec,
         batches: Vec<RecordBatch>,
@@ -85,14 +85,14 @@ impl RunSpiller {
     }
 
     /// The rows of `run`, in sorted order.
-    pub fn read(&self, run: SpilledRun) -> Result<SendableRecordBatchStream> {
+    pub(super) fn read(&self, run: SpilledRun) -> Result<SendableRecordBatchStream> {
         self.manager
             .read_spill_as_stream(run.file, Some(run.max_batch_memory))
     }
 
     /// Streams of `runs` (in input order) that one merge can take within the memory the
     /// pool grants `reservation`'s consumer, merging leading runs on disk until it can.
-    pub async fn streams_within_memory(
+    pub(super) async fn streams_within_memory(
         &self,
         mut runs: Vec<SpilledRun>,
         spec: &SortSpec,
@@ -183,7 +183,7 @@ fn runs_that_fit(runs: &[SpilledRun], reservation: &MemoryReservation) -> usize 
 
 /// Merges sorted `streams` (runs in input order) with DataFusion's streaming merge, ties
 /// broken by run index so the result stays stable.
-pub fn merge_runs(
+pub(super) fn merge_runs(
     streams: Vec<SendableRecordBatchStream>,
     schema: SchemaRef,
     spec: &SortSpec,

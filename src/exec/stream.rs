@@ -34,7 +34,7 @@ use super::run::{split_runs, RunSorter, SortSpec};
 use super::spill::merge_runs;
 
 /// Everything one partition's sort owns while it runs.
-pub struct SortTask {
+pub(super) struct SortTask {
     /// Input streams, in partition order.
     pub inputs: Vec<SendableRecordBatchStream>,
     /// Memory accounted for the buffered input and the sort's working memory.
@@ -50,7 +50,7 @@ pub struct SortTask {
 pub(super) const OUTPUT_CHANNEL_BATCHES: usize = 32;
 
 /// Starts the sort of one partition; its batches arrive on the returned stream.
-pub fn sort_stream(task: SortTask) -> SendableRecordBatchStream {
+pub(super) fn sort_stream(task: SortTask) -> SendableRecordBatchStream {
     let mut builder = RecordBatchReceiverStream::builder(
         Arc::clone(&task.resources.schema),
         OUTPUT_CHANNEL_BATCHES,

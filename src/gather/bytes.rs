@@ -30,7 +30,7 @@ use datafusion::common::{exec_err, Result};
 use super::columns::{gather_nulls, input_nulls, ColumnGather, RowAt};
 
 /// The gatherer for string and binary columns, or `None` for other types.
-pub fn byte_gatherer(arrays: &[ArrayRef]) -> Option<Box<dyn ColumnGather>> {
+pub(super) fn byte_gatherer(arrays: &[ArrayRef]) -> Option<Box<dyn ColumnGather>> {
     use DataType::*;
     let gather: Box<dyn ColumnGather> = match arrays.first()?.data_type() {
         Utf8View => Box::new(ViewGather::<StringViewType>::new(arrays)),

@@ -19,13 +19,13 @@ use datafusion::common::Result;
 
 /// Whether a dictionary with values of `value_type` can be a sort key (its values can be
 /// ranked); `supported` says whether `value_type` itself can.
-pub fn is_rankable(value_type: &DataType, supported: bool) -> bool {
+pub(super) fn is_rankable(value_type: &DataType, supported: bool) -> bool {
     supported && !matches!(value_type, DataType::Dictionary(_, _) | DataType::Null)
 }
 
 /// The rank limb of every row of the dictionary `arrays` (one per batch, in run order);
 /// rows that are null get an arbitrary rank.
-pub fn rank_limb(arrays: &[ArrayRef], rows: usize) -> Result<Vec<u64>> {
+pub(super) fn rank_limb(arrays: &[ArrayRef], rows: usize) -> Result<Vec<u64>> {
     let mut dictionaries: Vec<ArrayRef> = Vec::new();
     let mut bases = Vec::with_capacity(arrays.len());
     let mut base = 0;

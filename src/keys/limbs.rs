@@ -96,7 +96,7 @@ pub fn unsupported_reason(data_type: &DataType) -> Option<String> {
 }
 
 /// Number of limbs a value of `data_type` encodes to.
-pub fn limb_count(data_type: &DataType) -> usize {
+pub(super) fn limb_count(data_type: &DataType) -> usize {
     match data_type {
         DataType::Null => 0,
         DataType::Decimal128(_, _) => 2,
@@ -134,7 +134,7 @@ pub struct LimbSource {
     pub kind: LimbKind,
 }
 
-/// The limbs of `data_type` as reads from its raw values buffer, in [`append_limbs`]'s
+/// The limbs of `data_type` as reads from its raw values buffer, in `append_limbs`'s
 /// order; `None` for a type without a fixed-width layout.
 pub fn limb_sources(data_type: &DataType) -> Option<Vec<LimbSource>> {
     use DataType::*;
@@ -200,7 +200,7 @@ pub fn limb_sources(data_type: &DataType) -> Option<Vec<LimbSource>> {
 }
 
 /// The limb of row `row` read as `source` says from a values buffer: the host twin of
-/// `read_limb` in `kernels/encode.cu` (tests hold both to [`append_limbs`]).
+/// `read_limb` in `kernels/encode.cu` (tests hold both to `append_limbs`).
 pub fn limb_from_bytes(values: &[u8], row: usize, source: LimbSource) -> u64 {
     if source.kind == LimbKind::Bit {
         return ((values[row / 8] >> (row % 8)) & 1) as u64;
@@ -223,7 +223,7 @@ pub fn limb_from_bytes(values: &[u8], row: usize, source: LimbSource) -> u64 {
 }
 
 /// Appends the limbs of `array` (all rows, nulls included) to `limbs`, one `Vec` per limb.
-pub fn append_limbs(array: &ArrayRef, limbs: &mut [Vec<u64>]) -> Result<()> {
+pub(super) fn append_limbs(array: &ArrayRef, limbs: &mut [Vec<u64>]) -> Result<()> {
     use DataType::*;
     match array.data_type() {
         Null => {}

@@ -59,7 +59,7 @@ pub fn low_mask(bits: u32) -> u64 {
 
 /// Packs `fields` (all of `rows` values, widths > 0) into words; returns them with the
 /// total bit count.
-pub fn pack_fields(fields: &[KeyField], rows: usize) -> (Vec<Vec<u64>>, u32) {
+pub(super) fn pack_fields(fields: &[KeyField], rows: usize) -> (Vec<Vec<u64>>, u32) {
     let widths: Vec<u32> = fields.iter().map(|f| f.width).collect();
     let total_bits: u32 = widths.iter().sum();
     let word_count = total_bits.div_ceil(64) as usize;

@@ -125,7 +125,7 @@ fn analyze(values: &[u64], valid: Option<&[bool]>) -> FieldStats {
 }
 
 /// Reduces `values` in place to the bits that vary among the valid rows.
-pub fn reduce_field(mut values: Vec<u64>, valid: Option<&[bool]>) -> KeyField {
+pub(super) fn reduce_field(mut values: Vec<u64>, valid: Option<&[bool]>) -> KeyField {
     let Some(reduction) = analyze(&values, valid).reduction() else {
         return KeyField {
             values: Vec::new(),

@@ -24,7 +24,7 @@ use datafusion::parquet::file::writer::SerializedFileWriter;
 type Encoded = Receiver<Result<Vec<ArrowColumnChunk>>>;
 
 /// A Parquet file being written; row groups encoded in parallel, appended in order.
-pub struct ParallelFileWriter<W: Write + Send> {
+pub(super) struct ParallelFileWriter<W: Write + Send> {
     file: SerializedFileWriter<W>,
     factory: Arc<ArrowRowGroupWriterFactory>,
     schema: SchemaRef,
@@ -40,7 +40,11 @@ pub struct ParallelFileWriter<W: Write + Send> {
 
 impl<W: Write + Send> ParallelFileWriter<W> {
     /// Starts a file of `schema` on `sink`.
-    pub fn try_new(sink: W, schema: SchemaRef, properties: WriterProperties) -> Result<Self> {
+    pub(super) fn try_new(
+        sink: W,
+        schema: SchemaRef,
+        properties: WriterProperties,
+    ) -> Result<Self> {
         let row_group_rows = properties.max_row_group_row_count().unwrap_or(1024 * 1024);
         let (file, factory) = ArrowWriter::try_new(sink, Arc::clone(&schema), Some(properties))?
             .into_serialized_writer()?;
@@ -57,7 +61,7 @@ impl<W: Write + Send> ParallelFileWriter<W> {
     }
 
     /// Appends the rows of `batch`.
-    pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+    pub(super) fn write(&mut self, batch: &RecordBatch) -> Result<()> {
         let mut offset = 0;
         while offset < batch.num_rows() {
             let take = (self.row_group_rows - self.pending_rows).min(batch.num_rows() - offset);
@@ -72,7 +76,7 @@ impl<W: Write + Send> ParallelFileWriter<W> {
     }
 
     /// Encodes what is left, appends every row group and writes the footer.
-    pub fn close(mut self) -> Result<()> {
+    pub(super) fn close(mut self) -> Result<()> {
         if self.pending_rows > 0 {
             self.dispatch()?;
         }

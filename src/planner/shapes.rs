@@ -43,7 +43,7 @@ use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 /// A merge of sorted partitions, or a sort of coalesced partitions, found in a plan and
 /// rewritten to feed one sort of all partitions.
 #[derive(Debug)]
-pub struct GatheredSort {
+pub(super) struct GatheredSort {
     /// The plan to sort: the chain with the partition sorts (or the coalesce) removed.
     pub input: Arc<dyn ExecutionPlan>,
     /// The keys the one sort must order by.
@@ -57,7 +57,9 @@ pub struct GatheredSort {
 /// `SortPreservingMergeExec` over a chain over per-partition `SortExec`s: the chain without
 /// those sorts, when every path below the merge reaches one through row-wise operators and
 /// no sort's LIMIT would change the result.
-pub fn merge_over_partition_sorts(merge: &SortPreservingMergeExec) -> Result<Option<GatheredSort>> {
+pub(super) fn merge_over_partition_sorts(
+    merge: &SortPreservingMergeExec,
+) -> Result<Option<GatheredSort>> {
     let mut sorts = Vec::new();
     let Some(chain) = strip_partition_sorts(merge.input(), &mut sorts, true)? else {
         return Ok(None);
@@ -84,7 +86,7 @@ pub fn merge_over_partition_sorts(merge: &SortPreservingMergeExec) -> Result<Opt
 
 /// `SortExec{preserve_partitioning: false}` over a chain over `CoalescePartitionsExec`:
 /// the chain over the coalesce's input, when that input has several partitions.
-pub fn sort_over_coalesce(sort: &SortExec) -> Result<Option<GatheredSort>> {
+pub(super) fn sort_over_coalesce(sort: &SortExec) -> Result<Option<GatheredSort>> {
     if sort.preserve_partitioning() {
         return Ok(None);
     }

@@ -43,7 +43,7 @@ pub struct RawColumn {
 
 /// Uploads the column given as `arrays` (all of one type, laid out as `layout`); returns
 /// its buffers and the bytes copied.
-pub fn upload_raw_column(
+pub(super) fn upload_raw_column(
     device: &Device,
     staging: &mut Staging,
     arrays: &[ArrayRef],

@@ -29,7 +29,7 @@ use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::transfer::Staging;
 
 /// Bytes of one view.
-pub const VIEW_BYTES: usize = 16;
+pub(crate) const VIEW_BYTES: usize = 16;
 /// Data buffers up to this many bytes per row are uploaded without counting the bytes the
 /// views actually read.
 const CHEAP_DATA_BYTES_PER_ROW: usize = 64;
@@ -40,7 +40,7 @@ const MOST_DATA_PER_READ_BYTE: usize = 4;
 const SMALL_DATA_BYTES: usize = 64 << 20;
 
 /// Whether `data_type` is a byte-like type the device reads through views.
-pub fn is_view_type(data_type: &DataType) -> bool {
+pub(crate) fn is_view_type(data_type: &DataType) -> bool {
     use DataType::*;
     matches!(
         data_type,
@@ -50,7 +50,7 @@ pub fn is_view_type(data_type: &DataType) -> bool {
 
 /// The run's data buffers of a byte-like column, each once, and which run buffer each
 /// array's buffers are.
-pub struct RunBuffers {
+pub(crate) struct RunBuffers {
     /// Every distinct data buffer, in order of first use.
     pub buffers: Vec<Buffer>,
     /// Per array: the run buffer number of each of its data buffers.
@@ -59,7 +59,7 @@ pub struct RunBuffers {
 
 impl RunBuffers {
     /// Numbers the data buffers of `arrays` (all of one byte-like type).
-    pub fn new(arrays: &[ArrayRef]) -> Self {
+    pub(crate) fn new(arrays: &[ArrayRef]) -> Self {
         let mut buffers = Vec::new();
         let mut seen: HashMap<(usize, usize), u32> = HashMap::new();
         let numbers = arrays
@@ -82,7 +82,7 @@ impl RunBuffers {
     }
 
     /// Bytes of all data buffers.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.buffers.iter().map(Buffer::len).sum()
     }
 }
@@ -104,7 +104,7 @@ fn data_buffers(array: &ArrayRef) -> Vec<Buffer> {
 /// Whether the key encoder should read `arrays` on the device: a byte-like type whose
 /// values fit a view (offsets below 4 GiB) and whose data buffers hold mostly bytes the
 /// values read.
-pub fn worth_encoding_on_device(arrays: &[ArrayRef]) -> bool {
+pub(crate) fn worth_encoding_on_device(arrays: &[ArrayRef]) -> bool {
     let Some(first) = arrays.first() else {
         return true;
     };
@@ -262,7 +262,7 @@ pub struct ViewData {
 
 /// Uploads the views of `arrays` in the run numbering of `buffers` (null rows empty);
 /// returns them and the bytes copied.
-pub fn upload_views(
+pub(crate) fn upload_views(
     device: &Device,
     staging: &mut Staging,
     arrays: &[ArrayRef],
@@ -308,7 +308,7 @@ pub fn upload_views(
 
 /// Uploads every run buffer back to back, and where each begins; returns them and the
 /// bytes copied.
-pub fn upload_view_data(
+pub(crate) fn upload_view_data(
     device: &Device,
     staging: &mut Staging,
     buffers: &[Buffer],
@@ -338,7 +338,7 @@ pub fn upload_view_data(
 
 /// The output array of one batch gathered on the device: its views (long values pointing
 /// into `data` as buffer 0, null rows empty) and the bytes of its long values.
-pub fn views_array(
+pub(crate) fn views_array(
     data_type: &DataType,
     views: Buffer,
     data: Buffer,

@@ -287,7 +287,7 @@ impl<T> Drop for DeviceBuffer<T> {
 
 /// Page-locked host memory: copies from and to it run at full PCIe speed.
 #[derive(Debug)]
-pub struct PinnedBuffer<T> {
+pub(crate) struct PinnedBuffer<T> {
     ptr: *mut T,
     len: usize,
 }
@@ -298,7 +298,7 @@ unsafe impl<T: Sync> Sync for PinnedBuffer<T> {}
 
 impl<T: Copy> PinnedBuffer<T> {
     /// `len` elements of page-locked memory (contents unspecified, zeroed here).
-    pub fn new(len: usize) -> CudaResult<Self> {
+    pub(crate) fn new(len: usize) -> CudaResult<Self> {
         let bytes = len.max(1) * std::mem::size_of::<T>();
         // SAFETY: a plain host allocation, freed in Drop.
         let ptr = call("cuMemHostAlloc", unsafe { result::malloc_host(bytes, 0) })? as *mut T;
@@ -308,7 +308,7 @@ impl<T: Copy> PinnedBuffer<T> {
     }
 
     /// The memory as a mutable slice.
-    pub fn as_mut_slice(&mut self) -> &mut [T] {
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [T] {
         // SAFETY: as `as_slice`, with exclusive access through `&mut self`.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }

@@ -58,7 +58,7 @@ const MOST_IDLE: usize = 4 << 30;
 /// Bytes of idle regions kept for reuse: `chosen` (`GPUSORT_HOST_IDLE_BYTES`) when set,
 /// else [`MOST_IDLE`] but at most an eighth of physical memory (1 GiB when that cannot be
 /// read).
-pub fn idle_limit(chosen: Option<usize>) -> usize {
+pub(crate) fn idle_limit(chosen: Option<usize>) -> usize {
     if let Some(bytes) = chosen {
         return bytes;
     }
@@ -82,7 +82,7 @@ fn locking_enabled() -> bool {
 }
 
 /// Page-locks host memory for a device, so the device copies to and from it directly.
-pub trait PageLocker: Send + Sync {
+pub(crate) trait PageLocker: Send + Sync {
     /// Locks `len` bytes at `ptr`; `false` when that failed (the memory stays usable,
     /// unlocked).
     fn lock(&self, ptr: *mut u8, len: usize) -> bool;
@@ -129,7 +129,7 @@ impl RawRegion {
 }
 
 /// The idle regions of the process.
-pub struct HostRegions {
+pub(crate) struct HostRegions {
     idle: Mutex<Vec<RawRegion>>,
     /// Most bytes kept idle.
     limit: usize,
@@ -153,7 +153,7 @@ impl std::fmt::Debug for HostRegions {
 impl HostRegions {
     /// No idle regions yet; at most `limit` bytes of them kept, locked by `locker` when
     /// given.
-    pub fn new(limit: usize, locker: Option<Arc<dyn PageLocker>>) -> Self {
+    pub(crate) fn new(limit: usize, locker: Option<Arc<dyn PageLocker>>) -> Self {
         Self {
             idle: Mutex::new(Vec::new()),
             limit,
@@ -165,7 +165,7 @@ impl HostRegions {
 
     /// A region of at least `len` bytes (its contents undefined), lent until every buffer
     /// made from it ([`LentRegion::part`]) is dropped; then it is idle again.
-    pub fn take(self: &Arc<Self>, len: usize) -> LentRegion {
+    pub(crate) fn take(self: &Arc<Self>, len: usize) -> LentRegion {
         let capacity = len.max(1).next_multiple_of(GRANULE);
         let raw = {
             let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
@@ -191,19 +191,19 @@ impl HostRegions {
     }
 
     /// Bytes held by idle regions.
-    pub fn idle_bytes(&self) -> usize {
+    pub(crate) fn idle_bytes(&self) -> usize {
         let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         idle.iter().map(|r| r.capacity).sum()
     }
 
     /// Bytes held by idle regions that are page-locked.
-    pub fn locked_bytes(&self) -> usize {
+    pub(crate) fn locked_bytes(&self) -> usize {
         let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         idle.iter().filter(|r| r.locked).map(|r| r.capacity).sum()
     }
 
     /// Waits until the locking thread has finished every region handed to it.
-    pub fn wait_for_locking(&self) {
+    pub(crate) fn wait_for_locking(&self) {
         let mut locking = self.locking.lock().unwrap_or_else(|p| p.into_inner());
         while locking.1 > 0 {
             locking = self
@@ -300,7 +300,7 @@ impl Drop for HostRegions {
 }
 
 /// A region lent out: Arrow buffers over parts of it keep it from going back.
-pub struct LentRegion {
+pub(crate) struct LentRegion {
     ptr: NonNull<u8>,
     len: usize,
     owner: Arc<Region>,
@@ -308,13 +308,13 @@ pub struct LentRegion {
 
 impl LentRegion {
     /// The region's first byte (aligned to 256 bytes).
-    pub fn as_mut_ptr(&self) -> *mut u8 {
+    pub(crate) fn as_mut_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
 
     /// Whether the region is page-locked and locking is enabled ([`locking_enabled`]):
     /// the device may copy into it directly.
-    pub fn is_locked(&self) -> bool {
+    pub(crate) fn is_locked(&self) -> bool {
         self.owner.raw.as_ref().is_some_and(|raw| raw.locked) && locking_enabled()
     }
 
@@ -325,7 +325,7 @@ impl LentRegion {
     /// # Safety
     /// The part lies inside the region's length, its bytes are written before the buffer
     /// is read, and no two parts overlap while written.
-    pub unsafe fn part(&self, offset: usize, size: usize) -> Buffer {
+    pub(crate) unsafe fn part(&self, offset: usize, size: usize) -> Buffer {
         assert!(offset + size <= self.len, "part past the end of a region");
         // SAFETY: inside the allocation (checked above), which `owner` keeps alive for as
         // long as the buffer lives; the caller writes it before any read.

@@ -31,14 +31,14 @@ const MOST_KEPT: usize = 4;
 
 /// A set of idle `u32` vectors, each fully initialized over its length.
 #[derive(Debug)]
-pub struct IdleVectors {
+pub(crate) struct IdleVectors {
     limit_bytes: usize,
     idle: Mutex<Vec<Vec<u32>>>,
 }
 
 impl IdleVectors {
     /// A set that keeps at most `limit_bytes` of vectors idle.
-    pub fn new(limit_bytes: usize) -> Self {
+    pub(crate) fn new(limit_bytes: usize) -> Self {
         Self {
             limit_bytes,
             idle: Mutex::new(Vec::new()),
@@ -48,7 +48,7 @@ impl IdleVectors {
     /// A vector of `len` elements (of unspecified values: the caller overwrites them):
     /// the shortest idle one at least that long (and at most [`MOST_WASTE`] times as
     /// long), cut to `len`, else a new one.
-    pub fn take(&self, len: usize) -> Vec<u32> {
+    pub(crate) fn take(&self, len: usize) -> Vec<u32> {
         if len < SMALLEST_KEPT {
             return vec![0; len];
         }
@@ -73,7 +73,7 @@ impl IdleVectors {
 
     /// Keeps `vector` for a later [`IdleVectors::take`] when it is long enough to be
     /// worth it; frees the oldest idle vectors to stay within the limits.
-    pub fn give_back(&self, vector: Vec<u32>) {
+    pub(crate) fn give_back(&self, vector: Vec<u32>) {
         let bytes = vector.len() * 4;
         if vector.len() < SMALLEST_KEPT || bytes > self.limit_bytes {
             return;

@@ -19,7 +19,7 @@ use crate::cuda::error::CudaResult;
 use crate::cuda::memory::device::{Device, DeviceBuffer, Event, PinnedBuffer};
 
 /// Bytes per staging buffer.
-pub const CHUNK_BYTES: usize = 32 << 20;
+pub(crate) const CHUNK_BYTES: usize = 32 << 20;
 /// Elements per parallel slice of a fill or drain.
 const PAR_ELEMS: usize = 1 << 16;
 /// Bytes per parallel piece of a drain into parts.

@@ -36,7 +36,7 @@ use crate::cuda::tuning::{
 /// The halos a window can have: powers of two up to a quarter of a tile (chunks of two
 /// halos are runs of the tile sort), from 16 rows: a window then owns a multiple of 32 rows,
 /// so its loads and stores start on 128-byte lines.
-pub const WINDOW_HALOS: std::ops::RangeInclusive<u32> = 16..=(MERGE_TILE / 4);
+pub(crate) const WINDOW_HALOS: std::ops::RangeInclusive<u32> = 16..=(MERGE_TILE / 4);
 const _: () = assert!(2 * *WINDOW_HALOS.start() >= MERGE_ITEMS);
 
 /// The halo choice of the tuning, with a fixed halo rounded up to one a window can have.
@@ -48,7 +48,7 @@ fn rounded_halo(choice: WindowHalo) -> WindowHalo {
 }
 
 /// The smallest halo in [`WINDOW_HALOS`] of at least `rows` rows (`rows` > 0).
-pub fn window_halo_at_least(rows: u32) -> u32 {
+pub(crate) fn window_halo_at_least(rows: u32) -> u32 {
     rows.next_power_of_two()
         .clamp(*WINDOW_HALOS.start(), *WINDOW_HALOS.end())
 }

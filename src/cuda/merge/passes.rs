@@ -41,7 +41,7 @@ const LARGEST_PLACE_RADIUS: u32 = 14;
 
 /// The merge sort kernels of one element type, and how the passes use them.
 #[derive(Debug, Clone, Copy)]
-pub struct MergeKernels {
+pub(crate) struct MergeKernels {
     block_sort: Kernel,
     find_dirty: Kernel,
     merge_tiles: Kernel,
@@ -56,7 +56,7 @@ pub struct MergeKernels {
 impl MergeKernels {
     /// The entry points `<prefix>_block_sort`, `_find_dirty`, `_merge_tiles`,
     /// `_copy_back`, `_tile_radius` and `_place`, and `merge_scan_tiles`, of `module`.
-    pub fn load(
+    pub(crate) fn load(
         module: &Module,
         prefix: &str,
         device: &Device,

@@ -29,7 +29,7 @@ use crate::cuda::tuning::{
 const RADIX: usize = 256;
 /// Tile slots of the circular look-back buffer (a power of two): 8 MiB of state, whatever
 /// the input size.
-pub const LOOKBACK_SLOTS: u32 = 4096;
+pub(crate) const LOOKBACK_SLOTS: u32 = 4096;
 /// Tile indices have `ONESWEEP_TILE_BITS` bits in a look-back tag, epochs the 10 above them.
 const MAX_TILES: u64 = 1 << ONESWEEP_TILE_BITS;
 const MAX_EPOCH: u32 = (1 << 10) - 1;
@@ -73,7 +73,7 @@ pub enum Values {
     RowIds,
 }
 
-/// The output of [`Onesweep::sort`].
+/// The output of `Onesweep::sort`.
 #[derive(Debug)]
 pub struct Sorted<K> {
     /// The sorted keys.
