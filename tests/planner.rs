@@ -279,6 +279,56 @@ async fn memory_pool_is_back_to_zero_and_limits_give_clear_errors() {
     assert_eq!(tiny.memory_pool.reserved(), 0);
 }
 
+/// The buffered input, its sorted copies and the permutation stay in the session's pool
+/// while a slow consumer reads the output, and leave it when the output is done.
+#[tokio::test]
+async fn buffered_input_stays_accounted_until_the_output_is_read() {
+    use futures::StreamExt;
+    let runtime = RuntimeEnvBuilder::new().build_arc().unwrap();
+    let state = SessionStateBuilder::new()
+        .with_config(
+            SessionConfig::new()
+                .with_batch_size(100)
+                .with_target_partitions(1),
+        )
+        .with_runtime_env(Arc::clone(&runtime))
+        .with_default_features()
+        .with_gpu_sort(GpuSortConfig::forced_cpu())
+        .build();
+    let ctx = SessionContext::new_with_state(state);
+    let rows = 200_000;
+    ctx.register_table("t", Arc::new(table(rows, 1))).unwrap();
+    let mut stream = ctx
+        .sql("SELECT * FROM t ORDER BY k")
+        .await
+        .unwrap()
+        .execute_stream()
+        .await
+        .unwrap();
+    let mut read = stream.next().await.unwrap().unwrap().num_rows();
+    // The consumer stalls here: the int columns alone are 12 bytes a row.
+    let held = runtime.memory_pool.reserved();
+    assert!(
+        held >= 12 * rows,
+        "{held} bytes reserved while {rows} buffered rows wait for a stalled consumer"
+    );
+    while let Some(batch) = stream.next().await {
+        read += batch.unwrap().num_rows();
+    }
+    assert_eq!(read, rows);
+    drop(stream);
+    for _ in 0..100 {
+        if runtime.memory_pool.reserved() == 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!(
+        "{} bytes still reserved after the output was read",
+        runtime.memory_pool.reserved()
+    );
+}
+
 #[tokio::test]
 async fn dropping_a_query_mid_sort_releases_memory() {
     use futures::StreamExt;

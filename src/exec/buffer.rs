@@ -117,24 +117,26 @@ impl InputBuffer {
         Ok(())
     }
 
-    /// The drained input: in memory if nothing was spilled, else every run on disk.
-    pub(super) async fn finish(mut self) -> Result<Buffered> {
+    /// The drained input: in memory if nothing was spilled, else every run on disk; with
+    /// the reservation that accounts what stays in memory (the buffered batches and their
+    /// sort's working memory; nothing once every run is on disk). The caller holds it
+    /// until the sorted output has been handed over, so the pool never grants that memory
+    /// to another operator while the batches are still here.
+    pub(super) async fn finish(mut self) -> Result<(Buffered, MemoryReservation)> {
         if self.spilled.iter().all(Vec::is_empty) {
-            return Ok(Buffered::InMemory(
-                std::mem::take(&mut self.buffered)
-                    .into_iter()
-                    .flatten()
-                    .collect(),
-            ));
-        }
-        self.spill_buffered().await?;
-        Ok(Buffered::OnDisk(
-            std::mem::take(&mut self.spilled)
+            let batches = std::mem::take(&mut self.buffered)
                 .into_iter()
                 .flatten()
-                .map(|(_, run)| run)
-                .collect(),
-        ))
+                .collect();
+            return Ok((Buffered::InMemory(batches), self.reservation.take()));
+        }
+        self.spill_buffered().await?;
+        let runs = std::mem::take(&mut self.spilled)
+            .into_iter()
+            .flatten()
+            .map(|(_, run)| run)
+            .collect();
+        Ok((Buffered::OnDisk(runs), self.reservation.take()))
     }
 
     /// The drained input of each partition on its own, and the reservation its buffered

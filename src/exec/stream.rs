@@ -71,10 +71,12 @@ async fn run_task(task: SortTask, tx: Sender<Result<RecordBatch>>) -> Result<()>
     let collecting = metrics.collect_time.timer();
     buffer.fill(inputs).await?;
     let merge_reservation = buffer.reservation().new_empty();
-    let buffered = buffer.finish().await?;
+    let (buffered, input_reservation) = buffer.finish().await?;
     collecting.done();
     crate::trace::event(|| "input collected".to_string());
     emit_buffered(buffered, &resources, merge_reservation, tx).await?;
+    // The input and its sorted copies stay accounted until the last batch is handed over.
+    drop(input_reservation);
     metrics.baseline.done();
     Ok(())
 }
