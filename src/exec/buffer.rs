@@ -13,9 +13,10 @@
 //! rows are spilled by output partition: each spill splits the buffered batches into the
 //! hash partitions first, so every output partition finds its own sorted runs on disk.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
+use arrow::array::{Array, ArrayData, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use datafusion::arrow;
 use datafusion::common::{DataFusionError, Result};
@@ -61,6 +62,8 @@ pub(super) struct InputBuffer {
     routing: Option<Arc<HashRouting>>,
     /// The key limbs of the last schema seen (every batch of a stream shares one).
     limbs: Option<(SchemaRef, usize)>,
+    /// The buffers the buffered batches hold, each accounted once.
+    held: HeldBuffers,
 }
 
 impl InputBuffer {
@@ -77,6 +80,7 @@ impl InputBuffer {
             spilled: (0..partitions).map(|_| Vec::new()).collect(),
             routing: None,
             limbs: None,
+            held: HeldBuffers::default(),
         }
     }
 
@@ -167,7 +171,7 @@ impl InputBuffer {
                 limbs
             }
         };
-        let bytes = batch.get_array_memory_size() + working_bytes(batch.num_rows(), limbs);
+        let bytes = self.held.add(&batch) + working_bytes(batch.num_rows(), limbs);
         if let Err(e) = self.reservation.try_grow(bytes) {
             if self.buffered.iter().all(Vec::is_empty) {
                 return Err(e.context(
@@ -176,6 +180,7 @@ impl InputBuffer {
                 ));
             }
             self.spill_buffered().await?;
+            let bytes = self.held.add(&batch) + working_bytes(batch.num_rows(), limbs);
             self.reservation
                 .try_grow(bytes)
                 .map_err(|e| e.context("gpusort: buffering the sort's input after spilling"))?;
@@ -194,6 +199,7 @@ impl InputBuffer {
             }
         }
         self.reservation.free();
+        self.held.clear();
         Ok(())
     }
 
@@ -269,6 +275,46 @@ async fn drain_in_groups(
     }
     if !group.is_empty() {
         let _ = tx.send((partition, Ok(group))).await;
+    }
+}
+
+/// The buffers that buffered batches hold, by allocation. Batches that share a buffer
+/// (slices of one array, as a memory table's scan yields them at the session's batch
+/// size) hold it once, so it is accounted once: counting each slice's whole buffer, 2 000
+/// slices of a 4 MiB table were accounted as 8 GiB and spilled the sort 40 times under a
+/// 256 MiB pool.
+#[derive(Debug, Default)]
+struct HeldBuffers(HashSet<usize>);
+
+impl HeldBuffers {
+    /// The bytes of `batch`'s buffers that are not held yet; they are held from now on.
+    fn add(&mut self, batch: &RecordBatch) -> usize {
+        batch
+            .columns()
+            .iter()
+            .map(|column| self.add_data(&column.to_data()))
+            .sum()
+    }
+
+    fn add_data(&mut self, data: &ArrayData) -> usize {
+        let mut bytes = 0;
+        let nulls = data.nulls().map(|n| n.buffer());
+        for buffer in data.buffers().iter().chain(nulls) {
+            if self.0.insert(buffer.data_ptr().as_ptr() as usize) {
+                bytes += buffer.capacity();
+            }
+        }
+        bytes
+            + data
+                .child_data()
+                .iter()
+                .map(|child| self.add_data(child))
+                .sum::<usize>()
+    }
+
+    /// Nothing is held any more (the batches were spilled).
+    fn clear(&mut self) {
+        self.0.clear();
     }
 }
 

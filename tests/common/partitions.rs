@@ -5,9 +5,10 @@
 //! a hash repartition themselves (hash routed) must put every row where `RepartitionExec`
 //! puts it.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Int32Array, Int64Array, RecordBatch};
+use datafusion::arrow::array::{Array, ArrayData, Int32Array, Int64Array, RecordBatch};
 use datafusion::arrow::compute::{concat_batches, lexsort_to_indices, take_record_batch};
 use datafusion::arrow::compute::{SortColumn, SortOptions};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -184,6 +185,33 @@ fn check_sorted(expected: &[RecordBatch], outputs: &[Vec<RecordBatch>], context:
 }
 
 /// Partition sizes with empty partitions, one row, and uneven large ones.
+/// The bytes `batches` hold, each buffer once: batches sliced from one array share its
+/// buffers, and the sort accounts them once too. A limit of twice this size leaves too
+/// little room for the sort's working memory (several times the input), so it must
+/// spill, and enough for merging the spilled runs.
+fn held_bytes<'a>(batches: impl Iterator<Item = &'a RecordBatch>) -> usize {
+    fn add(data: &ArrayData, seen: &mut HashSet<usize>) -> usize {
+        let nulls = data.nulls().map(|n| n.buffer());
+        let own: usize = data
+            .buffers()
+            .iter()
+            .chain(nulls)
+            .filter(|b| seen.insert(b.data_ptr().as_ptr() as usize))
+            .map(|b| b.capacity())
+            .sum();
+        own + data
+            .child_data()
+            .iter()
+            .map(|c| add(c, seen))
+            .sum::<usize>()
+    }
+    let mut seen = HashSet::new();
+    batches
+        .flat_map(|b| b.columns().iter().map(|c| c.to_data()))
+        .map(|data| add(&data, &mut seen))
+        .sum()
+}
+
 fn sizes(scale: usize) -> Vec<usize> {
     vec![0, 1, 50 * scale, 7, 0, 200 * scale, 13 * scale, 3]
 }
@@ -281,16 +309,14 @@ pub async fn combined_partitions_in_runs_and_spilled(backend: BackendChoice, sca
         .unwrap();
     check_partitions(&inputs, &outputs, None, &format!("runs {case}"));
 
-    let bytes: usize = inputs
-        .iter()
-        .flatten()
-        .map(|b| b.get_array_memory_size())
-        .sum();
+    let bytes = held_bytes(inputs.iter().flatten());
     let runtime = RuntimeEnvBuilder::new()
-        .with_memory_limit(bytes, 1.0)
+        .with_memory_limit(2 * bytes, 1.0)
         .build_arc()
         .unwrap();
-    let limited = SessionContext::new_with_config_rt(SessionConfig::new(), runtime).task_ctx();
+    // Small output batches: the spilled runs are merged a batch of each at a time.
+    let config = SessionConfig::new().with_batch_size(512);
+    let limited = SessionContext::new_with_config_rt(config, runtime).task_ctx();
     let plan = sort_exec(&inputs, false, backend, true, 1 << 28, None);
     let outputs = datafusion::physical_plan::collect_partitioned(Arc::clone(&plan) as _, limited)
         .await
@@ -522,16 +548,14 @@ pub async fn routed_partitions_equal_repartition_then_sort(backend: BackendChoic
     }
 
     // Spilled: each spill splits the buffered rows into the hash partitions.
-    let bytes: usize = inputs
-        .iter()
-        .flatten()
-        .map(|b| b.get_array_memory_size())
-        .sum();
+    let bytes = held_bytes(inputs.iter().flatten());
     let runtime = RuntimeEnvBuilder::new()
-        .with_memory_limit(bytes, 1.0)
+        .with_memory_limit(2 * bytes, 1.0)
         .build_arc()
         .unwrap();
-    let limited = SessionContext::new_with_config_rt(SessionConfig::new(), runtime).task_ctx();
+    // Small output batches: the spilled runs are merged a batch of each at a time.
+    let config = SessionConfig::new().with_batch_size(512);
+    let limited = SessionContext::new_with_config_rt(config, runtime).task_ctx();
     let exprs = vec![col("g", &schema()).unwrap()];
     let partitioning = Partitioning::Hash(exprs.clone(), 6);
     let plan = routed(exprs, 6, 1 << 28, None);
