@@ -8,7 +8,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Int32Array, Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::datasource::MemTable;
-use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{CsvReadOptions, SessionConfig, SessionContext};
 use gpusort::{DeclineReason, GpuSortConfig, GpuSortRule, SessionStateBuilderExt};
@@ -317,16 +317,7 @@ async fn buffered_input_stays_accounted_until_the_output_is_read() {
     }
     assert_eq!(read, rows);
     drop(stream);
-    for _ in 0..100 {
-        if runtime.memory_pool.reserved() == 0 {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    panic!(
-        "{} bytes still reserved after the output was read",
-        runtime.memory_pool.reserved()
-    );
+    assert_pool_drains(&runtime, "after the output was read").await;
 }
 
 /// A memory table's scan hands out slices of its arrays at the session's batch size; the
@@ -401,6 +392,12 @@ async fn dropping_a_query_mid_sort_releases_memory() {
     let first = stream.next().await.unwrap().unwrap();
     assert_eq!(first.num_rows(), 100);
     drop(stream);
+    assert_pool_drains(&runtime, "after the query was dropped").await;
+}
+
+/// Waits up to 2 s for the pool to hold nothing (the sort's task ends after its stream is
+/// done or dropped); fails with what is still reserved.
+async fn assert_pool_drains(runtime: &RuntimeEnv, when: &str) {
     for _ in 0..100 {
         if runtime.memory_pool.reserved() == 0 {
             return;
@@ -408,7 +405,7 @@ async fn dropping_a_query_mid_sort_releases_memory() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     panic!(
-        "{} bytes still reserved after the query was dropped",
+        "{} bytes still reserved {when}",
         runtime.memory_pool.reserved()
     );
 }

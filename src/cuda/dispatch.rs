@@ -161,9 +161,9 @@ fn sort_segments(
     Ok(segmented(permutation))
 }
 
-/// The segment-tile sort when a tile suits the segments (see
-/// [`crate::cuda::SegmentTiles::tile_for`]) and the key is one word: the permutation;
-/// otherwise the keys back, untouched.
+/// The segment-tile sort when a tile suits the segments (see `SegmentTiles::tile_for` in
+/// `merge/segment_tiles.rs`) and the key is one word: the permutation; otherwise the keys
+/// back, untouched.
 fn sort_segment_tiles(
     rt: &CudaRuntime,
     device: &Device,

@@ -374,62 +374,77 @@ impl Tuning {
 
     /// The `-D` options of kernel file `file` (its name in `kernels/`).
     pub fn defines(&self, file: &str) -> Defines {
-        let mut out = Defines::new();
-        let mut define = |name: &str, value: &dyn ToString| {
-            out.push((name.to_string(), value.to_string()));
+        let merge = |shape: TileShape| {
+            vec![
+                ("MERGE_THREADS".to_string(), shape.threads as u64),
+                ("MERGE_ITEMS".to_string(), shape.items as u64),
+                ("SCAN_THREADS".to_string(), MERGE_SCAN_THREADS as u64),
+            ]
         };
-        let merge = |define: &mut dyn FnMut(&str, &dyn ToString), shape: TileShape| {
-            define("MERGE_THREADS", &shape.threads);
-            define("MERGE_ITEMS", &shape.items);
-            define("SCAN_THREADS", &MERGE_SCAN_THREADS);
+        // The field kinds of fields.cuh, which encode.cu and refine.cu include.
+        let fields = [
+            ("FIELD_NULL_FLAG", FIELD_NULL_FLAG as u64),
+            ("LIMB_VIEW_CHUNK", LIMB_VIEW_CHUNK as u64),
+            ("LIMB_VIEW_LENGTH", LIMB_VIEW_LENGTH as u64),
+        ];
+        let named = |pairs: &[(&str, u64)]| -> Vec<(String, u64)> {
+            pairs.iter().map(|&(k, v)| (k.to_string(), v)).collect()
         };
-        let fields = |define: &mut dyn FnMut(&str, &dyn ToString)| {
-            define("FIELD_NULL_FLAG", &FIELD_NULL_FLAG);
-            define("LIMB_VIEW_CHUNK", &LIMB_VIEW_CHUNK);
-            define("LIMB_VIEW_LENGTH", &LIMB_VIEW_LENGTH);
-        };
-        let standard = TileShape {
-            threads: MERGE_THREADS,
-            items: MERGE_ITEMS,
-        };
-        match file {
+        let values: Vec<(String, u64)> = match file {
             "onesweep.cu" => {
+                let mut out = Vec::new();
                 for (key, row) in self.passes.iter().enumerate() {
                     for mode in PassMode::ALL {
                         let prefix = format!("ONESWEEP_{}_{}", KEY_LABELS[key], mode.label());
                         let shape = row[mode as usize];
-                        define(&format!("{prefix}_THREADS"), &shape.threads);
-                        define(&format!("{prefix}_ITEMS"), &shape.items);
-                        define(&format!("{prefix}_BLOCKS"), &shape.blocks);
+                        out.push((format!("{prefix}_THREADS"), shape.threads as u64));
+                        out.push((format!("{prefix}_ITEMS"), shape.items as u64));
+                        out.push((format!("{prefix}_BLOCKS"), shape.blocks as u64));
                     }
                 }
-                define("HISTOGRAM_THREADS", &ONESWEEP_HISTOGRAM_THREADS);
-                define("TILE_BITS", &ONESWEEP_TILE_BITS);
+                out.extend(named(&[
+                    ("HISTOGRAM_THREADS", ONESWEEP_HISTOGRAM_THREADS as u64),
+                    ("TILE_BITS", ONESWEEP_TILE_BITS as u64),
+                ]));
+                out
             }
             "locality_sort.cu" | "segmented_sort.cu" => {
-                merge(&mut define, standard);
-                define("PROBE_CHUNK", &PROBE_CHUNK);
-                define("WINDOW_HALO_MIN", &PROBED_HALOS[0]);
-                define("PROBE_HALOS", &PROBED_HALOS.len());
-                define("SEGMENT_RANKS_MIN_BLOCKS", &SEGMENT_RANKS_MIN_BLOCKS);
-                define("SEGMENT_STARTS_ITEMS", &SEGMENT_STARTS_ITEMS);
+                let mut out = merge(TileShape {
+                    threads: MERGE_THREADS,
+                    items: MERGE_ITEMS,
+                });
+                out.extend(named(&[
+                    ("PROBE_CHUNK", PROBE_CHUNK),
+                    ("WINDOW_HALO_MIN", PROBED_HALOS[0] as u64),
+                    ("PROBE_HALOS", PROBED_HALOS.len() as u64),
+                    ("SEGMENT_RANKS_MIN_BLOCKS", SEGMENT_RANKS_MIN_BLOCKS as u64),
+                    ("SEGMENT_STARTS_ITEMS", SEGMENT_STARTS_ITEMS as u64),
+                ]));
+                out
             }
-            "segment_tiles_large.cu" => merge(&mut define, self.large_segment_tile),
-            "encode.cu" => {
-                define("ENCODE_THREADS", &ENCODE_THREADS);
-                define("SHARED_PARTITIONS", &ENCODE_SHARED_PARTITIONS);
-                fields(&mut define);
-            }
-            "refine.cu" => {
-                define("REFINE_THREADS", &REFINE_THREADS);
-                define("SCAN_ITEMS", &REFINE_SCAN_ITEMS);
-                define("STEP_BYTES", &TIE_STEP_BYTES);
-                fields(&mut define);
-            }
-            "gather.cu" => define("GATHER_THREADS", &GATHER_THREADS),
+            "segment_tiles_large.cu" => merge(self.large_segment_tile),
+            "encode.cu" => named(&[
+                ("ENCODE_THREADS", ENCODE_THREADS as u64),
+                ("SHARED_PARTITIONS", ENCODE_SHARED_PARTITIONS as u64),
+            ])
+            .into_iter()
+            .chain(named(&fields))
+            .collect(),
+            "refine.cu" => named(&[
+                ("REFINE_THREADS", REFINE_THREADS as u64),
+                ("SCAN_ITEMS", REFINE_SCAN_ITEMS as u64),
+                ("STEP_BYTES", TIE_STEP_BYTES as u64),
+            ])
+            .into_iter()
+            .chain(named(&fields))
+            .collect(),
+            "gather.cu" => named(&[("GATHER_THREADS", GATHER_THREADS as u64)]),
             other => panic!("no -D options are known for kernel file {other}"),
-        }
-        out
+        };
+        values
+            .into_iter()
+            .map(|(k, v)| (k, v.to_string()))
+            .collect()
     }
 }
 
