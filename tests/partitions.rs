@@ -40,3 +40,8 @@ async fn routed_partitions_equal_repartition_then_sort() {
 async fn routed_sort_pairs_with_repartitioned_join_side() {
     cases::routed_sort_pairs_with_repartitioned_join_side(Cpu, 30_000).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn spill_everywhere_within_the_limit() {
+    common::spill::spill_everywhere_within_the_limit(Cpu, 200_000).await;
+}

@@ -27,7 +27,7 @@ use futures::StreamExt;
 use super::hash_routing::HashRouting;
 use super::resources::SortResources;
 use super::run::{split_runs, SortSpec};
-use super::spill::SpilledRun;
+use super::spill::{spill_batch_rows, SpilledRun};
 use crate::keys::working_limbs;
 
 /// The whole input, once every partition is drained.
@@ -190,12 +190,21 @@ impl InputBuffer {
     }
 
     /// Sorts every partition's buffered batches as runs, writes them to disk, frees the
-    /// reservation.
+    /// reservation. The runs are written in batches sized from the memory the reservation
+    /// held, shared by the output partitions ([`spill_batch_rows`]), so that they merge
+    /// within the limit that forced the spill.
     async fn spill_buffered(&mut self) -> Result<()> {
+        // Each output partition merges its own runs, all of them at once.
+        let batch_rows = spill_batch_rows(
+            self.reservation.size() / self.spilled.len().max(1),
+            self.held.bytes_per_row(),
+            self.resources.spec.batch_size,
+        );
         for input in 0..self.buffered.len() {
             let batches = std::mem::take(&mut self.buffered[input]);
             for (partition, batches) in self.output_partitions(input, batches).await? {
-                self.spill_runs(input, partition, batches).await?;
+                self.spill_runs(input, partition, batches, batch_rows)
+                    .await?;
             }
         }
         self.reservation.free();
@@ -219,12 +228,13 @@ impl InputBuffer {
     }
 
     /// Sorts `batches` (of input partition `input`) as runs and writes them to disk as runs
-    /// of output `partition`.
+    /// of output `partition`, in batches of `batch_rows` rows.
     async fn spill_runs(
         &mut self,
         input: usize,
         partition: usize,
         batches: Vec<RecordBatch>,
+        batch_rows: usize,
     ) -> Result<()> {
         for run in split_runs(batches, self.resources.spec.run_rows) {
             let SortResources {
@@ -233,10 +243,11 @@ impl InputBuffer {
                 spiller,
                 ..
             } = self.resources.clone();
-            let spilled =
-                tokio::task::spawn_blocking(move || spiller.sort_to_disk(&spec, run, &metrics))
-                    .await
-                    .map_err(|e| DataFusionError::External(Box::new(e)))??;
+            let spilled = tokio::task::spawn_blocking(move || {
+                spiller.sort_to_disk(&spec, run, batch_rows, &metrics)
+            })
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))??;
             self.spilled[partition].extend(spilled.map(|run| (input, run)));
         }
         Ok(())
@@ -284,23 +295,33 @@ async fn drain_in_groups(
 /// slices of a 4 MiB table were accounted as 8 GiB and spilled the sort 40 times under a
 /// 256 MiB pool.
 #[derive(Debug, Default)]
-struct HeldBuffers(HashSet<usize>);
+struct HeldBuffers {
+    /// The held buffers' addresses.
+    buffers: HashSet<usize>,
+    /// Their bytes in all.
+    bytes: usize,
+    /// The rows of the batches holding them.
+    rows: usize,
+}
 
 impl HeldBuffers {
     /// The bytes of `batch`'s buffers that are not held yet; they are held from now on.
     fn add(&mut self, batch: &RecordBatch) -> usize {
-        batch
+        let added = batch
             .columns()
             .iter()
             .map(|column| self.add_data(&column.to_data()))
-            .sum()
+            .sum();
+        self.bytes += added;
+        self.rows += batch.num_rows();
+        added
     }
 
     fn add_data(&mut self, data: &ArrayData) -> usize {
         let mut bytes = 0;
         let nulls = data.nulls().map(|n| n.buffer());
         for buffer in data.buffers().iter().chain(nulls) {
-            if self.0.insert(buffer.data_ptr().as_ptr() as usize) {
+            if self.buffers.insert(buffer.data_ptr().as_ptr() as usize) {
                 bytes += buffer.capacity();
             }
         }
@@ -312,9 +333,14 @@ impl HeldBuffers {
                 .sum::<usize>()
     }
 
+    /// The held bytes per buffered row (at least 1).
+    fn bytes_per_row(&self) -> usize {
+        (self.bytes / self.rows.max(1)).max(1)
+    }
+
     /// Nothing is held any more (the batches were spilled).
     fn clear(&mut self) {
-        self.0.clear();
+        *self = Self::default();
     }
 }
 

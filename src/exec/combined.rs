@@ -46,6 +46,7 @@ use super::hash_routing::HashRouting;
 use super::metrics::SortMetrics;
 use super::resources::SortResources;
 use super::run::{Apart, RunSorter, SortSpec};
+use super::spill::MergeMemory;
 use super::stream::{emit_buffered, OUTPUT_CHANNEL_BATCHES};
 use crate::gather::{PayloadGather, PayloadStats, RunRows};
 use crate::sort::{Permutation, Segments};
@@ -340,9 +341,17 @@ impl PartitionOutput {
                 inputs,
                 reservation,
             } => {
-                let taken = inputs.lock().unwrap_or_else(|e| e.into_inner())[self.partition].take();
+                let (taken, sharers) = {
+                    let mut inputs = inputs.lock().unwrap_or_else(|e| e.into_inner());
+                    (inputs[self.partition].take(), inputs.len())
+                };
                 if let Some(buffered) = taken {
-                    emit_buffered(buffered, &self.resources, reservation.new_empty(), tx).await?;
+                    // Every partition may merge its spilled runs at the same time.
+                    let memory = MergeMemory {
+                        reservation: reservation.new_empty(),
+                        sharers,
+                    };
+                    emit_buffered(buffered, &self.resources, memory, tx).await?;
                 }
                 self.resources.metrics.baseline.done();
             }

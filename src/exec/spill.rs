@@ -5,11 +5,14 @@
 //! files in the runtime's temporary directory, counted in the operator's spill metrics and
 //! the disk manager's limit. At the end every run is read back as a stream and merged.
 //!
-//! Merging many runs at once needs a batch of each in memory. When the pool cannot hold
-//! that, the first runs that fit are merged into one longer run on disk, put back in their
-//! place, and so on until the rest fits: consecutive runs merged with ties broken by run
-//! index, so the sort stays stable (DataFusion's own multi-level merge appends merged runs
-//! at the end, which would reorder ties).
+//! Merging many runs at once needs a few batches of each in memory. Runs are written in
+//! batches sized from the memory the sort held when it spilled ([`spill_batch_rows`]), so
+//! that many of them merge within the limit that forced the spill, whatever the batch size
+//! the consumer asked for (a whole-partition window asks for 16 Mi rows). When the pool
+//! cannot hold a merge of every run, the first runs that fit are merged into one longer run
+//! on disk, put back in their place, and so on until the rest fits: consecutive runs merged
+//! with ties broken by run index, so the sort stays stable (DataFusion's own multi-level
+//! merge appends merged runs at the end, which would reorder ties).
 
 use std::sync::Arc;
 
@@ -17,7 +20,9 @@ use arrow::array::{Array, AsArray, GenericByteViewArray, RecordBatch};
 use arrow::datatypes::{ByteViewType, DataType, SchemaRef};
 use datafusion::arrow;
 use datafusion::common::{resources_err, Result};
-use datafusion::execution::memory_pool::MemoryReservation;
+use datafusion::execution::memory_pool::{
+    MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation, UnboundedMemoryPool,
+};
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::SpillFile;
 use datafusion::physical_plan::metrics::SpillMetrics;
@@ -30,43 +35,101 @@ use futures::StreamExt;
 use super::metrics::SortMetrics;
 use super::run::{RunSorter, SortSpec};
 
+/// A spilled batch takes at most this share of the memory the sort held when it spilled.
+/// A merge keeps about [`MERGE_BATCHES_PER_RUN`] batches of each run in memory, so runs
+/// written at this size merge 16 at a time within that memory.
+const SPILL_BATCH_SHARE: usize = 64;
+
+/// Spilled batches are not cut smaller than this many bytes (unless one row is larger).
+const MIN_SPILL_BATCH_BYTES: usize = 1 << 10;
+
+/// Batches of one run a merge holds at once, each accounted at its size in memory: the
+/// batch being read, the one its cursor walks (with the cursor's row-encoded keys, about
+/// 0.7 times the batch again), and earlier ones whose rows wait in the output being built.
+const MERGE_BATCHES_PER_RUN: usize = 4;
+
+/// Rows per batch of runs spilled by a sort that held `held` bytes, of about
+/// `bytes_per_row` bytes a row: a [`SPILL_BATCH_SHARE`]th of `held`, and no more than the
+/// consumer's `batch_size`.
+pub(super) fn spill_batch_rows(held: usize, bytes_per_row: usize, batch_size: usize) -> usize {
+    let bytes = (held / SPILL_BATCH_SHARE).max(MIN_SPILL_BATCH_BYTES);
+    (bytes / bytes_per_row.max(1)).clamp(1, batch_size.max(1))
+}
+
 /// One sorted run written to disk.
 pub(super) struct SpilledRun {
     /// The IPC file.
     file: Arc<dyn SpillFile>,
-    /// The largest batch written, in memory (for the reader's estimates).
+    /// Rows per batch written (the last one may have fewer).
+    batch_rows: usize,
+    /// The sizes of its batches in memory.
+    sizes: RunSizes,
+}
+
+/// The sizes of the batches written to one spill file, in memory once read back.
+#[derive(Debug, Default, Clone, Copy)]
+struct RunSizes {
+    /// The largest batch (for the reader's estimates).
     max_batch_memory: usize,
+    /// The most memory a row of one batch took on average (for a merge's output).
+    max_row_memory: usize,
+}
+
+impl RunSizes {
+    fn add(&mut self, batch: &RecordBatch) {
+        let memory = memory_when_read(batch);
+        self.max_batch_memory = self.max_batch_memory.max(memory);
+        self.max_row_memory = self
+            .max_row_memory
+            .max(memory.div_ceil(batch.num_rows().max(1)));
+    }
+
+    fn run(self, file: Arc<dyn SpillFile>, batch_rows: usize) -> SpilledRun {
+        SpilledRun {
+            file,
+            batch_rows,
+            sizes: self,
+        }
+    }
 }
 
 /// Writes sorted runs of one partition's sort to disk and reads them back.
 #[derive(Clone)]
 pub(super) struct RunSpiller {
     manager: Arc<SpillManager>,
+    /// The pool merges plan their memory in.
+    pool: Arc<dyn MemoryPool>,
 }
 
 impl RunSpiller {
     /// A spiller writing batches of `schema` into `env`'s temporary files.
     pub(super) fn new(env: Arc<RuntimeEnv>, metrics: SpillMetrics, schema: SchemaRef) -> Self {
         Self {
+            pool: Arc::clone(&env.memory_pool),
             manager: Arc::new(SpillManager::new(env, metrics, schema)),
         }
     }
 
     /// Sorts `batches` (consecutive input rows) as one run and writes the sorted rows to a
-    /// spill file, batch by batch; `None` when the run is empty. Blocking.
+    /// spill file in batches of `batch_rows` rows; `None` when the run is empty. Blocking.
     pub(super) fn sort_to_disk(
         &self,
         spec: &SortSpec,
         batches: Vec<RecordBatch>,
+        batch_rows: usize,
         metrics: &SortMetrics,
     ) -> Result<Option<SpilledRun>> {
         let mut file = self
             .manager
             .create_in_progress_file("GpuSortExec: a sorted run")?;
-        let mut max_batch_memory = 0;
+        let spec = SortSpec {
+            run_batch_rows: batch_rows,
+            ..spec.clone()
+        };
+        let mut sizes = RunSizes::default();
         let mut write_error = None;
-        RunSorter::new(spec, metrics).sort_run(batches, |batch| {
-            max_batch_memory = max_batch_memory.max(memory_when_read(&batch));
+        RunSorter::new(&spec, metrics).sort_run(batches, |batch| {
+            sizes.add(&batch);
             match file.append_batch(&batch) {
                 Ok(_) => true,
                 Err(e) => {
@@ -78,71 +141,178 @@ impl RunSpiller {
         if let Some(e) = write_error {
             return Err(e.context("gpusort: writing a sorted run to disk"));
         }
-        Ok(file.finish()?.map(|file| SpilledRun {
-            file,
-            max_batch_memory,
-        }))
+        Ok(file.finish()?.map(|file| sizes.run(file, batch_rows)))
     }
 
     /// The rows of `run`, in sorted order.
     pub(super) fn read(&self, run: SpilledRun) -> Result<SendableRecordBatchStream> {
         self.manager
-            .read_spill_as_stream(run.file, Some(run.max_batch_memory))
+            .read_spill_as_stream(run.file, Some(run.sizes.max_batch_memory))
     }
 
-    /// Streams of `runs` (in input order) that one merge can take within the memory the
-    /// pool grants `reservation`'s consumer, merging leading runs on disk until it can.
-    pub(super) async fn streams_within_memory(
+    /// Merges `runs` (in input order) into one sorted stream of batches of up to the
+    /// consumer's batch size, within the memory `memory` grants; leading runs are merged
+    /// on disk first while a merge of all of them would not fit.
+    pub(super) async fn merge(
         &self,
         mut runs: Vec<SpilledRun>,
         spec: &SortSpec,
-        reservation: &MemoryReservation,
-    ) -> Result<Vec<SendableRecordBatchStream>> {
+        memory: &MergeMemory,
+    ) -> Result<ClaimedMerge> {
+        let mut budget = memory.budget(self.pool.as_ref());
         loop {
-            let fitting = runs_that_fit(&runs, reservation);
-            if fitting >= runs.len() {
-                return runs.into_iter().map(|run| self.read(run)).collect();
-            }
-            if fitting < 2 {
+            let sizes: Vec<RunSizes> = runs.iter().map(|r| r.sizes).collect();
+            let plan = MergePlan::within(&sizes, spec.batch_size, budget);
+            if plan.runs < 2 && plan.runs < runs.len() {
                 return resources_err!(
-                    "gpusort: merging sorted runs needs a batch of two runs in memory \
-                     ({} bytes each), more than the memory pool grants",
-                    runs.iter().map(|r| r.max_batch_memory).max().unwrap_or(0)
+                    "gpusort: merging sorted runs needs {} batches of two runs in memory \
+                     ({} bytes each), more than the {budget} bytes the memory pool grants",
+                    MERGE_BATCHES_PER_RUN,
+                    sizes.iter().map(|s| s.max_batch_memory).max().unwrap_or(0)
                 );
             }
-            let rest = runs.split_off(fitting);
-            let merged = self.merge_to_disk(runs, spec, reservation).await?;
+            // A pool may grant less than its free memory (a fair pool's share): plan again
+            // with half the budget.
+            let Some(claim) = memory.try_claim(plan.bytes) else {
+                budget /= 2;
+                continue;
+            };
+            if plan.runs >= runs.len() {
+                let streams = runs
+                    .into_iter()
+                    .map(|run| self.read(run))
+                    .collect::<Result<Vec<_>>>()?;
+                let schema = Arc::clone(self.manager.schema());
+                let stream = merge_runs(streams, schema, spec, plan.batch_rows, unpooled())?;
+                return Ok(ClaimedMerge {
+                    stream,
+                    _claim: claim,
+                });
+            }
+            let rest = runs.split_off(plan.runs);
+            let merged = self.merge_to_disk(runs, spec, claim).await?;
             runs = merged.into_iter().chain(rest).collect();
+            budget = memory.budget(self.pool.as_ref());
         }
     }
 
-    /// Merges consecutive `runs` into one run on disk.
+    /// Merges consecutive `runs` into one run on disk, in the memory `_claim` holds.
     async fn merge_to_disk(
         &self,
         runs: Vec<SpilledRun>,
         spec: &SortSpec,
-        reservation: &MemoryReservation,
+        _claim: MemoryReservation,
     ) -> Result<Option<SpilledRun>> {
+        // The merged run is written in batches no larger than those it is merged from.
+        let batch_rows = runs.iter().map(|r| r.batch_rows).min().unwrap_or(1);
         let streams = runs
             .into_iter()
             .map(|run| self.read(run))
             .collect::<Result<Vec<_>>>()?;
         let schema = Arc::clone(self.manager.schema());
-        let mut merged = merge_runs(streams, schema, spec, reservation.new_empty())?;
+        let mut merged = merge_runs(streams, schema, spec, batch_rows, unpooled())?;
         let mut file = self
             .manager
             .create_in_progress_file("GpuSortExec: merged sorted runs")?;
-        let mut max_batch_memory = 0;
+        let mut sizes = RunSizes::default();
         while let Some(batch) = merged.next().await {
             let batch = batch?;
-            max_batch_memory = max_batch_memory.max(memory_when_read(&batch));
+            sizes.add(&batch);
             file.append_batch(&batch)?;
         }
-        Ok(file.finish()?.map(|file| SpilledRun {
-            file,
-            max_batch_memory,
-        }))
+        Ok(file.finish()?.map(|file| sizes.run(file, batch_rows)))
     }
+}
+
+/// The memory a merge of spilled runs may take: the pool's free memory, shared by
+/// `sharers` merges that may run at once (the output partitions of one combined sort, each
+/// merging its own runs), claimed through `reservation`'s consumer.
+pub(super) struct MergeMemory {
+    /// The sort's consumer in the pool.
+    pub reservation: MemoryReservation,
+    /// Merges sharing the consumer's memory.
+    pub sharers: usize,
+}
+
+impl MergeMemory {
+    /// The bytes this merge may plan with: its share of the pool's free memory (of
+    /// [`UNLIMITED_BUDGET`] where the pool has no limit or does not say).
+    fn budget(&self, pool: &dyn MemoryPool) -> usize {
+        let free = match pool.memory_limit() {
+            MemoryLimit::Finite(limit) => limit.saturating_sub(pool.reserved()),
+            MemoryLimit::Infinite | MemoryLimit::Unknown => UNLIMITED_BUDGET,
+        };
+        free / self.sharers.max(1)
+    }
+
+    /// `bytes` claimed in the pool, if it grants them.
+    fn try_claim(&self, bytes: usize) -> Option<MemoryReservation> {
+        let claim = self.reservation.new_empty();
+        claim.try_grow(bytes).ok().map(|_| claim)
+    }
+}
+
+/// What a merge plans with where the pool sets no limit.
+const UNLIMITED_BUDGET: usize = 1 << 40;
+
+/// A merge of spilled runs and the memory claimed for it in the pool. The merge itself
+/// accounts in a pool of its own: the claim already holds its memory in the session's
+/// pool (accounting both would count it twice), and the claim is taken before the merge
+/// starts, so merges of the partitions of one sort starting together cannot each count on
+/// memory another is about to take.
+pub(super) struct ClaimedMerge {
+    /// The merged rows.
+    pub stream: SendableRecordBatchStream,
+    /// Held until the merge is done.
+    _claim: MemoryReservation,
+}
+
+/// One merge of leading runs, fitted to a memory budget.
+#[derive(Debug, Clone, Copy)]
+struct MergePlan {
+    /// How many leading runs it takes.
+    runs: usize,
+    /// Rows per output batch.
+    batch_rows: usize,
+    /// The memory it needs: two output batches (the one being built, the one handed on)
+    /// and [`MERGE_BATCHES_PER_RUN`] batches of each run.
+    bytes: usize,
+}
+
+impl MergePlan {
+    /// The merge of as many leading `runs` as `budget` bytes hold, into batches of up to
+    /// `batch_size` rows (fewer when two of those would take over a quarter of the budget).
+    fn within(runs: &[RunSizes], batch_size: usize, budget: usize) -> Self {
+        let row_memory = runs
+            .iter()
+            .map(|r| r.max_row_memory)
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        let batch_rows = (budget / 8 / row_memory).clamp(1, batch_size.max(1));
+        let mut bytes = 2 * batch_rows * row_memory;
+        let mut taken = 0;
+        for run in runs {
+            let more = MERGE_BATCHES_PER_RUN * run.max_batch_memory;
+            if bytes + more > budget {
+                break;
+            }
+            bytes += more;
+            taken += 1;
+        }
+        Self {
+            runs: taken,
+            batch_rows,
+            bytes,
+        }
+    }
+}
+
+/// A reservation in a pool of its own, without a limit (see [`ClaimedMerge`]).
+fn unpooled() -> MemoryReservation {
+    let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedMemoryPool::default());
+    MemoryConsumer::new("GpuSortExec merge of spilled runs (claimed in the session pool)")
+        .register(&pool)
 }
 
 /// The memory `batch` takes once written and read back. The spill writer compacts string
@@ -166,27 +336,13 @@ fn view_memory<T: ByteViewType + ?Sized>(array: &GenericByteViewArray<T>) -> usi
     16 * array.len() + nulls + array.total_buffer_bytes_used()
 }
 
-/// How many leading `runs` one merge can take, as far as the pool grants the memory now:
-/// two output batches, and per run three batches (the reader's, the cursor's, one kept by
-/// rows not yet emitted) — the merge accounts a read batch at about 1.7 times its size
-/// when written, cursor rows included.
-fn runs_that_fit(runs: &[SpilledRun], reservation: &MemoryReservation) -> usize {
-    let probe = reservation.new_empty();
-    let largest = runs.iter().map(|r| r.max_batch_memory).max().unwrap_or(0);
-    if probe.try_grow(2 * largest).is_err() {
-        return 0;
-    }
-    runs.iter()
-        .take_while(|run| probe.try_grow(3 * run.max_batch_memory).is_ok())
-        .count()
-}
-
-/// Merges sorted `streams` (runs in input order) with DataFusion's streaming merge, ties
-/// broken by run index so the result stays stable.
+/// Merges sorted `streams` (runs in input order) into batches of `batch_rows` rows with
+/// DataFusion's streaming merge, ties broken by run index so the result stays stable.
 pub(super) fn merge_runs(
     streams: Vec<SendableRecordBatchStream>,
     schema: SchemaRef,
     spec: &SortSpec,
+    batch_rows: usize,
     reservation: MemoryReservation,
 ) -> Result<SendableRecordBatchStream> {
     StreamingMergeBuilder::new()
@@ -194,9 +350,47 @@ pub(super) fn merge_runs(
         .with_schema(schema)
         .with_expressions(&spec.exprs)
         .with_metrics(BaselineMetrics::new(&ExecutionPlanMetricsSet::new(), 0))
-        .with_batch_size(spec.batch_size)
+        .with_batch_size(batch_rows)
         .with_fetch(spec.fetch)
         .with_reservation(reservation)
         .with_round_robin_tie_breaker(false)
         .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spilled_batches_are_a_share_of_the_memory_held() {
+        // 64 MiB held, 100 bytes a row: 1 MiB batches, about 10 000 rows.
+        assert_eq!(spill_batch_rows(64 << 20, 100, 1 << 20), 10_485);
+        // Never above the consumer's batch size, never under one row.
+        assert_eq!(spill_batch_rows(64 << 20, 100, 8192), 8192);
+        assert_eq!(spill_batch_rows(0, 1 << 20, 8192), 1);
+        // Tiny limits still write batches of about a KiB.
+        assert_eq!(spill_batch_rows(1000, 10, 8192), 102);
+    }
+
+    fn sizes(batch: usize, row: usize) -> RunSizes {
+        RunSizes {
+            max_batch_memory: batch,
+            max_row_memory: row,
+        }
+    }
+
+    #[test]
+    fn a_merge_takes_the_leading_runs_its_budget_holds() {
+        let runs = vec![sizes(1000, 10); 10];
+        // Output: 2 batches of 8192 rows at 10 bytes; 4 batches of each run.
+        let plan = MergePlan::within(&runs, 8192, 1 << 20);
+        assert_eq!((plan.runs, plan.batch_rows), (10, 8192));
+        assert_eq!(plan.bytes, 2 * 8192 * 10 + 10 * 4 * 1000);
+        // A smaller budget: output batches cut to an eighth of it, fewer runs.
+        let plan = MergePlan::within(&runs, 8192, 20_000);
+        assert_eq!((plan.runs, plan.batch_rows), (3, 250));
+        assert!(plan.bytes <= 20_000);
+        // Nothing fits.
+        assert_eq!(MergePlan::within(&runs, 8192, 100).runs, 0);
+    }
 }

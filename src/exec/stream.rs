@@ -31,7 +31,7 @@ use super::buffer::{Buffered, InputBuffer};
 use super::metrics::SortMetrics;
 use super::resources::SortResources;
 use super::run::{split_runs, RunSorter, SortSpec};
-use super::spill::merge_runs;
+use super::spill::{merge_runs, MergeMemory};
 
 /// Everything one partition's sort owns while it runs.
 pub(super) struct SortTask {
@@ -70,11 +70,14 @@ async fn run_task(task: SortTask, tx: Sender<Result<RecordBatch>>) -> Result<()>
     let metrics = &resources.metrics;
     let collecting = metrics.collect_time.timer();
     buffer.fill(inputs).await?;
-    let merge_reservation = buffer.reservation().new_empty();
+    let merge_memory = MergeMemory {
+        reservation: buffer.reservation().new_empty(),
+        sharers: 1,
+    };
     let (buffered, input_reservation) = buffer.finish().await?;
     collecting.done();
     crate::trace::event(|| "input collected".to_string());
-    emit_buffered(buffered, &resources, merge_reservation, tx).await?;
+    emit_buffered(buffered, &resources, merge_memory, tx).await?;
     // The input and its sorted copies stay accounted until the last batch is handed over.
     drop(input_reservation);
     metrics.baseline.done();
@@ -82,11 +85,11 @@ async fn run_task(task: SortTask, tx: Sender<Result<RecordBatch>>) -> Result<()>
 }
 
 /// Sorts a drained input and sends its batches: one run straight through, several runs
-/// (or spilled ones) through DataFusion's streaming merge.
+/// (or spilled ones) through DataFusion's streaming merge, within `merge_memory`.
 pub(super) async fn emit_buffered(
     buffered: Buffered,
     resources: &SortResources,
-    merge_reservation: MemoryReservation,
+    merge_memory: MergeMemory,
     tx: Sender<Result<RecordBatch>>,
 ) -> Result<()> {
     let SortResources {
@@ -104,17 +107,23 @@ pub(super) async fn emit_buffered(
                 }
             } else {
                 let sorted = sort_runs_in_memory(runs, schema, spec, metrics, &tx).await?;
-                let schema = Arc::clone(schema);
-                let spec = Arc::clone(spec);
-                merge_sorted(sorted, schema, spec, merge_reservation, metrics, tx).await?;
+                if sorted.is_empty() {
+                    return Ok(());
+                }
+                let merged = merge_runs(
+                    sorted,
+                    Arc::clone(schema),
+                    spec,
+                    spec.batch_size,
+                    merge_memory.reservation,
+                )?;
+                send_merged(merged, metrics, tx).await;
             }
         }
+        Buffered::OnDisk(runs) if runs.is_empty() => {}
         Buffered::OnDisk(runs) => {
-            let sorted = spiller
-                .streams_within_memory(runs, spec, &merge_reservation)
-                .await?;
-            let (schema, spec) = (Arc::clone(schema), Arc::clone(spec));
-            merge_sorted(sorted, schema, spec, merge_reservation, metrics, tx).await?;
+            let merge = spiller.merge(runs, spec, &merge_memory).await?;
+            send_merged(merge.stream, metrics, tx).await;
         }
     }
     Ok(())
@@ -168,19 +177,12 @@ async fn sort_runs_in_memory(
     Ok(sorted_runs)
 }
 
-/// Merges sorted runs (in input order) with DataFusion's streaming merge.
-async fn merge_sorted(
-    streams: Vec<SendableRecordBatchStream>,
-    schema: SchemaRef,
-    spec: Arc<SortSpec>,
-    reservation: MemoryReservation,
+/// Sends the batches of a merge (errors included) until it ends or the consumer goes away.
+async fn send_merged(
+    mut merged: SendableRecordBatchStream,
     metrics: &SortMetrics,
     tx: Sender<Result<RecordBatch>>,
-) -> Result<()> {
-    if streams.is_empty() {
-        return Ok(());
-    }
-    let mut merged = merge_runs(streams, schema, &spec, reservation)?;
+) {
     while let Some(batch) = merged.next().await {
         if let Ok(batch) = &batch {
             metrics.baseline.record_output(batch.num_rows());
@@ -189,5 +191,4 @@ async fn merge_sorted(
             break;
         }
     }
-    Ok(())
 }

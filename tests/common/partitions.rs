@@ -314,9 +314,7 @@ pub async fn combined_partitions_in_runs_and_spilled(backend: BackendChoice, sca
         .with_memory_limit(2 * bytes, 1.0)
         .build_arc()
         .unwrap();
-    // Small output batches: the spilled runs are merged a batch of each at a time.
-    let config = SessionConfig::new().with_batch_size(512);
-    let limited = SessionContext::new_with_config_rt(config, runtime).task_ctx();
+    let limited = SessionContext::new_with_config_rt(SessionConfig::new(), runtime).task_ctx();
     let plan = sort_exec(&inputs, false, backend, true, 1 << 28, None);
     let outputs = datafusion::physical_plan::collect_partitioned(Arc::clone(&plan) as _, limited)
         .await
@@ -553,9 +551,7 @@ pub async fn routed_partitions_equal_repartition_then_sort(backend: BackendChoic
         .with_memory_limit(2 * bytes, 1.0)
         .build_arc()
         .unwrap();
-    // Small output batches: the spilled runs are merged a batch of each at a time.
-    let config = SessionConfig::new().with_batch_size(512);
-    let limited = SessionContext::new_with_config_rt(config, runtime).task_ctx();
+    let limited = SessionContext::new_with_config_rt(SessionConfig::new(), runtime).task_ctx();
     let exprs = vec![col("g", &schema()).unwrap()];
     let partitioning = Partitioning::Hash(exprs.clone(), 6);
     let plan = routed(exprs, 6, 1 << 28, None);

@@ -39,6 +39,11 @@ cases_on_cuda!(
     routed_sort_pairs_with_repartitioned_join_side(3_000_000),
 );
 
+cases_on_cuda!(
+    spill:
+    spill_everywhere_within_the_limit(2_000_000),
+);
+
 #[tokio::test]
 #[ignore = "needs a CUDA GPU"]
 async fn nearly_sorted_inputs_auto_and_locality() {
