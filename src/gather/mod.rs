@@ -5,12 +5,15 @@
 //! `permutation[j*batch_size ..]` (input batch, row) once and every column gathers from
 //! those locations (`take` when the run is one batch). Batches are built in parallel, a
 //! window of them at a time, and handed out in order as each window completes, so the
-//! first rows leave while later ones are still being built.
+//! first rows leave while later ones are still being built. A batch ends sooner where the
+//! values of a string or binary column with 32-bit offsets would overflow them
+//! (`batches`).
 //!
 //! A backend may gather some columns itself ([`PayloadGather`]: the CUDA backend gathers
 //! fixed-width columns on the device); the host then gathers only the others, and windows
 //! are larger ([`DEVICE_WINDOW_ROWS`]) so that each device round trip moves megabytes.
 
+mod batches;
 mod bytes;
 mod columns;
 
@@ -222,8 +225,9 @@ impl RunRows {
     }
 }
 
-/// Gathers `permutation` in output batches of `batch_size` rows, in parallel, calling
-/// `emit` with each in order. Stops early (returning `Ok`) when `emit` returns `false`.
+/// Gathers `permutation` in output batches of `batch_size` rows (fewer where a string or
+/// binary column's values would overflow its 32-bit offsets), in parallel, calling `emit`
+/// with each in order. Stops early (returning `Ok`) when `emit` returns `false`.
 /// `payload`, when given, gathers its columns (see [`PayloadGather`]).
 pub fn gather_sorted(
     rows: &RunRows,
@@ -238,6 +242,7 @@ pub fn gather_sorted(
         batch_size,
         payload,
         DEVICE_WINDOW_ROWS,
+        batches::OFFSET_BYTES,
         emit,
     )
 }
@@ -258,31 +263,37 @@ fn gather_in_windows<'p, 'g: 'p>(
     batch_size: usize,
     payload: Option<&'p mut (dyn PayloadGather + 'g)>,
     device_window: usize,
+    offset_bytes: usize,
     mut emit: impl FnMut(RecordBatch) -> bool,
 ) -> Result<()> {
     let batch_size = batch_size.max(1);
-    let host_window = batch_size * rayon::current_num_threads().max(1);
-    let window = match payload {
-        Some(_) => (device_window / batch_size).max(1) * batch_size,
-        None => host_window,
+    let window_rows = match payload {
+        Some(_) => device_window.max(batch_size),
+        None => batch_size * rayon::current_num_threads().max(1),
     };
-    let windows: Vec<&[u32]> = permutation.chunks(window).collect();
-    let batch_rows =
-        |w: usize| -> Vec<usize> { windows[w].chunks(batch_size).map(<[u32]>::len).collect() };
+    let lengths = batches::batch_lengths(rows, permutation, batch_size, offset_bytes);
+    // A payload gather lays out batches of `batch_size` rows (the run's last one fewer);
+    // batches cut short by their strings' bytes are gathered on the host alone.
+    let uniform = lengths
+        .split_last()
+        .is_none_or(|(_, init)| init.iter().all(|&len| len == batch_size));
+    let payload = payload.filter(|_| uniform);
+    let windows = windows_of(&lengths, window_rows, batch_size);
     std::thread::scope(|scope| {
         let gather_window = |gatherer: &'p mut (dyn PayloadGather + 'g), w: usize| {
-            let rows_of_batches = batch_rows(w);
+            let window: &Window = &windows[w];
+            let (start, rows_of_batches) = (window.start, window.batch_rows.to_vec());
             scope.spawn(move || {
-                let gathered = gatherer.gather(w * window, &rows_of_batches);
+                let gathered = gatherer.gather(start, &rows_of_batches);
                 (gatherer, gathered)
             })
         };
         let mut pending = payload
             .filter(|_| !windows.is_empty())
             .map(|gatherer| gather_window(gatherer, 0));
-        for (w, window_ids) in windows.iter().enumerate() {
+        for (w, window) in windows.iter().enumerate() {
             let mut ready: Vec<Vec<Option<ArrayRef>>> =
-                vec![vec![None; rows.num_columns()]; window_ids.len().div_ceil(batch_size)];
+                vec![vec![None; rows.num_columns()]; window.batch_rows.len()];
             if let Some(handle) = pending.take() {
                 let (gatherer, gathered) = handle.join().map_err(|_| {
                     DataFusionError::Internal("gpusort: a payload gather panicked".to_string())
@@ -299,8 +310,14 @@ fn gather_in_windows<'p, 'g: 'p>(
                     }
                 }
             }
-            let batches: Vec<Result<RecordBatch>> = window_ids
-                .par_chunks(batch_size)
+            let mut ids: Vec<&[u32]> = Vec::with_capacity(window.batch_rows.len());
+            let mut at = window.start;
+            for &len in window.batch_rows {
+                ids.push(&permutation[at..at + len]);
+                at += len;
+            }
+            let batches: Vec<Result<RecordBatch>> = ids
+                .into_par_iter()
                 .zip(ready)
                 .map(|(ids, ready)| rows.gather_with(ids, ready))
                 .collect();
@@ -315,6 +332,38 @@ fn gather_in_windows<'p, 'g: 'p>(
     })
 }
 
+/// Consecutive output batches gathered together.
+struct Window<'a> {
+    /// The first output row.
+    start: usize,
+    /// Rows of each of its batches.
+    batch_rows: &'a [usize],
+}
+
+/// Output batches of `lengths` rows (of at most `batch_size` rows) grouped into windows of
+/// at most `window_rows` rows and `window_rows / batch_size` batches (at least one).
+fn windows_of(lengths: &[usize], window_rows: usize, batch_size: usize) -> Vec<Window<'_>> {
+    let most_batches = (window_rows / batch_size.max(1)).max(1);
+    let mut windows = Vec::new();
+    let (mut first, mut start, mut rows) = (0, 0, 0);
+    for (i, &len) in lengths.iter().enumerate() {
+        if rows > 0 && (rows + len > window_rows || i - first == most_batches) {
+            windows.push(Window {
+                start,
+                batch_rows: &lengths[first..i],
+            });
+            (first, start, rows) = (i, start + rows, 0);
+        }
+        rows += len;
+    }
+    if rows > 0 {
+        windows.push(Window {
+            start,
+            batch_rows: &lengths[first..],
+        });
+    }
+    windows
+}
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -474,7 +523,7 @@ mod tests {
             fail_at: usize::MAX,
         };
         let mut emitted = 0;
-        gather_in_windows(&rows, &[], 4, Some(&mut payload), 8, |_| {
+        gather_in_windows(&rows, &[], 4, Some(&mut payload), 8, usize::MAX, |_| {
             emitted += 1;
             true
         })
@@ -492,10 +541,18 @@ mod tests {
         let gathered = |rows: &RunRows, payload: Option<&mut TakeGather>, window| {
             let mut out = Vec::new();
             let payload = payload.map(|p| p as &mut dyn PayloadGather);
-            gather_in_windows(rows, &permutation[..998], 30, payload, window, |b| {
-                out.push(b);
-                true
-            })
+            gather_in_windows(
+                rows,
+                &permutation[..998],
+                30,
+                payload,
+                window,
+                usize::MAX,
+                |b| {
+                    out.push(b);
+                    true
+                },
+            )
             .unwrap();
             out
         };
@@ -521,6 +578,56 @@ mod tests {
                 payload.windows, windows,
                 "asked once per window until it fails"
             );
+        }
+    }
+
+    /// Strings whose bytes would pass a batch's offsets are cut into more batches (here at
+    /// most 1 000 bytes a batch: "row 0" to "row 999" take 5 to 7 bytes), on the host even
+    /// where a payload gather is offered (it lays out only batches of one size).
+    #[test]
+    fn string_batches_are_cut_before_their_offsets_overflow() {
+        let all = two_column_batch(0, 1000);
+        let rows = RunRows::new(vec![all.slice(0, 400), all.slice(400, 600)]);
+        let permutation: Vec<u32> = (0..1000u32).map(|i| (i * 7919) % 1000).collect();
+        for with_payload in [false, true] {
+            let mut payload = TakeGather {
+                columns: vec![0],
+                all: all.clone(),
+                permutation: permutation.clone(),
+                windows: 0,
+                fail_at: usize::MAX,
+            };
+            let offered = with_payload.then_some(&mut payload as &mut dyn PayloadGather);
+            let mut out = Vec::new();
+            gather_in_windows(&rows, &permutation, 300, offered, 500, 1000, |b| {
+                out.push(b);
+                true
+            })
+            .unwrap();
+            assert_eq!(payload.windows, 0);
+            let mut a = Vec::new();
+            for batch in &out {
+                let text = batch.column(1).as_string::<i32>();
+                assert!(
+                    text.value_data().len() <= 1000,
+                    "{} bytes",
+                    text.value_data().len()
+                );
+                assert!(batch.num_rows() <= 300);
+                for (i, v) in batch
+                    .column(0)
+                    .as_primitive::<Int32Type>()
+                    .values()
+                    .iter()
+                    .enumerate()
+                {
+                    assert_eq!(text.value(i), format!("row {v}"));
+                    a.push(*v as u32);
+                }
+            }
+            assert_eq!(a, permutation, "payload: {with_payload}");
+            // About 6.9 KB in batches of at most 1 000 bytes, not 4 batches of 300 rows.
+            assert!(out.len() >= 7, "{} batches", out.len());
         }
     }
 
