@@ -1,9 +1,11 @@
 //! Atomic Parquet output: one file, or a directory of files of at most N rows.
 //!
-//! Everything is written under a temporary name beside the target (same file system) and
-//! renamed into place by [`ParquetOutput::commit`]; dropping an uncommitted output removes
-//! what it wrote, so an error, a panic or a cancelled job leaves no partial output. An
-//! existing target is replaced only when asked, and only once the new output is complete.
+//! Everything is written under a temporary name beside the target (same file system),
+//! flushed to disk (fsync) and renamed into place by [`ParquetOutput::commit`], which then
+//! flushes the directory; dropping an uncommitted output removes what it wrote, so an
+//! error, a panic or a cancelled job leaves no partial output. An existing target is
+//! replaced only when asked, and only once the new output is complete: a file by one
+//! atomic rename over it, a directory of files by moving the old one aside first.
 //!
 //! Row groups are encoded in parallel ([`ParallelFileWriter`]). Every file's metadata
 //! declares the sort order (`sorting_columns`), so that DataFusion
@@ -160,11 +162,15 @@ impl ParquetOutput {
         Ok(())
     }
 
-    /// Finishes the last file and moves the output into place.
+    /// Finishes the last file and moves the output into place: files flushed to disk
+    /// first, then one rename over a file target (atomic: a reader sees the old file or the
+    /// new one), then the directory entry flushed. A directory target (or a file target
+    /// where a directory stands) is moved aside first and removed after.
     pub fn commit(mut self) -> Result<WrittenOutput, PipelineError> {
         self.close_file()?;
         let target = self.options.path.clone();
-        let replaced = if target.exists() {
+        let one_rename = self.options.max_rows_per_file.is_none() && !target.is_dir();
+        let replaced = if target.exists() && !one_rename {
             let old = temp_sibling(&target, "old");
             std::fs::rename(&target, &old).map_err(PipelineError::io("moving aside", &target))?;
             Some(old)
@@ -178,6 +184,13 @@ impl ParquetOutput {
             return Err(PipelineError::io("renaming the output into", target)(e));
         }
         self.committed = true;
+        let parent = parent_dir(&target);
+        File::open(&parent)
+            .and_then(|dir| dir.sync_all())
+            .map_err(PipelineError::io(
+                "flushing the directory entry of",
+                &target,
+            ))?;
         if let Some(old) = replaced {
             remove_path(&old);
         }
@@ -220,9 +233,18 @@ impl ParquetOutput {
         Ok(())
     }
 
+    /// Finishes the open file and flushes it to disk (so that the rename in `commit` never
+    /// publishes a file whose bytes a crash could still lose).
     fn close_file(&mut self) -> Result<(), PipelineError> {
         if let Some(writer) = self.writer.take() {
             writer.close().map_err(|e| self.write_error(e))?;
+            let path = match self.file_names.last() {
+                Some(name) if self.options.max_rows_per_file.is_some() => self.temp.join(name),
+                _ => self.temp.clone(),
+            };
+            File::open(&path)
+                .and_then(|file| file.sync_all())
+                .map_err(PipelineError::io("flushing", &path))?;
         }
         Ok(())
     }

@@ -99,7 +99,8 @@ impl<W: Write + Send> ParallelFileWriter<W> {
         self.row_groups += 1;
         let (tx, rx) = sync_channel(1);
         rayon::spawn(move || {
-            let _ = tx.send(encode_row_group(&factory, &schema, index, &batches));
+            let encoded = without_panics(|| encode_row_group(&factory, &schema, index, &batches));
+            let _ = tx.send(encoded);
         });
         self.in_flight.push_back(rx);
         while self.in_flight.len() > rayon::current_num_threads() {
@@ -119,6 +120,21 @@ impl<W: Write + Send> ParallelFileWriter<W> {
         }
         row_group.close().map(|_| ())
     }
+}
+
+/// What `encode` returns, or an error where it panicked: a panic in a job of the rayon pool
+/// would abort the process.
+fn without_panics<T>(encode: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(encode)).unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".to_string());
+        Err(ParquetError::General(format!(
+            "gpusort: encoding a row group panicked: {message}"
+        )))
+    })
 }
 
 /// Encodes the columns of one row group.
@@ -141,4 +157,24 @@ fn encode_row_group(
         }
     }
     writers.into_iter().map(|w| w.close()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panicking_encoder_is_an_error() {
+        let (tx, rx) = sync_channel(1);
+        rayon::spawn(move || {
+            let encoded: Result<()> = without_panics(|| panic!("column {} broke", 3));
+            let _ = tx.send(encoded);
+        });
+        let error = rx.recv().unwrap().unwrap_err().to_string();
+        assert!(
+            error.contains("encoding a row group panicked: column 3 broke"),
+            "{error}"
+        );
+        assert_eq!(without_panics(|| Ok(7)).unwrap(), 7);
+    }
 }
