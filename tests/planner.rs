@@ -52,6 +52,14 @@ async fn plan_of(ctx: &SessionContext, sql: &str) -> String {
     common::plan_text(&common::physical_plan(ctx, sql).await.unwrap())
 }
 
+/// The result of `sql` as a printed table.
+async fn result_text(ctx: &SessionContext, sql: &str) -> String {
+    let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+    datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+        .unwrap()
+        .to_string()
+}
+
 /// The plan of `sql`'s text, after asserting that no merge of several partitions stands
 /// above a `GpuSortExec` in it.
 async fn merge_free_plan_of(ctx: &SessionContext, sql: &str) -> String {
@@ -193,16 +201,7 @@ async fn small_inputs_keep_datafusion_sort_unknown_sizes_do_not() {
         plan.contains("GpuSortExec"),
         "unknown size must count as large:\n{plan}"
     );
-    let rows = ctx
-        .sql("SELECT a FROM c ORDER BY a")
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
-    let text = datafusion::arrow::util::pretty::pretty_format_batches(&rows)
-        .unwrap()
-        .to_string();
+    let text = result_text(&ctx, "SELECT a FROM c ORDER BY a").await;
     assert!(
         text.find('1') < text.find('2') && text.find('2') < text.find('3'),
         "{text}"
@@ -350,20 +349,11 @@ async fn sliced_input_batches_are_accounted_once() {
             let ctx = SessionContext::new_with_state(state);
             ctx.register_table("t", Arc::new(table(200_000, partitions)))
                 .unwrap();
-            let analyzed = ctx
-                .sql("EXPLAIN ANALYZE SELECT * FROM t ORDER BY k, g")
-                .await
-                .unwrap()
-                .collect()
-                .await
-                .unwrap();
-            let text = datafusion::arrow::util::pretty::pretty_format_batches(&analyzed)
-                .unwrap()
-                .to_string();
+            let text = result_text(&ctx, "EXPLAIN ANALYZE SELECT * FROM t ORDER BY k, g").await;
             let label = format!("{name} pool, {partitions} partitions");
             assert!(text.contains("GpuSortExec"), "{label}: {text}");
             assert!(text.contains("spill_count=0,"), "{label}: spilled\n{text}");
-            drop((analyzed, ctx));
+            drop(ctx);
             assert_eq!(runtime.memory_pool.reserved(), 0, "{label}");
         }
     }

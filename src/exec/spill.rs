@@ -178,12 +178,7 @@ impl RunSpiller {
                 continue;
             };
             if plan.runs >= runs.len() {
-                let streams = runs
-                    .into_iter()
-                    .map(|run| self.read(run))
-                    .collect::<Result<Vec<_>>>()?;
-                let schema = Arc::clone(self.manager.schema());
-                let stream = merge_runs(streams, schema, spec, plan.batch_rows, unpooled())?;
+                let stream = self.merged(runs, spec, plan.batch_rows)?;
                 return Ok(ClaimedMerge {
                     stream,
                     _claim: claim,
@@ -196,6 +191,22 @@ impl RunSpiller {
         }
     }
 
+    /// The rows of `runs` (in input order) read back and merged into batches of
+    /// `batch_rows` rows; the merge counts in a pool of its own (see [`ClaimedMerge`]).
+    fn merged(
+        &self,
+        runs: Vec<SpilledRun>,
+        spec: &SortSpec,
+        batch_rows: usize,
+    ) -> Result<SendableRecordBatchStream> {
+        let streams = runs
+            .into_iter()
+            .map(|run| self.read(run))
+            .collect::<Result<Vec<_>>>()?;
+        let schema = Arc::clone(self.manager.schema());
+        merge_runs(streams, schema, spec, batch_rows, unpooled())
+    }
+
     /// Merges consecutive `runs` into one run on disk, in the memory `_claim` holds.
     async fn merge_to_disk(
         &self,
@@ -205,12 +216,7 @@ impl RunSpiller {
     ) -> Result<Option<SpilledRun>> {
         // The merged run is written in batches no larger than those it is merged from.
         let batch_rows = runs.iter().map(|r| r.batch_rows).min().unwrap_or(1);
-        let streams = runs
-            .into_iter()
-            .map(|run| self.read(run))
-            .collect::<Result<Vec<_>>>()?;
-        let schema = Arc::clone(self.manager.schema());
-        let mut merged = merge_runs(streams, schema, spec, batch_rows, unpooled())?;
+        let mut merged = self.merged(runs, spec, batch_rows)?;
         let mut file = self
             .manager
             .create_in_progress_file("GpuSortExec: merged sorted runs")?;

@@ -281,10 +281,9 @@ fn gather_in_windows<'p, 'g: 'p>(
     let windows = windows_of(&lengths, window_rows, batch_size);
     std::thread::scope(|scope| {
         let gather_window = |gatherer: &'p mut (dyn PayloadGather + 'g), w: usize| {
-            let window: &Window = &windows[w];
-            let (start, rows_of_batches) = (window.start, window.batch_rows.to_vec());
+            let Window { start, batch_rows } = windows[w];
             scope.spawn(move || {
-                let gathered = gatherer.gather(start, &rows_of_batches);
+                let gathered = gatherer.gather(start, batch_rows);
                 (gatherer, gathered)
             })
         };
@@ -333,6 +332,7 @@ fn gather_in_windows<'p, 'g: 'p>(
 }
 
 /// Consecutive output batches gathered together.
+#[derive(Clone, Copy)]
 struct Window<'a> {
     /// The first output row.
     start: usize,

@@ -213,14 +213,11 @@ impl ParquetOutput {
     }
 
     fn open_next_file(&mut self) -> Result<(), PipelineError> {
-        let path = if self.options.max_rows_per_file.is_some() {
+        if self.options.max_rows_per_file.is_some() {
             let name = format!("part-{:05}.parquet", self.file_names.len());
-            let path = self.temp.join(&name);
             self.file_names.push(name);
-            path
-        } else {
-            self.temp.clone()
-        };
+        }
+        let path = self.open_path();
         let file = File::create(&path).map_err(PipelineError::io("creating", &path))?;
         let writer = ParallelFileWriter::try_new(
             BufWriter::with_capacity(1 << 20, file),
@@ -238,15 +235,21 @@ impl ParquetOutput {
     fn close_file(&mut self) -> Result<(), PipelineError> {
         if let Some(writer) = self.writer.take() {
             writer.close().map_err(|e| self.write_error(e))?;
-            let path = match self.file_names.last() {
-                Some(name) if self.options.max_rows_per_file.is_some() => self.temp.join(name),
-                _ => self.temp.clone(),
-            };
+            let path = self.open_path();
             File::open(&path)
                 .and_then(|file| file.sync_all())
                 .map_err(PipelineError::io("flushing", &path))?;
         }
         Ok(())
+    }
+
+    /// Where the file being written (the last one opened) is: the temporary file, or the
+    /// last part in the temporary directory.
+    fn open_path(&self) -> PathBuf {
+        match self.file_names.last() {
+            Some(name) if self.options.max_rows_per_file.is_some() => self.temp.join(name),
+            _ => self.temp.clone(),
+        }
     }
 
     fn write_error(&self, e: datafusion::parquet::errors::ParquetError) -> PipelineError {
