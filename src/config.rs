@@ -83,6 +83,96 @@ choice_text!(AlgorithmChoice, "algorithm", {
 config_field!(BackendChoice);
 config_field!(AlgorithmChoice);
 
+/// How much device memory a session's sorts may use: every buffer this process holds on
+/// the device counts, its other sessions' too.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum DeviceMemoryLimit {
+    /// `auto`: the default share of the device's memory (80 %,
+    /// `gpusort::cuda::DEFAULT_DEVICE_MEMORY_FRACTION`).
+    #[default]
+    Auto,
+    /// `50%`: a share of the device's memory.
+    Share(f64),
+    /// `12G`, `512M`, `1073741824`: a size (at most the device's memory).
+    Bytes(usize),
+}
+
+impl DeviceMemoryLimit {
+    /// The limit in bytes on a device of `total` bytes, where `auto` takes `default_share`.
+    pub fn bytes_of(self, total: usize, default_share: f64) -> usize {
+        match self {
+            Self::Auto => (total as f64 * default_share) as usize,
+            Self::Share(share) => (total as f64 * share) as usize,
+            Self::Bytes(bytes) => bytes.min(total),
+        }
+    }
+}
+
+impl fmt::Display for DeviceMemoryLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Auto => f.write_str("auto"),
+            Self::Share(share) => write!(f, "{}%", share * 100.0),
+            Self::Bytes(bytes) => write!(f, "{bytes}"),
+        }
+    }
+}
+
+impl FromStr for DeviceMemoryLimit {
+    type Err = DataFusionError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let text = s.trim();
+        let invalid = |why: String| {
+            DataFusionError::Configuration(format!(
+                "gpu_sort.device_memory_limit: {why} (expected auto, a share like 50%, or a \
+                 size like 12G)"
+            ))
+        };
+        if text.eq_ignore_ascii_case("auto") {
+            return Ok(Self::Auto);
+        }
+        if let Some(percent) = text.strip_suffix('%') {
+            let share: f64 = percent
+                .trim()
+                .parse()
+                .map_err(|_| invalid(format!("'{text}' is not a share")))?;
+            if !(share > 0.0 && share <= 100.0) {
+                return Err(invalid(format!("'{text}' is not between 0 and 100 %")));
+            }
+            return Ok(Self::Share(share / 100.0));
+        }
+        parse_bytes(text).map(Self::Bytes).map_err(invalid)
+    }
+}
+
+config_field!(DeviceMemoryLimit);
+
+/// Parses a size: `1048576`, `512K`, `64MiB`, `2G`, `1.5GB` (binary units either way).
+pub fn parse_bytes(text: &str) -> Result<usize, String> {
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    let shift = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        "T" | "TB" | "TIB" => 40,
+        _ => return Err(format!("'{text}': unknown unit (use K, M, G or T)")),
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("'{text}' is not a size like 512M or 2G"))?;
+    let bytes = value * (1u64 << shift) as f64;
+    if !(1.0..=usize::MAX as f64).contains(&bytes) {
+        return Err(format!("'{text}' is out of range"));
+    }
+    Ok(bytes as usize)
+}
+
 /// Default of `device_gather_min_rows`: below it the host gathers a run from its caches
 /// faster than a round trip to the device.
 pub(crate) const DEFAULT_DEVICE_GATHER_MIN_ROWS: usize = 1 << 20;
@@ -131,6 +221,11 @@ extensions_options! {
         /// session's batch size). A partition of up to this many rows reaches the window
         /// as one batch, which the window then does not copy.
         pub window_batch_rows: usize, default = 1 << 24
+        /// Device memory this session's sorts may use, counting everything the process
+        /// holds on the device: `auto` (80 % of the device's memory), a share (`50%`) or a
+        /// size (`12G`). Runs are sized to what is free within it; a sort waits for its
+        /// turn until its run fits.
+        pub device_memory_limit: DeviceMemoryLimit, default = DeviceMemoryLimit::Auto
     }
 }
 
@@ -169,6 +264,38 @@ mod tests {
     }
 
     #[test]
+    fn sizes_with_units() {
+        assert_eq!(parse_bytes("1024").unwrap(), 1024);
+        assert_eq!(parse_bytes("512K").unwrap(), 512 << 10);
+        assert_eq!(parse_bytes("64MiB").unwrap(), 64 << 20);
+        assert_eq!(parse_bytes("1.5G").unwrap(), 3 << 29);
+        assert!(parse_bytes("12 parsecs")
+            .unwrap_err()
+            .contains("unknown unit"));
+        assert!(parse_bytes("G").unwrap_err().contains("not a size"));
+        assert!(parse_bytes("0").unwrap_err().contains("out of range"));
+    }
+
+    #[test]
+    fn device_memory_limits_as_share_or_size() {
+        let mut config = GpuSortConfig::default();
+        assert_eq!(config.device_memory_limit.bytes_of(1000, 0.8), 800);
+        config.set("device_memory_limit", "25%").unwrap();
+        assert_eq!(config.device_memory_limit.bytes_of(1000, 0.8), 250);
+        config.set("device_memory_limit", "2K").unwrap();
+        assert_eq!(config.device_memory_limit, DeviceMemoryLimit::Bytes(2048));
+        assert_eq!(config.device_memory_limit.bytes_of(1000, 0.8), 1000);
+        assert_eq!(config.device_memory_limit.to_string(), "2048");
+        for bad in ["150%", "lots", "0"] {
+            let err = config
+                .set("device_memory_limit", bad)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("gpu_sort.device_memory_limit"), "{err}");
+        }
+    }
+
+    #[test]
     fn entries_list_every_setting() {
         let keys: Vec<String> = GpuSortConfig::default()
             .entries()
@@ -187,6 +314,7 @@ mod tests {
             "absorb_repartition",
             "whole_partition_windows",
             "window_batch_rows",
+            "device_memory_limit",
         ] {
             assert!(keys.iter().any(|k| k == key), "{key} missing from {keys:?}");
         }

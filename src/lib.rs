@@ -61,7 +61,7 @@ use std::sync::Arc;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
-pub use config::{AlgorithmChoice, BackendChoice, GpuSortConfig};
+pub use config::{parse_bytes, AlgorithmChoice, BackendChoice, DeviceMemoryLimit, GpuSortConfig};
 pub use exec::GpuSortExec;
 pub use planner::{DeclineReason, GpuSortRule, SortDecision};
 

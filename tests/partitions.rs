@@ -45,3 +45,8 @@ async fn routed_sort_pairs_with_repartitioned_join_side() {
 async fn spill_everywhere_within_the_limit() {
     common::spill::spill_everywhere_within_the_limit(Cpu, 200_000).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn runs_sorted_in_pieces() {
+    cases::runs_sorted_in_pieces(20).await;
+}

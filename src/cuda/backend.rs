@@ -2,7 +2,11 @@
 //! fallback policy.
 //!
 //! ```text
-//!  CudaBackend::sort*(..)   one sort at a time per device (the staging lock)
+//!  CudaBackend::sort*(..)   a lease of the device for the run's estimated bytes, under the
+//!                           session's gpu_sort.device_memory_limit (memory/budget.rs)
+//!     too large for what is free, or out of memory: sort_or_split hands the run back to be
+//!            sorted in pieces (KeySort::Split), down to MIN_DEVICE_PIECE_ROWS; every other
+//!            caller, and smaller runs, go to the CPU backend
 //!     error: fatal (sticky) → device disabled for the process; any error → this run is
 //!            sorted by the CPU backend instead (same result, counted in `gpu_fallbacks`),
 //!            with a run state that still lets the device gather its payload
@@ -13,33 +17,110 @@ use std::sync::Arc;
 use datafusion::common::Result;
 
 use crate::config::AlgorithmChoice;
+use crate::config::DeviceMemoryLimit;
 use crate::cuda::encode::encodable_on_device;
 use crate::cuda::error::CudaError;
 use crate::cuda::payload::DeviceRun;
 use crate::cuda::runtime::{
     count_fallback, disabled_reason, note_failure_of, runtime, CudaRuntime,
 };
-use crate::cuda::sort_run;
+use crate::cuda::sort_run::{self, Fitted};
 use crate::cuda::tuning::switches;
 use crate::keys::{column_rows, encode_keys, limb_sources, EncodedKeys, KeyColumn};
-use crate::sort::{CpuBackend, PartitionIdTable, RunState, Segments, SortBackend, SortedRun};
+use crate::sort::{
+    CpuBackend, KeySort, PartitionIdTable, RunState, Segments, SortBackend, SortedRun,
+};
+
+/// Runs are not split below this many rows: the CPU sorts such a piece about as fast as
+/// the device would, without the merge.
+pub const MIN_DEVICE_PIECE_ROWS: usize = 1 << 16;
 
 /// Sorts on the GPU; any failure sorts that run on the CPU backend instead.
 #[derive(Debug, Clone)]
 pub struct CudaBackend {
     runtime: Arc<CudaRuntime>,
+    /// Device memory this backend's sorts may use (every holder's together), in bytes.
+    limit: usize,
 }
 
 impl CudaBackend {
-    /// The backend over the process's device, or why there is none.
+    /// The backend over the process's device, under the default device memory limit, or
+    /// why there is none.
     pub fn new() -> std::result::Result<Self, String> {
-        runtime().map(|runtime| Self { runtime })
+        Self::with_limit(DeviceMemoryLimit::Auto)
+    }
+
+    /// The backend over the process's device, its sorts within `limit`.
+    pub fn with_limit(limit: DeviceMemoryLimit) -> std::result::Result<Self, String> {
+        runtime().map(|runtime| Self {
+            limit: runtime.device_memory_limit(limit),
+            runtime,
+        })
+    }
+
+    /// The device memory this backend's sorts may use, in bytes.
+    pub fn memory_limit(&self) -> usize {
+        self.limit
     }
 
     /// A run state that keeps nothing on the device: its payload gather uploads the
     /// permutation and every column (for runs the device did not sort, and for tests).
     pub fn empty_run_state(&self) -> Box<dyn RunState> {
-        Box::new(DeviceRun::empty(Arc::clone(&self.runtime)))
+        Box::new(DeviceRun::empty(Arc::clone(&self.runtime), self.limit))
+    }
+
+    /// Sorts the key columns of a run on the device; one it cannot hold is `Split` when
+    /// `splittable` (and not below [`MIN_DEVICE_PIECE_ROWS`]), else sorted on the CPU.
+    fn sort_columns(
+        &self,
+        columns: &[KeyColumn],
+        algorithm: AlgorithmChoice,
+        segments: Option<&Segments>,
+        splittable: bool,
+    ) -> Result<KeySort> {
+        if disabled_reason().is_some() || !encodable_on_device(columns) {
+            return Ok(KeySort::OnHost);
+        }
+        let rows = columns.first().map_or(0, column_rows);
+        let limit = self.limit;
+        let error = match sort_run::sort_columns(
+            &self.runtime,
+            columns,
+            rows,
+            algorithm,
+            segments,
+            limit,
+        ) {
+            Ok(Fitted::Done(run)) => return Ok(KeySort::Sorted(run)),
+            Ok(Fitted::TooLarge { bytes, available }) => {
+                // Pieces sized to what is free, with a tenth to spare for the estimate.
+                let fits = (rows as f64 * available as f64 / bytes as f64 * 0.9) as usize;
+                if splittable && fits >= MIN_DEVICE_PIECE_ROWS {
+                    log::debug!("gpusort: a run of {rows} rows needs about {bytes} bytes of device memory, {available} are free: sorting it in pieces of {fits} rows");
+                    return Ok(KeySort::Split { rows: fits });
+                }
+                CudaError::OverBudget {
+                    bytes,
+                    what: "a run",
+                    used: limit - available,
+                    limit,
+                }
+            }
+            Err(error) => {
+                if splittable && error.is_out_of_memory() && rows / 2 >= MIN_DEVICE_PIECE_ROWS {
+                    log::info!("gpusort: sorting {rows} rows ran out of device memory ({error}); sorting them in halves");
+                    return Ok(KeySort::Split {
+                        rows: rows.div_ceil(2),
+                    });
+                }
+                error
+            }
+        };
+        note_failure(&error, rows);
+        let keys = encode_keys(columns)?;
+        let mut run = self.with_empty_state(cpu_fallback(&keys, algorithm, segments)?);
+        run.refine_keys = (!keys.long_keys.is_empty()).then_some(keys);
+        Ok(KeySort::Sorted(run))
     }
 
     /// `run` (sorted by the CPU backend after the device failed or was disabled) with a
@@ -65,13 +146,19 @@ impl SortBackend for CudaBackend {
             log::debug!("gpusort: CUDA disabled ({reason}); sorting on the CPU");
             return cpu_fallback(keys, algorithm, segments);
         }
-        match sort_run::sort_rows(&self.runtime, keys, algorithm, segments) {
-            Ok(run) => Ok(run),
-            Err(error) => {
-                note_failure(&error, keys.rows);
-                Ok(self.with_empty_state(cpu_fallback(keys, algorithm, segments)?))
-            }
-        }
+        let limit = self.limit;
+        let error = match sort_run::sort_rows(&self.runtime, keys, algorithm, segments, limit) {
+            Ok(Fitted::Done(run)) => return Ok(run),
+            Ok(Fitted::TooLarge { bytes, available }) => CudaError::OverBudget {
+                bytes,
+                what: "a run",
+                used: limit - available,
+                limit,
+            },
+            Err(error) => error,
+        };
+        note_failure(&error, keys.rows);
+        Ok(self.with_empty_state(cpu_fallback(keys, algorithm, segments)?))
     }
 
     fn sort_key_columns(
@@ -80,20 +167,20 @@ impl SortBackend for CudaBackend {
         algorithm: AlgorithmChoice,
         segments: Option<&Segments>,
     ) -> Result<Option<SortedRun>> {
-        if disabled_reason().is_some() || !encodable_on_device(columns) {
-            return Ok(None);
+        match self.sort_columns(columns, algorithm, segments, false)? {
+            KeySort::Sorted(run) => Ok(Some(run)),
+            KeySort::OnHost => Ok(None),
+            KeySort::Split { .. } => unreachable!("a run that may not be split is never split"),
         }
-        let rows = columns.first().map_or(0, column_rows);
-        match sort_run::sort_columns(&self.runtime, columns, rows, algorithm, segments) {
-            Ok(run) => Ok(Some(run)),
-            Err(error) => {
-                note_failure(&error, rows);
-                let keys = encode_keys(columns)?;
-                let mut run = self.with_empty_state(cpu_fallback(&keys, algorithm, segments)?);
-                run.refine_keys = (!keys.long_keys.is_empty()).then_some(keys);
-                Ok(Some(run))
-            }
-        }
+    }
+
+    fn sort_or_split(
+        &self,
+        columns: &[KeyColumn],
+        algorithm: AlgorithmChoice,
+        segments: Option<&Segments>,
+    ) -> Result<KeySort> {
+        self.sort_columns(columns, algorithm, segments, true)
     }
 
     fn sort_key_columns_by_ids(
@@ -116,8 +203,11 @@ impl SortBackend for CudaBackend {
         if disabled_reason().is_some() || rows < 2 || !fixed_width || host_ids {
             return Ok(None);
         }
-        match sort_run::sort_columns_by_ids(&self.runtime, columns, rows, ids, algorithm) {
-            Ok(sorted) => Ok(Some(sorted)),
+        let limit = self.limit;
+        match sort_run::sort_columns_by_ids(&self.runtime, columns, rows, ids, algorithm, limit) {
+            Ok(Fitted::Done(sorted)) => Ok(Some(sorted)),
+            // The host makes the ids; the run then goes through `sort_key_columns`.
+            Ok(Fitted::TooLarge { .. }) => Ok(None),
             Err(error) => {
                 note_failure_of(
                     "partition id sort",

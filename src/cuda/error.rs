@@ -51,6 +51,21 @@ pub enum CudaError {
         /// What the buffer was for.
         what: &'static str,
     },
+    /// An allocation would pass the device memory limit of the sort holding the device.
+    #[error(
+        "allocating {bytes} bytes for {what} would pass gpu_sort.device_memory_limit \
+         ({used} of {limit} bytes in use)"
+    )]
+    OverBudget {
+        /// The size asked for.
+        bytes: usize,
+        /// What the buffer was for.
+        what: &'static str,
+        /// Device memory of this process in use.
+        used: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// NVRTC failed to compile a kernel file.
     #[error("NVRTC could not compile {file} for sm_{arch}: {log}")]
     Compile {
@@ -107,7 +122,7 @@ impl CudaError {
     /// Whether the error is the device running out of memory.
     pub fn is_out_of_memory(&self) -> bool {
         match self {
-            Self::OutOfMemory { .. } => true,
+            Self::OutOfMemory { .. } | Self::OverBudget { .. } => true,
             Self::Driver { code, .. } | Self::Launch { code, .. } => {
                 *code == CUresult::CUDA_ERROR_OUT_OF_MEMORY
             }
@@ -147,7 +162,8 @@ impl From<CudaError> for DataFusionError {
     fn from(error: CudaError) -> Self {
         if error.is_out_of_memory() {
             DataFusionError::ResourcesExhausted(format!(
-                "gpusort: {error}; lower gpu_sort.run_rows to sort in smaller runs"
+                "gpusort: {error}; lower gpu_sort.run_rows to sort in smaller runs, or raise \
+                 gpu_sort.device_memory_limit"
             ))
         } else {
             DataFusionError::External(Box::new(error))

@@ -34,11 +34,12 @@ mod tuning;
 // GPU tests (`tests/gpu/`) use. The launchers themselves (`Onesweep`, `LocalitySort`,
 // `SegmentedSort`, `Encoder`, `Gatherer`, `TieRefiner`) are reached through the fields of
 // [`CudaRuntime`]; their kernels, modules and launch arithmetic stay inside this module.
-pub use backend::CudaBackend;
+pub use backend::{CudaBackend, MIN_DEVICE_PIECE_ROWS};
 pub use dispatch::{sort_on_device, DeviceOrder};
 pub use encode::DeviceKeys;
 pub use error::{CudaError, CudaResult};
 pub use faults::{inject as inject_fault, Fault};
+pub use memory::budget::DeviceMemoryStats;
 pub use memory::device::{Device, DeviceBuffer, Event};
 pub use memory::transfer::{Plain as TransferPlain, Staging};
 pub use merge::locality_probe::{LocalityProbe, Probe};
@@ -46,8 +47,11 @@ pub use merge::segment_starts::StartsEncoding;
 pub use merge::segment_tiles::SegmentTile;
 pub use merge::{MergeKeys, MergeSorted};
 pub use radix::onesweep::{RadixKey, Sorted, Values};
-pub use runtime::{disabled_reason, fallback_count, is_driver_present, runtime, CudaRuntime};
+pub use runtime::{
+    disabled_reason, fallback_count, is_driver_present, runtime, CudaRuntime,
+    DEFAULT_DEVICE_MEMORY_FRACTION,
+};
 pub use tuning::{
-    switches, PassMode, Switches, Tuning, LOCALITY_WINDOW_HALO, MERGE_TILE, PROBED_HALOS,
-    PROBE_CHUNK, SEGMENTED_MERGE_MAX_MEAN_ROWS, SEGMENT_STARTS_CHUNK,
+    switches, PassMode, Switches, Tuning, DEVICE_IDLE_RELEASE, LOCALITY_WINDOW_HALO, MERGE_TILE,
+    PROBED_HALOS, PROBE_CHUNK, SEGMENTED_MERGE_MAX_MEAN_ROWS, SEGMENT_STARTS_CHUNK,
 };

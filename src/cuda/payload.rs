@@ -36,6 +36,7 @@ use crate::cuda::columns::views::{views_array, VIEW_BYTES};
 use crate::cuda::columns::{upload_raw_column, DeviceColumn, PayloadLayout, RawColumn};
 use crate::cuda::error::{CudaError, CudaResult};
 use crate::cuda::gather::{payload_layout, WIDTHS};
+use crate::cuda::memory::budget::LeaseKind;
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::host_memory::HostRegions;
 use crate::cuda::memory::transfer::Staging;
@@ -60,15 +61,19 @@ pub(super) struct DeviceRun {
     pub permutation: Option<DeviceBuffer<u32>>,
     /// The key columns the device encoded.
     pub columns: Vec<DeviceColumn>,
+    /// The session's device memory limit, for the gather.
+    pub limit: usize,
 }
 
 impl DeviceRun {
-    /// A state that keeps nothing: the gather uploads the permutation and every column.
-    pub(super) fn empty(runtime: Arc<CudaRuntime>) -> Self {
+    /// A state that keeps nothing: the gather uploads the permutation and every column,
+    /// within `limit` bytes of device memory.
+    pub(super) fn empty(runtime: Arc<CudaRuntime>, limit: usize) -> Self {
         Self {
             runtime,
             permutation: None,
             columns: Vec::new(),
+            limit,
         }
     }
 }
@@ -101,6 +106,8 @@ impl RunState for DeviceRun {
 /// batches on request (see [`PayloadGather`]).
 pub(super) struct DevicePayload {
     runtime: Arc<CudaRuntime>,
+    /// The session's device memory limit.
+    limit: usize,
     permutation: DeviceBuffer<u32>,
     indices: Vec<usize>,
     columns: Vec<PayloadColumn>,
@@ -149,9 +156,13 @@ impl DevicePayload {
         }
         let (kept_permutation, kept_columns) = (retained.permutation, retained.columns);
         let started = Instant::now();
-        runtime.with_device(|device, staging| {
+        let limit = retained.limit;
+        runtime.with_lease(LeaseKind::Gather, limit, |device, staging, lease| {
             let n = permutation.len();
-            let mut stats = PayloadStats::default();
+            let mut stats = PayloadStats {
+                device_wait: lease.waited,
+                ..PayloadStats::default()
+            };
             let device_permutation = match kept_permutation.filter(|p| p.len() >= n) {
                 Some(kept) => kept,
                 None => {
@@ -163,6 +174,7 @@ impl DevicePayload {
             };
             let mut payload = DevicePayload {
                 runtime: Arc::clone(runtime),
+                limit,
                 permutation: device_permutation,
                 indices: Vec::new(),
                 columns: Vec::new(),
@@ -183,7 +195,7 @@ impl DevicePayload {
                             raw
                         }
                         // The columns put there so far are gathered here, the rest on the host.
-                        Err(CudaError::OutOfMemory { .. }) => break,
+                        Err(error) if error.is_out_of_memory() => break,
                         Err(other) => return Err(other),
                     },
                 };
@@ -196,6 +208,7 @@ impl DevicePayload {
             }
             device.synchronize()?;
             payload.stats.upload = started.elapsed();
+            payload.stats.device_peak_bytes = lease.peak_bytes();
             Ok((!payload.columns.is_empty()).then_some(payload))
         })
     }
@@ -210,8 +223,12 @@ impl PayloadGather for DevicePayload {
         let rows: usize = batch_rows.iter().sum();
         let runtime = Arc::clone(&self.runtime);
         let started = Instant::now();
-        let host = runtime
-            .with_device(|device, staging| self.gather_window(device, staging, start, batch_rows));
+        let host = runtime.with_lease(LeaseKind::Gather, self.limit, |device, staging, lease| {
+            let host = self.gather_window(device, staging, start, batch_rows);
+            self.stats.device_wait += lease.waited;
+            self.stats.device_peak_bytes = self.stats.device_peak_bytes.max(lease.peak_bytes());
+            host
+        });
         self.stats.windows += started.elapsed();
         let host = match host {
             Ok(host) => host,

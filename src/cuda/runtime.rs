@@ -6,6 +6,8 @@
 //!             → NVRTC (cached CUBIN, compiled with the tuning's -D options) → kernels
 //!     any failure: the reason is kept, `backend = auto` uses the CPU
 //!  a fatal (sticky) error anywhere → disable_device: every later run goes to the CPU
+//!  work on the device: a lease from the device's budget (memory/budget.rs), then the
+//!            staging buffers; a thread gives idle pool memory back to the driver
 //! ```
 //!
 //! cudarc loads libcuda dynamically and panics when it is missing, so the probe checks for
@@ -14,10 +16,13 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
+use crate::config::DeviceMemoryLimit;
 use crate::cuda::encode::Encoder;
 use crate::cuda::error::{CudaError, CudaResult};
 use crate::cuda::gather::Gatherer;
+use crate::cuda::memory::budget::{DeviceMemoryStats, Lease, LeaseKind};
 use crate::cuda::memory::device::Device;
 use crate::cuda::memory::host_memory::{idle_limit, HostRegions, PageLocker};
 use crate::cuda::memory::idle_vectors::IdleVectors;
@@ -147,7 +152,29 @@ fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
         opened.device.sm_count,
         opened.device.total_memory >> 30
     );
-    Ok(Arc::new(opened))
+    let opened = Arc::new(opened);
+    release_when_idle(Arc::clone(&opened), tuning.device_idle_release);
+    Ok(opened)
+}
+
+/// Starts the thread that gives the device memory pool's kept blocks back to the driver
+/// once no lease has held the device for `after`.
+fn release_when_idle(runtime: Arc<CudaRuntime>, after: Duration) {
+    let started = std::thread::Builder::new()
+        .name("gpusort-device-idle".into())
+        .spawn(move || loop {
+            let lease = runtime.device.budget.wait_idle(after);
+            if disabled_reason().is_some() {
+                return;
+            }
+            if let Err(error) = runtime.release_idle_memory_leased() {
+                log::warn!("gpusort: giving idle device memory back failed: {error}");
+            }
+            runtime.device.budget.released_idle(lease);
+        });
+    if let Err(error) = started {
+        log::warn!("gpusort: idle device memory is kept (no thread to release it): {error}");
+    }
 }
 
 impl CudaRuntime {
@@ -158,16 +185,64 @@ impl CudaRuntime {
         self.host_regions.locked_bytes()
     }
 
-    /// Runs `work` with exclusive use of the device and its staging buffers.
+    /// Runs `work` with exclusive use of the device and its staging buffers, ahead of
+    /// queued sorts and with no limit but the device's memory (benchmarks, tools).
     pub fn with_device<T>(
         &self,
         work: impl FnOnce(&Device, &mut Staging) -> CudaResult<T>,
     ) -> CudaResult<T> {
+        self.with_lease(LeaseKind::Gather, usize::MAX, |device, staging, _| {
+            work(device, staging)
+        })
+    }
+
+    /// Runs `work` once the device's budget grants a lease of `kind` under `limit` bytes of
+    /// device memory (see `memory/budget.rs`), with the device and its staging buffers.
+    pub(crate) fn with_lease<T>(
+        &self,
+        kind: LeaseKind,
+        limit: usize,
+        work: impl FnOnce(&Device, &mut Staging, &Lease<'_>) -> CudaResult<T>,
+    ) -> CudaResult<T> {
+        let lease = self.device.budget.lease(kind, limit);
         let mut staging = self.staging.lock().unwrap_or_else(|p| p.into_inner());
         self.device.bind()?;
-        work(&self.device, &mut staging)
+        work(&self.device, &mut staging, &lease)
+    }
+
+    /// The bytes `limit` allows on this device (`auto`: [`DEFAULT_DEVICE_MEMORY_FRACTION`]
+    /// of its memory).
+    pub fn device_memory_limit(&self, limit: DeviceMemoryLimit) -> usize {
+        limit.bytes_of(self.device.total_memory, DEFAULT_DEVICE_MEMORY_FRACTION)
+    }
+
+    /// Device memory this process's buffers use now and at most.
+    pub fn device_memory(&self) -> DeviceMemoryStats {
+        self.device.budget.stats()
+    }
+
+    /// Starts the peak of [`Self::device_memory`] again from what is in use now.
+    pub fn reset_device_memory_peak(&self) {
+        self.device.budget.reset_peak();
+    }
+
+    /// Gives the blocks the device's memory pool keeps for later sorts back to the driver
+    /// now (as the idle thread does after `GPUSORT_DEVICE_IDLE_RELEASE_MS`).
+    pub fn release_idle_memory(&self) -> CudaResult<()> {
+        let _lease = self.device.budget.lease(LeaseKind::Gather, usize::MAX);
+        self.release_idle_memory_leased()
+    }
+
+    fn release_idle_memory_leased(&self) -> CudaResult<()> {
+        let _staging = self.staging.lock().unwrap_or_else(|p| p.into_inner());
+        self.device.release_idle_memory()
     }
 }
+
+/// The share of the device's memory a session's sorts may use unless
+/// `gpu_sort.device_memory_limit` says otherwise: room is left for the CUDA context, the
+/// kernels and other processes.
+pub const DEFAULT_DEVICE_MEMORY_FRACTION: f64 = 0.8;
 
 /// Counts a run or a gather that the CPU took over.
 pub(super) fn count_fallback() {

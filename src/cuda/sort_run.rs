@@ -7,6 +7,8 @@
 //!     ──refine.rs: ties of long strings ordered──► permutation ──pinned, chunked──► host
 //!  the run keeps the device permutation and the key columns (`gather::DeviceRun`) for its
 //!  payload gather; its host permutation's memory goes back to the idle vectors
+//!  before all that: a lease of the device for the run's estimated bytes under the
+//!  session's limit; a run larger than what is free comes back `TooLarge`, unsorted
 //! ```
 
 use std::sync::Arc;
@@ -18,16 +20,97 @@ use crate::cuda::dispatch::sort_on_device;
 use crate::cuda::encode::DeviceKeys;
 use crate::cuda::encode::TieFields;
 use crate::cuda::error::{CudaError, CudaResult};
+use crate::cuda::memory::budget::{Lease, LeaseKind};
 use crate::cuda::memory::device::Device;
 use crate::cuda::memory::transfer::Staging;
 use crate::cuda::payload::DeviceRun;
 use crate::cuda::refine::Sorters;
 use crate::cuda::runtime::CudaRuntime;
-use crate::keys::{EncodedKeys, KeyColumn};
+use crate::keys::{working_limbs, EncodedKeys, KeyColumn};
 use crate::sort::{
-    identity, Algorithm, PartitionIdTable, Permutation, Segments, SortedRun, TieRefine,
+    identity, Algorithm, DeviceUse, PartitionIdTable, Permutation, Segments, SortedRun, TieRefine,
     TransferTimes,
 };
+
+/// A run's work done on the device, or not started: the run needs about `bytes` of device
+/// memory and only `available` is free within its limit.
+pub(super) enum Fitted<T> {
+    /// Done.
+    Done(T),
+    /// Too large for the device memory free now.
+    TooLarge {
+        /// The run's estimated need.
+        bytes: usize,
+        /// Free within the limit when the run's turn came.
+        available: usize,
+    },
+}
+
+impl<T> Fitted<T> {
+    fn map<U>(self, f: impl FnOnce(T) -> U) -> Fitted<U> {
+        match self {
+            Self::Done(done) => Fitted::Done(f(done)),
+            Self::TooLarge { bytes, available } => Fitted::TooLarge { bytes, available },
+        }
+    }
+}
+
+/// Device memory per row besides the packed key words: the permutation and its radix
+/// buffer, and the tie refinement's scratch.
+const SCRATCH_BYTES_PER_ROW: usize = 24;
+
+/// About the most device memory sorting `n` rows with `words` packed key words takes: the
+/// words and the radix sort's second buffer of each, and the scratch.
+fn words_bytes(n: usize, words: usize) -> usize {
+    n.saturating_mul(16 * words + SCRATCH_BYTES_PER_ROW)
+}
+
+/// About the most device memory encoding and sorting `n` rows of `columns` takes: their raw
+/// buffers (they stay for the payload gather), and [`words_bytes`] of as many words as their
+/// encoding may take (one per 64-bit limb, plus a word of null flags and partition ids).
+pub(super) fn columns_bytes(columns: &[KeyColumn], n: usize) -> usize {
+    let raw: usize = columns
+        .iter()
+        .flat_map(|c| &c.arrays)
+        .map(|a| a.to_data().get_slice_memory_size().unwrap_or(0))
+        .sum();
+    let words: usize = columns
+        .iter()
+        .map(|c| c.arrays.first().map_or(1, |a| working_limbs(a.data_type())))
+        .sum();
+    raw.saturating_add(words_bytes(n, words + 1))
+}
+
+/// Runs `work` on the device once a lease for a run of about `bytes` under `limit` is
+/// granted, or reports the run too large for what is free then.
+fn within_budget<T>(
+    rt: &CudaRuntime,
+    bytes: usize,
+    limit: usize,
+    work: impl FnOnce(&Device, &mut Staging, &Lease<'_>) -> CudaResult<T>,
+) -> CudaResult<Fitted<T>> {
+    rt.with_lease(
+        LeaseKind::Sort { bytes },
+        limit,
+        |device, staging, lease| {
+            if bytes > lease.available {
+                return Ok(Fitted::TooLarge {
+                    bytes,
+                    available: lease.available,
+                });
+            }
+            work(device, staging, lease).map(Fitted::Done)
+        },
+    )
+}
+
+/// What the lease's run took of the device.
+fn device_use(lease: &Lease<'_>) -> DeviceUse {
+    DeviceUse {
+        peak_bytes: lease.peak_bytes(),
+        wait: lease.waited,
+    }
+}
 
 /// Sorts the rows of `keys` (encoded on the host) on the device, as `algorithm` and
 /// `segments` say: the stable permutation.
@@ -36,12 +119,14 @@ pub(super) fn sort_rows(
     keys: &EncodedKeys,
     algorithm: AlgorithmChoice,
     segments: Option<&Segments>,
-) -> CudaResult<SortedRun> {
+    limit: usize,
+) -> CudaResult<Fitted<SortedRun>> {
     let n = keys.rows;
     if n < 2 || keys.words.is_empty() {
-        return Ok(in_order(n, segments));
+        return Ok(Fitted::Done(in_order(n, segments)));
     }
-    rt.with_device(|device, staging| {
+    let bytes = words_bytes(n, keys.words.len());
+    within_budget(rt, bytes, limit, |device, staging, lease| {
         let started = Instant::now();
         let (device_keys, h2d_bytes) = if keys.fits_u32() {
             let word = &keys.words[0];
@@ -68,9 +153,10 @@ pub(super) fn sort_rows(
             segments,
             upload_started: started,
             h2d_bytes,
+            limit,
         };
         let no_ties = TieFields::default();
-        sort_device_keys(
+        let mut run = sort_device_keys(
             rt,
             device,
             staging,
@@ -79,7 +165,9 @@ pub(super) fn sort_rows(
             Vec::new(),
             &no_ties,
             n,
-        )
+        )?;
+        run.device = device_use(lease);
+        Ok(run)
     })
 }
 
@@ -91,12 +179,13 @@ pub(super) fn sort_columns(
     n: usize,
     algorithm: AlgorithmChoice,
     segments: Option<&Segments>,
-) -> CudaResult<SortedRun> {
+    limit: usize,
+) -> CudaResult<Fitted<SortedRun>> {
     if n < 2 {
-        return Ok(in_order(n, segments));
+        return Ok(Fitted::Done(in_order(n, segments)));
     }
-    let (run, _) = sort_columns_with(rt, columns, n, algorithm, segments, None)?;
-    Ok(run)
+    let sorted = sort_columns_with(rt, columns, n, algorithm, segments, None, limit)?;
+    Ok(sorted.map(|(run, _)| run))
 }
 
 /// Sorts the rows of key columns (every one fixed-width) by (partition id, columns),
@@ -108,13 +197,14 @@ pub(super) fn sort_columns_by_ids(
     n: usize,
     ids: &PartitionIdTable,
     algorithm: AlgorithmChoice,
-) -> CudaResult<(SortedRun, Vec<usize>)> {
-    let (run, counts) = sort_columns_with(rt, columns, n, algorithm, None, Some(ids))?;
-    match counts {
-        Some(counts) => Ok((run, counts)),
-        None => Err(CudaError::Inconsistent(
+    limit: usize,
+) -> CudaResult<Fitted<(SortedRun, Vec<usize>)>> {
+    match sort_columns_with(rt, columns, n, algorithm, None, Some(ids), limit)? {
+        Fitted::Done((run, Some(counts))) => Ok(Fitted::Done((run, counts))),
+        Fitted::Done((_, None)) => Err(CudaError::Inconsistent(
             "a sort by partition ids made no ids".to_string(),
         )),
+        Fitted::TooLarge { bytes, available } => Ok(Fitted::TooLarge { bytes, available }),
     }
 }
 
@@ -127,8 +217,10 @@ fn sort_columns_with(
     algorithm: AlgorithmChoice,
     segments: Option<&Segments>,
     ids: Option<&PartitionIdTable>,
-) -> CudaResult<(SortedRun, Option<Vec<usize>>)> {
-    rt.with_device(|device, staging| {
+    limit: usize,
+) -> CudaResult<Fitted<(SortedRun, Option<Vec<usize>>)>> {
+    let bytes = columns_bytes(columns, n);
+    within_budget(rt, bytes, limit, |device, staging, lease| {
         let started = Instant::now();
         crate::trace::event(|| format!("  {n} rows: device taken"));
         let mut encoded = rt.encoder.encode(device, staging, columns, n, ids)?;
@@ -138,8 +230,9 @@ fn sort_columns_with(
             segments,
             upload_started: started,
             h2d_bytes: encoded.h2d_bytes,
+            limit,
         };
-        let run = sort_device_keys(
+        let mut run = sort_device_keys(
             rt,
             device,
             staging,
@@ -149,6 +242,7 @@ fn sort_columns_with(
             &encoded.ties,
             n,
         )?;
+        run.device = device_use(lease);
         Ok((run, counts))
     })
 }
@@ -227,6 +321,7 @@ fn sort_device_keys(
             runtime: Arc::clone(rt),
             permutation: perm,
             columns: key_columns,
+            limit: how.limit,
         })),
         tie_refine,
         ..SortedRun::default()
@@ -239,6 +334,8 @@ struct How<'a> {
     segments: Option<&'a Segments>,
     upload_started: Instant,
     h2d_bytes: usize,
+    /// The session's device memory limit (for the run's payload gather too).
+    limit: usize,
 }
 
 /// A run of fewer than two rows (or no keys): already in order.

@@ -38,6 +38,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 // ---- OneSweep (kernels/onesweep.cu) ---------------------------------------------------
 
@@ -220,6 +221,10 @@ pub(super) const LARGE_TILE_MIN_FILL: usize = 4;
 
 // ---- Between the device sorts (dispatch.rs, refine.rs) -------------------------------
 
+/// How long the device stays idle before its memory pool's kept blocks go back to the
+/// driver: long enough that a session's queries, one after another, reuse them.
+pub const DEVICE_IDLE_RELEASE: Duration = Duration::from_secs(10);
+
 /// Segments of at most this many rows on average are merge sorted; longer ones go to
 /// the composite radix sort (H100, 2^26 u64 keys: the merge sort wins at 10 000 rows per
 /// segment, 8.6 against 12.8 ms, the radix sort at 1 000 000; docs/performance.md).
@@ -284,6 +289,9 @@ pub struct Tuning {
     pub kernel_cache: Option<PathBuf>,
     /// `GPUSORT_HOST_IDLE_BYTES`: idle host memory kept, when not the default.
     pub host_idle_bytes: Option<usize>,
+    /// `GPUSORT_DEVICE_IDLE_RELEASE_MS`: how long the device is idle before its memory
+    /// pool gives kept blocks back to the driver ([`DEVICE_IDLE_RELEASE`] by default).
+    pub device_idle_release: Duration,
     /// OneSweep's pass shapes.
     pub passes: PassShapes,
     /// The large segment tile.
@@ -354,6 +362,8 @@ impl Tuning {
             kernel_dir: lookup("GPUSORT_KERNEL_DIR").map(PathBuf::from),
             kernel_cache: lookup("GPUSORT_KERNEL_CACHE").map(PathBuf::from),
             host_idle_bytes: number("GPUSORT_HOST_IDLE_BYTES").map(|b| b as usize),
+            device_idle_release: number("GPUSORT_DEVICE_IDLE_RELEASE_MS")
+                .map_or(DEVICE_IDLE_RELEASE, Duration::from_millis),
             passes,
             large_segment_tile,
             segment_tiles_max_rows: number("GPUSORT_SEGMENT_TILES_MAX_ROWS")

@@ -10,10 +10,14 @@
 //! windows gathered and copied back), `device_gathered_columns` (columns of runs gathered
 //! on the GPU);
 //! `h2d_bytes` / `d2h_bytes` (bytes that crossed PCIe; 0 on the CPU backend), `runs`, one
-//! `algorithm_<name>` count per algorithm that sorted a run, and `gpu_fallbacks`.
+//! `algorithm_<name>` count per algorithm that sorted a run, and `gpu_fallbacks`;
+//! `device_peak_bytes` (the most device memory in use at once, every query's, while this
+//! sort held the device), `device_wait_time` (waiting for the device: other work on it, or
+//! memory held by other runs) and `device_splits` (runs the device could not hold whole,
+//! sorted in pieces instead).
 
 use datafusion::physical_plan::metrics::{
-    BaselineMetrics, Count, ExecutionPlanMetricsSet, MetricBuilder, Time,
+    BaselineMetrics, Count, ExecutionPlanMetricsSet, Gauge, MetricBuilder, Time,
 };
 
 use std::time::Duration;
@@ -61,6 +65,12 @@ pub struct SortMetrics {
     pub algorithm_runs: [Count; 3],
     /// Runs that fell back from the GPU to the CPU.
     pub gpu_fallbacks: Count,
+    /// The most device memory in use at once while this sort held the device.
+    pub device_peak_bytes: Gauge,
+    /// Waiting for the device.
+    pub device_wait_time: Time,
+    /// Runs (or pieces) the device could not hold whole, sorted in pieces.
+    pub device_splits: Count,
 }
 
 impl SortMetrics {
@@ -90,6 +100,9 @@ impl SortMetrics {
                 counter("algorithm_segmented"),
             ],
             gpu_fallbacks: counter("gpu_fallbacks"),
+            device_peak_bytes: MetricBuilder::new(set).gauge("device_peak_bytes", partition),
+            device_wait_time: time("device_wait_time"),
+            device_splits: counter("device_splits"),
         }
     }
     /// What a device gather did for a run: bytes and times, and how many of its columns
@@ -100,6 +113,8 @@ impl SortMetrics {
         self.gather_h2d_time.add_duration(stats.upload);
         self.gather_d2h_time.add_duration(stats.windows);
         self.device_gathered_columns.add(columns);
+        self.device_peak_bytes.set_max(stats.device_peak_bytes);
+        self.device_wait_time.add_duration(stats.device_wait);
     }
 
     /// Records what sorting one run did; `elapsed` is the wall time of the backend's call,
@@ -108,8 +123,9 @@ impl SortMetrics {
         let transfers = run.transfer.upload + run.transfer.download;
         self.h2d_time.add_duration(run.transfer.upload);
         self.d2h_time.add_duration(run.transfer.download);
-        self.sort_time
-            .add_duration(elapsed.saturating_sub(transfers + run.tie_refine.time));
+        self.sort_time.add_duration(
+            elapsed.saturating_sub(transfers + run.tie_refine.time + run.device.wait),
+        );
         self.tie_refine_time.add_duration(run.tie_refine.time);
         self.tie_groups.add(run.tie_refine.groups);
         self.runs.add(1);
@@ -118,6 +134,8 @@ impl SortMetrics {
         if run.fell_back {
             self.gpu_fallbacks.add(1);
         }
+        self.device_peak_bytes.set_max(run.device.peak_bytes);
+        self.device_wait_time.add_duration(run.device.wait);
         let index = Algorithm::ALL
             .iter()
             .position(|a| *a == run.algorithm)

@@ -9,6 +9,7 @@
 //! - `buffer`: draining the input within the memory reservation; spilling when it is full.
 //! - `spill`: sorted runs written to and read back from disk.
 //! - `run`: `RunSorter`, one run: keys → encode → backend sort → gather.
+//! - `pieces`: a run the device cannot hold, sorted in pieces.
 //! - `metrics`: stage times and transfer bytes.
 
 mod buffer;
@@ -17,6 +18,7 @@ mod gpu_sort_exec;
 mod hash_routing;
 mod id_table;
 mod metrics;
+mod pieces;
 mod resources;
 mod run;
 mod spill;

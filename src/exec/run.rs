@@ -25,8 +25,8 @@ use crate::config::AlgorithmChoice;
 use crate::gather::{gather_sorted, PayloadGather, RunRows};
 use crate::keys::{encode_keys, EncodedKeys, KeyColumn};
 use crate::sort::{
-    identity, refine_long_ties, segment_starts, Algorithm, Permutation, RunState, Segments,
-    SortBackend, SortedRun,
+    identity, refine_long_ties, segment_starts, Algorithm, KeySort, Permutation, RunState,
+    Segments, SortBackend, SortedRun,
 };
 
 /// What every run of one `GpuSortExec` partition is sorted by and with.
@@ -95,12 +95,26 @@ pub(super) struct RunOrder {
 
 impl RunOrder {
     /// The order of no rows.
-    fn empty() -> Self {
+    pub(super) fn empty() -> Self {
         Self {
             permutation: Permutation::default(),
             state: None,
         }
     }
+}
+
+/// A run's order, or that the backend's device cannot hold the run now.
+pub(super) enum Ordered {
+    /// Sorted.
+    Done(RunOrder),
+    /// Sort the run in pieces of at most `rows` rows (`pieces.rs`); between `segments`
+    /// (when the sort has them) pieces need no merge.
+    Split {
+        /// The most rows of one piece.
+        rows: usize,
+        /// The segments the run would have been sorted within.
+        segments: Option<Segments>,
+    },
 }
 
 /// How the rows of several partitions sorted at once are kept apart.
@@ -159,22 +173,44 @@ impl<'a> RunSorter<'a> {
     }
 
     /// Sorts one run and hands its output batches, in order, to `emit` (which returns
-    /// `false` to stop: the consumer went away).
+    /// `false` to stop: the consumer went away). A run the backend's device cannot hold is
+    /// sorted in pieces (`pieces.rs`).
     pub(super) fn sort_run(
         &self,
         batches: Vec<RecordBatch>,
-        emit: impl FnMut(RecordBatch) -> bool,
+        mut emit: impl FnMut(RecordBatch) -> bool,
     ) -> Result<()> {
+        self.sort_run_into(batches, &mut emit).map(|_| ())
+    }
+
+    /// [`Self::sort_run`]; `false` when it stopped early (`emit` asked it to, or a LIMIT
+    /// over pieces was reached).
+    pub(super) fn sort_run_into(
+        &self,
+        batches: Vec<RecordBatch>,
+        emit: &mut dyn FnMut(RecordBatch) -> bool,
+    ) -> Result<bool> {
         let (spec, metrics) = (self.spec, self.metrics);
         let rows = RunRows::new(batches);
         if rows.rows() == 0 {
-            return Ok(());
+            return Ok(true);
         }
         crate::trace::event(|| format!("  {} rows: run laid out", rows.rows()));
+        let columns = self.evaluate_keys(&rows)?;
+        crate::trace::event(|| format!("  {} rows: keys evaluated", rows.rows()));
         let RunOrder {
             mut permutation,
             state,
-        } = self.order_rows(&rows, Apart::No)?;
+        } = match self.order_evaluated(&rows, columns, Apart::No, true)? {
+            Ordered::Done(order) => order,
+            Ordered::Split {
+                rows: piece_rows,
+                segments,
+            } => {
+                metrics.device_splits.add(1);
+                return self.sort_in_pieces(rows.batches().to_vec(), piece_rows, segments, emit);
+            }
+        };
         if let Some(fetch) = spec.fetch {
             permutation.truncate(fetch);
         }
@@ -182,17 +218,51 @@ impl<'a> RunSorter<'a> {
             let _timer = metrics.gather_time.timer();
             self.device_payload(&rows, &permutation, state)
         };
-        self.gather_rows(&rows, &permutation, payload.as_deref_mut(), emit)
+        let mut open = true;
+        self.gather_rows(&rows, &permutation, payload.as_deref_mut(), |batch| {
+            open = emit(batch);
+            open
+        })?;
+        Ok(open)
     }
 
-    /// Sorts the rows of `rows` by the spec's keys, partitions kept `apart`.
+    /// Sorts the rows of `rows` by the spec's keys, partitions kept `apart`. A run the
+    /// backend's device cannot hold is sorted in pieces between partitions and segments
+    /// where it has them, else on the CPU.
     pub(super) fn order_rows(&self, rows: &RunRows, apart: Apart<'_>) -> Result<RunOrder> {
         if rows.rows() == 0 {
             return Ok(RunOrder::empty());
         }
         let columns = self.evaluate_keys(rows)?;
         crate::trace::event(|| format!("  {} rows: keys evaluated", rows.rows()));
-        self.order_evaluated(rows, columns, apart)
+        let Apart::Segments(partitions) = apart else {
+            return self.order_whole(rows, columns, apart);
+        };
+        match self.order_evaluated(rows, columns, Apart::Segments(partitions), true)? {
+            Ordered::Done(order) => Ok(order),
+            Ordered::Split {
+                rows: piece_rows,
+                segments,
+            } => {
+                self.metrics.device_splits.add(1);
+                let segments = segments.unwrap_or_else(|| partitions.clone());
+                self.order_in_pieces(rows, partitions, &segments, piece_rows)
+            }
+        }
+    }
+
+    /// Sorts `rows` (keys evaluated: `columns`) in one piece: on the CPU when the backend's
+    /// device cannot hold it.
+    pub(super) fn order_whole(
+        &self,
+        rows: &RunRows,
+        columns: Vec<KeyColumn>,
+        apart: Apart<'_>,
+    ) -> Result<RunOrder> {
+        match self.order_evaluated(rows, columns, apart, false)? {
+            Ordered::Done(order) => Ok(order),
+            Ordered::Split { .. } => internal_err!("gpusort: a run that may not split was split"),
+        }
     }
 
     /// Sorts the rows of `rows` by (hash partition of `routing`, the spec's keys): the order,
@@ -245,17 +315,19 @@ impl<'a> RunSorter<'a> {
             arrays: id_arrays(routed),
             options: SortOptions::default(),
         };
-        let order = self.order_evaluated(rows, columns, Apart::ByKey(ids))?;
+        let order = self.order_whole(rows, columns, Apart::ByKey(ids))?;
         Ok((order, counts))
     }
 
-    /// [`order_rows`] with the keys already evaluated (`columns`, one per sort key).
+    /// [`Self::order_rows`] with the keys already evaluated (`columns`, one per sort key);
+    /// with `splittable`, a run the backend's device cannot hold comes back `Split`.
     fn order_evaluated(
         &self,
         rows: &RunRows,
         mut all_columns: Vec<KeyColumn>,
         apart: Apart<'_>,
-    ) -> Result<RunOrder> {
+        splittable: bool,
+    ) -> Result<Ordered> {
         let (spec, metrics) = (self.spec, self.metrics);
         let partitions = match apart {
             Apart::No => None,
@@ -282,7 +354,10 @@ impl<'a> RunSorter<'a> {
                 started,
                 None,
             ),
-            _ => self.sort_keys(columns, segments.as_ref(), started)?,
+            _ => match self.sort_keys(columns, segments.as_ref(), started, splittable)? {
+                Keyed::Sorted(sorted, sort_started, keys) => (sorted, sort_started, keys),
+                Keyed::Split(rows) => return Ok(Ordered::Split { rows, segments }),
+            },
         };
         metrics.record_run(&sorted, sort_started.elapsed());
         let mut permutation = sorted.permutation;
@@ -297,7 +372,7 @@ impl<'a> RunSorter<'a> {
             let groups = refine_long_ties(columns, &keys, segments.as_ref(), &mut permutation)?;
             metrics.tie_groups.add(groups);
         }
-        Ok(RunOrder { permutation, state })
+        Ok(Ordered::Done(RunOrder { permutation, state }))
     }
 
     /// The gatherer of some of `rows`' columns on the backend's device for `permutation`
@@ -377,22 +452,38 @@ impl<'a> RunSorter<'a> {
     }
 
     /// Encodes `columns` (on the backend's device where it can) and sorts by them, within
-    /// `segments` when given; also the host-encoded keys, when the host encoded them.
+    /// `segments` when given; also the host-encoded keys, when the host encoded them. With
+    /// `splittable`, a run the device cannot hold comes back as the rows of a piece.
     fn sort_keys(
         &self,
         columns: &[KeyColumn],
         segments: Option<&Segments>,
         started: Instant,
-    ) -> Result<(SortedRun, Instant, Option<EncodedKeys>)> {
+        splittable: bool,
+    ) -> Result<Keyed> {
         let (spec, metrics) = (self.spec, self.metrics);
         let on_device = {
             let _compute = metrics.baseline.elapsed_compute().timer();
-            spec.backend
-                .sort_key_columns(columns, spec.algorithm, segments)?
+            if splittable {
+                spec.backend
+                    .sort_or_split(columns, spec.algorithm, segments)?
+            } else {
+                match spec
+                    .backend
+                    .sort_key_columns(columns, spec.algorithm, segments)?
+                {
+                    Some(sorted) => KeySort::Sorted(sorted),
+                    None => KeySort::OnHost,
+                }
+            }
         };
-        if let Some(mut sorted) = on_device {
-            let keys = sorted.refine_keys.take();
-            return Ok((sorted, started, keys));
+        match on_device {
+            KeySort::Sorted(mut sorted) => {
+                let keys = sorted.refine_keys.take();
+                return Ok(Keyed::Sorted(sorted, started, keys));
+            }
+            KeySort::Split { rows } => return Ok(Keyed::Split(rows)),
+            KeySort::OnHost => {}
         }
         let keys = {
             let _timer = metrics.encode_time.timer();
@@ -402,10 +493,10 @@ impl<'a> RunSorter<'a> {
         let sort_started = Instant::now();
         let _compute = metrics.baseline.elapsed_compute().timer();
         let sorted = spec.backend.sort(&keys, spec.algorithm, segments)?;
-        Ok((sorted, sort_started, Some(keys)))
+        Ok(Keyed::Sorted(sorted, sort_started, Some(keys)))
     }
 
-    fn evaluate_keys(&self, rows: &RunRows) -> Result<Vec<KeyColumn>> {
+    pub(super) fn evaluate_keys(&self, rows: &RunRows) -> Result<Vec<KeyColumn>> {
         let spec = self.spec;
         spec.exprs
             .iter()
@@ -423,6 +514,15 @@ impl<'a> RunSorter<'a> {
             .collect::<Result<Vec<_>>>()
             .map_err(|e| e.context("gpusort: evaluating sort keys"))
     }
+}
+
+/// A run's keys sorted (with when the sort started and the host-encoded keys, when the
+/// host encoded them), or the rows of a piece the device can hold. One per run: its size
+/// does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Keyed {
+    Sorted(SortedRun, Instant, Option<EncodedKeys>),
+    Split(usize),
 }
 
 #[cfg(test)]

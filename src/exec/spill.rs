@@ -204,7 +204,7 @@ impl RunSpiller {
             .map(|run| self.read(run))
             .collect::<Result<Vec<_>>>()?;
         let schema = Arc::clone(self.manager.schema());
-        merge_runs(streams, schema, spec, batch_rows, unpooled())
+        merge_runs(streams, schema, spec, batch_rows, unpooled(SPILLED_MERGE))
     }
 
     /// Merges consecutive `runs` into one run on disk, in the memory `_claim` holds.
@@ -314,11 +314,14 @@ impl MergePlan {
     }
 }
 
-/// A reservation in a pool of its own, without a limit (see [`ClaimedMerge`]).
-fn unpooled() -> MemoryReservation {
+/// The name of a merge of spilled runs' reservation.
+const SPILLED_MERGE: &str = "GpuSortExec merge of spilled runs (claimed in the session pool)";
+
+/// A reservation named `name` in a pool of its own, without a limit, for a merge whose
+/// memory is accounted elsewhere (see [`ClaimedMerge`]).
+pub(super) fn unpooled(name: &'static str) -> MemoryReservation {
     let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedMemoryPool::default());
-    MemoryConsumer::new("GpuSortExec merge of spilled runs (claimed in the session pool)")
-        .register(&pool)
+    MemoryConsumer::new(name).register(&pool)
 }
 
 /// The memory `batch` takes once written and read back. The spill writer compacts string

@@ -61,6 +61,10 @@ pub struct PayloadStats {
     pub upload: std::time::Duration,
     /// Wall time of its windows (gather and copies back).
     pub windows: std::time::Duration,
+    /// The most device memory in use at once (every query's) while it held the device.
+    pub device_peak_bytes: usize,
+    /// Time spent waiting for the device.
+    pub device_wait: std::time::Duration,
 }
 
 /// The buffered rows of one run, addressed by row id (0 .. rows).

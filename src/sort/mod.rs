@@ -29,7 +29,9 @@ use crate::keys::{EncodedKeys, KeyColumn};
 
 pub use cpu::{merge_sort, radix_sort, CpuBackend};
 pub use refine::refine_long_ties;
-pub use run::{Permutation, PermutationHome, RunState, SortedRun, TieRefine, TransferTimes};
+pub use run::{
+    DeviceUse, Permutation, PermutationHome, RunState, SortedRun, TieRefine, TransferTimes,
+};
 pub use segments::{segment_starts, segmented_sort, Segments};
 
 /// The algorithm that actually sorted a run.
@@ -91,6 +93,23 @@ impl PartitionIdTable {
     }
 }
 
+/// What a backend did with the key columns of a run ([`SortBackend::sort_or_split`]). One
+/// per run: its size does not matter.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum KeySort {
+    /// Sorted.
+    Sorted(SortedRun),
+    /// The caller encodes the keys on the host and calls [`SortBackend::sort`].
+    OnHost,
+    /// The backend's device cannot hold the run now (its memory limit, or out of memory):
+    /// the caller sorts it in pieces of at most `rows` rows and merges them.
+    Split {
+        /// The most rows of one piece.
+        rows: usize,
+    },
+}
+
 /// Sorts (encoded key, row id) pairs, stably.
 pub trait SortBackend: Debug + Send + Sync {
     /// Short name shown in EXPLAIN: `cpu` or `cuda`.
@@ -115,6 +134,21 @@ pub trait SortBackend: Debug + Send + Sync {
         _segments: Option<&Segments>,
     ) -> Result<Option<SortedRun>> {
         Ok(None)
+    }
+
+    /// [`SortBackend::sort_key_columns`] for a caller that can sort the run in pieces and
+    /// merge them: a run the device cannot hold comes back as [`KeySort::Split`] instead of
+    /// going to the CPU.
+    fn sort_or_split(
+        &self,
+        columns: &[KeyColumn],
+        algorithm: AlgorithmChoice,
+        segments: Option<&Segments>,
+    ) -> Result<KeySort> {
+        Ok(match self.sort_key_columns(columns, algorithm, segments)? {
+            Some(run) => KeySort::Sorted(run),
+            None => KeySort::OnHost,
+        })
     }
 
     /// Sorts the rows of one run by (partition id, `columns`), as

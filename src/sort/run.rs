@@ -134,6 +134,8 @@ pub struct SortedRun {
     /// Tie groups of long byte-like keys that the backend ordered itself, and the wall
     /// time it took (within the sort's time).
     pub tie_refine: TieRefine,
+    /// The device's memory and queue while the run was sorted (zero on the CPU).
+    pub device: DeviceUse,
 }
 
 impl Debug for SortedRun {
@@ -166,6 +168,17 @@ pub struct TieRefine {
     pub groups: usize,
     /// Wall time of that ordering.
     pub time: Duration,
+}
+
+/// What a run's work on a device took of the device's memory, and how long it waited for
+/// its turn.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceUse {
+    /// The most device memory in use at once (this process's, every query's) while the
+    /// work held the device.
+    pub peak_bytes: usize,
+    /// Time spent waiting for the device (other work on it, or memory other runs held).
+    pub wait: Duration,
 }
 
 /// Where a device sort's wall time went besides the sort kernels themselves.

@@ -9,6 +9,7 @@ pub mod differential;
 pub mod parquet;
 pub mod parquet_cases;
 pub mod partitions;
+pub mod pieces;
 pub mod spill;
 pub mod strategies;
 pub mod strings;

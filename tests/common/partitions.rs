@@ -23,6 +23,7 @@ use datafusion::physical_plan::{collect, displayable, ExecutionPlan, Partitionin
 use datafusion::prelude::{SessionConfig, SessionContext};
 use gpusort::backend::resolve_backend;
 use gpusort::exec::{GpuSortOptions, HashRouting};
+use gpusort::sort::SortBackend;
 use gpusort::{AlgorithmChoice, BackendChoice, GpuSortExec};
 use rand::rngs::StdRng;
 use rand::Rng;
@@ -124,6 +125,19 @@ fn sort_exec(
     run_rows: usize,
     fetch: Option<usize>,
 ) -> Arc<GpuSortExec> {
+    let backend = resolve_backend(backend, Default::default()).unwrap();
+    sort_exec_on(partitions, ordered_by_g, backend, combine, run_rows, fetch)
+}
+
+/// [`sort_exec`] on a backend of the test's own.
+fn sort_exec_on(
+    partitions: &[Vec<RecordBatch>],
+    ordered_by_g: bool,
+    backend: Arc<dyn SortBackend>,
+    combine: bool,
+    run_rows: usize,
+    fetch: Option<usize>,
+) -> Arc<GpuSortExec> {
     let schema = schema();
     let mut source = MemorySourceConfig::try_new(partitions, Arc::clone(&schema), None).unwrap();
     if ordered_by_g {
@@ -132,7 +146,7 @@ fn sort_exec(
     }
     let input = DataSourceExec::from_data_source(source);
     let options = GpuSortOptions {
-        backend: resolve_backend(backend).unwrap(),
+        backend,
         run_rows,
         algorithm: AlgorithmChoice::Auto,
         device_gather_min_rows: 0,
@@ -499,7 +513,7 @@ pub async fn routed_partitions_equal_repartition_then_sort(backend: BackendChoic
     let routed = |exprs, partitions, run_rows, fetch| {
         let source = MemorySourceConfig::try_new(&inputs, schema(), None).unwrap();
         let options = GpuSortOptions {
-            backend: resolve_backend(backend).unwrap(),
+            backend: resolve_backend(backend, Default::default()).unwrap(),
             run_rows,
             algorithm: AlgorithmChoice::Auto,
             device_gather_min_rows: 0,
@@ -628,4 +642,60 @@ pub async fn routed_sort_pairs_with_repartitioned_join_side(backend: BackendChoi
         "no partitioned join over the routed sort:\n{plan}\n{context}"
     );
     assert_same_sort(&expected, &actual, &[0, 1, 2, 3], &context);
+}
+
+/// Runs the device cannot hold are sorted in pieces (`exec/pieces.rs`), as the CUDA backend
+/// asks when a run passes what is free of its device memory limit: a backend that splits
+/// every run above a few hundred rows must give the stable sort of each partition, for
+/// unordered input (pieces merged), input ordered by the first key (pieces of whole
+/// segments, one after another; a segment longer than a piece merged), partitions sorted
+/// together (pieces of whole partitions; a partition longer than a piece sorted whole),
+/// with and without a LIMIT.
+pub async fn runs_sorted_in_pieces(scale: usize) {
+    let label = format!("pieces {scale}");
+    let mut rng = case_rng(seed(), &label);
+    let context = Arc::new(TaskContext::default());
+    for ordered_by_g in [false, true] {
+        let inputs: Vec<Vec<RecordBatch>> = sizes(scale)
+            .iter()
+            .map(|&rows| partition(&mut rng, rows, 300, ordered_by_g))
+            .collect();
+        for (combine, piece_rows, fetch) in [
+            (false, 700, None),
+            (false, 100, None),
+            (false, 700, Some(1000)),
+            (false, 100, Some(7)),
+            (true, 700, None),
+            (true, 3000, None),
+            (true, 700, Some(20)),
+        ] {
+            let backend = Arc::new(super::pieces::PieceBackend::new(piece_rows));
+            let plan = sort_exec_on(
+                &inputs,
+                ordered_by_g,
+                Arc::clone(&backend) as _,
+                combine,
+                1 << 28,
+                fetch,
+            );
+            let case = format!(
+                "seed={} {label} ordered_by_g={ordered_by_g} combine={combine} \
+                 piece_rows={piece_rows} fetch={fetch:?}",
+                seed()
+            );
+            let outputs = datafusion::physical_plan::collect_partitioned(
+                Arc::clone(&plan) as _,
+                Arc::clone(&context),
+            )
+            .await
+            .unwrap();
+            check_partitions(&inputs, &outputs, fetch, &case);
+            let splits = plan
+                .metrics()
+                .and_then(|m| m.sum_by_name("device_splits"))
+                .map_or(0, |v| v.as_usize());
+            assert!(backend.splits() > 0, "{case}");
+            assert_eq!(splits, backend.splits(), "{case}");
+        }
+    }
 }

@@ -86,7 +86,7 @@ enum Command {
         #[arg(long, default_value = "zstd(1)")]
         compression: String,
         /// Memory limit (e.g. 4G); larger inputs spill to disk.
-        #[arg(long, value_parser = sort::parse_bytes)]
+        #[arg(long, value_parser = gpusort::parse_bytes)]
         memory_limit: Option<usize>,
         /// Replace an existing output.
         #[arg(long)]

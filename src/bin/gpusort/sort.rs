@@ -28,31 +28,6 @@ pub async fn run(job: SortJob, quiet: bool, timings: bool) -> Result<SortSummary
     Ok(summary)
 }
 
-/// Parses a size: `1048576`, `512K`, `64MiB`, `2G`, `1.5GB` (binary units either way).
-pub fn parse_bytes(text: &str) -> Result<usize, String> {
-    let trimmed = text.trim();
-    let split = trimmed
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(trimmed.len());
-    let (number, unit) = trimmed.split_at(split);
-    let shift = match unit.trim().to_ascii_uppercase().as_str() {
-        "" | "B" => 0,
-        "K" | "KB" | "KIB" => 10,
-        "M" | "MB" | "MIB" => 20,
-        "G" | "GB" | "GIB" => 30,
-        "T" | "TB" | "TIB" => 40,
-        _ => return Err(format!("'{text}': unknown unit (use K, M, G or T)")),
-    };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("'{text}' is not a size like 512M or 2G"))?;
-    let bytes = value * (1u64 << shift) as f64;
-    if !(1.0..=usize::MAX as f64).contains(&bytes) {
-        return Err(format!("'{text}' is out of range"));
-    }
-    Ok(bytes as usize)
-}
-
 /// Three bars (read, sorted, written) redrawn from the job's counts.
 struct Display {
     stop: tokio::sync::oneshot::Sender<()>,
@@ -98,23 +73,5 @@ impl Display {
     async fn finish(self) {
         let _ = self.stop.send(());
         let _ = self.task.await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_bytes;
-
-    #[test]
-    fn sizes_with_units() {
-        assert_eq!(parse_bytes("1024").unwrap(), 1024);
-        assert_eq!(parse_bytes("512K").unwrap(), 512 << 10);
-        assert_eq!(parse_bytes("64MiB").unwrap(), 64 << 20);
-        assert_eq!(parse_bytes("1.5G").unwrap(), 3 << 29);
-        assert!(parse_bytes("12 parsecs")
-            .unwrap_err()
-            .contains("unknown unit"));
-        assert!(parse_bytes("G").unwrap_err().contains("not a size"));
-        assert!(parse_bytes("0").unwrap_err().contains("out of range"));
     }
 }

@@ -3,16 +3,20 @@
 //!
 //! All work of the backend goes to one non-blocking stream; buffers are allocated and freed
 //! in stream order (`cuMemAllocAsync`), from the device's default memory pool, which keeps
-//! freed memory for the next sort instead of returning it to the driver.
+//! freed memory for the next sort instead of returning it to the driver (until the device
+//! is idle a while: [`Device::release_idle_memory`]). Every buffer is charged to the
+//! device's [`DeviceBudget`] while it lives.
 
 use std::ffi::c_void;
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use cudarc::driver::result;
 use cudarc::driver::sys::{self, CUdevice_attribute as Attr};
 
 use crate::cuda::error::{CudaError, CudaResult};
 use crate::cuda::faults;
+use crate::cuda::memory::budget::DeviceBudget;
 use crate::cuda::memory::host_memory::PageLocker;
 
 /// An opened device: context, stream and what the launchers need to know about it.
@@ -20,6 +24,10 @@ use crate::cuda::memory::host_memory::PageLocker;
 pub struct Device {
     context: sys::CUcontext,
     stream: sys::CUstream,
+    /// The driver's memory pool the stream allocates from.
+    pool: sys::CUmemoryPool,
+    /// The ledger every buffer is charged to.
+    pub(crate) budget: Arc<DeviceBudget>,
     /// The device's name, e.g. "NVIDIA H100 80GB HBM3".
     pub name: String,
     /// Compute capability as one number, e.g. 90.
@@ -72,9 +80,15 @@ impl Device {
         };
         let major = attribute(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
         let minor = attribute(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        // SAFETY: a valid device handle.
+        let pool = call("cuDeviceGetDefaultMemPool", unsafe {
+            result::device::get_default_mem_pool(device)
+        })?;
         let opened = Self {
             context,
             stream,
+            pool,
+            budget: Arc::new(DeviceBudget::default()),
             name: call("cuDeviceGetName", result::device::get_name(device))?,
             arch: (major * 10 + minor) as u32,
             sm_count: attribute(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
@@ -86,28 +100,47 @@ impl Device {
                 result::device::total_mem(device)
             })?,
         };
-        opened.keep_freed_memory(device)?;
+        opened.keep_freed_memory()?;
         Ok(opened)
     }
 
     /// Lets the default memory pool keep freed blocks (the next sort reuses them).
-    fn keep_freed_memory(&self, device: sys::CUdevice) -> CudaResult<()> {
-        // SAFETY: a valid device; the attribute takes a pointer to a u64.
-        unsafe {
-            let pool = call(
-                "cuDeviceGetDefaultMemPool",
-                result::device::get_default_mem_pool(device),
-            )?;
-            let mut threshold: u64 = u64::MAX;
-            call(
-                "cuMemPoolSetAttribute",
-                result::mem_pool::set_attribute(
-                    pool,
-                    sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                    &mut threshold as *mut u64 as *mut c_void,
-                ),
+    fn keep_freed_memory(&self) -> CudaResult<()> {
+        let mut threshold: u64 = u64::MAX;
+        // SAFETY: a valid pool; the attribute takes a pointer to a u64.
+        call("cuMemPoolSetAttribute", unsafe {
+            result::mem_pool::set_attribute(
+                self.pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                &mut threshold as *mut u64 as *mut c_void,
             )
-        }
+        })
+    }
+
+    /// Gives the blocks the memory pool keeps for later sorts back to the driver, once the
+    /// stream's work is done (buffers alive stay).
+    pub fn release_idle_memory(&self) -> CudaResult<()> {
+        self.bind()?;
+        self.synchronize()?;
+        // SAFETY: a valid pool; trimming keeps every block in use.
+        call("cuMemPoolTrimTo", unsafe {
+            result::mem_pool::trim_to(self.pool, 0)
+        })
+    }
+
+    /// Device memory the driver's pool holds for this process: buffers alive and blocks
+    /// kept for reuse.
+    pub fn pool_reserved_bytes(&self) -> CudaResult<u64> {
+        let mut reserved: u64 = 0;
+        // SAFETY: a valid pool; the attribute writes a u64.
+        call("cuMemPoolGetAttribute", unsafe {
+            result::mem_pool::get_attribute(
+                self.pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+                &mut reserved as *mut u64 as *mut c_void,
+            )
+        })?;
+        Ok(reserved)
     }
 
     /// Makes the device's context current on the calling thread.
@@ -143,18 +176,25 @@ impl Device {
     pub fn alloc<T: Copy>(&self, len: usize, what: &'static str) -> CudaResult<DeviceBuffer<T>> {
         let bytes = (len.max(1)) * std::mem::size_of::<T>();
         faults::take_out_of_memory(bytes, what)?;
+        self.budget.charge(bytes, what)?;
         // SAFETY: the stream is valid; the memory is only used on it.
         match unsafe { result::malloc_async(self.stream, bytes) } {
             Ok(ptr) => Ok(DeviceBuffer {
                 ptr,
                 len,
+                bytes,
                 stream: self.stream,
+                budget: Arc::clone(&self.budget),
                 _type: PhantomData,
             }),
-            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
-                Err(CudaError::OutOfMemory { bytes, what })
+            Err(e) => {
+                self.budget.release(bytes);
+                if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+                    Err(CudaError::OutOfMemory { bytes, what })
+                } else {
+                    Err(CudaError::driver("cuMemAllocAsync", e))
+                }
             }
-            Err(e) => Err(CudaError::driver("cuMemAllocAsync", e)),
         }
     }
 
@@ -253,7 +293,10 @@ impl Drop for Device {
 pub struct DeviceBuffer<T> {
     ptr: sys::CUdeviceptr,
     len: usize,
+    /// Bytes charged to `budget`.
+    bytes: usize,
     stream: sys::CUstream,
+    budget: Arc<DeviceBudget>,
     _type: PhantomData<T>,
 }
 
@@ -282,6 +325,7 @@ impl<T> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
         // SAFETY: allocated by cuMemAllocAsync on `stream`; freed once, after queued work.
         let _ = unsafe { result::free_async(self.ptr, self.stream) };
+        self.budget.release(self.bytes);
     }
 }
 

@@ -1,6 +1,8 @@
-//! Memory of the CUDA backend: the device context, stream and buffers; pinned chunked
-//! transfers; reused host memory for gathered windows; idle permutation vectors.
+//! Memory of the CUDA backend: the device context, stream and buffers; the device memory
+//! budget and the queue for the device; pinned chunked transfers; reused host memory for
+//! gathered windows; idle permutation vectors.
 
+pub(super) mod budget;
 pub(super) mod device;
 pub(super) mod host_memory;
 pub(super) mod idle_vectors;
