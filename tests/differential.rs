@@ -76,3 +76,19 @@ async fn parquet_sources() {
 async fn copy_to_parquet() {
     cases::copy_to_parquet(Cpu).await;
 }
+
+/// Sixteen queries at once in one process (sorts, windows, strings, a LIMIT, a spill under
+/// a memory limit), each twice: every answer equals DataFusion's (`common/load.rs`; the
+/// GPU version is `tests/gpu/budget.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_queries_at_once_equal_datafusion() {
+    let report = common::load::concurrent_queries_equal_datafusion(
+        Cpu,
+        60_000,
+        2,
+        gpusort::DeviceMemoryLimit::Auto,
+    )
+    .await;
+    println!("{report:?}");
+    assert!(report.spills > 0);
+}

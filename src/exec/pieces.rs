@@ -8,23 +8,31 @@
 //!                   one another (no merge)
 //!    otherwise:     pieces of input order, each sorted into memory, merged by DataFusion's
 //!                   streaming merge (ties by piece: stable)
+//!    rows kept apart by partition ids (a hash-routed sort): pieces of input order, each
+//!                   ordered on its own, their orders merged on the host by the keys in
+//!                   arrow's row format (ties by piece: stable)
 //!  a piece may split again; a piece of one segment that still does not fit, and every
 //!  piece under MIN_DEVICE_PIECE_ROWS, is sorted on the CPU
 //! ```
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::ops::Range;
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
+use arrow::array::{Array, ArrayRef, RecordBatch};
+use arrow::compute::concat;
+use arrow::row::{RowConverter, SortField};
 use datafusion::arrow;
 use datafusion::common::Result;
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::physical_plan::SendableRecordBatchStream;
 use futures::StreamExt;
 
-use super::run::{split_runs, Apart, RunOrder, RunSorter};
+use super::run::{split_runs, Apart, Ordered, RunOrder, RunSorter};
 use super::spill::{merge_runs, unpooled};
 use crate::gather::RunRows;
+use crate::keys::KeyColumn;
 use crate::sort::{Permutation, Segments};
 
 impl RunSorter<'_> {
@@ -142,6 +150,76 @@ impl RunSorter<'_> {
     }
 }
 
+impl RunSorter<'_> {
+    /// Orders the rows of `rows` (keys evaluated: `columns`) by (partition id of `ids`,
+    /// keys); a run the backend's device cannot hold is ordered in pieces of input order
+    /// whose orders are merged.
+    pub(super) fn order_by_ids(
+        &self,
+        rows: &RunRows,
+        columns: Vec<KeyColumn>,
+        ids: KeyColumn,
+    ) -> Result<RunOrder> {
+        let apart = Apart::ByKey(ids.clone());
+        let piece_rows = match self.order_evaluated(rows, columns.clone(), apart, true)? {
+            Ordered::Done(order) => return Ok(order),
+            Ordered::Split { rows, .. } => rows,
+        };
+        self.metrics.device_splits.add(1);
+        let n = rows.rows();
+        let mut orders = Vec::new();
+        for start in (0..n).step_by(piece_rows.max(1)) {
+            let piece = start..(start + piece_rows).min(n);
+            let piece_rows = RunRows::new(slice_rows(rows.batches(), piece.clone()));
+            let piece_columns = columns
+                .iter()
+                .map(|c| slice_column(c, piece.clone()))
+                .collect();
+            let piece_ids = slice_column(&ids, piece.clone());
+            let order = self.order_by_ids(&piece_rows, piece_columns, piece_ids)?;
+            orders.push((start, order.permutation));
+        }
+        let mut keys = vec![ids];
+        keys.extend(columns);
+        Ok(RunOrder {
+            permutation: Permutation::new(merge_orders(&keys, orders)?),
+            state: None,
+        })
+    }
+}
+
+/// Merges the orders of consecutive pieces of a run (`(first row, order within the
+/// piece)`) into the order of the run, comparing `keys` in arrow's row format; ties go to
+/// the earlier piece.
+fn merge_orders(keys: &[KeyColumn], orders: Vec<(usize, Permutation)>) -> Result<Vec<u32>> {
+    let fields = keys
+        .iter()
+        .map(|k| SortField::new_with_options(k.arrays[0].data_type().clone(), k.options))
+        .collect();
+    let converter = RowConverter::new(fields)?;
+    let columns = keys
+        .iter()
+        .map(|k| concat(&k.arrays.iter().map(|a| a.as_ref()).collect::<Vec<_>>()))
+        .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
+    let rows = converter.convert_columns(&columns)?;
+    let total = orders.iter().map(|(_, order)| order.len()).sum();
+    let mut merged = Vec::with_capacity(total);
+    let row_of = |piece: usize, at: usize| orders[piece].0 + orders[piece].1[at] as usize;
+    let mut heads = BinaryHeap::with_capacity(orders.len());
+    for (piece, (_, order)) in orders.iter().enumerate() {
+        if !order.is_empty() {
+            heads.push(Reverse((rows.row(row_of(piece, 0)), piece, 0)));
+        }
+    }
+    while let Some(Reverse((_, piece, at))) = heads.pop() {
+        merged.push(row_of(piece, at) as u32);
+        if at + 1 < orders[piece].1.len() {
+            heads.push(Reverse((rows.row(row_of(piece, at + 1)), piece, at + 1)));
+        }
+    }
+    Ok(merged)
+}
+
 /// Consecutive pieces of whole segments, each at most `max_rows` rows unless one segment
 /// alone is longer.
 fn pieces_between(segments: &Segments, max_rows: usize) -> Vec<Range<usize>> {
@@ -157,15 +235,38 @@ fn pieces_between(segments: &Segments, max_rows: usize) -> Vec<Range<usize>> {
 
 /// The rows `range` of `batches` (rows counted across them), as slices.
 fn slice_rows(batches: &[RecordBatch], range: Range<usize>) -> Vec<RecordBatch> {
+    slice_parts(batches, range, RecordBatch::num_rows, RecordBatch::slice)
+}
+
+/// The rows `range` of a key column (rows counted across its arrays).
+fn slice_column(column: &KeyColumn, range: Range<usize>) -> KeyColumn {
+    KeyColumn {
+        arrays: slice_parts(
+            &column.arrays,
+            range,
+            |a| a.len(),
+            |a, at, len| a.slice(at, len),
+        ),
+        options: column.options,
+    }
+}
+
+/// The rows `range` of consecutive `parts` of `len` rows each, cut with `slice`.
+fn slice_parts<T: Clone>(
+    parts: &[T],
+    range: Range<usize>,
+    len: impl Fn(&T) -> usize,
+    slice: impl Fn(&T, usize, usize) -> T,
+) -> Vec<T> {
     let mut out = Vec::new();
     let mut start = 0;
-    for batch in batches {
-        let end = start + batch.num_rows();
+    for part in parts {
+        let end = start + len(part);
         let (from, to) = (range.start.max(start), range.end.min(end));
         if from < to {
-            out.push(match to - from == batch.num_rows() {
-                true => batch.clone(),
-                false => batch.slice(from - start, to - from),
+            out.push(match to - from == len(part) {
+                true => part.clone(),
+                false => slice(part, from - start, to - from),
             });
         }
         start = end;
@@ -216,7 +317,10 @@ mod tests {
     #[test]
     fn pieces_hold_whole_segments_up_to_the_limit() {
         let segments = Segments::new(vec![0, 3, 5, 12, 13], 20);
-        assert_eq!(pieces_between(&segments, 6), vec![0..5, 5..12, 12..13, 13..20]);
+        assert_eq!(
+            pieces_between(&segments, 6),
+            vec![0..5, 5..12, 12..13, 13..20]
+        );
         assert_eq!(pieces_between(&segments, 8), vec![0..5, 5..13, 13..20]);
         assert_eq!(pieces_between(&segments, 20), vec![0..20]);
         assert_eq!(
@@ -234,6 +338,27 @@ mod tests {
         );
         assert_eq!(slice_rows(&batches, 4..10).len(), 1);
         assert!(slice_rows(&batches, 12..12).is_empty());
+    }
+
+    #[test]
+    fn merged_orders_follow_the_keys_and_keep_ties_in_piece_order() {
+        use arrow::compute::SortOptions;
+        // Two pieces of rows 0..4 and 4..7, each in its own sorted order.
+        let key = KeyColumn {
+            arrays: vec![
+                Arc::new(Int32Array::from(vec![5, 1, 3, 1])),
+                Arc::new(Int32Array::from(vec![3, 0, 1])),
+            ],
+            options: SortOptions::default(),
+        };
+        let orders = vec![
+            (0, Permutation::new(vec![1, 3, 2, 0])),
+            (4, Permutation::new(vec![1, 2, 0])),
+        ];
+        assert_eq!(
+            merge_orders(&[key], orders).unwrap(),
+            vec![5, 1, 3, 6, 2, 4, 0]
+        );
     }
 
     #[test]

@@ -315,13 +315,13 @@ impl<'a> RunSorter<'a> {
             arrays: id_arrays(routed),
             options: SortOptions::default(),
         };
-        let order = self.order_whole(rows, columns, Apart::ByKey(ids))?;
+        let order = self.order_by_ids(rows, columns, ids)?;
         Ok((order, counts))
     }
 
     /// [`Self::order_rows`] with the keys already evaluated (`columns`, one per sort key);
     /// with `splittable`, a run the backend's device cannot hold comes back `Split`.
-    fn order_evaluated(
+    pub(super) fn order_evaluated(
         &self,
         rows: &RunRows,
         mut all_columns: Vec<KeyColumn>,

@@ -6,6 +6,7 @@
 pub mod compare;
 pub mod data;
 pub mod differential;
+pub mod load;
 pub mod parquet;
 pub mod parquet_cases;
 pub mod partitions;

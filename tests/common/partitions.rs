@@ -698,4 +698,37 @@ pub async fn runs_sorted_in_pieces(scale: usize) {
             assert_eq!(splits, backend.splits(), "{case}");
         }
     }
+    // Hash routed: the ids come from the host, the pieces' orders are merged.
+    let inputs = numbered_partitions(&mut rng, &sizes(scale), 300);
+    for (piece_rows, fetch) in [(700, None), (100, Some(30))] {
+        let exprs = vec![col("g", &schema()).unwrap()];
+        let backend = Arc::new(super::pieces::PieceBackend::new(piece_rows));
+        let options = GpuSortOptions {
+            backend: Arc::clone(&backend) as _,
+            run_rows: 1 << 28,
+            algorithm: AlgorithmChoice::Auto,
+            device_gather_min_rows: 0,
+            combine_partitions: true,
+        };
+        let source = MemorySourceConfig::try_new(&inputs, schema(), None).unwrap();
+        let plan = GpuSortExec::try_new_routed(
+            DataSourceExec::from_data_source(source),
+            keys(&schema()),
+            fetch,
+            HashRouting::try_new(exprs.clone(), 5).unwrap(),
+            options,
+        )
+        .unwrap();
+        let outputs = datafusion::physical_plan::collect_partitioned(
+            Arc::new(plan) as _,
+            Arc::clone(&context),
+        )
+        .await
+        .unwrap();
+        let expected =
+            repartitioned_then_sorted(&inputs, Partitioning::Hash(exprs, 5), fetch).await;
+        let case = format!("seed={} {label} routed piece_rows={piece_rows}", seed());
+        check_sorted(&expected, &outputs, &case);
+        assert!(backend.splits() > 0, "{case}");
+    }
 }

@@ -20,6 +20,8 @@
 //! - `faults.rs`: device out of memory and a sticky error (in a child process, since it disables
 //!   the device for the process) leave every answer correct.
 
+//! - `budget.rs`: the device memory limit: runs past it, or out of memory, sorted in pieces on
+//!   the device; sixteen queries at once within it; idle memory given back;
 //! - `merge.rs`, `segmented.rs`: the locality and segmented sorts, segment tiles;
 //! - `routing.rs`: hash routed window sorts and partition ids made on the device.
 
@@ -125,6 +127,7 @@ macro_rules! gpu_test {
 }
 
 /// Keys-only and row-id sorts of every size of [`sizes_for`] on random keys.
+mod budget;
 mod differential;
 mod encode;
 mod faults;
