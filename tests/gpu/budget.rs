@@ -85,7 +85,8 @@ async fn runs_past_the_device_memory_limit_are_sorted_in_pieces_on_the_device() 
         // Pieces of input order, merged.
         "SELECT * FROM t ORDER BY k, rid",
         // A window's sort: partitions of g sorted in pieces of whole partitions.
-        "SELECT g, rid, ROW_NUMBER() OVER (PARTITION BY g ORDER BY k DESC, rid) AS rn FROM t",
+        "SELECT g, rid, ROW_NUMBER() OVER (PARTITION BY g ORDER BY k DESC, rid) AS rn FROM t \
+         ORDER BY rid",
         "SELECT * FROM t ORDER BY k DESC, rid LIMIT 5000",
     ] {
         let plan = same_answer(&ctx, &table, sql).await;
