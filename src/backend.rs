@@ -10,26 +10,26 @@
 
 use std::sync::Arc;
 
-use crate::config::{BackendChoice, DeviceMemoryLimit};
-use crate::cuda::CudaBackend;
+use crate::config::{BackendChoice, GpuSortConfig};
+use crate::cuda::{CudaBackend, FaultScope};
 use crate::sort::{CpuBackend, SortBackend};
 
-/// Picks the backend for `choice` (a CUDA backend's sorts within `device_limit`), or says
-/// why none is usable.
-pub fn resolve_backend(
-    choice: BackendChoice,
-    device_limit: DeviceMemoryLimit,
-) -> Result<Arc<dyn SortBackend>, String> {
-    match choice {
+/// Picks the backend `settings.backend` names (a CUDA backend's sorts within
+/// `settings.device_memory_limit`, with the faults of `settings.fault_scope`), or says why
+/// none is usable.
+pub fn resolve_backend(settings: &GpuSortConfig) -> Result<Arc<dyn SortBackend>, String> {
+    let cuda = || {
+        CudaBackend::with_limit(settings.device_memory_limit)
+            .map(|cuda| cuda.with_faults(FaultScope::from_id(settings.fault_scope)))
+    };
+    match settings.backend {
         BackendChoice::Cpu => Ok(Arc::new(CpuBackend)),
-        BackendChoice::Auto => match CudaBackend::with_limit(device_limit) {
+        BackendChoice::Auto => match cuda() {
             Ok(cuda) => Ok(Arc::new(cuda)),
-            Err(why) => {
-                log::debug!("gpusort: backend auto uses the CPU: {why}");
-                Ok(Arc::new(CpuBackend))
-            }
+            // Why was logged once, when the device failed to open (cuda::runtime).
+            Err(_) => Ok(Arc::new(CpuBackend)),
         },
-        BackendChoice::Cuda => CudaBackend::with_limit(device_limit)
+        BackendChoice::Cuda => cuda()
             .map(|cuda| Arc::new(cuda) as Arc<dyn SortBackend>)
             .map_err(|why| {
                 format!("gpu_sort.backend = 'cuda' but no CUDA device is usable: {why}")

@@ -226,6 +226,9 @@ extensions_options! {
         /// size (`12G`). Runs are sized to what is free within it; a sort waits for its
         /// turn until its run fits.
         pub device_memory_limit: DeviceMemoryLimit, default = DeviceMemoryLimit::Auto
+        /// Tests only: the faults of `gpusort::cuda::FaultScope::from_id(fault_scope)` are
+        /// injected into this session's device work (0: none).
+        pub fault_scope: u64, default = 0
     }
 }
 

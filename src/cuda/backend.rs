@@ -20,6 +20,8 @@ use crate::config::AlgorithmChoice;
 use crate::config::DeviceMemoryLimit;
 use crate::cuda::encode::encodable_on_device;
 use crate::cuda::error::CudaError;
+use crate::cuda::faults::FaultScope;
+use crate::cuda::memory::budget::DeviceShare;
 use crate::cuda::payload::DeviceRun;
 use crate::cuda::runtime::{
     count_fallback, disabled_reason, note_failure_of, runtime, CudaRuntime,
@@ -39,8 +41,8 @@ pub const MIN_DEVICE_PIECE_ROWS: usize = 1 << 16;
 #[derive(Debug, Clone)]
 pub struct CudaBackend {
     runtime: Arc<CudaRuntime>,
-    /// Device memory this backend's sorts may use (every holder's together), in bytes.
-    limit: usize,
+    /// The device memory its sorts may use (every holder's together), and their faults.
+    share: DeviceShare,
 }
 
 impl CudaBackend {
@@ -53,20 +55,29 @@ impl CudaBackend {
     /// The backend over the process's device, its sorts within `limit`.
     pub fn with_limit(limit: DeviceMemoryLimit) -> std::result::Result<Self, String> {
         runtime().map(|runtime| Self {
-            limit: runtime.device_memory_limit(limit),
+            share: DeviceShare {
+                limit: runtime.device_memory_limit(limit),
+                faults: FaultScope::NONE,
+            },
             runtime,
         })
     }
 
+    /// This backend with the faults `scope` arms injected into its device work (tests).
+    pub fn with_faults(mut self, scope: FaultScope) -> Self {
+        self.share.faults = scope;
+        self
+    }
+
     /// The device memory this backend's sorts may use, in bytes.
     pub fn memory_limit(&self) -> usize {
-        self.limit
+        self.share.limit
     }
 
     /// A run state that keeps nothing on the device: its payload gather uploads the
     /// permutation and every column (for runs the device did not sort, and for tests).
     pub fn empty_run_state(&self) -> Box<dyn RunState> {
-        Box::new(DeviceRun::empty(Arc::clone(&self.runtime), self.limit))
+        Box::new(DeviceRun::empty(Arc::clone(&self.runtime), self.share))
     }
 
     /// Sorts the key columns of a run on the device; one it cannot hold is `Split` when
@@ -82,14 +93,14 @@ impl CudaBackend {
             return Ok(KeySort::OnHost);
         }
         let rows = columns.first().map_or(0, column_rows);
-        let limit = self.limit;
+        let (share, limit) = (self.share, self.share.limit);
         let error = match sort_run::sort_columns(
             &self.runtime,
             columns,
             rows,
             algorithm,
             segments,
-            limit,
+            share,
         ) {
             Ok(Fitted::Done(run)) => return Ok(KeySort::Sorted(run)),
             Ok(Fitted::TooLarge { bytes, available }) => {
@@ -146,8 +157,8 @@ impl SortBackend for CudaBackend {
             log::debug!("gpusort: CUDA disabled ({reason}); sorting on the CPU");
             return cpu_fallback(keys, algorithm, segments);
         }
-        let limit = self.limit;
-        let error = match sort_run::sort_rows(&self.runtime, keys, algorithm, segments, limit) {
+        let (share, limit) = (self.share, self.share.limit);
+        let error = match sort_run::sort_rows(&self.runtime, keys, algorithm, segments, share) {
             Ok(Fitted::Done(run)) => return Ok(run),
             Ok(Fitted::TooLarge { bytes, available }) => CudaError::OverBudget {
                 bytes,
@@ -203,8 +214,8 @@ impl SortBackend for CudaBackend {
         if disabled_reason().is_some() || rows < 2 || !fixed_width || host_ids {
             return Ok(None);
         }
-        let limit = self.limit;
-        match sort_run::sort_columns_by_ids(&self.runtime, columns, rows, ids, algorithm, limit) {
+        let share = self.share;
+        match sort_run::sort_columns_by_ids(&self.runtime, columns, rows, ids, algorithm, share) {
             Ok(Fitted::Done(sorted)) => Ok(Some(sorted)),
             // The host makes the ids; the run then goes through `sort_key_columns`.
             Ok(Fitted::TooLarge { .. }) => Ok(None),

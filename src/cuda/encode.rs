@@ -33,7 +33,7 @@ use crate::cuda::error::{CudaError, CudaResult};
 
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::transfer::Staging;
-use crate::cuda::module::{arg, cached_cubin, launch, Kernel, Module, ENCODE};
+use crate::cuda::module::{arg, launch, load_module, Kernel, Module, ENCODE};
 use crate::cuda::tuning::{
     Tuning, ENCODE_THREADS as THREADS, FIELD_NULL_FLAG, LIMB_VIEW_CHUNK, LIMB_VIEW_LENGTH,
 };
@@ -135,8 +135,7 @@ struct ColumnOnDevice {
 impl Encoder {
     /// Compiles (or takes from the cache) and loads the kernels for `device`.
     pub fn load(device: &Device, tuning: &Tuning) -> CudaResult<Self> {
-        let cubin = cached_cubin(ENCODE, device.arch, tuning)?;
-        let module = Module::load(ENCODE, &cubin)?;
+        let module = load_module(ENCODE, device.arch, tuning)?;
         Ok(Self {
             stats: module.kernel("encode_field_stats")?,
             pack: module.kernel("encode_pack_field")?,

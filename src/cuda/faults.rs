@@ -1,50 +1,203 @@
 //! Injected faults, so tests can drive the recovery paths of the CUDA backend on a real
-//! device: the next allocation fails as out of memory, or the next synchronization reports
-//! a sticky error (as an illegal address in a kernel would). Each injected fault fires once.
+//! device.
+//!
+//! ```text
+//!  FaultScope::new()       a scope of its own; a session joins it with
+//!                          `SET gpu_sort.fault_scope = <scope.id()>` (tests only), a backend
+//!                          with `CudaBackend::with_faults`
+//!  scope.arm(fault)        fires once, in that scope's device work only:
+//!     OutOfMemory          the next device allocation
+//!     StickyError          the next stream synchronization (as an illegal address would)
+//!     LaunchFailure        the next kernel launch (CUDA_ERROR_LAUNCH_FAILED, sticky)
+//!     GatherStickyError    the next synchronization inside a payload gather's lease
+//!  GPUSORT_INJECT_FAULT=compile | module_load   (read when the runtime opens, once per
+//!                          process): kernel compilation or module loading fails
+//! ```
+//!
+//! Faults of one scope never fire in another's work, so tests that inject them can run in
+//! parallel with any other test. The device work carries its scope in the lease that holds
+//! the device (`memory/budget.rs`).
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use cudarc::driver::sys::CUresult;
 
 use crate::cuda::error::{CudaError, CudaResult};
 
-/// A fault to inject into the next sort on the device.
+/// A fault to inject into the device work of one [`FaultScope`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
     /// The next device allocation reports out of memory.
-    OutOfMemory = 1,
+    OutOfMemory,
     /// The next stream synchronization reports `CUDA_ERROR_ILLEGAL_ADDRESS`.
-    StickyError = 2,
+    StickyError,
+    /// The next kernel launch reports `CUDA_ERROR_LAUNCH_FAILED`.
+    LaunchFailure,
+    /// The next stream synchronization within a payload gather reports
+    /// `CUDA_ERROR_ILLEGAL_ADDRESS`.
+    GatherStickyError,
 }
 
-static PENDING: AtomicU8 = AtomicU8::new(0);
+/// The faults one test arms for its own device work (scope 0: none, the default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct FaultScope(u64);
 
-/// Arms `fault`; it fires at the next matching call.
-pub fn inject(fault: Fault) {
-    PENDING.store(fault as u8, Ordering::SeqCst);
+static NEXT_SCOPE: AtomicU64 = AtomicU64::new(1);
+static ARMED: Mutex<Vec<(FaultScope, Fault)>> = Mutex::new(Vec::new());
+/// Whether any fault is armed: the device's hot paths look no further when none is.
+static ANY_ARMED: AtomicBool = AtomicBool::new(false);
+
+impl FaultScope {
+    /// No faults: the scope of every session unless a test says otherwise.
+    pub const NONE: Self = Self(0);
+
+    /// A scope no other has.
+    pub fn new() -> Self {
+        Self(NEXT_SCOPE.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The scope of `id` (the value of `gpu_sort.fault_scope`).
+    pub fn from_id(id: u64) -> Self {
+        Self(id)
+    }
+
+    /// Its id, for `SET gpu_sort.fault_scope`.
+    pub fn id(self) -> u64 {
+        self.0
+    }
+
+    /// Arms `fault` in this scope; it fires once, at the next matching site of the
+    /// scope's device work.
+    pub fn arm(self, fault: Fault) {
+        if self.0 == 0 {
+            return;
+        }
+        let mut armed = ARMED.lock().unwrap_or_else(|p| p.into_inner());
+        armed.push((self, fault));
+        ANY_ARMED.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether `fault` is still armed (it has not fired yet).
+    pub fn is_armed(self, fault: Fault) -> bool {
+        let armed = ARMED.lock().unwrap_or_else(|p| p.into_inner());
+        armed.contains(&(self, fault))
+    }
+
+    /// Takes `fault` if it is armed in this scope.
+    fn take(self, fault: Fault) -> bool {
+        if self.0 == 0 || !ANY_ARMED.load(Ordering::Relaxed) {
+            return false;
+        }
+        let mut armed = ARMED.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(at) = armed.iter().position(|a| *a == (self, fault)) else {
+            return false;
+        };
+        armed.remove(at);
+        ANY_ARMED.store(!armed.is_empty(), Ordering::SeqCst);
+        true
+    }
 }
 
-fn take(fault: Fault) -> bool {
-    PENDING
-        .compare_exchange(fault as u8, 0, Ordering::SeqCst, Ordering::SeqCst)
-        .is_ok()
+/// Whether any scope armed a fault (the device looks up the scope of its work only then).
+pub(crate) fn any_armed() -> bool {
+    ANY_ARMED.load(Ordering::Relaxed)
 }
 
-/// Fails an allocation of `bytes` for `what` if an out-of-memory fault is armed.
-pub(crate) fn take_out_of_memory(bytes: usize, what: &'static str) -> CudaResult<()> {
-    if take(Fault::OutOfMemory) {
+/// Fails an allocation of `bytes` for `what` if `scope` armed an out-of-memory fault.
+pub(crate) fn take_out_of_memory(
+    scope: FaultScope,
+    bytes: usize,
+    what: &'static str,
+) -> CudaResult<()> {
+    if scope.take(Fault::OutOfMemory) {
         return Err(CudaError::OutOfMemory { bytes, what });
     }
     Ok(())
 }
 
-/// Fails `call` with a sticky error if one is armed.
-pub(crate) fn take_sticky(call: &'static str) -> CudaResult<()> {
-    if take(Fault::StickyError) {
+/// Fails `call` with a sticky error if `scope` armed one (`gathering`: the work is a
+/// payload gather's).
+pub(crate) fn take_sticky(
+    scope: FaultScope,
+    gathering: bool,
+    call: &'static str,
+) -> CudaResult<()> {
+    if scope.take(Fault::StickyError) || (gathering && scope.take(Fault::GatherStickyError)) {
         return Err(CudaError::Driver {
             call,
             code: CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
         });
     }
     Ok(())
+}
+
+/// Whether `scope` armed a launch failure (then taken).
+pub(crate) fn take_launch_failure(scope: FaultScope) -> bool {
+    scope.take(Fault::LaunchFailure)
+}
+
+/// A fault injected when the runtime opens (`GPUSORT_INJECT_FAULT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenFault {
+    /// NVRTC fails to compile the first kernel file compiled.
+    Compile,
+    /// The driver fails to load the first module loaded.
+    ModuleLoad,
+}
+
+impl OpenFault {
+    /// The fault named by `GPUSORT_INJECT_FAULT`'s value.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim() {
+            "compile" => Some(Self::Compile),
+            "module_load" => Some(Self::ModuleLoad),
+            _ => None,
+        }
+    }
+}
+
+static OPEN_FAULT: Mutex<Option<OpenFault>> = Mutex::new(None);
+
+/// Arms `fault` for the runtime's opening.
+pub(crate) fn arm_open(fault: Option<OpenFault>) {
+    *OPEN_FAULT.lock().unwrap_or_else(|p| p.into_inner()) = fault;
+}
+
+/// Takes the opening fault `fault` if it is armed.
+pub(crate) fn take_open(fault: OpenFault) -> bool {
+    let mut armed = OPEN_FAULT.lock().unwrap_or_else(|p| p.into_inner());
+    if *armed == Some(fault) {
+        *armed = None;
+        return true;
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fault_fires_once_and_only_in_its_scope() {
+        let (mine, other) = (FaultScope::new(), FaultScope::new());
+        mine.arm(Fault::OutOfMemory);
+        assert!(take_out_of_memory(other, 8, "x").is_ok());
+        assert!(take_out_of_memory(FaultScope::default(), 8, "x").is_ok());
+        assert!(take_out_of_memory(mine, 8, "x").is_err());
+        assert!(take_out_of_memory(mine, 8, "x").is_ok());
+        mine.arm(Fault::GatherStickyError);
+        assert!(take_sticky(mine, false, "sync").is_ok(), "not in a gather");
+        assert!(take_sticky(mine, true, "sync").unwrap_err().is_fatal());
+        assert!(!mine.is_armed(Fault::GatherStickyError));
+        FaultScope::default().arm(Fault::LaunchFailure);
+        assert!(!take_launch_failure(FaultScope::default()));
+    }
+
+    #[test]
+    fn opening_faults_by_name() {
+        assert_eq!(OpenFault::parse("compile"), Some(OpenFault::Compile));
+        assert_eq!(OpenFault::parse("module_load"), Some(OpenFault::ModuleLoad));
+        assert_eq!(OpenFault::parse("oom"), None);
+    }
 }

@@ -27,7 +27,7 @@ use datafusion::arrow;
 use crate::cuda::columns::PayloadLayout;
 use crate::cuda::error::CudaResult;
 use crate::cuda::memory::device::Device;
-use crate::cuda::module::{cached_cubin, Kernel, Module, GATHER};
+use crate::cuda::module::{load_module, Kernel, Module, GATHER};
 use crate::cuda::tuning::Tuning;
 
 /// Value widths with a kernel of their own, in the order of [`Gatherer::values`].
@@ -62,8 +62,7 @@ pub struct Gatherer {
 impl Gatherer {
     /// Compiles (or takes from the cache) and loads the kernels for `device`.
     pub fn load(device: &Device, tuning: &Tuning) -> CudaResult<Self> {
-        let cubin = cached_cubin(GATHER, device.arch, tuning)?;
-        let module = Module::load(GATHER, &cubin)?;
+        let module = load_module(GATHER, device.arch, tuning)?;
         let kernel = |name| module.kernel(name);
         Ok(Self {
             values: [

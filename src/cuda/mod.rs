@@ -38,7 +38,7 @@ pub use backend::{CudaBackend, MIN_DEVICE_PIECE_ROWS};
 pub use dispatch::{sort_on_device, DeviceOrder};
 pub use encode::DeviceKeys;
 pub use error::{CudaError, CudaResult};
-pub use faults::{inject as inject_fault, Fault};
+pub use faults::{Fault, FaultScope, OpenFault};
 pub use memory::budget::DeviceMemoryStats;
 pub use memory::device::{Device, DeviceBuffer, Event};
 pub use memory::transfer::{Plain as TransferPlain, Staging};
@@ -46,6 +46,7 @@ pub use merge::locality_probe::{LocalityProbe, Probe};
 pub use merge::segment_starts::StartsEncoding;
 pub use merge::segment_tiles::SegmentTile;
 pub use merge::{MergeKeys, MergeSorted};
+pub use module::cached_kernel_path;
 pub use radix::onesweep::{RadixKey, Sorted, Values};
 pub use runtime::{
     disabled_reason, fallback_count, is_driver_present, runtime, CudaRuntime,

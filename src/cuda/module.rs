@@ -19,6 +19,7 @@ use cudarc::driver::sys;
 use cudarc::nvrtc::sys as nvrtc;
 
 use crate::cuda::error::{CudaError, CudaResult};
+use crate::cuda::faults::{self, OpenFault};
 use crate::cuda::memory::device::Device;
 use crate::cuda::tuning::Tuning;
 
@@ -182,8 +183,7 @@ pub(super) const SEGMENT_TILES_LARGE: KernelFile = KernelFile {
     ],
 };
 
-/// Every kernel file, for compile checks.
-#[cfg(test)]
+/// Every kernel file (compile checks, cache paths).
 pub(crate) const ALL_KERNELS: &[KernelFile] = &[
     ONESWEEP,
     ENCODE,
@@ -238,6 +238,13 @@ pub(super) fn nvrtc_version() -> CudaResult<(i32, i32)> {
 
 /// Compiles `file` to CUBIN for `sm_<arch>` with the `-D` options of `tuning`.
 pub(super) fn compile_cubin(file: KernelFile, arch: u32, tuning: &Tuning) -> CudaResult<Vec<u8>> {
+    if faults::take_open(OpenFault::Compile) {
+        return Err(CudaError::Compile {
+            file: file.name,
+            arch,
+            log: "injected by GPUSORT_INJECT_FAULT=compile".into(),
+        });
+    }
     let defines = tuning.defines(file.name);
     compile_with(file, arch, &defines, tuning.kernel_dir.as_deref())
 }
@@ -390,18 +397,34 @@ fn cache_path(file: KernelFile, arch: u32, tuning: &Tuning) -> CudaResult<Option
     Ok(cache_dir(tuning).map(|d| d.join(name)))
 }
 
-/// The CUBIN of `file` for `arch` with the options of `tuning`: from the disk cache, or
-/// compiled and stored there.
-pub(super) fn cached_cubin(file: KernelFile, arch: u32, tuning: &Tuning) -> CudaResult<Vec<u8>> {
+/// Loads `file` for `arch` with the options of `tuning`: its CUBIN from the disk cache,
+/// or compiled and stored there. A cached CUBIN the driver refuses (a truncated or
+/// corrupt file) is compiled again and replaced.
+pub(super) fn load_module(file: KernelFile, arch: u32, tuning: &Tuning) -> CudaResult<Module> {
     let path = cache_path(file, arch, tuning)?;
-    if let Some(cubin) = path.as_ref().and_then(|p| std::fs::read(p).ok()) {
-        return Ok(cubin);
+    if let Some(path) = &path {
+        if let Ok(cubin) = std::fs::read(path) {
+            match Module::load(file, &cubin) {
+                Ok(module) => return Ok(module),
+                Err(error) => log::warn!(
+                    "gpusort: cached kernel {} could not be loaded ({error}); compiling it again",
+                    path.display()
+                ),
+            }
+        }
     }
     let cubin = compile_cubin(file, arch, tuning)?;
     if let Some(path) = path {
         store_atomically(&path, &cubin);
     }
-    Ok(cubin)
+    Module::load(file, &cubin)
+}
+
+/// Where the cached CUBIN of `file` for `arch` with the options of `tuning` lies (tests of
+/// the cache).
+pub fn cached_kernel_path(file_name: &str, arch: u32, tuning: &Tuning) -> Option<PathBuf> {
+    let file = ALL_KERNELS.iter().find(|f| f.name == file_name)?;
+    cache_path(*file, arch, tuning).ok().flatten()
 }
 
 fn store_atomically(path: &PathBuf, bytes: &[u8]) {
@@ -443,6 +466,12 @@ unsafe impl Sync for Kernel {}
 impl Module {
     /// Loads CUBIN `image` of kernel file `file` into the current context.
     pub fn load(file: KernelFile, image: &[u8]) -> CudaResult<Self> {
+        if faults::take_open(OpenFault::ModuleLoad) {
+            return Err(CudaError::Driver {
+                call: "cuModuleLoadData",
+                code: sys::CUresult::CUDA_ERROR_INVALID_IMAGE,
+            });
+        }
         // SAFETY: `image` is a complete CUBIN produced by NVRTC; the driver copies it.
         let handle = unsafe { result::module::load_data(image.as_ptr() as *const _) }
             .map_err(|e| CudaError::driver("cuModuleLoadData", e))?;
@@ -509,13 +538,23 @@ pub(super) fn launch_shared(
             params,
         )
     }
-    .map_err(|e| CudaError::Launch {
+    .map_err(|e| e.0)
+    .and_then(|()| match injected_launch_failure(device) {
+        true => Err(sys::CUresult::CUDA_ERROR_LAUNCH_FAILED),
+        false => Ok(()),
+    })
+    .map_err(|code| CudaError::Launch {
         kernel: kernel.name,
         grid,
         block,
         rows,
-        code: e.0,
+        code,
     })
+}
+
+/// Whether the work holding `device` armed a launch failure (then taken).
+fn injected_launch_failure(device: &Device) -> bool {
+    faults::any_armed() && faults::take_launch_failure(device.budget.holder_faults().0)
 }
 
 #[cfg(test)]

@@ -36,7 +36,7 @@ use crate::cuda::columns::views::{views_array, VIEW_BYTES};
 use crate::cuda::columns::{upload_raw_column, DeviceColumn, PayloadLayout, RawColumn};
 use crate::cuda::error::{CudaError, CudaResult};
 use crate::cuda::gather::{payload_layout, WIDTHS};
-use crate::cuda::memory::budget::LeaseKind;
+use crate::cuda::memory::budget::{DeviceShare, LeaseKind};
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::host_memory::HostRegions;
 use crate::cuda::memory::transfer::Staging;
@@ -61,19 +61,19 @@ pub(super) struct DeviceRun {
     pub permutation: Option<DeviceBuffer<u32>>,
     /// The key columns the device encoded.
     pub columns: Vec<DeviceColumn>,
-    /// The session's device memory limit, for the gather.
-    pub limit: usize,
+    /// What the session's work may do on the device, for the gather.
+    pub share: DeviceShare,
 }
 
 impl DeviceRun {
     /// A state that keeps nothing: the gather uploads the permutation and every column,
-    /// within `limit` bytes of device memory.
-    pub(super) fn empty(runtime: Arc<CudaRuntime>, limit: usize) -> Self {
+    /// within `share`.
+    pub(super) fn empty(runtime: Arc<CudaRuntime>, share: DeviceShare) -> Self {
         Self {
             runtime,
             permutation: None,
             columns: Vec::new(),
-            limit,
+            share,
         }
     }
 }
@@ -106,8 +106,8 @@ impl RunState for DeviceRun {
 /// batches on request (see [`PayloadGather`]).
 pub(super) struct DevicePayload {
     runtime: Arc<CudaRuntime>,
-    /// The session's device memory limit.
-    limit: usize,
+    /// What the session's work may do on the device.
+    share: DeviceShare,
     permutation: DeviceBuffer<u32>,
     indices: Vec<usize>,
     columns: Vec<PayloadColumn>,
@@ -156,8 +156,8 @@ impl DevicePayload {
         }
         let (kept_permutation, kept_columns) = (retained.permutation, retained.columns);
         let started = Instant::now();
-        let limit = retained.limit;
-        runtime.with_lease(LeaseKind::Gather, limit, |device, staging, lease| {
+        let share = retained.share;
+        runtime.with_lease(LeaseKind::Gather, share, |device, staging, lease| {
             let n = permutation.len();
             let mut stats = PayloadStats {
                 device_wait: lease.waited,
@@ -174,7 +174,7 @@ impl DevicePayload {
             };
             let mut payload = DevicePayload {
                 runtime: Arc::clone(runtime),
-                limit,
+                share,
                 permutation: device_permutation,
                 indices: Vec::new(),
                 columns: Vec::new(),
@@ -223,7 +223,7 @@ impl PayloadGather for DevicePayload {
         let rows: usize = batch_rows.iter().sum();
         let runtime = Arc::clone(&self.runtime);
         let started = Instant::now();
-        let host = runtime.with_lease(LeaseKind::Gather, self.limit, |device, staging, lease| {
+        let host = runtime.with_lease(LeaseKind::Gather, self.share, |device, staging, lease| {
             let host = self.gather_window(device, staging, start, batch_rows);
             self.stats.device_wait += lease.waited;
             self.stats.device_peak_bytes = self.stats.device_peak_bytes.max(lease.peak_bytes());

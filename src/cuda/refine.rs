@@ -34,7 +34,7 @@ use crate::cuda::encode::{FieldSource, TieFields};
 use crate::cuda::error::{CudaError, CudaResult};
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::merge::segmented::SegmentedSort;
-use crate::cuda::module::{arg, cached_cubin, launch, Kernel, Module, REFINE};
+use crate::cuda::module::{arg, launch, load_module, Kernel, Module, REFINE};
 use crate::cuda::radix::onesweep::Onesweep;
 use crate::cuda::tuning::{
     Tuning, REFINE_SCAN_TILE as SCAN_TILE, REFINE_THREADS as THREADS,
@@ -78,8 +78,7 @@ pub struct Sorters<'a> {
 impl TieRefiner {
     /// Compiles (or takes from the cache) and loads the kernels for `device`.
     pub fn load(device: &Device, tuning: &Tuning) -> CudaResult<Self> {
-        let cubin = cached_cubin(REFINE, device.arch, tuning)?;
-        let module = Module::load(REFINE, &cubin)?;
+        let module = load_module(REFINE, device.arch, tuning)?;
         Ok(Self {
             iota: module.kernel("refine_iota")?,
             heads_init: module.kernel("refine_heads_init")?,

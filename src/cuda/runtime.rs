@@ -21,8 +21,9 @@ use std::time::Duration;
 use crate::config::DeviceMemoryLimit;
 use crate::cuda::encode::Encoder;
 use crate::cuda::error::{CudaError, CudaResult};
+use crate::cuda::faults;
 use crate::cuda::gather::Gatherer;
-use crate::cuda::memory::budget::{DeviceMemoryStats, Lease, LeaseKind};
+use crate::cuda::memory::budget::{DeviceMemoryStats, DeviceShare, Lease, LeaseKind};
 use crate::cuda::memory::device::Device;
 use crate::cuda::memory::host_memory::{idle_limit, HostRegions, PageLocker};
 use crate::cuda::memory::idle_vectors::IdleVectors;
@@ -79,8 +80,33 @@ pub fn runtime() -> std::result::Result<Arc<CudaRuntime>, String> {
         ));
     }
     RUNTIME
-        .get_or_init(|| open_runtime().map_err(|e| e.to_string()))
+        .get_or_init(|| {
+            open_runtime().map_err(|error| {
+                let reason = error.to_string();
+                // Said once per process: sorts of `backend = auto` run on the CPU from
+                // here on. A machine without the NVIDIA driver, or told to use none, is no
+                // surprise; any other failure is.
+                if is_expected_absence(&error) {
+                    log::info!("gpusort: no CUDA device, sorting on the CPU: {reason}");
+                } else {
+                    log::warn!(
+                        "gpusort: the CUDA device is not usable, sorting on the CPU: {reason}"
+                    );
+                }
+                reason
+            })
+        })
         .clone()
+}
+
+/// Whether opening failed only because this machine has no NVIDIA driver, or was told
+/// to use no device.
+fn is_expected_absence(error: &CudaError) -> bool {
+    match error {
+        CudaError::LibraryMissing { library } => library.starts_with("libcuda"),
+        CudaError::Unavailable(why) => why.contains("GPUSORT_DISABLE_CUDA"),
+        _ => false,
+    }
 }
 
 /// Marks the device unusable for the rest of the process (after a sticky error).
@@ -104,6 +130,7 @@ pub fn is_driver_present() -> bool {
 fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
     let tuning = Tuning::from_env();
     switches().open_with(&tuning);
+    faults::arm_open(tuning.open_fault);
     if tuning.disable_cuda {
         return Err(CudaError::Unavailable("GPUSORT_DISABLE_CUDA is set".into()));
     }
@@ -191,20 +218,22 @@ impl CudaRuntime {
         &self,
         work: impl FnOnce(&Device, &mut Staging) -> CudaResult<T>,
     ) -> CudaResult<T> {
-        self.with_lease(LeaseKind::Gather, usize::MAX, |device, staging, _| {
-            work(device, staging)
-        })
+        self.with_lease(
+            LeaseKind::Gather,
+            DeviceShare::UNLIMITED,
+            |device, staging, _| work(device, staging),
+        )
     }
 
-    /// Runs `work` once the device's budget grants a lease of `kind` under `limit` bytes of
-    /// device memory (see `memory/budget.rs`), with the device and its staging buffers.
+    /// Runs `work` once the device's budget grants a lease of `kind` for work within
+    /// `share` (see `memory/budget.rs`), with the device and its staging buffers.
     pub(crate) fn with_lease<T>(
         &self,
         kind: LeaseKind,
-        limit: usize,
+        share: DeviceShare,
         work: impl FnOnce(&Device, &mut Staging, &Lease<'_>) -> CudaResult<T>,
     ) -> CudaResult<T> {
-        let lease = self.device.budget.lease(kind, limit);
+        let lease = self.device.budget.lease(kind, share);
         let mut staging = self.staging.lock().unwrap_or_else(|p| p.into_inner());
         self.device.bind()?;
         work(&self.device, &mut staging, &lease)
@@ -229,7 +258,10 @@ impl CudaRuntime {
     /// Gives the blocks the device's memory pool keeps for later sorts back to the driver
     /// now (as the idle thread does after `GPUSORT_DEVICE_IDLE_RELEASE_MS`).
     pub fn release_idle_memory(&self) -> CudaResult<()> {
-        let _lease = self.device.budget.lease(LeaseKind::Gather, usize::MAX);
+        let _lease = self
+            .device
+            .budget
+            .lease(LeaseKind::Gather, DeviceShare::UNLIMITED);
         self.release_idle_memory_leased()
     }
 

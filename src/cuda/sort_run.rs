@@ -20,7 +20,7 @@ use crate::cuda::dispatch::sort_on_device;
 use crate::cuda::encode::DeviceKeys;
 use crate::cuda::encode::TieFields;
 use crate::cuda::error::{CudaError, CudaResult};
-use crate::cuda::memory::budget::{Lease, LeaseKind};
+use crate::cuda::memory::budget::{DeviceShare, Lease, LeaseKind};
 use crate::cuda::memory::device::Device;
 use crate::cuda::memory::transfer::Staging;
 use crate::cuda::payload::DeviceRun;
@@ -81,17 +81,17 @@ pub(super) fn columns_bytes(columns: &[KeyColumn], n: usize) -> usize {
     raw.saturating_add(words_bytes(n, words + 1))
 }
 
-/// Runs `work` on the device once a lease for a run of about `bytes` under `limit` is
+/// Runs `work` on the device once a lease for a run of about `bytes` within `share` is
 /// granted, or reports the run too large for what is free then.
 fn within_budget<T>(
     rt: &CudaRuntime,
     bytes: usize,
-    limit: usize,
+    share: DeviceShare,
     work: impl FnOnce(&Device, &mut Staging, &Lease<'_>) -> CudaResult<T>,
 ) -> CudaResult<Fitted<T>> {
     rt.with_lease(
         LeaseKind::Sort { bytes },
-        limit,
+        share,
         |device, staging, lease| {
             if bytes > lease.available {
                 return Ok(Fitted::TooLarge {
@@ -119,14 +119,14 @@ pub(super) fn sort_rows(
     keys: &EncodedKeys,
     algorithm: AlgorithmChoice,
     segments: Option<&Segments>,
-    limit: usize,
+    share: DeviceShare,
 ) -> CudaResult<Fitted<SortedRun>> {
     let n = keys.rows;
     if n < 2 || keys.words.is_empty() {
         return Ok(Fitted::Done(in_order(n, segments)));
     }
     let bytes = words_bytes(n, keys.words.len());
-    within_budget(rt, bytes, limit, |device, staging, lease| {
+    within_budget(rt, bytes, share, |device, staging, lease| {
         let started = Instant::now();
         let (device_keys, h2d_bytes) = if keys.fits_u32() {
             let word = &keys.words[0];
@@ -153,7 +153,7 @@ pub(super) fn sort_rows(
             segments,
             upload_started: started,
             h2d_bytes,
-            limit,
+            share,
         };
         let no_ties = TieFields::default();
         let mut run = sort_device_keys(
@@ -179,12 +179,12 @@ pub(super) fn sort_columns(
     n: usize,
     algorithm: AlgorithmChoice,
     segments: Option<&Segments>,
-    limit: usize,
+    share: DeviceShare,
 ) -> CudaResult<Fitted<SortedRun>> {
     if n < 2 {
         return Ok(Fitted::Done(in_order(n, segments)));
     }
-    let sorted = sort_columns_with(rt, columns, n, algorithm, segments, None, limit)?;
+    let sorted = sort_columns_with(rt, columns, n, algorithm, segments, None, share)?;
     Ok(sorted.map(|(run, _)| run))
 }
 
@@ -197,9 +197,9 @@ pub(super) fn sort_columns_by_ids(
     n: usize,
     ids: &PartitionIdTable,
     algorithm: AlgorithmChoice,
-    limit: usize,
+    share: DeviceShare,
 ) -> CudaResult<Fitted<(SortedRun, Vec<usize>)>> {
-    match sort_columns_with(rt, columns, n, algorithm, None, Some(ids), limit)? {
+    match sort_columns_with(rt, columns, n, algorithm, None, Some(ids), share)? {
         Fitted::Done((run, Some(counts))) => Ok(Fitted::Done((run, counts))),
         Fitted::Done((_, None)) => Err(CudaError::Inconsistent(
             "a sort by partition ids made no ids".to_string(),
@@ -217,10 +217,10 @@ fn sort_columns_with(
     algorithm: AlgorithmChoice,
     segments: Option<&Segments>,
     ids: Option<&PartitionIdTable>,
-    limit: usize,
+    share: DeviceShare,
 ) -> CudaResult<Fitted<(SortedRun, Option<Vec<usize>>)>> {
     let bytes = columns_bytes(columns, n);
-    within_budget(rt, bytes, limit, |device, staging, lease| {
+    within_budget(rt, bytes, share, |device, staging, lease| {
         let started = Instant::now();
         crate::trace::event(|| format!("  {n} rows: device taken"));
         let mut encoded = rt.encoder.encode(device, staging, columns, n, ids)?;
@@ -230,7 +230,7 @@ fn sort_columns_with(
             segments,
             upload_started: started,
             h2d_bytes: encoded.h2d_bytes,
-            limit,
+            share,
         };
         let mut run = sort_device_keys(
             rt,
@@ -321,7 +321,7 @@ fn sort_device_keys(
             runtime: Arc::clone(rt),
             permutation: perm,
             columns: key_columns,
-            limit: how.limit,
+            share: how.share,
         })),
         tie_refine,
         ..SortedRun::default()
@@ -334,8 +334,8 @@ struct How<'a> {
     segments: Option<&'a Segments>,
     upload_started: Instant,
     h2d_bytes: usize,
-    /// The session's device memory limit (for the run's payload gather too).
-    limit: usize,
+    /// What the session's work may do on the device (the run's payload gather too).
+    share: DeviceShare,
 }
 
 /// A run of fewer than two rows (or no keys): already in order.

@@ -40,6 +40,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::cuda::faults::OpenFault;
+
 // ---- OneSweep (kernels/onesweep.cu) ---------------------------------------------------
 
 /// Threads of the histogram kernel.
@@ -289,6 +291,8 @@ pub struct Tuning {
     pub kernel_cache: Option<PathBuf>,
     /// `GPUSORT_HOST_IDLE_BYTES`: idle host memory kept, when not the default.
     pub host_idle_bytes: Option<usize>,
+    /// `GPUSORT_INJECT_FAULT`: a fault injected while the runtime opens (tests).
+    pub open_fault: Option<OpenFault>,
     /// `GPUSORT_DEVICE_IDLE_RELEASE_MS`: how long the device is idle before its memory
     /// pool gives kept blocks back to the driver ([`DEVICE_IDLE_RELEASE`] by default).
     pub device_idle_release: Duration,
@@ -362,6 +366,7 @@ impl Tuning {
             kernel_dir: lookup("GPUSORT_KERNEL_DIR").map(PathBuf::from),
             kernel_cache: lookup("GPUSORT_KERNEL_CACHE").map(PathBuf::from),
             host_idle_bytes: number("GPUSORT_HOST_IDLE_BYTES").map(|b| b as usize),
+            open_fault: lookup("GPUSORT_INJECT_FAULT").and_then(|v| OpenFault::parse(&v)),
             device_idle_release: number("GPUSORT_DEVICE_IDLE_RELEASE_MS")
                 .map_or(DEVICE_IDLE_RELEASE, Duration::from_millis),
             passes,

@@ -239,8 +239,7 @@ impl GpuSortRule {
         if candidate.fetch.is_some() && !settings.topk {
             return Err(DeclineReason::TopKKept);
         }
-        let backend = resolve_backend(settings.backend, settings.device_memory_limit)
-            .map_err(DeclineReason::NoBackend)?;
+        let backend = resolve_backend(settings).map_err(DeclineReason::NoBackend)?;
         let schema = candidate.input.schema();
         for sort_expr in candidate.expr.iter() {
             let data_type =

@@ -24,7 +24,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use gpusort::backend::resolve_backend;
 use gpusort::exec::{GpuSortOptions, HashRouting};
 use gpusort::sort::SortBackend;
-use gpusort::{AlgorithmChoice, BackendChoice, GpuSortExec};
+use gpusort::{AlgorithmChoice, BackendChoice, GpuSortConfig, GpuSortExec};
 use rand::rngs::StdRng;
 use rand::Rng;
 
@@ -125,7 +125,7 @@ fn sort_exec(
     run_rows: usize,
     fetch: Option<usize>,
 ) -> Arc<GpuSortExec> {
-    let backend = resolve_backend(backend, Default::default()).unwrap();
+    let backend = resolve_backend(&settings_on(backend)).unwrap();
     sort_exec_on(partitions, ordered_by_g, backend, combine, run_rows, fetch)
 }
 
@@ -513,7 +513,7 @@ pub async fn routed_partitions_equal_repartition_then_sort(backend: BackendChoic
     let routed = |exprs, partitions, run_rows, fetch| {
         let source = MemorySourceConfig::try_new(&inputs, schema(), None).unwrap();
         let options = GpuSortOptions {
-            backend: resolve_backend(backend, Default::default()).unwrap(),
+            backend: resolve_backend(&settings_on(backend)).unwrap(),
             run_rows,
             algorithm: AlgorithmChoice::Auto,
             device_gather_min_rows: 0,
@@ -731,4 +731,11 @@ pub async fn runs_sorted_in_pieces(scale: usize) {
         check_sorted(&expected, &outputs, &case);
         assert!(backend.splits() > 0, "{case}");
     }
+}
+
+/// The default settings on `backend`.
+fn settings_on(backend: BackendChoice) -> GpuSortConfig {
+    let mut settings = GpuSortConfig::default();
+    settings.backend = backend;
+    settings
 }

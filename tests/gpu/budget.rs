@@ -1,6 +1,8 @@
 //! The device memory budget: runs past `gpu_sort.device_memory_limit` and runs that run
 //! out of device memory are sorted in pieces on the device; sixteen queries at once keep
 //! the device memory in use within the limit; idle device memory goes back to the driver.
+//! The limit counts all the device memory of the process, so the tests that measure it run
+//! in a child process each, away from tests running beside them.
 
 use datafusion::arrow::array::StringArray;
 use datafusion::arrow::compute::concat_batches;
@@ -8,6 +10,31 @@ use gpusort::DeviceMemoryLimit;
 
 use super::*;
 use common::load::{concurrent_queries_equal_datafusion, gpu_sort_metric, CONCURRENT_QUERIES};
+use faults::{is_child, run_child};
+
+/// Runs child test `name` and prints what it reported.
+fn in_child(name: &str) {
+    let text = run_child(name, &[]);
+    for line in text.lines().filter(|l| l.contains("device peak")) {
+        println!("{line}");
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn runs_past_the_device_memory_limit_are_sorted_in_pieces_on_the_device() {
+    if device().is_some() {
+        in_child("budget::pieces_child");
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sixteen_queries_at_once_stay_within_the_device_memory_limit() {
+    if device().is_some() {
+        in_child("budget::sixteen_queries_child");
+    }
+}
 
 /// `rows` rows in 8 batches: `g` (Int64, 64 values), `k` (Int64, ties), `rid` (unique),
 /// `s` (Utf8 payload).
@@ -42,11 +69,13 @@ fn table(rows: usize, label: &str) -> Vec<Vec<RecordBatch>> {
         .collect()]
 }
 
-/// A session forcing gpusort on the CUDA backend within `limit` of device memory.
-fn cuda_session(limit: &str) -> datafusion::prelude::SessionContext {
+/// A session forcing gpusort on the CUDA backend within `limit` of device memory, the
+/// faults of `faults` injected.
+fn cuda_session(limit: &str, faults: FaultScope) -> datafusion::prelude::SessionContext {
     let mut gpu = gpusort::GpuSortConfig::forced_cpu();
     gpu.backend = Cuda;
     gpu.device_memory_limit = limit.parse().unwrap();
+    gpu.fault_scope = faults.id();
     gpusort::gpu_sort_context_with(common::session_config(4, 8192), gpu)
 }
 
@@ -75,10 +104,13 @@ async fn same_answer(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a CUDA GPU"]
-async fn runs_past_the_device_memory_limit_are_sorted_in_pieces_on_the_device() {
-    let Some(rt) = device() else { return };
+async fn pieces_child() {
+    if !is_child("budget::pieces_child") {
+        return;
+    }
+    let rt = device().unwrap();
     let limit = 64 << 20;
-    let ctx = cuda_session("64M");
+    let ctx = cuda_session("64M", FaultScope::default());
     let table = table(4 << 20, "budget pieces");
     rt.reset_device_memory_peak();
     for sql in [
@@ -112,15 +144,16 @@ async fn an_out_of_memory_splits_the_run_and_retries_on_the_device() {
     if device().is_none() {
         return;
     }
-    let ctx = cuda_session("auto");
+    let faults = FaultScope::new();
+    let ctx = cuda_session("auto", faults);
     let table = table(1 << 20, "budget oom");
     let sql = "SELECT * FROM t ORDER BY k, rid";
-    // Plan and register first: the fault fires at the next device allocation, the sort's.
+    // The fault fires at this session's next device allocation: its sort's.
     let stock = common::stock_context(common::session_config(4, 8192));
     common::register(&[&stock, &ctx], "t", table.clone());
     let expected = stock.sql(sql).await.unwrap().collect().await.unwrap();
     let plan = common::physical_plan(&ctx, sql).await.unwrap();
-    cuda::inject_fault(Fault::OutOfMemory);
+    faults.arm(Fault::OutOfMemory);
     let actual = datafusion::physical_plan::collect(Arc::clone(&plan), ctx.task_ctx())
         .await
         .unwrap();
@@ -139,8 +172,11 @@ async fn an_out_of_memory_splits_the_run_and_retries_on_the_device() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
 #[ignore = "needs a CUDA GPU"]
-async fn sixteen_queries_at_once_stay_within_the_device_memory_limit() {
-    let Some(rt) = device() else { return };
+async fn sixteen_queries_child() {
+    if !is_child("budget::sixteen_queries_child") {
+        return;
+    }
+    let rt = device().unwrap();
     let limit = 512 << 20;
     rt.reset_device_memory_peak();
     let report =
@@ -156,7 +192,21 @@ async fn sixteen_queries_at_once_stay_within_the_device_memory_limit() {
     assert!(memory.peak > 0);
 }
 
-gpu_test!(idle_device_memory_goes_back_to_the_driver, |rt| {
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn idle_device_memory_goes_back_to_the_driver() {
+    if device().is_some() {
+        in_child("budget::idle_memory_child");
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn idle_memory_child() {
+    if !is_child("budget::idle_memory_child") {
+        return;
+    }
+    let rt = device().unwrap();
     let keys = faults::encoded(1 << 22, "idle");
     let backend = CudaBackend::new().unwrap();
     let run = backend.sort(&keys, AlgorithmChoice::Auto, None).unwrap();
@@ -178,4 +228,5 @@ gpu_test!(idle_device_memory_goes_back_to_the_driver, |rt| {
         after <= in_use + (64 << 20),
         "{after} reserved for {in_use} in use"
     );
-});
+    println!("idle release: device peak unchanged, pool {kept} -> {after} bytes ({in_use} in use)");
+}

@@ -302,8 +302,9 @@ gpu_test!(device_encoding_out_of_memory_falls_back, |_rt| {
             None,
         )
         .unwrap();
-    cuda::inject_fault(Fault::OutOfMemory);
-    let backend = CudaBackend::new().unwrap();
+    let faults = FaultScope::new();
+    faults.arm(Fault::OutOfMemory);
+    let backend = CudaBackend::new().unwrap().with_faults(faults);
     let run = backend
         .sort_key_columns(std::slice::from_ref(&column), AlgorithmChoice::Auto, None)
         .unwrap()

@@ -35,7 +35,8 @@ use datafusion::arrow::array::{Int64Array, RecordBatch};
 use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use gpusort::cuda::{
-    self, CudaBackend, CudaRuntime, DeviceBuffer, Fault, PassMode, RadixKey, TransferPlain, Values,
+    self, CudaBackend, CudaRuntime, DeviceBuffer, Fault, FaultScope, PassMode, RadixKey,
+    TransferPlain, Values,
 };
 use gpusort::gather::{gather_sorted, PayloadGather, PayloadStats, RunRows};
 use gpusort::keys::bytes::DEVICE_LIVE_CHUNKS;

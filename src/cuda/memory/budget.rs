@@ -22,6 +22,25 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::cuda::error::{CudaError, CudaResult};
+use crate::cuda::faults::FaultScope;
+
+/// What one session's work may do on the device: the memory its leases may fill, and the
+/// faults injected into it (tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DeviceShare {
+    /// Device memory in use (every holder's) that the work's allocations may not pass.
+    pub limit: usize,
+    /// The faults armed for the work.
+    pub faults: FaultScope,
+}
+
+impl DeviceShare {
+    /// No limit but the device's memory, no faults (benchmarks, tools).
+    pub(crate) const UNLIMITED: Self = Self {
+        limit: usize::MAX,
+        faults: FaultScope::NONE,
+    };
+}
 
 /// How long a sort waits for other runs to free device memory before it goes in and sorts
 /// in pieces that fit what is free.
@@ -67,6 +86,9 @@ struct Ledger {
     lease_peak: usize,
     /// The current lease's limit (no lease: none).
     limit: usize,
+    /// The current lease's faults, and whether it is a gather's.
+    faults: FaultScope,
+    gathering: bool,
     /// A lease holds the device.
     busy: bool,
     /// The next sort's place in the queue, and the place now served.
@@ -87,6 +109,8 @@ impl Default for Ledger {
             peak: 0,
             lease_peak: 0,
             limit: usize::MAX,
+            faults: FaultScope::NONE,
+            gathering: false,
             busy: false,
             next_ticket: 0,
             serving: 0,
@@ -119,6 +143,7 @@ impl Drop for Lease<'_> {
         let mut ledger = self.budget.lock();
         ledger.busy = false;
         ledger.limit = usize::MAX;
+        ledger.faults = FaultScope::NONE;
         ledger.idle_since = Some(Instant::now());
         drop(ledger);
         self.budget.changed.notify_all();
@@ -130,9 +155,10 @@ impl DeviceBudget {
         self.ledger.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Waits for the device as `kind` says, under `limit` bytes of device memory (every
-    /// holder's together), and holds it until the lease is dropped.
-    pub(crate) fn lease(&self, kind: LeaseKind, limit: usize) -> Lease<'_> {
+    /// Waits for the device as `kind` says, for work within `share` (its limit counts every
+    /// holder's device memory together), and holds it until the lease is dropped.
+    pub(crate) fn lease(&self, kind: LeaseKind, share: DeviceShare) -> Lease<'_> {
+        let limit = share.limit;
         let started = Instant::now();
         let mut ledger = self.lock();
         match kind {
@@ -168,6 +194,8 @@ impl DeviceBudget {
         }
         ledger.busy = true;
         ledger.limit = limit;
+        ledger.faults = share.faults;
+        ledger.gathering = kind == LeaseKind::Gather;
         ledger.lease_peak = ledger.used;
         ledger.idle_since = None;
         let available = limit.saturating_sub(ledger.used);
@@ -194,6 +222,12 @@ impl DeviceBudget {
             .wait_timeout(ledger, timeout)
             .unwrap_or_else(|p| p.into_inner())
             .0
+    }
+
+    /// The faults of the work holding the device, and whether it is a gather.
+    pub(crate) fn holder_faults(&self) -> (FaultScope, bool) {
+        let ledger = self.lock();
+        (ledger.faults, ledger.gathering)
     }
 
     /// Charges an allocation of `bytes` for `what`: refused when it would pass the limit
@@ -278,10 +312,17 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
+    fn share(limit: usize) -> DeviceShare {
+        DeviceShare {
+            limit,
+            faults: FaultScope::NONE,
+        }
+    }
+
     #[test]
     fn charges_past_the_lease_limit_are_refused_and_released_bytes_come_back() {
         let budget = DeviceBudget::default();
-        let lease = budget.lease(LeaseKind::Sort { bytes: 100 }, 1000);
+        let lease = budget.lease(LeaseKind::Sort { bytes: 100 }, share(1000));
         assert_eq!(lease.available, 1000);
         budget.charge(600, "a").unwrap();
         let refused = budget.charge(500, "b").unwrap_err();
@@ -302,7 +343,7 @@ mod tests {
     fn a_sort_waits_for_memory_another_run_holds_and_goes_in_when_it_is_freed() {
         let budget = Arc::new(DeviceBudget::default());
         // A first run sorted, its state (800 bytes) still on the device.
-        drop(budget.lease(LeaseKind::Sort { bytes: 800 }, 1000));
+        drop(budget.lease(LeaseKind::Sort { bytes: 800 }, share(1000)));
         budget.charge(800, "held").unwrap();
         let freed_after = Duration::from_millis(200);
         let freer = {
@@ -312,7 +353,7 @@ mod tests {
                 budget.release(800);
             })
         };
-        let lease = budget.lease(LeaseKind::Sort { bytes: 500 }, 1000);
+        let lease = budget.lease(LeaseKind::Sort { bytes: 500 }, share(1000));
         assert!(lease.waited >= freed_after, "{:?}", lease.waited);
         assert!(lease.waited < ADMISSION_PATIENCE, "{:?}", lease.waited);
         assert_eq!(lease.available, 1000);
@@ -323,7 +364,7 @@ mod tests {
     fn a_sort_that_never_fits_goes_in_after_its_patience_with_what_is_free() {
         let budget = DeviceBudget::default();
         budget.charge(700, "held by a stalled run").unwrap();
-        let lease = budget.lease(LeaseKind::Sort { bytes: 500 }, 1000);
+        let lease = budget.lease(LeaseKind::Sort { bytes: 500 }, share(1000));
         assert!(lease.waited >= ADMISSION_PATIENCE, "{:?}", lease.waited);
         assert_eq!(lease.available, 300);
     }
@@ -333,7 +374,7 @@ mod tests {
         let budget = Arc::new(DeviceBudget::default());
         let order = Arc::new(Mutex::new(Vec::new()));
         let started = Arc::new(AtomicUsize::new(0));
-        let first = budget.lease(LeaseKind::Sort { bytes: 1 }, 1000);
+        let first = budget.lease(LeaseKind::Sort { bytes: 1 }, share(1000));
         let mut threads = Vec::new();
         let kinds = [
             ("sort 1", LeaseKind::Sort { bytes: 1 }),
@@ -348,7 +389,7 @@ mod tests {
             );
             threads.push(std::thread::spawn(move || {
                 arrived.fetch_add(1, Ordering::SeqCst);
-                let _lease = budget.lease(kind, 1000);
+                let _lease = budget.lease(kind, share(1000));
                 order.lock().unwrap().push(name);
                 std::thread::sleep(Duration::from_millis(20));
             }));
@@ -368,7 +409,7 @@ mod tests {
     #[test]
     fn the_idle_wait_ends_after_the_last_lease_and_once_per_idle_period() {
         let budget = DeviceBudget::default();
-        drop(budget.lease(LeaseKind::Gather, 1000));
+        drop(budget.lease(LeaseKind::Gather, share(1000)));
         let after = Duration::from_millis(50);
         let started = Instant::now();
         let lease = budget.wait_idle(after);

@@ -165,7 +165,10 @@ impl Device {
 
     /// Waits for all queued work; a failed kernel reports here.
     pub fn synchronize(&self) -> CudaResult<()> {
-        faults::take_sticky("cuStreamSynchronize")?;
+        if faults::any_armed() {
+            let (scope, gathering) = self.budget.holder_faults();
+            faults::take_sticky(scope, gathering, "cuStreamSynchronize")?;
+        }
         // SAFETY: the stream lives as long as `self`.
         call("cuStreamSynchronize", unsafe {
             result::stream::synchronize(self.stream)
@@ -175,7 +178,9 @@ impl Device {
     /// A device buffer of `len` elements, uninitialized, in stream order.
     pub fn alloc<T: Copy>(&self, len: usize, what: &'static str) -> CudaResult<DeviceBuffer<T>> {
         let bytes = (len.max(1)) * std::mem::size_of::<T>();
-        faults::take_out_of_memory(bytes, what)?;
+        if faults::any_armed() {
+            faults::take_out_of_memory(self.budget.holder_faults().0, bytes, what)?;
+        }
         self.budget.charge(bytes, what)?;
         // SAFETY: the stream is valid; the memory is only used on it.
         match unsafe { result::malloc_async(self.stream, bytes) } {

@@ -13,7 +13,7 @@ use crate::cuda::merge::locality_probe::Prober;
 use crate::cuda::merge::locality_window::WindowSort;
 use crate::cuda::merge::passes::MergeKernels;
 use crate::cuda::merge::{check_rows, MergeKeys, MergeSorted};
-use crate::cuda::module::{cached_cubin, Module, LOCALITY};
+use crate::cuda::module::{load_module, Module, LOCALITY};
 use crate::cuda::tuning::Tuning;
 
 /// The loaded locality sort of one device.
@@ -31,7 +31,7 @@ pub struct LocalitySort {
 impl LocalitySort {
     /// Compiles (or takes from the cache) and loads the kernels for `device`.
     pub fn load(device: &Device, tuning: &Tuning) -> CudaResult<Self> {
-        let module = Module::load(LOCALITY, &cached_cubin(LOCALITY, device.arch, tuning)?)?;
+        let module = load_module(LOCALITY, device.arch, tuning)?;
         Ok(Self {
             merge: [
                 MergeKernels::load(&module, "locality_u32", device, tuning)?,

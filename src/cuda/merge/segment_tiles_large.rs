@@ -16,7 +16,7 @@ use crate::cuda::error::{CudaError, CudaResult};
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::merge::{tile_stride, MergeKeys};
 use crate::cuda::module::{
-    arg, cached_cubin, launch, launch_shared, Kernel, Module, SEGMENT_TILES_LARGE,
+    arg, launch, launch_shared, load_module, Kernel, Module, SEGMENT_TILES_LARGE,
 };
 use crate::cuda::tuning::{TileShape, Tuning, MERGE_THREADS};
 use crate::sort::Segments;
@@ -37,10 +37,7 @@ impl LargeSegmentTiles {
     /// Compiles (or takes from the cache) and loads the kernels for `device`.
     pub fn load(device: &Device, tuning: &Tuning) -> CudaResult<Self> {
         let shape = tuning.large_segment_tile;
-        let module = Module::load(
-            SEGMENT_TILES_LARGE,
-            &cached_cubin(SEGMENT_TILES_LARGE, device.arch, tuning)?,
-        )?;
+        let module = load_module(SEGMENT_TILES_LARGE, device.arch, tuning)?;
         let usable = |name: &'static str, key_bytes: usize| -> CudaResult<Option<Kernel>> {
             let kernel = module.kernel(name)?;
             // SAFETY: a function handle of the loaded module.

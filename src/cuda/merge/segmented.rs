@@ -16,7 +16,7 @@ use crate::cuda::merge::passes::MergeKernels;
 use crate::cuda::merge::segment_starts::SegmentStarts;
 use crate::cuda::merge::segment_tiles::{SegmentTile, SegmentTiles};
 use crate::cuda::merge::{check_rows, simple_grid, MergeKeys, MergeSorted};
-use crate::cuda::module::{arg, cached_cubin, launch, Kernel, Module, SEGMENTED};
+use crate::cuda::module::{arg, launch, load_module, Kernel, Module, SEGMENTED};
 use crate::cuda::tuning::{Tuning, MERGE_THREADS, MERGE_TILE, SIMPLE_THREADS};
 use crate::sort::Segments;
 
@@ -39,7 +39,7 @@ pub struct SegmentedSort {
 impl SegmentedSort {
     /// Compiles (or takes from the cache) and loads the kernels for `device`.
     pub fn load(device: &Device, tuning: &Tuning) -> CudaResult<Self> {
-        let module = Module::load(SEGMENTED, &cached_cubin(SEGMENTED, device.arch, tuning)?)?;
+        let module = load_module(SEGMENTED, device.arch, tuning)?;
         Ok(Self {
             merge: MergeKernels::load(&module, "segmented", device, tuning)?,
             segment_ids: module.kernel("segment_ids")?,

@@ -20,7 +20,7 @@ use cudarc::driver::sys::{CUdeviceptr, CUfunction_attribute};
 
 use crate::cuda::error::{CudaError, CudaResult};
 use crate::cuda::memory::device::{Device, DeviceBuffer};
-use crate::cuda::module::{arg, cached_cubin, launch, launch_shared, Kernel, Module, ONESWEEP};
+use crate::cuda::module::{arg, launch, launch_shared, load_module, Kernel, Module, ONESWEEP};
 use crate::cuda::tuning::{
     PassMode, PassShapes, PassTuning, Tuning, ONESWEEP_GATHER_THREADS, ONESWEEP_HISTOGRAM_THREADS,
     ONESWEEP_TILE_BITS,
@@ -136,8 +136,7 @@ type WordHistograms = Vec<[u32; RADIX]>;
 impl Onesweep {
     /// Compiles (or takes from the cache) and loads the kernels for `device`.
     pub fn load(device: &Device, tuning: &Tuning) -> CudaResult<Self> {
-        let cubin = cached_cubin(ONESWEEP, device.arch, tuning)?;
-        let module = Module::load(ONESWEEP, &cubin)?;
+        let module = load_module(ONESWEEP, device.arch, tuning)?;
         let k = |name| module.kernel(name);
         let loaded = Self {
             histogram: [k("onesweep_histogram_u32")?, k("onesweep_histogram_u64")?],
