@@ -129,7 +129,8 @@ impl CudaBackend {
         };
         note_failure(&error, rows);
         let keys = encode_keys(columns)?;
-        let mut run = self.with_empty_state(cpu_fallback(&keys, algorithm, segments)?);
+        let mut run =
+            self.with_empty_state(cpu_fallback(&keys, algorithm, segments, self.share.faults)?);
         run.refine_keys = (!keys.long_keys.is_empty()).then_some(keys);
         Ok(KeySort::Sorted(run))
     }
@@ -155,7 +156,7 @@ impl SortBackend for CudaBackend {
     ) -> Result<SortedRun> {
         if let Some(reason) = disabled_reason() {
             log::debug!("gpusort: CUDA disabled ({reason}); sorting on the CPU");
-            return cpu_fallback(keys, algorithm, segments);
+            return cpu_fallback(keys, algorithm, segments, self.share.faults);
         }
         let (share, limit) = (self.share, self.share.limit);
         let error = match sort_run::sort_rows(&self.runtime, keys, algorithm, segments, share) {
@@ -169,7 +170,7 @@ impl SortBackend for CudaBackend {
             Err(error) => error,
         };
         note_failure(&error, keys.rows);
-        Ok(self.with_empty_state(cpu_fallback(keys, algorithm, segments)?))
+        Ok(self.with_empty_state(cpu_fallback(keys, algorithm, segments, self.share.faults)?))
     }
 
     fn sort_key_columns(
@@ -241,8 +242,9 @@ fn cpu_fallback(
     keys: &EncodedKeys,
     algorithm: AlgorithmChoice,
     segments: Option<&Segments>,
+    faults: FaultScope,
 ) -> Result<SortedRun> {
-    count_fallback();
+    count_fallback(faults);
     let mut run = CpuBackend.sort(keys, algorithm, segments)?;
     run.fell_back = true;
     Ok(run)

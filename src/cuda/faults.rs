@@ -45,6 +45,8 @@ pub struct FaultScope(u64);
 
 static NEXT_SCOPE: AtomicU64 = AtomicU64::new(1);
 static ARMED: Mutex<Vec<(FaultScope, Fault)>> = Mutex::new(Vec::new());
+/// Fallbacks to the CPU of each scope's work.
+static FALLBACKS: Mutex<Vec<(FaultScope, u64)>> = Mutex::new(Vec::new());
 /// Whether any fault is armed: the device's hot paths look no further when none is.
 static ANY_ARMED: AtomicBool = AtomicBool::new(false);
 
@@ -82,6 +84,24 @@ impl FaultScope {
     pub fn is_armed(self, fault: Fault) -> bool {
         let armed = ARMED.lock().unwrap_or_else(|p| p.into_inner());
         armed.contains(&(self, fault))
+    }
+
+    /// Runs and gathers of this scope's work that the CPU took over.
+    pub fn fallbacks(self) -> u64 {
+        let counts = FALLBACKS.lock().unwrap_or_else(|p| p.into_inner());
+        counts
+            .iter()
+            .find(|(s, _)| *s == self)
+            .map_or(0, |(_, n)| *n)
+    }
+
+    /// Counts a fallback of this scope's work.
+    pub(crate) fn count_fallback(self) {
+        let mut counts = FALLBACKS.lock().unwrap_or_else(|p| p.into_inner());
+        match counts.iter_mut().find(|(s, _)| *s == self) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((self, 1)),
+        }
     }
 
     /// Takes `fault` if it is armed in this scope.

@@ -87,11 +87,11 @@ impl RunState for DeviceRun {
         if disabled_reason().is_some() {
             return None;
         }
-        let runtime = Arc::clone(&self.runtime);
+        let (runtime, faults) = (Arc::clone(&self.runtime), self.share.faults);
         match DevicePayload::upload(&runtime, rows, permutation, *self) {
             Ok(payload) => payload.map(|p| Box::new(p) as Box<dyn PayloadGather>),
             Err(error) => {
-                note_gather_failure(&error, permutation.len());
+                note_gather_failure(&error, permutation.len(), faults);
                 None
             }
         }
@@ -233,7 +233,7 @@ impl PayloadGather for DevicePayload {
         let host = match host {
             Ok(host) => host,
             Err(error) => {
-                note_gather_failure(&error, rows);
+                note_gather_failure(&error, rows, self.share.faults);
                 return Ok(None);
             }
         };

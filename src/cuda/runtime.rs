@@ -21,7 +21,7 @@ use std::time::Duration;
 use crate::config::DeviceMemoryLimit;
 use crate::cuda::encode::Encoder;
 use crate::cuda::error::{CudaError, CudaResult};
-use crate::cuda::faults;
+use crate::cuda::faults::{self, FaultScope};
 use crate::cuda::gather::Gatherer;
 use crate::cuda::memory::budget::{DeviceMemoryStats, DeviceShare, Lease, LeaseKind};
 use crate::cuda::memory::device::Device;
@@ -66,8 +66,9 @@ static RUNTIME: OnceLock<std::result::Result<Arc<CudaRuntime>, String>> = OnceLo
 static DISABLED: Mutex<Option<String>> = Mutex::new(None);
 static FALLBACKS: AtomicU64 = AtomicU64::new(0);
 
-/// Runs that the CUDA backend handed to the CPU backend in this process (after an error,
-/// or with the device disabled).
+/// Runs and gathers that the CUDA backend handed to the CPU in this process (after an
+/// error, or with the device disabled), outside any fault scope (those count in
+/// [`FaultScope::fallbacks`]).
 pub fn fallback_count() -> u64 {
     FALLBACKS.load(Ordering::Relaxed)
 }
@@ -276,15 +277,19 @@ impl CudaRuntime {
 /// kernels and other processes.
 pub const DEFAULT_DEVICE_MEMORY_FRACTION: f64 = 0.8;
 
-/// Counts a run or a gather that the CPU took over.
-pub(super) fn count_fallback() {
-    FALLBACKS.fetch_add(1, Ordering::Relaxed);
+/// Counts a run or a gather of work in fault scope `scope` that the CPU took over.
+pub(super) fn count_fallback(scope: FaultScope) {
+    if scope == FaultScope::NONE {
+        FALLBACKS.fetch_add(1, Ordering::Relaxed);
+    } else {
+        scope.count_fallback();
+    }
 }
 
-/// Logs a failed device gather (the host gathers instead, counted as a fallback); a fatal
-/// error disables the device for the process.
-pub(super) fn note_gather_failure(error: &CudaError, rows: usize) {
-    count_fallback();
+/// Logs a failed device gather of work in fault scope `scope` (the host gathers instead,
+/// counted as a fallback); a fatal error disables the device for the process.
+pub(super) fn note_gather_failure(error: &CudaError, rows: usize, scope: FaultScope) {
+    count_fallback(scope);
     note_failure_of("gather", "gathering on the host", error, rows);
 }
 

@@ -138,6 +138,23 @@ fn gpu_session(
     SessionContext::new_with_state(state)
 }
 
+/// The most of metric `name` over the plan's `GpuSortExec`s and their partitions.
+pub fn gpu_sort_metric_max(plan: &Arc<dyn ExecutionPlan>, name: &str) -> usize {
+    let mut most = 0;
+    plan.apply(|node| {
+        if node.downcast_ref::<GpuSortExec>().is_some() {
+            for metric in node.metrics().iter().flat_map(|m| m.iter()) {
+                if metric.value().name() == name {
+                    most = most.max(metric.value().as_usize());
+                }
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .unwrap();
+    most
+}
+
 /// The sum of metric `name` over the plan's `GpuSortExec`s.
 pub fn gpu_sort_metric(plan: &Arc<dyn ExecutionPlan>, name: &str) -> usize {
     let mut total = 0;
