@@ -15,7 +15,14 @@
 //!   sort becomes a whole-partition one (`WindowAggExec`, `gpu_sort.whole_partition_windows`)
 //!   and the two print their expressions differently.
 //!
-//! `GPUSORT_SLT_FILTER=name` runs only files whose name contains `name`.
+//! Environment:
+//! - `GPUSORT_SLT_FILTER=name` runs only files whose name contains `name`;
+//! - `GPUSORT_SLT_BACKEND=cuda` (or `auto`; default `cpu`) forces gpusort's sorts onto that
+//!   backend; `cuda` fails at once when no CUDA device is usable;
+//! - `GPUSORT_SLT_DIR` (our files; default `sql-tests/` of this crate),
+//!   `GPUSORT_SLT_DATAFUSION_DIR` (DataFusion's `test_files`; default: found with
+//!   `cargo metadata`) and `GPUSORT_SLT_WORK_DIR` (scratch output), for a machine without
+//!   cargo or this checkout (the GPU host).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -23,7 +30,7 @@ use std::process::ExitCode;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_sqllogictest::{df_value_validator, value_normalizer, DataFusion};
-use gpusort::{GpuSortConfig, SessionStateBuilderExt};
+use gpusort::{BackendChoice, GpuSortConfig, SessionStateBuilderExt};
 use indicatif::ProgressBar;
 use sqllogictest::{parse_file, strict_column_validator, Normalizer, Record};
 
@@ -54,7 +61,11 @@ fn context(mode: Mode) -> SessionContext {
         .with_default_features();
     let builder = match mode {
         Mode::Stock => builder,
-        Mode::Forced => builder.with_gpu_sort(GpuSortConfig::forced_cpu()),
+        Mode::Forced => {
+            let mut gpu = GpuSortConfig::forced_cpu();
+            gpu.backend = forced_backend();
+            builder.with_gpu_sort(gpu)
+        }
     };
     SessionContext::new_with_state(builder.build())
 }
@@ -162,7 +173,17 @@ async fn failing_records(path: &Path, mode: Mode) -> (Vec<(usize, String)>, usiz
     (failures, count)
 }
 
+/// The backend gpusort's sorts are forced onto (`GPUSORT_SLT_BACKEND`, default `cpu`).
+fn forced_backend() -> BackendChoice {
+    std::env::var("GPUSORT_SLT_BACKEND").map_or(BackendChoice::Cpu, |b| {
+        b.parse().expect("GPUSORT_SLT_BACKEND: cpu, cuda or auto")
+    })
+}
+
 fn datafusion_test_files() -> PathBuf {
+    if let Ok(dir) = std::env::var("GPUSORT_SLT_DATAFUSION_DIR") {
+        return PathBuf::from(dir);
+    }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let out = std::process::Command::new(cargo)
         .args(["metadata", "--format-version", "1"])
@@ -186,7 +207,10 @@ fn selected(name: &str) -> bool {
 
 /// Our files: forced on, all records pass.
 async fn run_own_files() -> usize {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("sql-tests");
+    let dir = std::env::var("GPUSORT_SLT_DIR").map_or_else(
+        |_| Path::new(env!("CARGO_MANIFEST_DIR")).join("sql-tests"),
+        PathBuf::from,
+    );
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -218,7 +242,10 @@ fn name_of(path: &Path) -> String {
 async fn run_datafusion_files() -> usize {
     let dir = datafusion_test_files();
     // Work where DataFusion's files expect to write their scratch output.
-    let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join("slt-work");
+    let work = std::env::var("GPUSORT_SLT_WORK_DIR").map_or_else(
+        |_| Path::new(env!("CARGO_TARGET_TMPDIR")).join("slt-work"),
+        PathBuf::from,
+    );
     std::fs::create_dir_all(work.join("test_files/scratch")).unwrap();
     std::env::set_current_dir(&work).unwrap();
     let mut regressions = 0;
@@ -247,6 +274,14 @@ async fn run_datafusion_files() -> usize {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    let backend = forced_backend();
+    if backend == BackendChoice::Cuda {
+        if let Err(why) = gpusort::cuda::runtime() {
+            println!("sqllogictests: GPUSORT_SLT_BACKEND=cuda but no CUDA device is usable: {why}");
+            return ExitCode::FAILURE;
+        }
+    }
+    println!("sqllogictests: gpusort forced onto the {backend} backend");
     let own_errors = run_own_files().await;
     let regressions = run_datafusion_files().await;
     println!("sqllogictests: {own_errors} failures in our files, {regressions} regressions in DataFusion's");

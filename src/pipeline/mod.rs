@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! inputs (files, dirs, globs) ──resolve, read footers──► DataFusion scan (all cores)
-//!   ──► ORDER BY through gpusort's operator (GPU when usable; spills under --memory-limit)
+//!   ──► ORDER BY through gpusort's operator (GPU when usable; spills past --memory-limit,
+//!       by default half the memory the process may use)
 //!   ──► [LIMIT] ──batches──► writer thread: Parquet (sorting_columns declared), temp name
 //!   ──► rename into place on success; removed on any error
 //! ```
@@ -12,11 +13,13 @@
 //! - `inputs`: input paths → files.
 //! - `output`: the atomic Parquet writer.
 //! - `row_groups`: one Parquet file, row groups encoded in parallel.
+//! - `memory`: the default memory limit.
 //! - `progress`: live row counts read from the running plan's metrics.
 //! - `error`: [`PipelineError`], one variant per way a job fails.
 
 mod error;
 mod inputs;
+pub mod memory;
 mod order_by;
 mod output;
 mod progress;
@@ -70,7 +73,9 @@ pub struct SortJob {
     pub row_group_rows: usize,
     /// `zstd(1)`, `snappy`, `lz4`, `gzip(6)`, `brotli(4)`, `uncompressed`, ...
     pub compression: String,
-    /// Memory pool size in bytes (sorts spill beyond it).
+    /// Memory pool size in bytes (sorts spill beyond it); by default
+    /// [`memory::default_memory_limit`], half the memory this process may use; `None`: no
+    /// limit.
     pub memory_limit: Option<usize>,
     /// Replace an existing output.
     pub overwrite: bool,
@@ -94,7 +99,7 @@ impl SortJob {
             max_rows_per_file: None,
             row_group_rows: DEFAULT_ROW_GROUP_ROWS,
             compression: "zstd(1)".into(),
-            memory_limit: None,
+            memory_limit: memory::default_memory_limit(),
             overwrite: false,
             backend: BackendChoice::Auto,
             target_partitions: None,

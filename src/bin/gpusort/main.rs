@@ -85,7 +85,8 @@ enum Command {
         /// Compression: zstd[(level)], snappy, lz4, lz4_raw, gzip[(level)], brotli[(level)], none.
         #[arg(long, default_value = "zstd(1)")]
         compression: String,
-        /// Memory limit (e.g. 4G); larger inputs spill to disk.
+        /// Memory limit (e.g. 4G); larger inputs spill to disk. Default: half the memory
+        /// this process may use (RAM, or its cgroup's limit).
         #[arg(long, value_parser = gpusort::parse_bytes)]
         memory_limit: Option<usize>,
         /// Replace an existing output.
@@ -192,7 +193,9 @@ async fn main() {
             job.max_rows_per_file = max_rows_per_file;
             job.row_group_rows = row_group_rows;
             job.compression = compression;
-            job.memory_limit = memory_limit;
+            if memory_limit.is_some() {
+                job.memory_limit = memory_limit;
+            }
             job.overwrite = overwrite;
             job.backend = backend;
             if let Err(e) = sort::run(job, quiet, timings).await {
