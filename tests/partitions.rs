@@ -50,3 +50,9 @@ async fn spill_everywhere_within_the_limit() {
 async fn runs_sorted_in_pieces() {
     cases::runs_sorted_in_pieces(20).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dropping_a_query_stops_every_path() {
+    let cpu = std::sync::Arc::new(gpusort::sort::CpuBackend);
+    common::cancel::dropping_a_query_stops_every_path(cpu, 100_000).await;
+}

@@ -221,9 +221,8 @@ impl InputBuffer {
         let Some(routing) = self.routing.clone() else {
             return Ok(vec![(input, batches)]);
         };
-        let parts = tokio::task::spawn_blocking(move || routing.split(batches))
-            .await
-            .map_err(|e| DataFusionError::External(Box::new(e)))??;
+        let cancel = &self.resources.spec.cancel;
+        let parts = cancel.blocking(move || routing.split(batches)).await?;
         Ok(parts.into_iter().enumerate().collect())
     }
 
@@ -243,11 +242,10 @@ impl InputBuffer {
                 spiller,
                 ..
             } = self.resources.clone();
-            let spilled = tokio::task::spawn_blocking(move || {
-                spiller.sort_to_disk(&spec, run, batch_rows, &metrics)
-            })
-            .await
-            .map_err(|e| DataFusionError::External(Box::new(e)))??;
+            let cancel = spec.cancel.clone();
+            let spilled = cancel
+                .blocking(move || spiller.sort_to_disk(&spec, run, batch_rows, &metrics))
+                .await?;
             self.spilled[partition].extend(spilled.map(|run| (input, run)));
         }
         Ok(())

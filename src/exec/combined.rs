@@ -23,7 +23,8 @@
 //! Any consumer order works: the shared task drains every input partition itself, so
 //! partition i can be read to its end before partition j is even executed. A partition
 //! executed a second time starts a new execution (and so a new shared sort); the shared
-//! task ends, aborted, when the last of its output streams is dropped.
+//! task ends, aborted and its blocking jobs cancelled, when the last of its output streams
+//! is dropped.
 
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
@@ -42,6 +43,7 @@ use tokio::sync::mpsc::Sender;
 use tokio::sync::oneshot;
 
 use super::buffer::{Buffered, Drained, InputBuffer};
+use super::cancel::Cancel;
 use super::hash_routing::HashRouting;
 use super::metrics::SortMetrics;
 use super::resources::SortResources;
@@ -99,6 +101,14 @@ pub(super) struct CombinedSort {
     result: Shared<BoxFuture<'static, SharedResult>>,
     /// Aborted when the last output stream (and the exec's claim) lets go of it.
     _task: SpawnedTask<()>,
+    /// Cancels the shared sort's blocking jobs then too.
+    cancel: Cancel,
+}
+
+impl Drop for CombinedSort {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
 }
 
 impl std::fmt::Debug for CombinedSort {
@@ -143,6 +153,14 @@ impl CombinedSort {
         reservation: MemoryReservation,
         routing: Option<Arc<HashRouting>>,
     ) -> Arc<Self> {
+        // The shared sort stops when every partition let go, not when the first one does.
+        let mut spec = SortSpec::clone(&resources.spec);
+        spec.cancel = spec.cancel.fresh();
+        let cancel = spec.cancel.clone();
+        let resources = SortResources {
+            spec: Arc::new(spec),
+            ..resources
+        };
         let (tx, rx) = oneshot::channel();
         let task = SpawnedTask::spawn(async move {
             let combined = combine(inputs, resources, reservation, routing).await;
@@ -160,6 +178,7 @@ impl CombinedSort {
         Arc::new(Self {
             result,
             _task: task,
+            cancel,
         })
     }
 
@@ -174,6 +193,7 @@ impl CombinedSort {
             OUTPUT_CHANNEL_BATCHES,
         );
         let tx = builder.tx();
+        let cancel = resources.spec.cancel.clone();
         builder.spawn(async move {
             let output = PartitionOutput {
                 partition,
@@ -181,7 +201,7 @@ impl CombinedSort {
             };
             output.emit(self, tx).await
         });
-        builder.build()
+        cancel.on_drop(builder.build())
     }
 }
 
@@ -218,9 +238,7 @@ async fn combine(
             None => partitions,
             Some(routing) => {
                 let all = partitions.into_iter().flatten().collect();
-                tokio::task::spawn_blocking(move || routing.split(all))
-                    .await
-                    .map_err(|e| DataFusionError::External(Box::new(e)))??
+                spec.cancel.blocking(move || routing.split(all)).await?
             }
         };
         return Ok(Combined::separate(
@@ -228,11 +246,12 @@ async fn combine(
             reservation,
         ));
     }
-    let sorted = tokio::task::spawn_blocking(move || {
-        sort_together(&spec, partitions, routing.as_deref(), &metrics, reservation)
-    })
-    .await
-    .map_err(|e| DataFusionError::External(Box::new(e)))??;
+    let cancel = spec.cancel.clone();
+    let sorted = cancel
+        .blocking(move || {
+            sort_together(&spec, partitions, routing.as_deref(), &metrics, reservation)
+        })
+        .await?;
     Ok(Combined::Sorted(Arc::new(sorted)))
 }
 
@@ -281,6 +300,7 @@ fn sort_together(
         }
     };
     trace::event(|| "shared sort: sorted".to_string());
+    spec.cancel.check()?;
     let payload = {
         let _timer = metrics.gather_time.timer();
         sorter.device_payload(&rows, &order.permutation, order.state)
@@ -332,9 +352,8 @@ impl PartitionOutput {
             Combined::Sorted(sorted) => {
                 let sorted = Arc::clone(sorted);
                 let metrics = self.resources.metrics.clone();
-                tokio::task::spawn_blocking(move || self.gather(&sorted, &tx))
-                    .await
-                    .map_err(|e| DataFusionError::External(Box::new(e)))??;
+                let cancel = self.resources.spec.cancel.clone();
+                cancel.blocking(move || self.gather(&sorted, &tx)).await?;
                 metrics.baseline.done();
             }
             Combined::Separate {

@@ -29,6 +29,7 @@
 //! equal values of those keys: the segmented strategy.
 
 use std::fmt;
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -45,6 +46,7 @@ use datafusion::physical_plan::{
     Partitioning, PlanProperties, SendableRecordBatchStream,
 };
 
+use super::cancel::Cancel;
 use super::combined::{CombinedSort, CombinedSorts};
 use super::hash_routing::HashRouting;
 use super::metrics::SortMetrics;
@@ -88,6 +90,8 @@ pub struct GpuSortExec {
     prefix: usize,
     /// The shared sorts of all partitions, when they are sorted at once.
     combined: Arc<CombinedSorts>,
+    /// Blocking jobs (runs being sorted or gathered) of its executions still running.
+    jobs: Arc<AtomicUsize>,
     /// The hash partitioning it produces from its input itself, in place of a repartition.
     routing: Option<Arc<HashRouting>>,
     /// Rows per output batch of a sorted run, when not the session's batch size.
@@ -117,6 +121,7 @@ impl GpuSortExec {
             cache: Arc::clone(reference.properties()),
             prefix,
             combined: Arc::default(),
+            jobs: Arc::default(),
             routing: None,
             run_batch_rows: None,
             input,
@@ -199,6 +204,12 @@ impl GpuSortExec {
     /// within runs of equal values of those); 0 when none.
     pub fn ordered_prefix(&self) -> usize {
         self.prefix
+    }
+
+    /// Blocking jobs of its executions still running (a run being sorted, spilled or
+    /// gathered): 0 soon after every output stream of a query is dropped.
+    pub fn live_jobs(&self) -> usize {
+        self.jobs.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The backend's name: `cpu` or `cuda`.
@@ -384,6 +395,7 @@ impl ExecutionPlan for GpuSortExec {
             prefix: if self.uses_segments() { self.prefix } else { 0 },
             device_gather_min_rows: self.options.device_gather_min_rows,
             backend: Arc::clone(&self.options.backend),
+            cancel: Cancel::counting(Arc::clone(&self.jobs)),
         });
         let resources = SortResources {
             schema: self.schema(),
@@ -417,11 +429,13 @@ impl ExecutionPlan for GpuSortExec {
         let reservation = MemoryConsumer::new(format!("GpuSortExec[{partition}]"))
             .with_can_spill(true)
             .register(context.memory_pool());
-        Ok(sort_stream(SortTask {
+        let cancel = resources.spec.cancel.clone();
+        let stream = sort_stream(SortTask {
             inputs,
             reservation,
             resources,
-        }))
+        });
+        Ok(cancel.on_drop(stream))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {

@@ -10,9 +10,11 @@
 //! - `spill`: sorted runs written to and read back from disk.
 //! - `run`: `RunSorter`, one run: keys → encode → backend sort → gather.
 //! - `pieces`: a run the device cannot hold, sorted in pieces.
+//! - `cancel`: stopping a sort whose consumers went away; its blocking jobs counted.
 //! - `metrics`: stage times and transfer bytes.
 
 mod buffer;
+mod cancel;
 mod combined;
 mod gpu_sort_exec;
 mod hash_routing;

@@ -19,6 +19,7 @@ use datafusion::arrow;
 use datafusion::common::{internal_err, Result};
 use datafusion::physical_expr::LexOrdering;
 
+use super::cancel::Cancel;
 use super::hash_routing::{id_arrays, total_counts, HashRouting};
 use super::metrics::SortMetrics;
 use crate::config::AlgorithmChoice;
@@ -52,6 +53,8 @@ pub(super) struct SortSpec {
     pub device_gather_min_rows: usize,
     /// The backend that sorts.
     pub backend: Arc<dyn SortBackend>,
+    /// Set when the sort's consumers went away; its blocking jobs stop at the next stage.
+    pub cancel: Cancel,
 }
 
 /// Cuts `batches` into runs of at most `run_rows` rows, in input order; batches larger
@@ -191,6 +194,7 @@ impl<'a> RunSorter<'a> {
         emit: &mut dyn FnMut(RecordBatch) -> bool,
     ) -> Result<bool> {
         let (spec, metrics) = (self.spec, self.metrics);
+        spec.cancel.check()?;
         let rows = RunRows::new(batches);
         if rows.rows() == 0 {
             return Ok(true);
@@ -214,6 +218,7 @@ impl<'a> RunSorter<'a> {
         if let Some(fetch) = spec.fetch {
             permutation.truncate(fetch);
         }
+        spec.cancel.check()?;
         let mut payload = {
             let _timer = metrics.gather_time.timer();
             self.device_payload(&rows, &permutation, state)
@@ -230,6 +235,7 @@ impl<'a> RunSorter<'a> {
     /// backend's device cannot hold is sorted in pieces between partitions and segments
     /// where it has them, else on the CPU.
     pub(super) fn order_rows(&self, rows: &RunRows, apart: Apart<'_>) -> Result<RunOrder> {
+        self.spec.cancel.check()?;
         if rows.rows() == 0 {
             return Ok(RunOrder::empty());
         }
@@ -275,6 +281,7 @@ impl<'a> RunSorter<'a> {
         routing: &HashRouting,
     ) -> Result<(RunOrder, Vec<usize>)> {
         let (spec, metrics) = (self.spec, self.metrics);
+        spec.cancel.check()?;
         if spec.prefix != 0 {
             return internal_err!("gpusort: partition ids sorted before an ordered prefix");
         }
@@ -385,6 +392,9 @@ impl<'a> RunSorter<'a> {
         state: Option<Box<dyn RunState>>,
     ) -> Option<Box<dyn PayloadGather>> {
         let spec = self.spec;
+        if spec.cancel.is_cancelled() {
+            return None;
+        }
         let state = state.filter(|_| permutation.len() >= spec.device_gather_min_rows)?;
         state.payload_gatherer(rows, permutation)
     }
@@ -400,14 +410,16 @@ impl<'a> RunSorter<'a> {
         emit: impl FnMut(RecordBatch) -> bool,
     ) -> Result<()> {
         let (spec, metrics) = (self.spec, self.metrics);
+        spec.cancel.check()?;
         let _timer = metrics.gather_time.timer();
         let _compute = metrics.baseline.elapsed_compute().timer();
+        let mut emit = emit;
         let gathered = gather_sorted(
             rows,
             permutation,
             spec.run_batch_rows,
             payload.as_deref_mut(),
-            emit,
+            |batch| !spec.cancel.is_cancelled() && emit(batch),
         );
         if let Some(payload) = &payload {
             metrics.record_payload(payload.stats(), payload.columns().len());

@@ -10,16 +10,16 @@
 //!              (ties broken by run index: stable) ──────────────► channel ──► consumer
 //! ```
 //!
-//! Dropping the stream aborts the collecting task; a blocking sort sees the closed
-//! channel at its next output batch and stops. The memory reservation is released when
-//! the task ends either way.
+//! Dropping the stream aborts the collecting task and cancels the sort (`cancel.rs`): a
+//! blocking sort stops at its next stage or output batch. The memory reservation is
+//! released when the task ends either way.
 
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use datafusion::arrow;
-use datafusion::common::{DataFusionError, Result};
+use datafusion::common::Result;
 use datafusion::execution::memory_pool::MemoryReservation;
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::physical_plan::stream::RecordBatchReceiverStream;
@@ -136,14 +136,15 @@ async fn sort_run_into(
     metrics: SortMetrics,
     tx: Sender<Result<RecordBatch>>,
 ) -> Result<()> {
-    tokio::task::spawn_blocking(move || {
-        RunSorter::new(&spec, &metrics).sort_run(run, |batch| {
-            metrics.baseline.record_output(batch.num_rows());
-            tx.blocking_send(Ok(batch)).is_ok()
+    let cancel = spec.cancel.clone();
+    cancel
+        .blocking(move || {
+            RunSorter::new(&spec, &metrics).sort_run(run, |batch| {
+                metrics.baseline.record_output(batch.num_rows());
+                tx.blocking_send(Ok(batch)).is_ok()
+            })
         })
-    })
-    .await
-    .map_err(|e| DataFusionError::External(Box::new(e)))?
+        .await
 }
 
 /// Sorts every run into memory; empty when the consumer went away meanwhile.
@@ -157,17 +158,18 @@ async fn sort_runs_in_memory(
     let mut sorted_runs = Vec::with_capacity(runs.len());
     for run in runs {
         let (spec, metrics) = (Arc::clone(spec), metrics.clone());
-        let sorted = tokio::task::spawn_blocking(move || {
-            let mut out = Vec::new();
-            RunSorter::new(&spec, &metrics)
-                .sort_run(run, |batch| {
-                    out.push(batch);
-                    true
-                })
-                .map(|_| out)
-        })
-        .await
-        .map_err(|e| DataFusionError::External(Box::new(e)))??;
+        let cancel = spec.cancel.clone();
+        let sorted = cancel
+            .blocking(move || {
+                let mut out = Vec::new();
+                RunSorter::new(&spec, &metrics)
+                    .sort_run(run, |batch| {
+                        out.push(batch);
+                        true
+                    })
+                    .map(|_| out)
+            })
+            .await?;
         if tx.is_closed() {
             return Ok(Vec::new());
         }

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod cancel;
 pub mod compare;
 pub mod data;
 pub mod differential;

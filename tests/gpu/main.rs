@@ -22,6 +22,7 @@
 
 //! - `budget.rs`: the device memory limit: runs past it, or out of memory, sorted in pieces on
 //!   the device; sixteen queries at once within it; idle memory given back;
+//! - `cancel.rs`: a dropped query stops every path and frees the device's memory;
 //! - `merge.rs`, `segmented.rs`: the locality and segmented sorts, segment tiles;
 //! - `routing.rs`: hash routed window sorts and partition ids made on the device.
 
@@ -129,6 +130,7 @@ macro_rules! gpu_test {
 
 /// Keys-only and row-id sorts of every size of [`sizes_for`] on random keys.
 mod budget;
+mod cancel;
 mod differential;
 mod encode;
 mod faults;
