@@ -528,6 +528,75 @@ fn the_command_line_sorts_and_reports() {
     );
 }
 
+/// Every file under `dir`, recursively.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(files_under(&path));
+        }
+        files.push(path);
+    }
+    files
+}
+
+/// SIGTERM or SIGINT while `gpusort sort` spills: it stops, exits with 128 + the signal,
+/// and leaves neither its temporary output nor its spill files (nor their directory).
+#[test]
+fn a_signal_leaves_no_temporary_or_spill_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let batch = table(300_000, "pipeline-signal");
+    let input = dir.path().join("in");
+    write_parquet_files(&input, &batch, 4);
+    let output = dir.path().join("out.parquet");
+    let glob = format!("{}/*.parquet", input.display());
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gpusort"))
+            .args(["sort", &glob, "-o", output.to_str().unwrap()])
+            .args([
+                "--by",
+                "k0, k1",
+                "--backend",
+                "cpu",
+                "--memory-limit",
+                "16M",
+                "-q",
+            ])
+            .env("TMPDIR", tmp.path())
+            .spawn()
+            .unwrap();
+        // Signalled once it has spilled.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while files_under(tmp.path()).iter().all(|p| p.is_dir()) {
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "ended before it spilled"
+            );
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no spill file appeared"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        // SAFETY: sends a signal to our own child.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(128 + signal), "signal {signal}");
+        assert_eq!(
+            files_under(tmp.path()),
+            Vec::<PathBuf>::new(),
+            "signal {signal}"
+        );
+        assert_eq!(
+            listing(dir.path()),
+            vec!["in".to_string()],
+            "signal {signal}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn memory_limited_sort_spills_and_matches() {
     let dir = tempfile::tempdir().unwrap();

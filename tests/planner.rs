@@ -279,44 +279,63 @@ async fn memory_pool_is_back_to_zero_and_limits_give_clear_errors() {
 }
 
 /// The buffered input, its sorted copies and the permutation stay in the session's pool
-/// while a slow consumer reads the output, and leave it when the output is done.
-#[tokio::test]
+/// while a slow consumer reads the output, and leave it when the output is done: for an
+/// ORDER BY and a window's sort (combined over 16 partitions, hash routed), over 1 and 16
+/// partitions, under an unbounded pool and a fair one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn buffered_input_stays_accounted_until_the_output_is_read() {
+    use datafusion::execution::memory_pool::{FairSpillPool, MemoryPool, UnboundedMemoryPool};
     use futures::StreamExt;
-    let runtime = RuntimeEnvBuilder::new().build_arc().unwrap();
-    let state = SessionStateBuilder::new()
-        .with_config(
-            SessionConfig::new()
-                .with_batch_size(100)
-                .with_target_partitions(1),
-        )
-        .with_runtime_env(Arc::clone(&runtime))
-        .with_default_features()
-        .with_gpu_sort(GpuSortConfig::forced_cpu())
-        .build();
-    let ctx = SessionContext::new_with_state(state);
     let rows = 200_000;
-    ctx.register_table("t", Arc::new(table(rows, 1))).unwrap();
-    let mut stream = ctx
-        .sql("SELECT * FROM t ORDER BY k")
-        .await
-        .unwrap()
-        .execute_stream()
-        .await
-        .unwrap();
-    let mut read = stream.next().await.unwrap().unwrap().num_rows();
-    // The consumer stalls here: the int columns alone are 12 bytes a row.
-    let held = runtime.memory_pool.reserved();
-    assert!(
-        held >= 12 * rows,
-        "{held} bytes reserved while {rows} buffered rows wait for a stalled consumer"
-    );
-    while let Some(batch) = stream.next().await {
-        read += batch.unwrap().num_rows();
+    for partitions in [1, 16] {
+        for (sql, what) in [
+            ("SELECT * FROM t ORDER BY k", "ORDER BY"),
+            (
+                "SELECT g, k, s, ROW_NUMBER() OVER (PARTITION BY g ORDER BY k) AS rn FROM t",
+                "a window's sort",
+            ),
+        ] {
+            let pools: [(&str, Arc<dyn MemoryPool>); 2] = [
+                ("unbounded", Arc::new(UnboundedMemoryPool::default())),
+                ("fair", Arc::new(FairSpillPool::new(1 << 30))),
+            ];
+            for (pool_name, pool) in pools {
+                let case = format!("{what}, {partitions} partitions, {pool_name} pool");
+                let runtime = RuntimeEnvBuilder::new()
+                    .with_memory_pool(pool)
+                    .build_arc()
+                    .unwrap();
+                let state = SessionStateBuilder::new()
+                    .with_config(
+                        SessionConfig::new()
+                            .with_batch_size(100)
+                            .with_target_partitions(partitions),
+                    )
+                    .with_runtime_env(Arc::clone(&runtime))
+                    .with_default_features()
+                    .with_gpu_sort(GpuSortConfig::forced_cpu())
+                    .build();
+                let ctx = SessionContext::new_with_state(state);
+                ctx.register_table("t", Arc::new(table(rows, partitions)))
+                    .unwrap();
+                let mut stream = ctx.sql(sql).await.unwrap().execute_stream().await.unwrap();
+                let mut read = stream.next().await.unwrap().unwrap().num_rows();
+                // The consumer stalls here: the int columns alone are 12 bytes a row.
+                let held = runtime.memory_pool.reserved();
+                assert!(
+                    held >= 12 * rows,
+                    "{case}: {held} bytes reserved while {rows} buffered rows wait for a \
+                     stalled consumer"
+                );
+                while let Some(batch) = stream.next().await {
+                    read += batch.unwrap().num_rows();
+                }
+                assert_eq!(read, rows, "{case}");
+                drop(stream);
+                assert_pool_drains(&runtime, &format!("{case}, after the output was read")).await;
+            }
+        }
     }
-    assert_eq!(read, rows);
-    drop(stream);
-    assert_pool_drains(&runtime, "after the output was read").await;
 }
 
 /// A memory table's scan hands out slices of its arrays at the session's batch size; the

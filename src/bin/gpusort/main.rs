@@ -18,6 +18,7 @@ mod bench_tables;
 mod bench_tpch;
 mod demo;
 mod session;
+mod signals;
 mod sort;
 mod sql;
 
@@ -157,10 +158,22 @@ enum BenchCommand {
     Sql(bench_sql::SqlBench),
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let code = runtime.block_on(run(cli));
+    // A job stopped by a signal drops its sort; the sort's blocking jobs stop at their next
+    // stage and let go of the spill files, which are removed then.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(30));
+    std::process::exit(code);
+}
+
+/// Runs the command; the process's exit code.
+async fn run(cli: Cli) -> i32 {
     let result = match cli.command {
         Command::Demo {
             rows,
@@ -198,11 +211,18 @@ async fn main() {
             }
             job.overwrite = overwrite;
             job.backend = backend;
-            if let Err(e) = sort::run(job, quiet, timings).await {
-                eprintln!("gpusort: error: {e}");
-                std::process::exit(1);
-            }
-            Ok(())
+            signals::install();
+            return match sort::run(job, quiet, timings).await {
+                Ok(_) => 0,
+                Err(sort::Stopped::Failed(e)) => {
+                    eprintln!("gpusort: error: {e}");
+                    1
+                }
+                Err(sort::Stopped::Signal(signal)) => {
+                    eprintln!("gpusort: stopped by signal {signal}; nothing was written");
+                    signals::exit_code(signal)
+                }
+            };
         }
         Command::Bench {
             what:
@@ -245,8 +265,11 @@ async fn main() {
             what: BenchCommand::Sql(options),
         } => bench_sql::run(&options).await,
     };
-    if let Err(e) = result {
-        eprintln!("gpusort: error: {e}");
-        std::process::exit(1);
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("gpusort: error: {e}");
+            1
+        }
     }
 }

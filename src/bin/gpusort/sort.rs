@@ -9,16 +9,30 @@ use std::time::Duration;
 use gpusort::pipeline::{sort_files, Progress, ProgressSnapshot, SortJob, SortSummary};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-/// Runs `job`; the summary line goes to stdout unless `quiet`, with the stage times when
-/// `timings`.
-pub async fn run(job: SortJob, quiet: bool, timings: bool) -> Result<SortSummary, String> {
+use crate::signals;
+
+/// Why a job did not finish.
+pub enum Stopped {
+    /// It failed, for this reason.
+    Failed(String),
+    /// SIGINT or SIGTERM (this number) stopped it; nothing was written.
+    Signal(i32),
+}
+
+/// Runs `job` until it ends or a SIGINT or SIGTERM stops it (the job is dropped: its
+/// temporary output is removed, its sort cancelled); the summary line goes to stdout unless
+/// `quiet`, with the stage times when `timings`.
+pub async fn run(job: SortJob, quiet: bool, timings: bool) -> Result<SortSummary, Stopped> {
     let progress = Arc::new(Progress::new());
     let display = (!quiet).then(|| Display::start(Arc::clone(&progress)));
-    let result = sort_files(&job, &progress).await;
+    let result = tokio::select! {
+        result = sort_files(&job, &progress) => result.map_err(|e| Stopped::Failed(e.to_string())),
+        signal = signals::received() => Err(Stopped::Signal(signal)),
+    };
     if let Some(display) = display {
         display.finish().await;
     }
-    let summary = result.map_err(|e| e.to_string())?;
+    let summary = result?;
     if !quiet {
         println!("{summary}");
         if timings {
