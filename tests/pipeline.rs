@@ -324,7 +324,7 @@ async fn a_failed_write_leaves_no_output_and_keeps_the_old_one() {
         failing.max_rows_per_file = split;
         failing.inject_write_failure_after = Some(10_000);
         let err = sort_files(&failing, &Progress::new()).await.unwrap_err();
-        assert!(err.to_string().contains("injected write failure"), "{err}");
+        assert!(err.to_string().contains("No space left on device"), "{err}");
         assert_eq!(
             listing(dir.path()),
             ["in"],
@@ -595,6 +595,78 @@ fn a_signal_leaves_no_temporary_or_spill_files() {
             "signal {signal}"
         );
     }
+}
+
+/// A small tmpfs mounted for a test (needs the right to mount: root, outside most
+/// containers' limits); unmounted when dropped.
+struct SmallFs(tempfile::TempDir);
+
+impl SmallFs {
+    fn mount(bytes: usize) -> Option<Self> {
+        let dir = tempfile::tempdir().ok()?;
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .ok()?;
+        mounted.status.success().then_some(Self(dir))
+    }
+
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0.path()).output();
+    }
+}
+
+/// A full disk (a real ENOSPC, on a 1 MiB tmpfs) under the output or under the spill
+/// files: the job fails and says so, and leaves no output, no temporary file and no spill
+/// file. Where no tmpfs can be mounted, the injected ENOSPC of
+/// `a_failed_write_leaves_no_output_and_keeps_the_old_one` stands in.
+#[test]
+fn a_full_disk_fails_cleanly() {
+    let (Some(out_fs), Some(spill_fs)) = (SmallFs::mount(1 << 20), SmallFs::mount(1 << 20)) else {
+        eprintln!("skipped: no tmpfs can be mounted here");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let batch = table(200_000, "pipeline-enospc");
+    let input = dir.path().join("in");
+    write_parquet_files(&input, &batch, 2);
+    let glob = format!("{}/*.parquet", input.display());
+    let sort = |output: &Path, tmp: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_gpusort"))
+            .args(["sort", &glob, "-o", output.to_str().unwrap()])
+            .args([
+                "--by",
+                "k0, k1",
+                "--backend",
+                "cpu",
+                "--memory-limit",
+                "16M",
+                "-q",
+            ])
+            .env("TMPDIR", tmp)
+            .output()
+            .unwrap()
+    };
+    // The output's disk fills up.
+    let ran = sort(&out_fs.path().join("out.parquet"), dir.path());
+    let stderr = String::from_utf8_lossy(&ran.stderr);
+    assert_eq!(ran.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    assert_eq!(files_under(out_fs.path()), Vec::<PathBuf>::new());
+    // The spill files' disk fills up.
+    let ran = sort(&dir.path().join("out.parquet"), spill_fs.path());
+    let stderr = String::from_utf8_lossy(&ran.stderr);
+    assert_eq!(ran.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    assert_eq!(files_under(spill_fs.path()), Vec::<PathBuf>::new());
+    assert_eq!(listing(dir.path()), vec!["in".to_string()]);
 }
 
 #[tokio::test]

@@ -83,7 +83,8 @@ pub struct SortJob {
     pub backend: BackendChoice,
     /// Partitions of the scan (default: the number of cores).
     pub target_partitions: Option<usize>,
-    /// Test hook: fail the write once this many rows are written.
+    /// Test hook: fail the write once this many rows are written, as a full disk (ENOSPC)
+    /// would.
     #[doc(hidden)]
     pub inject_write_failure_after: Option<u64>,
 }
@@ -331,7 +332,11 @@ async fn run_and_write(
             output.write(&batch)?;
             written.store(output.rows(), std::sync::atomic::Ordering::Relaxed);
             if fail_after.is_some_and(|n| output.rows() >= n) {
-                return Err(PipelineError::BadOption("injected write failure".into()));
+                // As a full disk would fail it.
+                let full = std::io::Error::from_raw_os_error(libc::ENOSPC);
+                return Err(PipelineError::io("writing (injected)", output.open_path())(
+                    full,
+                ));
             }
         }
         Ok(output)

@@ -245,7 +245,7 @@ impl ParquetOutput {
 
     /// Where the file being written (the last one opened) is: the temporary file, or the
     /// last part in the temporary directory.
-    fn open_path(&self) -> PathBuf {
+    pub(super) fn open_path(&self) -> PathBuf {
         match self.file_names.last() {
             Some(name) if self.options.max_rows_per_file.is_some() => self.temp.join(name),
             _ => self.temp.clone(),
