@@ -235,6 +235,11 @@ impl SortBackend for CudaBackend {
 
 /// Logs a failed device sort; a fatal error disables the device for the process.
 fn note_failure(error: &CudaError, rows: usize) {
+    if let CudaError::OverBudget { .. } = error {
+        // Not a failure of the device: it is busy, or the limit is lower than the run.
+        log::debug!("gpusort: {rows} rows do not fit the device now ({error}); sorting on the CPU");
+        return;
+    }
     note_failure_of("sort", "sorting this run on the CPU", error, rows);
 }
 

@@ -26,6 +26,8 @@ pub async fn run(job: SortJob, quiet: bool, timings: bool) -> Result<SortSummary
     let progress = Arc::new(Progress::new());
     let display = (!quiet).then(|| Display::start(Arc::clone(&progress)));
     let result = tokio::select! {
+        // A job that finished wins over a signal that came at the same moment.
+        biased;
         result = sort_files(&job, &progress) => result.map_err(|e| Stopped::Failed(e.to_string())),
         signal = signals::received() => Err(Stopped::Signal(signal)),
     };

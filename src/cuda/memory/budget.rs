@@ -172,14 +172,14 @@ impl DeviceBudget {
             LeaseKind::Sort { bytes } => {
                 let ticket = ledger.next_ticket;
                 ledger.next_ticket += 1;
-                // Waiting for its turn has no deadline; waiting for memory, once it is
-                // first in the queue, has one.
+                // Waiting for its turn has no deadline; waiting for memory, once it is its
+                // turn (the device free, no gather waiting), has one.
                 let mut deadline = None;
                 loop {
                     let first = ledger.serving == ticket;
                     let turn = first && !ledger.busy && ledger.gathers_waiting == 0;
                     let fits = ledger.used == 0 || ledger.used.saturating_add(bytes) <= limit;
-                    if first && deadline.is_none() {
+                    if turn && deadline.is_none() {
                         deadline = Some(Instant::now() + ADMISSION_PATIENCE);
                     }
                     let patience_over = deadline.is_some_and(|d| Instant::now() >= d);
@@ -367,6 +367,35 @@ mod tests {
         let lease = budget.lease(LeaseKind::Sort { bytes: 500 }, share(1000));
         assert!(lease.waited >= ADMISSION_PATIENCE, "{:?}", lease.waited);
         assert_eq!(lease.available, 300);
+    }
+
+    #[test]
+    fn patience_starts_when_the_device_is_free_not_while_another_sort_holds_it() {
+        let budget = Arc::new(DeviceBudget::default());
+        let held_for = ADMISSION_PATIENCE + Duration::from_millis(300);
+        let freed_after = Duration::from_millis(200);
+        let (ready, holding) = std::sync::mpsc::channel();
+        let other = {
+            let budget = Arc::clone(&budget);
+            std::thread::spawn(move || {
+                let first = budget.lease(LeaseKind::Sort { bytes: 800 }, share(1000));
+                budget.charge(800, "the first run's state").unwrap();
+                ready.send(()).unwrap();
+                std::thread::sleep(held_for);
+                drop(first);
+                // The first run's gather frees its state a moment after its sort ended.
+                std::thread::sleep(freed_after);
+                budget.release(800);
+            })
+        };
+        holding.recv().unwrap();
+        let lease = budget.lease(LeaseKind::Sort { bytes: 500 }, share(1000));
+        assert!(lease.waited >= held_for, "{:?}", lease.waited);
+        assert_eq!(
+            lease.available, 1000,
+            "it went in before the memory was freed"
+        );
+        other.join().unwrap();
     }
 
     #[test]
