@@ -445,7 +445,6 @@ async fn unwritable_types_are_named() {
             row_group_rows: 10,
             compression: datafusion::parquet::basic::Compression::SNAPPY,
             overwrite: false,
-            in_flight_bytes: None,
         },
         schema,
         &gpusort::pipeline::parse_order_by("k").unwrap(),

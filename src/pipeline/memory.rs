@@ -7,15 +7,6 @@
 /// allocator's free pages.
 pub const DEFAULT_MEMORY_SHARE: f64 = 0.5;
 
-/// The share of a job's memory limit for the writer's row groups in flight; the sort's
-/// memory pool gets the rest.
-pub const WRITER_MEMORY_SHARE: f64 = 0.2;
-
-/// The bytes of `limit` for the writer's row groups in flight ([`WRITER_MEMORY_SHARE`]).
-pub fn writer_share(limit: usize) -> usize {
-    (limit as f64 * WRITER_MEMORY_SHARE) as usize
-}
-
 /// [`DEFAULT_MEMORY_SHARE`] of the memory this process may use; `None` when it is unknown
 /// (not Linux): then no limit.
 pub fn default_memory_limit() -> Option<usize> {

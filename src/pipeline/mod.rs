@@ -242,7 +242,6 @@ fn output_options(job: &SortJob) -> Result<OutputOptions, PipelineError> {
         row_group_rows: job.row_group_rows,
         compression: parse_compression(&job.compression)?,
         overwrite: job.overwrite,
-        in_flight_bytes: job.memory_limit.map(memory::writer_share),
     })
 }
 
@@ -278,8 +277,7 @@ fn session(job: &SortJob, rule: Arc<GpuSortRule>) -> Result<SessionContext, Pipe
     }
     let mut runtime = RuntimeEnvBuilder::new();
     if let Some(limit) = job.memory_limit {
-        // The writer's row groups in flight take their share of the limit.
-        runtime = runtime.with_memory_limit(limit - memory::writer_share(limit), 1.0);
+        runtime = runtime.with_memory_limit(limit, 1.0);
     }
     let runtime = runtime
         .build_arc()

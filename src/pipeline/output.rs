@@ -40,9 +40,6 @@ pub struct OutputOptions {
     pub compression: Compression,
     /// Replace an existing output.
     pub overwrite: bool,
-    /// The most bytes of rows in row groups being encoded at once (beyond one row group);
-    /// `None`: one row group per core.
-    pub in_flight_bytes: Option<usize>,
 }
 
 impl OutputOptions {
@@ -222,15 +219,12 @@ impl ParquetOutput {
         }
         let path = self.open_path();
         let file = File::create(&path).map_err(PipelineError::io("creating", &path))?;
-        let mut writer = ParallelFileWriter::try_new(
+        let writer = ParallelFileWriter::try_new(
             BufWriter::with_capacity(1 << 20, file),
             Arc::clone(&self.schema),
             self.properties.clone(),
         )
         .map_err(|e| self.write_error(e))?;
-        if let Some(bytes) = self.options.in_flight_bytes {
-            writer = writer.with_max_in_flight_bytes(bytes);
-        }
         self.writer = Some(writer);
         self.rows_in_file = 0;
         Ok(())

@@ -4,9 +4,7 @@
 //! its time on. Here rows are gathered into row groups of `max_row_group_row_count` rows;
 //! each full row group is encoded on the rayon pool (all its columns, by parquet's
 //! `ArrowColumnWriter`s), and the encoded column chunks are appended to the file in row
-//! group order. At most one row group per pool thread is in flight, and no more bytes of
-//! them than the job allows (`with_max_in_flight_bytes`; always at least one), which
-//! bounds memory.
+//! group order. At most one row group per pool thread is in flight, which bounds memory.
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -34,12 +32,8 @@ pub(super) struct ParallelFileWriter<W: Write + Send> {
     /// Rows of the row group being gathered.
     pending: Vec<RecordBatch>,
     pending_rows: usize,
-    /// Row groups being encoded, oldest first, with the bytes of their rows.
-    in_flight: VecDeque<(Encoded, usize)>,
-    /// Bytes of the rows of the row groups in flight.
-    in_flight_bytes: usize,
-    /// The most bytes of rows in flight (beyond one row group).
-    max_in_flight_bytes: usize,
+    /// Row groups being encoded, oldest first.
+    in_flight: VecDeque<Encoded>,
     /// Row groups handed out so far.
     row_groups: usize,
 }
@@ -62,16 +56,8 @@ impl<W: Write + Send> ParallelFileWriter<W> {
             pending: Vec::new(),
             pending_rows: 0,
             in_flight: VecDeque::new(),
-            in_flight_bytes: 0,
-            max_in_flight_bytes: usize::MAX,
             row_groups: 0,
         })
-    }
-
-    /// Keeps at most `bytes` of rows of row groups in flight (but always one row group).
-    pub(super) fn with_max_in_flight_bytes(mut self, bytes: usize) -> Self {
-        self.max_in_flight_bytes = bytes;
-        self
     }
 
     /// Appends the rows of `batch`.
@@ -105,7 +91,6 @@ impl<W: Write + Send> ParallelFileWriter<W> {
     fn dispatch(&mut self) -> Result<()> {
         let batches = std::mem::take(&mut self.pending);
         self.pending_rows = 0;
-        let bytes: usize = batches.iter().map(RecordBatch::get_array_memory_size).sum();
         let (factory, schema, index) = (
             Arc::clone(&self.factory),
             Arc::clone(&self.schema),
@@ -117,19 +102,15 @@ impl<W: Write + Send> ParallelFileWriter<W> {
             let encoded = without_panics(|| encode_row_group(&factory, &schema, index, &batches));
             let _ = tx.send(encoded);
         });
-        self.in_flight.push_back((rx, bytes));
-        self.in_flight_bytes += bytes;
-        while self.in_flight.len() > rayon::current_num_threads()
-            || (self.in_flight.len() > 1 && self.in_flight_bytes > self.max_in_flight_bytes)
-        {
+        self.in_flight.push_back(rx);
+        while self.in_flight.len() > rayon::current_num_threads() {
             self.append_oldest()?;
         }
         Ok(())
     }
 
     fn append_oldest(&mut self) -> Result<()> {
-        let (encoded, bytes) = self.in_flight.pop_front().expect("a row group in flight");
-        self.in_flight_bytes -= bytes;
+        let encoded = self.in_flight.pop_front().expect("a row group in flight");
         let chunks = encoded
             .recv()
             .map_err(|_| ParquetError::General("a row group encoder stopped".into()))??;
@@ -195,45 +176,5 @@ mod tests {
             "{error}"
         );
         assert_eq!(without_panics(|| Ok(7)).unwrap(), 7);
-    }
-
-    #[test]
-    fn row_groups_in_flight_stay_within_their_bytes_and_in_order() {
-        use datafusion::arrow::array::{Int64Array, RecordBatch};
-        use datafusion::arrow::datatypes::{DataType, Field, Schema};
-        use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
-        let batch = RecordBatch::try_new(
-            Arc::clone(&schema),
-            vec![Arc::new(Int64Array::from_iter_values(0..10_000))],
-        )
-        .unwrap();
-        let properties = WriterProperties::builder()
-            .set_max_row_group_row_count(Some(1000))
-            .build();
-        let file = tempfile::tempfile().unwrap();
-        let mut writer = ParallelFileWriter::try_new(file.try_clone().unwrap(), schema, properties)
-            .unwrap()
-            .with_max_in_flight_bytes(1);
-        for at in (0..10_000).step_by(700) {
-            writer
-                .write(&batch.slice(at, 700.min(10_000 - at)))
-                .unwrap();
-            // One row group (8 KB of rows, over the 1-byte bound) at most.
-            assert!(writer.in_flight.len() <= 1);
-        }
-        writer.close().unwrap();
-        let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-            .unwrap()
-            .build()
-            .unwrap();
-        let values: Vec<i64> = reader
-            .flat_map(|b| {
-                let b = b.unwrap();
-                let column = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
-                column.values().to_vec()
-            })
-            .collect();
-        assert_eq!(values, (0..10_000).collect::<Vec<i64>>());
     }
 }
