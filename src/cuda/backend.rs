@@ -80,6 +80,17 @@ impl CudaBackend {
         Box::new(DeviceRun::empty(Arc::clone(&self.runtime), self.share))
     }
 
+    /// Why a run of about `bytes` did not go to the device when `available` were free.
+    fn over_budget(&self, bytes: usize, available: usize) -> CudaError {
+        let limit = self.share.limit;
+        CudaError::OverBudget {
+            bytes,
+            what: "a run",
+            used: limit - available,
+            limit,
+        }
+    }
+
     /// Sorts the key columns of a run on the device; one it cannot hold is `Split` when
     /// `splittable` (and not below [`MIN_DEVICE_PIECE_ROWS`]), else sorted on the CPU.
     fn sort_columns(
@@ -93,14 +104,13 @@ impl CudaBackend {
             return Ok(KeySort::OnHost);
         }
         let rows = columns.first().map_or(0, column_rows);
-        let (share, limit) = (self.share, self.share.limit);
         let error = match sort_run::sort_columns(
             &self.runtime,
             columns,
             rows,
             algorithm,
             segments,
-            share,
+            self.share,
         ) {
             Ok(Fitted::Done(run)) => return Ok(KeySort::Sorted(run)),
             Ok(Fitted::TooLarge { bytes, available }) => {
@@ -110,12 +120,7 @@ impl CudaBackend {
                     log::debug!("gpusort: a run of {rows} rows needs about {bytes} bytes of device memory, {available} are free: sorting it in pieces of {fits} rows");
                     return Ok(KeySort::Split { rows: fits });
                 }
-                CudaError::OverBudget {
-                    bytes,
-                    what: "a run",
-                    used: limit - available,
-                    limit,
-                }
+                self.over_budget(bytes, available)
             }
             Err(error) => {
                 if splittable && error.is_out_of_memory() && rows / 2 >= MIN_DEVICE_PIECE_ROWS {
@@ -158,15 +163,10 @@ impl SortBackend for CudaBackend {
             log::debug!("gpusort: CUDA disabled ({reason}); sorting on the CPU");
             return cpu_fallback(keys, algorithm, segments, self.share.faults);
         }
-        let (share, limit) = (self.share, self.share.limit);
-        let error = match sort_run::sort_rows(&self.runtime, keys, algorithm, segments, share) {
+        let error = match sort_run::sort_rows(&self.runtime, keys, algorithm, segments, self.share)
+        {
             Ok(Fitted::Done(run)) => return Ok(run),
-            Ok(Fitted::TooLarge { bytes, available }) => CudaError::OverBudget {
-                bytes,
-                what: "a run",
-                used: limit - available,
-                limit,
-            },
+            Ok(Fitted::TooLarge { bytes, available }) => self.over_budget(bytes, available),
             Err(error) => error,
         };
         note_failure(&error, keys.rows);

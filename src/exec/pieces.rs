@@ -78,7 +78,7 @@ impl RunSorter<'_> {
                 }
             };
             // Stopped: the consumer went away, or the LIMIT is reached.
-            if !self.sort_run_into(slice_rows(batches, piece), &mut within_fetch)? {
+            if !self.sort_run_or_stop(slice_rows(batches, piece), &mut within_fetch)? {
                 return Ok(false);
             }
         }
@@ -99,7 +99,7 @@ impl RunSorter<'_> {
         let mut sorted = Vec::new();
         for piece in split_runs(batches, piece_rows) {
             let mut out = Vec::new();
-            self.sort_run_into(piece, &mut |batch| {
+            self.sort_run_or_stop(piece, &mut |batch| {
                 out.push(batch);
                 true
             })?;

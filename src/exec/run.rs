@@ -183,12 +183,12 @@ impl<'a> RunSorter<'a> {
         batches: Vec<RecordBatch>,
         mut emit: impl FnMut(RecordBatch) -> bool,
     ) -> Result<()> {
-        self.sort_run_into(batches, &mut emit).map(|_| ())
+        self.sort_run_or_stop(batches, &mut emit).map(|_| ())
     }
 
     /// [`Self::sort_run`]; `false` when it stopped early (`emit` asked it to, or a LIMIT
     /// over pieces was reached).
-    pub(super) fn sort_run_into(
+    pub(super) fn sort_run_or_stop(
         &self,
         batches: Vec<RecordBatch>,
         emit: &mut dyn FnMut(RecordBatch) -> bool,
@@ -392,9 +392,6 @@ impl<'a> RunSorter<'a> {
         state: Option<Box<dyn RunState>>,
     ) -> Option<Box<dyn PayloadGather>> {
         let spec = self.spec;
-        if spec.cancel.is_cancelled() {
-            return None;
-        }
         let state = state.filter(|_| permutation.len() >= spec.device_gather_min_rows)?;
         state.payload_gatherer(rows, permutation)
     }
@@ -407,13 +404,12 @@ impl<'a> RunSorter<'a> {
         rows: &RunRows,
         permutation: &[u32],
         mut payload: Option<&mut (dyn PayloadGather + '_)>,
-        emit: impl FnMut(RecordBatch) -> bool,
+        mut emit: impl FnMut(RecordBatch) -> bool,
     ) -> Result<()> {
         let (spec, metrics) = (self.spec, self.metrics);
         spec.cancel.check()?;
         let _timer = metrics.gather_time.timer();
         let _compute = metrics.baseline.elapsed_compute().timer();
-        let mut emit = emit;
         let gathered = gather_sorted(
             rows,
             permutation,
@@ -476,17 +472,15 @@ impl<'a> RunSorter<'a> {
         let (spec, metrics) = (self.spec, self.metrics);
         let on_device = {
             let _compute = metrics.baseline.elapsed_compute().timer();
-            if splittable {
-                spec.backend
-                    .sort_or_split(columns, spec.algorithm, segments)?
-            } else {
-                match spec
+            match splittable {
+                true => spec
                     .backend
-                    .sort_key_columns(columns, spec.algorithm, segments)?
-                {
-                    Some(sorted) => KeySort::Sorted(sorted),
-                    None => KeySort::OnHost,
-                }
+                    .sort_or_split(columns, spec.algorithm, segments)?,
+                false => KeySort::from(spec.backend.sort_key_columns(
+                    columns,
+                    spec.algorithm,
+                    segments,
+                )?),
             }
         };
         match on_device {

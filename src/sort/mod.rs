@@ -110,6 +110,13 @@ pub enum KeySort {
     },
 }
 
+impl From<Option<SortedRun>> for KeySort {
+    /// What [`SortBackend::sort_key_columns`] returned, as a [`KeySort`].
+    fn from(sorted: Option<SortedRun>) -> Self {
+        sorted.map_or(KeySort::OnHost, KeySort::Sorted)
+    }
+}
+
 /// Sorts (encoded key, row id) pairs, stably.
 pub trait SortBackend: Debug + Send + Sync {
     /// Short name shown in EXPLAIN: `cpu` or `cuda`.
@@ -145,10 +152,8 @@ pub trait SortBackend: Debug + Send + Sync {
         algorithm: AlgorithmChoice,
         segments: Option<&Segments>,
     ) -> Result<KeySort> {
-        Ok(match self.sort_key_columns(columns, algorithm, segments)? {
-            Some(run) => KeySort::Sorted(run),
-            None => KeySort::OnHost,
-        })
+        self.sort_key_columns(columns, algorithm, segments)
+            .map(KeySort::from)
     }
 
     /// Sorts the rows of one run by (partition id, `columns`), as
