@@ -8,6 +8,7 @@
 //! - `resources`: a partition's sort properties and execution resources, travelling together.
 //! - `buffer`: draining the input within the memory reservation; spilling when it is full.
 //! - `spill`: sorted runs written to and read back from disk.
+//! - `views`: string and binary view arrays that pin buffers shared with other arrays.
 //! - `run`: `RunSorter`, one run: keys → encode → backend sort → gather.
 //! - `pieces`: a run the device cannot hold, sorted in pieces.
 //! - `cancel`: stopping a sort whose consumers went away; its blocking jobs counted.
@@ -25,6 +26,7 @@ mod resources;
 mod run;
 mod spill;
 mod stream;
+mod views;
 
 pub use gpu_sort_exec::{GpuSortExec, GpuSortOptions};
 pub use hash_routing::{HashRouting, MAX_ROUTED_PARTITIONS};

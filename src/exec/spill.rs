@@ -16,8 +16,8 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, GenericByteViewArray, RecordBatch};
-use arrow::datatypes::{ByteViewType, DataType, SchemaRef};
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
 use datafusion::arrow;
 use datafusion::common::{resources_err, Result};
 use datafusion::execution::memory_pool::{
@@ -29,11 +29,13 @@ use datafusion::physical_plan::metrics::SpillMetrics;
 use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet};
 use datafusion::physical_plan::sorts::streaming_merge::StreamingMergeBuilder;
 use datafusion::physical_plan::spill::SpillManager;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::SendableRecordBatchStream;
 use futures::StreamExt;
 
 use super::metrics::SortMetrics;
 use super::run::{RunSorter, SortSpec};
+use super::views::{compact_views, memory_when_compact};
 
 /// A spilled batch takes at most this share of the memory the sort held when it spilled.
 /// A merge keeps about [`MERGE_BATCHES_PER_RUN`] batches of each run in memory, so runs
@@ -77,7 +79,7 @@ struct RunSizes {
 
 impl RunSizes {
     fn add(&mut self, batch: &RecordBatch) {
-        let memory = memory_when_read(batch);
+        let memory = memory_when_compact(batch);
         self.max_batch_memory = self.max_batch_memory.max(memory);
         self.max_row_memory = self
             .max_row_memory
@@ -178,7 +180,7 @@ impl RunSpiller {
                 continue;
             };
             if plan.runs >= runs.len() {
-                let stream = self.merged(runs, spec, plan.batch_rows)?;
+                let stream = compacted(self.merged(runs, spec, plan.batch_rows)?);
                 return Ok(ClaimedMerge {
                     stream,
                     _claim: claim,
@@ -228,6 +230,15 @@ impl RunSpiller {
         }
         Ok(file.finish()?.map(|file| sizes.run(file, batch_rows)))
     }
+}
+
+/// `stream` with its batches' view columns compacted: a merge's output points into the
+/// spilled batches it read back, and a consumer holding it would keep those alive whole
+/// (see `views`).
+fn compacted(stream: SendableRecordBatchStream) -> SendableRecordBatchStream {
+    let schema = stream.schema();
+    let compact = stream.map(|batch| batch.and_then(compact_views));
+    Box::pin(RecordBatchStreamAdapter::new(schema, compact))
 }
 
 /// The memory a merge of spilled runs may take: the pool's free memory, shared by
@@ -322,27 +333,6 @@ const SPILLED_MERGE: &str = "GpuSortExec merge of spilled runs (claimed in the s
 pub(super) fn unpooled(name: &'static str) -> MemoryReservation {
     let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedMemoryPool::default());
     MemoryConsumer::new(name).register(&pool)
-}
-
-/// The memory `batch` takes once written and read back. The spill writer compacts string
-/// and binary views (a view array made by a gather shares the input's whole data buffers,
-/// which `get_array_memory_size` would count in full): views, nulls and the bytes of the
-/// values not inlined in their view.
-fn memory_when_read(batch: &RecordBatch) -> usize {
-    batch
-        .columns()
-        .iter()
-        .map(|array| match array.data_type() {
-            DataType::Utf8View => view_memory(array.as_string_view()),
-            DataType::BinaryView => view_memory(array.as_binary_view()),
-            _ => array.get_array_memory_size(),
-        })
-        .sum()
-}
-
-fn view_memory<T: ByteViewType + ?Sized>(array: &GenericByteViewArray<T>) -> usize {
-    let nulls = array.nulls().map_or(0, |n| n.buffer().capacity());
-    16 * array.len() + nulls + array.total_buffer_bytes_used()
 }
 
 /// Merges sorted `streams` (runs in input order) into batches of `batch_rows` rows with
