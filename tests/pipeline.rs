@@ -448,6 +448,7 @@ async fn unwritable_types_are_named() {
         },
         schema,
         &gpusort::pipeline::parse_order_by("k").unwrap(),
+        &(Arc::new(datafusion::execution::memory_pool::UnboundedMemoryPool::default()) as _),
     )
     .err()
     .expect("an unwritable type is refused")

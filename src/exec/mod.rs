@@ -26,7 +26,7 @@ mod resources;
 mod run;
 mod spill;
 mod stream;
-mod views;
+pub(crate) mod views;
 
 pub use gpu_sort_exec::{GpuSortExec, GpuSortOptions};
 pub use hash_routing::{HashRouting, MAX_ROUTED_PARTITIONS};

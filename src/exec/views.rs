@@ -22,19 +22,25 @@ const COMPACT_RATIO: usize = 2;
 /// Pinned bytes below this are never worth a copy.
 const COMPACT_SLACK_BYTES: usize = 64 << 10;
 
-/// The memory `batch` takes once written to an IPC file and read back: the spill writer
-/// compacts view arrays, so those count their views, nulls and the value bytes not inlined
-/// in their view; other arrays count as `get_array_memory_size` says.
+/// The memory `batch` takes once written to an IPC file and read back (the spill writer
+/// compacts view arrays): the sum of [`array_memory`] over its columns.
 pub(super) fn memory_when_compact(batch: &RecordBatch) -> usize {
     batch
         .columns()
         .iter()
-        .map(|array| match array.data_type() {
-            DataType::Utf8View => view_memory(array.as_string_view()),
-            DataType::BinaryView => view_memory(array.as_binary_view()),
-            _ => array.get_array_memory_size(),
-        })
+        .map(|a| array_memory(a.as_ref()))
         .sum()
+}
+
+/// The memory `array` takes by what it uses: a view array counts its views, nulls and the
+/// value bytes not inlined in its views (not the whole buffers it points into); other
+/// arrays count as `get_array_memory_size` says.
+pub(crate) fn array_memory(array: &dyn Array) -> usize {
+    match array.data_type() {
+        DataType::Utf8View => view_memory(array.as_string_view()),
+        DataType::BinaryView => view_memory(array.as_binary_view()),
+        _ => array.get_array_memory_size(),
+    }
 }
 
 fn view_memory<T: ByteViewType + ?Sized>(array: &GenericByteViewArray<T>) -> usize {

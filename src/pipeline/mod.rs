@@ -12,7 +12,8 @@
 //! - `order_by`: the `--by` text.
 //! - `inputs`: input paths → files.
 //! - `output`: the atomic Parquet writer.
-//! - `row_groups`: one Parquet file, row groups encoded in parallel.
+//! - `row_groups`: one Parquet file, columns and row groups encoded in parallel.
+//! - `write_memory`: what the writer holds, counted in the session's memory pool.
 //! - `memory`: the default memory limit.
 //! - `progress`: live row counts read from the running plan's metrics.
 //! - `error`: [`PipelineError`], one variant per way a job fails.
@@ -24,6 +25,7 @@ mod order_by;
 mod output;
 mod progress;
 mod row_groups;
+mod write_memory;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -201,7 +203,12 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
         .await
         .map_err(PipelineError::execution("planning the sort"))?;
     progress.watch(Arc::clone(&plan));
-    let output = ParquetOutput::create(output_options, plan.schema(), &keys)?;
+    let output = ParquetOutput::create(
+        output_options,
+        plan.schema(),
+        &keys,
+        &ctx.runtime_env().memory_pool,
+    )?;
     let planned = started.elapsed();
     let (written, first_batch) =
         run_and_write(job, &ctx, Arc::clone(&plan), output, progress).await?;

@@ -7,7 +7,8 @@
 //! replaced only when asked, and only once the new output is complete: a file by one
 //! atomic rename over it, a directory of files by moving the old one aside first.
 //!
-//! Row groups are encoded in parallel ([`ParallelFileWriter`]). Every file's metadata
+//! Columns and row groups are encoded in parallel ([`ParallelFileWriter`]), within memory
+//! counted in the session's pool ([`WriteMemory`]). Every file's metadata
 //! declares the sort order (`sorting_columns`), so that DataFusion
 //! (and other readers) reading it back know it is sorted.
 
@@ -18,6 +19,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{new_null_array, RecordBatch};
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::execution::memory_pool::MemoryPool;
 use datafusion::parquet::arrow::{ArrowSchemaConverter, ArrowWriter};
 use datafusion::parquet::basic::Compression;
 use datafusion::parquet::file::metadata::SortingColumn;
@@ -26,6 +28,7 @@ use datafusion::parquet::file::properties::WriterProperties;
 use super::error::PipelineError;
 use super::order_by::SortKey;
 use super::row_groups::ParallelFileWriter;
+use super::write_memory::WriteMemory;
 
 /// Where and how the sorted rows are written.
 #[derive(Debug, Clone)]
@@ -93,6 +96,8 @@ pub struct ParquetOutput {
     /// The temporary file (single-file output) or directory being written.
     temp: PathBuf,
     writer: Option<ParallelFileWriter<BufWriter<File>>>,
+    /// What the writer holds, in the pool; shared by every file.
+    memory: Arc<WriteMemory>,
     rows_in_file: usize,
     /// Finished or open files, relative to `temp` (directory output).
     file_names: Vec<String>,
@@ -101,11 +106,13 @@ pub struct ParquetOutput {
 }
 
 impl ParquetOutput {
-    /// Starts an output of `schema` sorted by `keys`.
+    /// Starts an output of `schema` sorted by `keys`, its memory counted in `pool` (the
+    /// session's, so that the sort and the writer share one limit).
     pub fn create(
         options: OutputOptions,
         schema: SchemaRef,
         keys: &[SortKey],
+        pool: &Arc<dyn MemoryPool>,
     ) -> Result<Self, PipelineError> {
         check_writable(&schema)?;
         let properties = WriterProperties::builder()
@@ -118,6 +125,7 @@ impl ParquetOutput {
             std::fs::create_dir(&temp).map_err(PipelineError::io("creating", &temp))?;
         }
         let mut output = Self {
+            memory: Arc::new(WriteMemory::new(pool)),
             options,
             schema,
             properties,
@@ -223,6 +231,7 @@ impl ParquetOutput {
             BufWriter::with_capacity(1 << 20, file),
             Arc::clone(&self.schema),
             self.properties.clone(),
+            Arc::clone(&self.memory),
         )
         .map_err(|e| self.write_error(e))?;
         self.writer = Some(writer);

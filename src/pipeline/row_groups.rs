@@ -1,61 +1,73 @@
-//! One Parquet file written with its row groups encoded in parallel.
+//! One Parquet file whose column chunks are encoded in parallel as the rows arrive.
 //!
-//! Encoding (and compressing) the columns is what a single-threaded Parquet writer spends
-//! its time on. Here rows are gathered into row groups of `max_row_group_row_count` rows;
-//! each full row group is encoded on the rayon pool (all its columns, by parquet's
-//! `ArrowColumnWriter`s), and the encoded column chunks are appended to the file in row
-//! group order. At most one row group per pool thread is in flight, which bounds memory.
+//! Encoding and compressing the columns is most of a Parquet writer's work. Every column of
+//! every open row group has an encoder of its own (a [`ColumnEncoder`] around parquet's
+//! `ArrowColumnWriter`) with a queue. Each batch is cut into its leaf columns and each leaf
+//! is queued on its column's encoder, which runs on the rayon pool whenever it has work:
+//! columns encode in parallel, and so do row groups, since a full row group goes on
+//! encoding what is queued while the next one fills. Row groups are appended to the file in
+//! order once all their encoders have closed.
+//!
+//! Nothing waits for a whole row group of rows: a leaf is dropped once it is encoded, and
+//! the memory held is what is queued plus the encoded pages of the open row groups, both
+//! counted in the output's [`WriteMemory`] (in the session's pool), which decides when the
+//! next batch may be queued. The file's bytes are those a sequential writer would write.
 
 use std::collections::VecDeque;
 use std::io::Write;
-use std::sync::mpsc::{sync_channel, Receiver};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::parquet::arrow::arrow_writer::{
-    compute_leaves, ArrowColumnChunk, ArrowRowGroupWriterFactory,
+    compute_leaves, ArrowColumnChunk, ArrowColumnWriter, ArrowLeafColumn,
+    ArrowRowGroupWriterFactory,
 };
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::errors::{ParquetError, Result};
 use datafusion::parquet::file::properties::WriterProperties;
 use datafusion::parquet::file::writer::SerializedFileWriter;
 
-type Encoded = Receiver<Result<Vec<ArrowColumnChunk>>>;
+use super::write_memory::WriteMemory;
+use crate::exec::views::array_memory;
 
-/// A Parquet file being written; row groups encoded in parallel, appended in order.
+/// A Parquet file being written; columns and row groups encoded in parallel, appended in
+/// order.
 pub(super) struct ParallelFileWriter<W: Write + Send> {
     file: SerializedFileWriter<W>,
-    factory: Arc<ArrowRowGroupWriterFactory>,
+    factory: ArrowRowGroupWriterFactory,
     schema: SchemaRef,
     row_group_rows: usize,
-    /// Rows of the row group being gathered.
-    pending: Vec<RecordBatch>,
-    pending_rows: usize,
-    /// Row groups being encoded, oldest first.
-    in_flight: VecDeque<Encoded>,
-    /// Row groups handed out so far.
+    memory: Arc<WriteMemory>,
+    /// The row group receiving rows, and its rows so far.
+    filling: Option<RowGroupEncoders>,
+    filling_rows: usize,
+    /// Full row groups still encoding, oldest first.
+    finishing: VecDeque<RowGroupEncoders>,
+    /// Row groups started so far.
     row_groups: usize,
 }
 
 impl<W: Write + Send> ParallelFileWriter<W> {
-    /// Starts a file of `schema` on `sink`.
+    /// Starts a file of `schema` on `sink`, its memory counted in `memory`.
     pub(super) fn try_new(
         sink: W,
         schema: SchemaRef,
         properties: WriterProperties,
+        memory: Arc<WriteMemory>,
     ) -> Result<Self> {
         let row_group_rows = properties.max_row_group_row_count().unwrap_or(1024 * 1024);
         let (file, factory) = ArrowWriter::try_new(sink, Arc::clone(&schema), Some(properties))?
             .into_serialized_writer()?;
         Ok(Self {
             file,
-            factory: Arc::new(factory),
+            factory,
             schema,
             row_group_rows: row_group_rows.max(1),
-            pending: Vec::new(),
-            pending_rows: 0,
-            in_flight: VecDeque::new(),
+            memory,
+            filling: None,
+            filling_rows: 0,
+            finishing: VecDeque::new(),
             row_groups: 0,
         })
     }
@@ -64,12 +76,12 @@ impl<W: Write + Send> ParallelFileWriter<W> {
     pub(super) fn write(&mut self, batch: &RecordBatch) -> Result<()> {
         let mut offset = 0;
         while offset < batch.num_rows() {
-            let take = (self.row_group_rows - self.pending_rows).min(batch.num_rows() - offset);
-            self.pending.push(batch.slice(offset, take));
-            self.pending_rows += take;
+            let take = (self.row_group_rows - self.filling_rows).min(batch.num_rows() - offset);
+            self.queue(&batch.slice(offset, take))?;
+            self.filling_rows += take;
             offset += take;
-            if self.pending_rows == self.row_group_rows {
-                self.dispatch()?;
+            if self.filling_rows == self.row_group_rows {
+                self.finish_filling()?;
             }
         }
         Ok(())
@@ -77,48 +89,260 @@ impl<W: Write + Send> ParallelFileWriter<W> {
 
     /// Encodes what is left, appends every row group and writes the footer.
     pub(super) fn close(mut self) -> Result<()> {
-        if self.pending_rows > 0 {
-            self.dispatch()?;
+        if self.filling_rows > 0 {
+            self.finish_filling()?;
         }
-        while !self.in_flight.is_empty() {
-            self.append_oldest()?;
+        while !self.finishing.is_empty() {
+            self.append_oldest(true)?;
         }
         self.file.close().map(|_| ())
     }
 
-    /// Sends the gathered row group to the pool; appends finished ones while too many
-    /// are in flight.
-    fn dispatch(&mut self) -> Result<()> {
-        let batches = std::mem::take(&mut self.pending);
-        self.pending_rows = 0;
-        let (factory, schema, index) = (
-            Arc::clone(&self.factory),
-            Arc::clone(&self.schema),
-            self.row_groups,
-        );
-        self.row_groups += 1;
-        let (tx, rx) = sync_channel(1);
-        rayon::spawn(move || {
-            let encoded = without_panics(|| encode_row_group(&factory, &schema, index, &batches));
-            let _ = tx.send(encoded);
-        });
-        self.in_flight.push_back(rx);
-        while self.in_flight.len() > rayon::current_num_threads() {
-            self.append_oldest()?;
+    /// Queues the leaves of `batch` (rows of the filling row group) on their encoders, once
+    /// the memory allows.
+    fn queue(&mut self, batch: &RecordBatch) -> Result<()> {
+        if self.filling.is_none() {
+            let writers = self.factory.create_column_writers(self.row_groups)?;
+            self.row_groups += 1;
+            self.filling = Some(RowGroupEncoders::new(writers, &self.memory));
+        }
+        let mut leaves = Vec::new();
+        for (field, column) in self.schema.fields().iter().zip(batch.columns()) {
+            let mut bytes = array_memory(column.as_ref());
+            for leaf in compute_leaves(field, column)? {
+                // A nested column's bytes go with its first leaf.
+                leaves.push((leaf, std::mem::take(&mut bytes)));
+            }
+        }
+        let total = leaves.iter().map(|(_, bytes)| bytes).sum();
+        self.wait_for_memory(total)?;
+        let encoders = &self.filling.as_ref().expect("a filling row group").columns;
+        if encoders.len() != leaves.len() {
+            return Err(ParquetError::General(format!(
+                "gpusort: {} leaf columns for {} column writers",
+                leaves.len(),
+                encoders.len()
+            )));
+        }
+        for (encoder, (leaf, bytes)) in encoders.iter().zip(leaves) {
+            encoder.push(leaf, bytes);
         }
         Ok(())
     }
 
-    fn append_oldest(&mut self) -> Result<()> {
-        let encoded = self.in_flight.pop_front().expect("a row group in flight");
-        let chunks = encoded
-            .recv()
-            .map_err(|_| ParquetError::General("a row group encoder stopped".into()))??;
-        let mut row_group = self.file.next_row_group()?;
-        for chunk in chunks {
-            chunk.append_to_row_group(&mut row_group)?;
+    /// Waits until `bytes` more may be queued, appending row groups that finished meanwhile
+    /// (their encoded pages are part of what the memory holds).
+    fn wait_for_memory(&mut self, bytes: usize) -> Result<()> {
+        loop {
+            let Err(seen) = self.memory.try_queue(bytes) else {
+                return Ok(());
+            };
+            if self.finishing.front().is_some_and(|r| r.finished()) {
+                self.append_oldest(false)?;
+                continue;
+            }
+            self.memory.wait_for_change(seen);
         }
-        row_group.close().map(|_| ())
+    }
+
+    /// Closes the filling row group's encoders; appends finished row groups, and waits for
+    /// the oldest while too many are open.
+    fn finish_filling(&mut self) -> Result<()> {
+        let Some(row_group) = self.filling.take() else {
+            return Ok(());
+        };
+        self.filling_rows = 0;
+        row_group.close();
+        self.finishing.push_back(row_group);
+        while self.finishing.front().is_some_and(|r| r.finished()) {
+            self.append_oldest(false)?;
+        }
+        while self.finishing.len() > rayon::current_num_threads() {
+            self.append_oldest(true)?;
+        }
+        Ok(())
+    }
+
+    /// Appends the oldest full row group to the file, waiting for its encoders when `wait`.
+    fn append_oldest(&mut self, wait: bool) -> Result<()> {
+        let row_group = self.finishing.pop_front().expect("a row group finishing");
+        let mut chunks = Vec::with_capacity(row_group.columns.len());
+        for encoder in &row_group.columns {
+            debug_assert!(wait || encoder.finished());
+            chunks.push(encoder.wait_chunk());
+        }
+        let encoded = row_group.columns.iter().map(|e| e.encoded()).sum();
+        let appended = (|| {
+            let mut writer = self.file.next_row_group()?;
+            for chunk in chunks {
+                chunk?.append_to_row_group(&mut writer)?;
+            }
+            writer.close().map(|_| ())
+        })();
+        drop(row_group);
+        self.memory.appended(encoded);
+        appended
+    }
+}
+
+/// The encoders of one row group's leaf columns.
+struct RowGroupEncoders {
+    columns: Vec<Arc<ColumnEncoder>>,
+}
+
+impl RowGroupEncoders {
+    fn new(writers: Vec<ArrowColumnWriter>, memory: &Arc<WriteMemory>) -> Self {
+        let columns = writers
+            .into_iter()
+            .map(|writer| Arc::new(ColumnEncoder::new(writer, Arc::clone(memory))))
+            .collect();
+        Self { columns }
+    }
+
+    fn close(&self) {
+        for encoder in &self.columns {
+            encoder.close();
+        }
+    }
+
+    fn finished(&self) -> bool {
+        self.columns.iter().all(|e| e.finished())
+    }
+}
+
+/// One leaf column of one row group: its writer and the leaves queued for it. At most one
+/// rayon job drains the queue at a time, so leaves are written in the order queued.
+struct ColumnEncoder {
+    state: Mutex<EncoderState>,
+    memory: Arc<WriteMemory>,
+}
+
+struct EncoderState {
+    /// The writer; taken by the job draining the queue while it runs.
+    writer: Option<ArrowColumnWriter>,
+    /// Leaves waiting, with their bytes in the memory.
+    queue: VecDeque<(ArrowLeafColumn, usize)>,
+    /// A job is draining the queue.
+    running: bool,
+    /// No more leaves come: close the writer once the queue is empty.
+    closing: bool,
+    /// The closed column chunk, or the error that stopped this column.
+    outcome: Option<Result<ArrowColumnChunk>>,
+    /// Bytes the writer holds (its `memory_size` after the last write), counted in the
+    /// memory until the row group is appended.
+    encoded: usize,
+}
+
+impl ColumnEncoder {
+    fn new(writer: ArrowColumnWriter, memory: Arc<WriteMemory>) -> Self {
+        Self {
+            state: Mutex::new(EncoderState {
+                writer: Some(writer),
+                queue: VecDeque::new(),
+                running: false,
+                closing: false,
+                outcome: None,
+                encoded: 0,
+            }),
+            memory,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, EncoderState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `leaf` (counted as `bytes` queued); dropped at once if this column failed.
+    fn push(self: &Arc<Self>, leaf: ArrowLeafColumn, bytes: usize) {
+        let mut state = self.lock();
+        if state.outcome.is_some() {
+            let encoded = state.encoded;
+            drop(state);
+            self.memory.leaf_done(bytes, encoded, encoded);
+            return;
+        }
+        state.queue.push_back((leaf, bytes));
+        self.start(&mut state);
+    }
+
+    /// No more leaves: the writer closes once what is queued is written.
+    fn close(self: &Arc<Self>) {
+        let mut state = self.lock();
+        state.closing = true;
+        self.start(&mut state);
+    }
+
+    fn start(self: &Arc<Self>, state: &mut EncoderState) {
+        if !state.running {
+            state.running = true;
+            let encoder = Arc::clone(self);
+            rayon::spawn(move || encoder.drain());
+        }
+    }
+
+    /// Writes queued leaves in order until the queue is empty; closes the writer when asked.
+    fn drain(&self) {
+        let mut writer = self.lock().writer.take();
+        loop {
+            let mut state = self.lock();
+            let Some((leaf, bytes)) = state.queue.pop_front() else {
+                if state.closing && state.outcome.is_none() {
+                    drop(state);
+                    let chunk = match writer.take() {
+                        Some(w) => without_panics(|| w.close()),
+                        None => Err(ParquetError::General("a column writer went missing".into())),
+                    };
+                    self.lock().outcome = Some(chunk);
+                    continue;
+                }
+                state.writer = writer;
+                state.running = false;
+                drop(state);
+                self.memory.encoder_done();
+                return;
+            };
+            drop(state);
+            let written = match writer.as_mut() {
+                Some(w) => without_panics(|| w.write(&leaf)),
+                None => Ok(()),
+            };
+            drop(leaf);
+            let now = writer.as_ref().map_or(0, |w| w.memory_size());
+            let mut state = self.lock();
+            let before = std::mem::replace(&mut state.encoded, now);
+            if let Err(e) = written {
+                state.outcome = Some(Err(e));
+                writer = None;
+            }
+            drop(state);
+            self.memory.leaf_done(bytes, before, now);
+        }
+    }
+
+    /// All leaves written and the writer closed (or failed with nothing left queued).
+    fn finished(&self) -> bool {
+        let state = self.lock();
+        state.closing && !state.running && state.queue.is_empty() && state.outcome.is_some()
+    }
+
+    /// Waits until [`Self::finished`]; returns the chunk or the error.
+    fn wait_chunk(&self) -> Result<ArrowColumnChunk> {
+        loop {
+            let seen = self.memory.changes();
+            {
+                let mut state = self.lock();
+                if state.closing && !state.running && state.queue.is_empty() {
+                    if let Some(outcome) = state.outcome.take() {
+                        return outcome;
+                    }
+                }
+            }
+            self.memory.wait_for_change(seen);
+        }
+    }
+
+    fn encoded(&self) -> usize {
+        self.lock().encoded
     }
 }
 
@@ -137,31 +361,17 @@ fn without_panics<T>(encode: impl FnOnce() -> Result<T>) -> Result<T> {
     })
 }
 
-/// Encodes the columns of one row group.
-fn encode_row_group(
-    factory: &ArrowRowGroupWriterFactory,
-    schema: &SchemaRef,
-    index: usize,
-    batches: &[RecordBatch],
-) -> Result<Vec<ArrowColumnChunk>> {
-    let mut writers = factory.create_column_writers(index)?;
-    for batch in batches {
-        let mut leaf_writers = writers.iter_mut();
-        for (field, column) in schema.fields().iter().zip(batch.columns()) {
-            for leaf in compute_leaves(field, column)? {
-                leaf_writers
-                    .next()
-                    .expect("one column writer per leaf")
-                    .write(&leaf)?;
-            }
-        }
-    }
-    writers.into_iter().map(|w| w.close()).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use datafusion::arrow::array::{
+        ArrayRef, Float64Array, Int64Array, ListArray, StringViewArray,
+    };
+    use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
+    use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool};
+    use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use datafusion::parquet::basic::{Compression, ZstdLevel};
+    use std::sync::mpsc::sync_channel;
 
     #[test]
     fn a_panicking_encoder_is_an_error() {
@@ -176,5 +386,107 @@ mod tests {
             "{error}"
         );
         assert_eq!(without_panics(|| Ok(7)).unwrap(), 7);
+    }
+
+    /// Batches of a flat and a nested column, with nulls and strings of every length.
+    fn batches(count: usize, rows: usize) -> (SchemaRef, Vec<RecordBatch>) {
+        let item = Arc::new(Field::new("item", DataType::Int64, true));
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("s", DataType::Utf8View, true),
+            Field::new("x", DataType::Float64, true),
+            Field::new("l", DataType::List(item), true),
+        ]));
+        let batches = (0..count)
+            .map(|b| {
+                let base = (b * rows) as i64;
+                let k = Int64Array::from_iter_values(base..base + rows as i64);
+                let s: StringViewArray = (0..rows)
+                    .map(|i| (i % 7 != 0).then(|| "v".repeat((i * 13 + b) % 40)))
+                    .collect();
+                let x: Float64Array = (0..rows)
+                    .map(|i| (i % 5 != 0).then_some(i as f64 * 0.25))
+                    .collect();
+                let l =
+                    ListArray::from_iter_primitive::<Int64Type, _, _>((0..rows).map(|i| {
+                        (i % 3 != 0).then(|| (0..(i % 4) as i64).map(|v| Some(v + base)))
+                    }));
+                let columns: Vec<ArrayRef> =
+                    vec![Arc::new(k), Arc::new(s), Arc::new(x), Arc::new(l)];
+                RecordBatch::try_new(Arc::clone(&schema), columns).unwrap()
+            })
+            .collect();
+        (schema, batches)
+    }
+
+    fn properties(row_group_rows: usize) -> WriterProperties {
+        WriterProperties::builder()
+            .set_max_row_group_row_count(Some(row_group_rows))
+            .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap()))
+            .build()
+    }
+
+    fn write_parallel(
+        schema: &SchemaRef,
+        batches: &[RecordBatch],
+        row_group_rows: usize,
+        pool: &Arc<dyn MemoryPool>,
+    ) -> Vec<u8> {
+        let memory = Arc::new(WriteMemory::new(pool));
+        let mut bytes = Vec::new();
+        let mut writer = ParallelFileWriter::try_new(
+            &mut bytes,
+            Arc::clone(schema),
+            properties(row_group_rows),
+            memory,
+        )
+        .unwrap();
+        for batch in batches {
+            writer.write(batch).unwrap();
+        }
+        writer.close().unwrap();
+        bytes
+    }
+
+    #[test]
+    fn the_file_is_the_one_a_sequential_writer_writes() {
+        let (schema, batches) = batches(23, 1000);
+        let mut sequential = Vec::new();
+        let mut writer =
+            ArrowWriter::try_new(&mut sequential, Arc::clone(&schema), Some(properties(4096)))
+                .unwrap();
+        for batch in &batches {
+            writer.write(batch).unwrap();
+        }
+        writer.close().unwrap();
+        let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(1 << 30));
+        let parallel = write_parallel(&schema, &batches, 4096, &pool);
+        assert!(parallel == sequential, "the bytes differ");
+    }
+
+    #[test]
+    fn a_pool_smaller_than_one_batch_still_writes_every_row_and_gives_its_memory_back() {
+        let (schema, batches) = batches(9, 3000);
+        // Smaller than the writer's floor and than one batch: one batch queued at a time.
+        let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(64 << 10));
+        let bytes = write_parallel(&schema, &batches, 5000, &pool);
+        // The last encoder job lets go of the memory just after the writer saw it finish.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while pool.reserved() > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(pool.reserved(), 0);
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&bytes).unwrap();
+        let read: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(file)
+            .unwrap()
+            .with_batch_size(3000)
+            .build()
+            .unwrap()
+            .collect::<std::result::Result<_, _>>()
+            .unwrap();
+        let read = datafusion::arrow::compute::concat_batches(&schema, &read).unwrap();
+        let written = datafusion::arrow::compute::concat_batches(&schema, &batches).unwrap();
+        assert_eq!(read, written);
     }
 }
