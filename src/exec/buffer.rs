@@ -20,9 +20,10 @@ use arrow::array::{Array, ArrayData, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use datafusion::arrow;
 use datafusion::common::{DataFusionError, Result};
-use datafusion::execution::memory_pool::MemoryReservation;
+use datafusion::execution::memory_pool::{MemoryLimit, MemoryReservation};
 use datafusion::physical_plan::SendableRecordBatchStream;
 use futures::StreamExt;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::hash_routing::HashRouting;
 use super::resources::SortResources;
@@ -99,19 +100,32 @@ impl InputBuffer {
     /// Drains every input stream, buffering or spilling each batch. Each stream is polled
     /// by a task of its own (producing a batch, e.g. a memory table's projection, costs
     /// microseconds: 12 000 batches polled one after another took 30 ms), which hands its
-    /// batches over in groups of [`FILL_GROUP_BATCHES`]; they are admitted here one by one,
-    /// in each partition's order. Up to about three groups per input (one being filled, two
-    /// in the channel) wait before they are accounted.
+    /// batches over in groups of up to [`FILL_GROUP_BATCHES`]; they are admitted here one by
+    /// one, in each partition's order. Batches waiting to be admitted are counted in the
+    /// pool (a reservation of the sort's consumer), and where the pool has a limit they
+    /// hold at most a [`TRANSIT_SHARE`]th of it (and one more batch per input): a drain
+    /// task hands its group over and waits before it takes more.
     pub(super) async fn fill(&mut self, inputs: Vec<SendableRecordBatchStream>) -> Result<()> {
         let (tx, mut rx) = tokio::sync::mpsc::channel(inputs.len().max(1) * 2);
+        let room = match self.resources.spiller.pool().memory_limit() {
+            MemoryLimit::Finite(limit) => Some(TransitRoom::new(limit / TRANSIT_SHARE)),
+            MemoryLimit::Infinite | MemoryLimit::Unknown => None,
+        };
+        let transit = Arc::new(self.reservation.new_empty());
         let mut drains = tokio::task::JoinSet::new();
         for (partition, stream) in inputs.into_iter().enumerate() {
-            drains.spawn(drain_in_groups(partition, stream, tx.clone()));
+            let group = Group {
+                partition,
+                transit: Arc::clone(&transit),
+                room: room.clone(),
+            };
+            drains.spawn(drain_in_groups(group, stream, tx.clone()));
         }
         drop(tx);
         while let Some((partition, group)) = rx.recv().await {
-            for batch in group? {
-                self.admit(partition, batch).await?;
+            let batches = group?.take();
+            for batch in batches {
+                self.admit(partition, batch, &transit).await?;
             }
         }
         // Every sender is gone: each drain ended, or panicked (reported here).
@@ -162,7 +176,12 @@ impl InputBuffer {
         Ok((Drained::OnDisk(spilled), self.reservation))
     }
 
-    async fn admit(&mut self, partition: usize, batch: RecordBatch) -> Result<()> {
+    async fn admit(
+        &mut self,
+        partition: usize,
+        batch: RecordBatch,
+        transit: &MemoryReservation,
+    ) -> Result<()> {
         let limbs = match &self.limbs {
             Some((schema, limbs)) if Arc::ptr_eq(schema, batch.schema_ref()) => *limbs,
             _ => {
@@ -172,19 +191,32 @@ impl InputBuffer {
             }
         };
         let bytes = self.held.add(&batch) + working_bytes(batch.num_rows(), limbs);
-        if let Err(e) = self.reservation.try_grow(bytes) {
-            if self.buffered.iter().all(Vec::is_empty) {
-                return Err(e.context(
-                    "gpusort: buffering the sort's input (one batch and its working memory \
-                     exceed the memory limit)",
-                ));
-            }
+        let Err(mut refused) = self.reservation.try_grow(bytes) else {
+            self.buffered[partition].push(batch);
+            return Ok(());
+        };
+        let mut bytes = bytes;
+        if !self.buffered.iter().all(Vec::is_empty) {
             self.spill_buffered().await?;
-            let bytes = self.held.add(&batch) + working_bytes(batch.num_rows(), limbs);
-            self.reservation
-                .try_grow(bytes)
-                .map_err(|e| e.context("gpusort: buffering the sort's input after spilling"))?;
+            bytes = self.held.add(&batch) + working_bytes(batch.num_rows(), limbs);
+            match self.reservation.try_grow(bytes) {
+                Ok(()) => {
+                    self.buffered[partition].push(batch);
+                    return Ok(());
+                }
+                Err(e) => refused = e,
+            }
         }
+        // Nothing is buffered. Where batches waiting in transit (counted in the pool, see
+        // `fill`) are what leaves no room, this one goes in all the same: they are admitted
+        // (or spilled) next, and the sort must make progress.
+        if transit.size() == 0 {
+            return Err(refused.context(
+                "gpusort: buffering the sort's input (one batch and its working memory \
+                 exceed the memory the pool grants)",
+            ));
+        }
+        self.reservation.grow(bytes);
         self.buffered[partition].push(batch);
         Ok(())
     }
@@ -252,38 +284,142 @@ impl InputBuffer {
     }
 }
 
-/// Batches a drain task collects before handing them over.
+/// Batches a drain task collects before handing them over (fewer when the room for
+/// batches in transit runs out).
 const FILL_GROUP_BATCHES: usize = 32;
+
+/// Batches waiting to be admitted hold at most this share of a pool's limit (and one more
+/// batch per input).
+const TRANSIT_SHARE: usize = 32;
+
+/// The room batches in transit may take where the pool has a limit: a semaphore of KiB.
+#[derive(Clone)]
+struct TransitRoom {
+    kib: Arc<Semaphore>,
+    total_kib: u32,
+}
+
+impl TransitRoom {
+    fn new(bytes: usize) -> Self {
+        let total_kib = u32::try_from(bytes.div_ceil(1024))
+            .unwrap_or(u32::MAX)
+            .clamp(1, Semaphore::MAX_PERMITS as u32);
+        Self {
+            kib: Arc::new(Semaphore::new(total_kib as usize)),
+            total_kib,
+        }
+    }
+
+    /// The KiB a batch of `bytes` takes (all of the room at most, so one always fits).
+    fn kib(&self, bytes: usize) -> u32 {
+        u32::try_from(bytes.div_ceil(1024))
+            .unwrap_or(u32::MAX)
+            .min(self.total_kib)
+    }
+}
+
+/// How one input partition's drain task groups its batches.
+struct Group {
+    partition: usize,
+    /// Where the batches of groups not yet admitted are counted.
+    transit: Arc<MemoryReservation>,
+    /// The room they may take; `None`: no limit.
+    room: Option<TransitRoom>,
+}
+
+/// Batches on their way to being admitted: counted in the pool and holding their room
+/// until they are taken (or dropped).
+struct InTransit {
+    batches: Vec<RecordBatch>,
+    bytes: usize,
+    transit: Arc<MemoryReservation>,
+    room: Option<OwnedSemaphorePermit>,
+}
+
+impl InTransit {
+    fn new(transit: &Arc<MemoryReservation>) -> Self {
+        Self {
+            batches: Vec::with_capacity(FILL_GROUP_BATCHES),
+            bytes: 0,
+            transit: Arc::clone(transit),
+            room: None,
+        }
+    }
+
+    fn push(&mut self, batch: RecordBatch, bytes: usize, room: Option<OwnedSemaphorePermit>) {
+        self.transit.grow(bytes);
+        self.bytes += bytes;
+        self.batches.push(batch);
+        match (&mut self.room, room) {
+            (Some(held), Some(more)) => held.merge(more),
+            (held, more) => *held = held.take().or(more),
+        }
+    }
+
+    /// The batches, no longer in transit.
+    fn take(mut self) -> Vec<RecordBatch> {
+        std::mem::take(&mut self.batches)
+    }
+}
+
+impl Drop for InTransit {
+    fn drop(&mut self) {
+        self.transit.shrink(self.bytes);
+    }
+}
+
+/// A group of batches in transit, or the error that ended the drain.
+type GroupMessage = (usize, Result<InTransit>);
 
 /// One input partition's batches, sent in groups (the empty ones dropped); an error ends
 /// the drain after it is sent.
 async fn drain_in_groups(
-    partition: usize,
+    group: Group,
     mut stream: SendableRecordBatchStream,
-    tx: tokio::sync::mpsc::Sender<(usize, Result<Vec<RecordBatch>>)>,
+    tx: tokio::sync::mpsc::Sender<GroupMessage>,
 ) {
-    let mut group = Vec::with_capacity(FILL_GROUP_BATCHES);
+    let mut batches = InTransit::new(&group.transit);
     while let Some(batch) = stream.next().await {
-        match batch {
-            Ok(batch) if batch.num_rows() == 0 => {}
-            Ok(batch) => {
-                group.push(batch);
-                if group.len() == FILL_GROUP_BATCHES {
-                    let full =
-                        std::mem::replace(&mut group, Vec::with_capacity(FILL_GROUP_BATCHES));
-                    if tx.send((partition, Ok(full))).await.is_err() {
-                        return;
+        let batch = match batch {
+            Ok(batch) if batch.num_rows() == 0 => continue,
+            Ok(batch) => batch,
+            Err(error) => {
+                let _ = tx.send((group.partition, Err(error))).await;
+                return;
+            }
+        };
+        let bytes = batch.get_array_memory_size();
+        let mut room = None;
+        if let Some(transit_room) = &group.room {
+            let kib = transit_room.kib(bytes);
+            room = match Arc::clone(&transit_room.kib).try_acquire_many_owned(kib) {
+                Ok(permit) => Some(permit),
+                Err(_) => {
+                    // No room: hand over what this task holds (its room comes back once
+                    // admitted), then wait for room.
+                    if !batches.batches.is_empty() {
+                        let full = std::mem::replace(&mut batches, InTransit::new(&group.transit));
+                        if tx.send((group.partition, Ok(full))).await.is_err() {
+                            return;
+                        }
+                    }
+                    match Arc::clone(&transit_room.kib).acquire_many_owned(kib).await {
+                        Ok(permit) => Some(permit),
+                        Err(_) => return,
                     }
                 }
-            }
-            Err(error) => {
-                let _ = tx.send((partition, Err(error))).await;
+            };
+        }
+        batches.push(batch, bytes, room);
+        if batches.batches.len() == FILL_GROUP_BATCHES {
+            let full = std::mem::replace(&mut batches, InTransit::new(&group.transit));
+            if tx.send((group.partition, Ok(full))).await.is_err() {
                 return;
             }
         }
     }
-    if !group.is_empty() {
-        let _ = tx.send((partition, Ok(group))).await;
+    if !batches.batches.is_empty() {
+        let _ = tx.send((group.partition, Ok(batches))).await;
     }
 }
 
@@ -356,4 +492,48 @@ pub(super) fn key_limbs(spec: &SortSpec, schema: &arrow::datatypes::Schema) -> u
         .iter()
         .map(|e| e.expr.data_type(schema).map_or(1, |t| working_limbs(&t)))
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{ArrayRef, Int64Array};
+    use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryConsumer, MemoryPool};
+    use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+
+    #[tokio::test]
+    async fn batches_in_transit_are_counted_and_wait_for_room() {
+        let values: ArrayRef = Arc::new(Int64Array::from_iter_values(0..1000));
+        let batch = RecordBatch::try_from_iter([("v", values)]).unwrap();
+        let size = batch.get_array_memory_size();
+        let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(1 << 30));
+        let transit = Arc::new(MemoryConsumer::new("sort").register(&pool));
+        let schema = batch.schema();
+        let batches = futures::stream::iter((0..10).map(move |_| Ok(batch.clone())));
+        let stream = Box::pin(RecordBatchStreamAdapter::new(schema, batches));
+        let (tx, mut rx) = tokio::sync::mpsc::channel(100);
+        // Room for two and a half batches.
+        let group = Group {
+            partition: 3,
+            transit: Arc::clone(&transit),
+            room: Some(TransitRoom::new(size * 5 / 2)),
+        };
+        let drain = tokio::spawn(drain_in_groups(group, stream, tx));
+        // The task hands over what fits and waits: two batches sent, counted in the pool.
+        let (partition, first) = rx.recv().await.unwrap();
+        assert_eq!(partition, 3);
+        let first = first.unwrap();
+        assert_eq!(first.batches.len(), 2);
+        tokio::task::yield_now().await;
+        assert_eq!(pool.reserved(), 2 * size);
+        assert!(!drain.is_finished());
+        // Taking them gives their room back; the rest follows two at a time.
+        let mut groups = vec![first.take().len()];
+        while let Some((_, group)) = rx.recv().await {
+            groups.push(group.unwrap().take().len());
+        }
+        assert_eq!(groups, vec![2, 2, 2, 2, 2]);
+        assert_eq!(pool.reserved(), 0);
+        drain.await.unwrap();
+    }
 }

@@ -112,6 +112,11 @@ impl RunSpiller {
         }
     }
 
+    /// The session's memory pool.
+    pub(super) fn pool(&self) -> &Arc<dyn MemoryPool> {
+        &self.pool
+    }
+
     /// Sorts `batches` (consecutive input rows) as one run and writes the sorted rows to a
     /// spill file in batches of `batch_rows` rows; `None` when the run is empty. Blocking.
     pub(super) fn sort_to_disk(

@@ -42,6 +42,9 @@ pub struct Inputs {
     pub files: Vec<PathBuf>,
     /// Rows in all files, when the format records it (Parquet).
     pub rows: Option<u64>,
+    /// The largest row group's compressed bytes, when the format has row groups (Parquet):
+    /// what one scan partition fetches into memory at once.
+    pub max_row_group_bytes: Option<u64>,
     /// Bytes of all files.
     pub bytes: u64,
 }
@@ -76,19 +79,23 @@ pub fn resolve_inputs(specs: &[String]) -> Result<Inputs, PipelineError> {
             .map_err(PipelineError::io("reading the size of", file))?
             .len();
     }
-    let rows = match format {
-        InputFormat::Parquet => Some(
-            files
-                .iter()
-                .map(|f| parquet_rows(f))
-                .sum::<Result<u64, _>>()?,
-        ),
-        InputFormat::Csv => None,
+    let (rows, max_row_group_bytes) = match format {
+        InputFormat::Parquet => {
+            let (mut rows, mut largest) = (0, 0);
+            for file in &files {
+                let footer = parquet_footer(file)?;
+                rows += footer.rows;
+                largest = largest.max(footer.max_row_group_bytes);
+            }
+            (Some(rows), Some(largest))
+        }
+        InputFormat::Csv => (None, None),
     };
     Ok(Inputs {
         format,
         files,
         rows,
+        max_row_group_bytes,
         bytes,
     })
 }
@@ -158,8 +165,14 @@ fn directory_files(dir: &Path) -> Result<Vec<PathBuf>, PipelineError> {
     Ok(files)
 }
 
-/// Rows in a Parquet file, from its footer.
-fn parquet_rows(path: &Path) -> Result<u64, PipelineError> {
+/// What a Parquet file's footer says of its size.
+struct Footer {
+    rows: u64,
+    max_row_group_bytes: u64,
+}
+
+/// Rows and the largest row group's compressed bytes of a Parquet file, from its footer.
+fn parquet_footer(path: &Path) -> Result<Footer, PipelineError> {
     let corrupt = |message: String| PipelineError::CorruptParquet {
         path: path.to_path_buf(),
         message,
@@ -168,7 +181,18 @@ fn parquet_rows(path: &Path) -> Result<u64, PipelineError> {
     let metadata = ParquetMetaDataReader::new()
         .parse_and_finish(&file)
         .map_err(|e| corrupt(e.to_string()))?;
-    u64::try_from(metadata.file_metadata().num_rows()).map_err(|e| corrupt(e.to_string()))
+    let rows =
+        u64::try_from(metadata.file_metadata().num_rows()).map_err(|e| corrupt(e.to_string()))?;
+    let max_row_group_bytes = metadata
+        .row_groups()
+        .iter()
+        .map(|g| u64::try_from(g.compressed_size()).unwrap_or(0))
+        .max()
+        .unwrap_or(0);
+    Ok(Footer {
+        rows,
+        max_row_group_bytes,
+    })
 }
 
 #[cfg(test)]

@@ -1,11 +1,50 @@
-//! The default memory limit of a sort job: a share of the memory this process may use (the
+//! A sort job's memory: its default limit, a share of the memory this process may use (the
 //! machine's RAM, or its cgroup's limit when lower), so an input larger than memory spills
-//! instead of being killed for running out.
+//! instead of being killed for running out; and how many partitions its Parquet scan may
+//! read at once within that limit.
 
-/// The share of usable memory a job's sort may hold by default. The rest is for what the
-/// pool does not account: the scan's batches in flight, the writer's row groups, the
-/// allocator's free pages.
+/// The share of usable memory a job may hold by default. The rest is for the allocator's
+/// free pages and what other processes need.
 pub const DEFAULT_MEMORY_SHARE: f64 = 0.5;
+
+/// The Parquet scan may hold this share of the limit: each scan partition fetches a whole
+/// row group's column chunks before it decodes them.
+pub const SCAN_SHARE: usize = 4;
+
+/// One scan partition holds about this many times its row group's compressed bytes: the
+/// fetched column chunks, and the pages and batch being decoded from them.
+pub const SCAN_BYTES_PER_ROW_GROUP_BYTE: f64 = 1.5;
+
+/// The bytes one scan partition holds while it reads row groups of at most
+/// `max_row_group_bytes` compressed bytes.
+pub fn scan_partition_bytes(max_row_group_bytes: u64) -> usize {
+    (max_row_group_bytes as f64 * SCAN_BYTES_PER_ROW_GROUP_BYTE) as usize
+}
+
+/// The bytes counted in the pool for `partitions` scan partitions reading row groups of at
+/// most `max_row_group_bytes` compressed bytes: [`scan_partition_bytes`] each, but no more
+/// than [`SCAN_SHARE`] of the limit (one row group larger than that is read all the same).
+pub fn scan_bytes(limit: Option<usize>, max_row_group_bytes: u64, partitions: usize) -> usize {
+    let bytes = partitions * scan_partition_bytes(max_row_group_bytes);
+    limit.map_or(bytes, |limit| bytes.min(limit / SCAN_SHARE))
+}
+
+/// Scan partitions for `cores` cores under memory limit `limit`, reading row groups of at
+/// most `max_row_group_bytes` compressed bytes: as many as the cores, but no more than
+/// [`SCAN_SHARE`] of the limit holds (at least one).
+pub fn scan_partitions(
+    limit: Option<usize>,
+    max_row_group_bytes: Option<u64>,
+    cores: usize,
+) -> usize {
+    let cores = cores.max(1);
+    match (limit, max_row_group_bytes) {
+        (Some(limit), Some(bytes)) if bytes > 0 => {
+            (limit / SCAN_SHARE / scan_partition_bytes(bytes).max(1)).clamp(1, cores)
+        }
+        _ => cores,
+    }
+}
 
 /// [`DEFAULT_MEMORY_SHARE`] of the memory this process may use; `None` when it is unknown
 /// (not Linux): then no limit.
@@ -46,6 +85,23 @@ mod tests {
         assert_eq!(mem_total("nothing"), None);
         assert_eq!(cgroup_limit("8589934592\n"), Some(8 << 30));
         assert_eq!(cgroup_limit("max\n"), None);
+    }
+
+    #[test]
+    fn scan_partitions_fit_a_share_of_the_limit() {
+        // 1 GiB limit, 32 MiB row groups: a quarter of the limit holds 5 partitions of 48 MiB.
+        assert_eq!(scan_partitions(Some(1 << 30), Some(32 << 20), 16), 5);
+        // A large limit: every core.
+        assert_eq!(scan_partitions(Some(64 << 30), Some(32 << 20), 16), 16);
+        // A tiny one: still one partition.
+        assert_eq!(scan_partitions(Some(1 << 20), Some(32 << 20), 16), 1);
+        // No limit, or no row groups (CSV): every core.
+        assert_eq!(scan_partitions(None, Some(32 << 20), 16), 16);
+        assert_eq!(scan_partitions(Some(1 << 30), None, 16), 16);
+        // What the pool counts: never more than the share.
+        assert_eq!(scan_bytes(Some(1 << 30), 32 << 20, 5), 5 * (48 << 20));
+        assert_eq!(scan_bytes(Some(16 << 20), 32 << 20, 1), 4 << 20);
+        assert_eq!(scan_bytes(None, 32 << 20, 2), 96 << 20);
     }
 
     #[test]

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::Column;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::logical_expr::{Expr, SortExpr};
@@ -83,7 +84,9 @@ pub struct SortJob {
     pub overwrite: bool,
     /// Sort backend.
     pub backend: BackendChoice,
-    /// Partitions of the scan (default: the number of cores).
+    /// Partitions of the scan (default: the number of cores, fewer where a quarter of the
+    /// memory limit cannot hold a row group being read per core: see
+    /// [`memory::scan_partitions`]).
     pub target_partitions: Option<usize>,
     /// Test hook: fail the write once this many rows are written, as a full disk (ENOSPC)
     /// would.
@@ -190,7 +193,17 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
         None => rows,
     }));
     let rule = Arc::new(GpuSortRule::new());
-    let ctx = session(job, Arc::clone(&rule))?;
+    let partitions = job.target_partitions.unwrap_or_else(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        memory::scan_partitions(job.memory_limit, inputs.max_row_group_bytes, cores)
+    });
+    let ctx = session(job, partitions, Arc::clone(&rule))?;
+    // What the scan fetches is counted in the pool until the sort has read it all.
+    let scan = MemoryConsumer::new("gpusort sort: Parquet row groups being read")
+        .register(&ctx.runtime_env().memory_pool);
+    if let Some(bytes) = inputs.max_row_group_bytes {
+        scan.grow(memory::scan_bytes(job.memory_limit, bytes, partitions));
+    }
     let input = read_inputs(&ctx, &inputs).await?;
     let schema = Arc::new(input.schema().as_arrow().clone());
     resolve_columns(&mut keys, &schema)?;
@@ -211,7 +224,7 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
     )?;
     let planned = started.elapsed();
     let (written, first_batch) =
-        run_and_write(job, &ctx, Arc::clone(&plan), output, progress).await?;
+        run_and_write(job, &ctx, Arc::clone(&plan), output, scan, progress).await?;
     let (backend, algorithm, sort) = describe_sort(&plan, &rule);
     let done = started.elapsed();
     let first_batch = first_batch.map_or(done, |t| t.duration_since(started));
@@ -270,7 +283,11 @@ fn parse_compression(text: &str) -> Result<Compression, PipelineError> {
     })
 }
 
-fn session(job: &SortJob, rule: Arc<GpuSortRule>) -> Result<SessionContext, PipelineError> {
+fn session(
+    job: &SortJob,
+    partitions: usize,
+    rule: Arc<GpuSortRule>,
+) -> Result<SessionContext, PipelineError> {
     let config = GpuSortConfig {
         backend: job.backend,
         // The user asked for gpusort: small inputs too.
@@ -278,10 +295,7 @@ fn session(job: &SortJob, rule: Arc<GpuSortRule>) -> Result<SessionContext, Pipe
         topk: job.limit.is_some_and(|limit| limit > TOPK_MAX_ROWS),
         ..Default::default()
     };
-    let mut session_config = SessionConfig::new();
-    if let Some(partitions) = job.target_partitions {
-        session_config = session_config.with_target_partitions(partitions.max(1));
-    }
+    let session_config = SessionConfig::new().with_target_partitions(partitions.max(1));
     let mut runtime = RuntimeEnvBuilder::new();
     if let Some(limit) = job.memory_limit {
         runtime = runtime.with_memory_limit(limit, 1.0);
@@ -323,14 +337,17 @@ fn sort_expr(key: &SortKey) -> SortExpr {
 }
 
 /// Streams the plan's batches to a writer thread; commits the output when both succeed.
-/// Also returns when the first sorted batch arrived.
+/// Also returns when the first sorted batch arrived. `scan` (the scan's memory in the pool)
+/// is let go then: the sort has read all its input.
 async fn run_and_write(
     job: &SortJob,
     ctx: &SessionContext,
     plan: Arc<dyn ExecutionPlan>,
     mut output: ParquetOutput,
+    scan: MemoryReservation,
     progress: &Progress,
 ) -> Result<(WrittenOutput, Option<Instant>), PipelineError> {
+    let mut scan = Some(scan);
     let (tx, rx) = std::sync::mpsc::sync_channel(4);
     let written = progress.written_counter();
     let fail_after = job.inject_write_failure_after;
@@ -355,6 +372,7 @@ async fn run_and_write(
         while let Some(batch) = stream.next().await {
             let batch = batch.map_err(PipelineError::execution("reading and sorting"))?;
             first_batch.get_or_insert_with(Instant::now);
+            scan.take();
             if tx.send(batch).is_err() {
                 break; // the writer failed; its error is reported below
             }

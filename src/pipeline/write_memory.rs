@@ -4,7 +4,7 @@
 //! and what the encoders of row groups not yet appended to the file hold (*encoded*: pages,
 //! dictionaries). One [`WriteMemory`] is shared by every file of one output and holds one
 //! reservation in the pool:
-//! - At the start it claims a floor (an eighth of the pool's limit, within 8 MiB..512 MiB),
+//! - At the start it claims a floor (an eighth of the pool's limit, at most 512 MiB),
 //!   before the sort runs, so a merge of spilled runs planned later leaves the writer room.
 //! - Beyond the floor it grows the reservation while the pool grants it, up to a cap (a
 //!   quarter of the limit, at most 1 GiB; 1 GiB where the pool has no limit).
@@ -19,8 +19,8 @@ use datafusion::execution::memory_pool::{MemoryLimit, MemoryPool, MemoryReservat
 
 /// The floor is this share of the pool's limit...
 const FLOOR_SHARE: usize = 8;
-/// ...within these bounds.
-const FLOOR_BOUNDS: (usize, usize) = (8 << 20, 512 << 20);
+/// ...and at most this.
+const MAX_FLOOR: usize = 512 << 20;
 /// The reservation grows up to this share of the limit...
 const CAP_SHARE: usize = 4;
 /// ...and never past this (nor past it where the pool has no limit).
@@ -60,7 +60,7 @@ impl WriteMemory {
     pub(super) fn new(pool: &std::sync::Arc<dyn MemoryPool>) -> Self {
         let (floor, cap) = match pool.memory_limit() {
             MemoryLimit::Finite(limit) => {
-                let floor = (limit / FLOOR_SHARE).clamp(FLOOR_BOUNDS.0, FLOOR_BOUNDS.1);
+                let floor = (limit / FLOOR_SHARE).min(MAX_FLOOR);
                 (floor, floor.max((limit / CAP_SHARE).min(MAX_CAP)))
             }
             MemoryLimit::Infinite | MemoryLimit::Unknown => (0, MAX_CAP),
@@ -167,7 +167,7 @@ mod tests {
     fn the_floor_is_claimed_and_queued_bytes_stay_within_the_cap() {
         let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(256 << 20));
         let memory = WriteMemory::new(&pool);
-        // An eighth of 256 MiB is under the 8 MiB..512 MiB bounds' top: 32 MiB; cap 64 MiB.
+        // An eighth of 256 MiB: 32 MiB; the cap a quarter, 64 MiB.
         assert_eq!(memory.reserved(), 32 << 20);
         assert_eq!(pool.reserved(), 32 << 20);
         memory.try_queue(60 << 20).unwrap();
