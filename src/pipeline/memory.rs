@@ -7,6 +7,33 @@
 /// free pages and what other processes need.
 pub const DEFAULT_MEMORY_SHARE: f64 = 0.5;
 
+/// Host memory the CUDA backend holds outside the pool for the life of the process: the
+/// CUDA context and its loaded kernels, and the two 32 MiB staging buffers (a 64 MiB file
+/// sorted on the CUDA backend peaked 0.58 GiB above the CPU backend's run on the H100
+/// hosts, this and the idle regions of its gather together; docs/performance.md).
+pub const CUDA_HOST_BYTES: usize = 256 << 20;
+
+/// The device gather's idle page-locked regions, kept for reuse outside the pool, may hold
+/// this share of the limit (`gpusort sort` sets `GPUSORT_HOST_IDLE_BYTES` so).
+pub const IDLE_REGIONS_SHARE: usize = 16;
+
+/// The bytes idle gather regions may keep under memory limit `limit`.
+pub fn idle_regions_bytes(limit: usize) -> usize {
+    limit / IDLE_REGIONS_SHARE
+}
+
+/// The memory pool of a job under `limit`: all of it on the CPU backend; less what the CUDA
+/// backend holds outside the pool ([`CUDA_HOST_BYTES`] and [`idle_regions_bytes`]) when it
+/// is in use, so that the process as a whole stays near the limit; never under half of it.
+pub fn pool_bytes(limit: usize, cuda: bool) -> usize {
+    if !cuda {
+        return limit;
+    }
+    limit
+        .saturating_sub(CUDA_HOST_BYTES + idle_regions_bytes(limit))
+        .max(limit / 2)
+}
+
 /// The Parquet scan may hold this share of the limit: each scan partition fetches a whole
 /// row group's column chunks before it decodes them.
 pub const SCAN_SHARE: usize = 4;
@@ -85,6 +112,16 @@ mod tests {
         assert_eq!(mem_total("nothing"), None);
         assert_eq!(cgroup_limit("8589934592\n"), Some(8 << 30));
         assert_eq!(cgroup_limit("max\n"), None);
+    }
+
+    #[test]
+    fn the_cuda_backend_leaves_room_for_what_it_holds_outside_the_pool() {
+        assert_eq!(pool_bytes(1 << 30, false), 1 << 30);
+        assert_eq!(
+            pool_bytes(1 << 30, true),
+            (1 << 30) - (256 << 20) - (64 << 20)
+        );
+        assert_eq!(pool_bytes(256 << 20, true), 128 << 20);
     }
 
     #[test]

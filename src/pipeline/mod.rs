@@ -76,9 +76,10 @@ pub struct SortJob {
     pub row_group_rows: usize,
     /// `zstd(1)`, `snappy`, `lz4`, `gzip(6)`, `brotli(4)`, `uncompressed`, ...
     pub compression: String,
-    /// Memory pool size in bytes (sorts spill beyond it); by default
+    /// Memory limit in bytes (sorts spill beyond it); by default
     /// [`memory::default_memory_limit`], half the memory this process may use; `None`: no
-    /// limit.
+    /// limit. The session's pool is this limit, less what the CUDA backend holds outside
+    /// the pool when it is in use ([`memory::pool_bytes`]).
     pub memory_limit: Option<usize>,
     /// Replace an existing output.
     pub overwrite: bool,
@@ -193,16 +194,20 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
         None => rows,
     }));
     let rule = Arc::new(GpuSortRule::new());
+    let cuda = job.backend != BackendChoice::Cpu && crate::cuda::runtime().is_ok();
+    let pool = job
+        .memory_limit
+        .map(|limit| memory::pool_bytes(limit, cuda));
     let partitions = job.target_partitions.unwrap_or_else(|| {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        memory::scan_partitions(job.memory_limit, inputs.max_row_group_bytes, cores)
+        memory::scan_partitions(pool, inputs.max_row_group_bytes, cores)
     });
-    let ctx = session(job, partitions, Arc::clone(&rule))?;
+    let ctx = session(job, pool, partitions, Arc::clone(&rule))?;
     // What the scan fetches is counted in the pool until the sort has read it all.
     let scan = MemoryConsumer::new("gpusort sort: Parquet row groups being read")
         .register(&ctx.runtime_env().memory_pool);
     if let Some(bytes) = inputs.max_row_group_bytes {
-        scan.grow(memory::scan_bytes(job.memory_limit, bytes, partitions));
+        scan.grow(memory::scan_bytes(pool, bytes, partitions));
     }
     let input = read_inputs(&ctx, &inputs).await?;
     let schema = Arc::new(input.schema().as_arrow().clone());
@@ -283,8 +288,11 @@ fn parse_compression(text: &str) -> Result<Compression, PipelineError> {
     })
 }
 
+/// The job's session: its memory pool of `pool` bytes (no limit: `None`), its scan in
+/// `partitions` partitions, gpusort's rule.
 fn session(
     job: &SortJob,
+    pool: Option<usize>,
     partitions: usize,
     rule: Arc<GpuSortRule>,
 ) -> Result<SessionContext, PipelineError> {
@@ -297,8 +305,8 @@ fn session(
     };
     let session_config = SessionConfig::new().with_target_partitions(partitions.max(1));
     let mut runtime = RuntimeEnvBuilder::new();
-    if let Some(limit) = job.memory_limit {
-        runtime = runtime.with_memory_limit(limit, 1.0);
+    if let Some(pool) = pool {
+        runtime = runtime.with_memory_limit(pool, 1.0);
     }
     let runtime = runtime
         .build_arc()

@@ -17,6 +17,7 @@ mod bench_sql;
 mod bench_tables;
 mod bench_tpch;
 mod demo;
+mod process_memory;
 mod session;
 mod signals;
 mod sort;
@@ -161,6 +162,11 @@ enum BenchCommand {
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
+    if let Command::Sort { memory_limit, .. } = &cli.command {
+        // Before the runtime's threads start.
+        let limit = memory_limit.or_else(gpusort::pipeline::memory::default_memory_limit);
+        process_memory::bound_for_limit(limit);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
