@@ -495,6 +495,9 @@ fn the_command_line_sorts_and_reports() {
         stdout.contains("backend cpu, algorithm lsd radix"),
         "{stdout}"
     );
+    if cfg!(target_os = "linux") {
+        assert!(stdout.contains("; peak memory "), "{stdout}");
+    }
     // Not a terminal: no progress drawn on stderr.
     assert!(
         ok.stderr.is_empty(),

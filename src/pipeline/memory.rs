@@ -90,6 +90,19 @@ pub fn default_memory_limit() -> Option<usize> {
     Some((usable as f64 * DEFAULT_MEMORY_SHARE) as usize)
 }
 
+/// The most resident memory this process has held so far (`VmHWM` of `/proc/self/status`),
+/// in bytes; `None` where that cannot be read (not Linux).
+pub fn peak_resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status_kib(&status, "VmHWM:").map(|kib| kib * 1024)
+}
+
+/// A `Name:   N kB` line of `/proc/self/status`, in KiB.
+fn status_kib(status: &str, name: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with(name))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// `MemTotal` of `/proc/meminfo`, in bytes.
 fn mem_total(meminfo: &str) -> Option<usize> {
     let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
@@ -113,6 +126,16 @@ mod tests {
         assert_eq!(mem_total("nothing"), None);
         assert_eq!(cgroup_limit("8589934592\n"), Some(8 << 30));
         assert_eq!(cgroup_limit("max\n"), None);
+    }
+
+    #[test]
+    fn peak_resident_memory_from_status() {
+        let status = "VmPeak:\t  500 kB\nVmHWM:\t    1234 kB\nVmRSS:\t 1000 kB\n";
+        assert_eq!(status_kib(status, "VmHWM:"), Some(1234));
+        assert_eq!(status_kib(status, "Nothing:"), None);
+        if cfg!(target_os = "linux") {
+            assert!(peak_resident_bytes().unwrap() > 0);
+        }
     }
 
     #[test]

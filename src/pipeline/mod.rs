@@ -132,6 +132,9 @@ pub struct SortSummary {
     pub algorithm: String,
     /// Where the time went.
     pub stages: StageTimes,
+    /// The most resident memory the process held until the job ended (Linux; the whole
+    /// process's, so a library caller's own memory too).
+    pub peak_memory: Option<u64>,
 }
 
 /// Where a job's time went. Reading and sorting overlap (the scan feeds the sort's buffer),
@@ -178,7 +181,11 @@ impl std::fmt::Display for SortSummary {
             self.elapsed.as_secs_f64(),
             self.backend,
             self.algorithm
-        )
+        )?;
+        match self.peak_memory {
+            Some(bytes) => write!(f, "; peak memory {}", human_bytes(bytes)),
+            None => Ok(()),
+        }
     }
 }
 
@@ -247,6 +254,7 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
         backend,
         algorithm,
         stages,
+        peak_memory: memory::peak_resident_bytes(),
     })
 }
 
