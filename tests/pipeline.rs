@@ -545,6 +545,25 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// `gpusort sort` of `inputs` into `output` by `k0, k1` on the CPU backend under a 16 MiB
+/// limit (so it spills), quiet, with its temporary files under `tmp`.
+fn spilling_sort(inputs: &str, output: &Path, tmp: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_gpusort"));
+    command
+        .args(["sort", inputs, "-o", output.to_str().unwrap()])
+        .args([
+            "--by",
+            "k0, k1",
+            "--backend",
+            "cpu",
+            "--memory-limit",
+            "16M",
+            "-q",
+        ])
+        .env("TMPDIR", tmp);
+    command
+}
+
 /// SIGTERM or SIGINT while `gpusort sort` spills: it stops, exits with 128 + the signal,
 /// and leaves neither its temporary output nor its spill files (nor their directory).
 #[test]
@@ -557,20 +576,7 @@ fn a_signal_leaves_no_temporary_or_spill_files() {
     let glob = format!("{}/*.parquet", input.display());
     for signal in [libc::SIGTERM, libc::SIGINT] {
         let tmp = tempfile::tempdir().unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_gpusort"))
-            .args(["sort", &glob, "-o", output.to_str().unwrap()])
-            .args([
-                "--by",
-                "k0, k1",
-                "--backend",
-                "cpu",
-                "--memory-limit",
-                "16M",
-                "-q",
-            ])
-            .env("TMPDIR", tmp.path())
-            .spawn()
-            .unwrap();
+        let mut child = spilling_sort(&glob, &output, tmp.path()).spawn().unwrap();
         // Signalled once it has spilled.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
         while files_under(tmp.path()).iter().all(|p| p.is_dir()) {
@@ -642,22 +648,7 @@ fn a_full_disk_fails_cleanly() {
     let input = dir.path().join("in");
     write_parquet_files(&input, &batch, 2);
     let glob = format!("{}/*.parquet", input.display());
-    let sort = |output: &Path, tmp: &Path| {
-        Command::new(env!("CARGO_BIN_EXE_gpusort"))
-            .args(["sort", &glob, "-o", output.to_str().unwrap()])
-            .args([
-                "--by",
-                "k0, k1",
-                "--backend",
-                "cpu",
-                "--memory-limit",
-                "16M",
-                "-q",
-            ])
-            .env("TMPDIR", tmp)
-            .output()
-            .unwrap()
-    };
+    let sort = |output: &Path, tmp: &Path| spilling_sort(&glob, output, tmp).output().unwrap();
     // The output's disk fills up.
     let ran = sort(&out_fs.path().join("out.parquet"), dir.path());
     let stderr = String::from_utf8_lossy(&ran.stderr);

@@ -278,6 +278,34 @@ async fn memory_pool_is_back_to_zero_and_limits_give_clear_errors() {
     assert_eq!(tiny.memory_pool.reserved(), 0);
 }
 
+/// A session sorting on the CPU backend under `pool`, in batches of 100 rows, with `t` a
+/// memory table of `rows` rows in `partitions` partitions; and its runtime (to read the
+/// pool from).
+fn pooled_session(
+    pool: Arc<dyn datafusion::execution::memory_pool::MemoryPool>,
+    partitions: usize,
+    rows: usize,
+) -> (SessionContext, Arc<RuntimeEnv>) {
+    let runtime = RuntimeEnvBuilder::new()
+        .with_memory_pool(pool)
+        .build_arc()
+        .unwrap();
+    let state = SessionStateBuilder::new()
+        .with_config(
+            SessionConfig::new()
+                .with_batch_size(100)
+                .with_target_partitions(partitions),
+        )
+        .with_runtime_env(Arc::clone(&runtime))
+        .with_default_features()
+        .with_gpu_sort(GpuSortConfig::forced_cpu())
+        .build();
+    let ctx = SessionContext::new_with_state(state);
+    ctx.register_table("t", Arc::new(table(rows, partitions)))
+        .unwrap();
+    (ctx, runtime)
+}
+
 /// The buffered input, its sorted copies and the permutation stay in the session's pool
 /// while a slow consumer reads the output, and leave it when the output is done: for an
 /// ORDER BY and a window's sort (combined over 16 partitions, hash routed), over 1 and 16
@@ -301,23 +329,7 @@ async fn buffered_input_stays_accounted_until_the_output_is_read() {
             ];
             for (pool_name, pool) in pools {
                 let case = format!("{what}, {partitions} partitions, {pool_name} pool");
-                let runtime = RuntimeEnvBuilder::new()
-                    .with_memory_pool(pool)
-                    .build_arc()
-                    .unwrap();
-                let state = SessionStateBuilder::new()
-                    .with_config(
-                        SessionConfig::new()
-                            .with_batch_size(100)
-                            .with_target_partitions(partitions),
-                    )
-                    .with_runtime_env(Arc::clone(&runtime))
-                    .with_default_features()
-                    .with_gpu_sort(GpuSortConfig::forced_cpu())
-                    .build();
-                let ctx = SessionContext::new_with_state(state);
-                ctx.register_table("t", Arc::new(table(rows, partitions)))
-                    .unwrap();
+                let (ctx, runtime) = pooled_session(pool, partitions, rows);
                 let mut stream = ctx.sql(sql).await.unwrap().execute_stream().await.unwrap();
                 let mut read = stream.next().await.unwrap().unwrap().num_rows();
                 // The consumer stalls here: the int columns alone are 12 bytes a row.
@@ -351,23 +363,7 @@ async fn sliced_input_batches_are_accounted_once() {
             ("greedy", Arc::new(GreedyMemoryPool::new(256 << 20))),
         ];
         for (name, pool) in pools {
-            let runtime = RuntimeEnvBuilder::new()
-                .with_memory_pool(pool)
-                .build_arc()
-                .unwrap();
-            let state = SessionStateBuilder::new()
-                .with_config(
-                    SessionConfig::new()
-                        .with_batch_size(100)
-                        .with_target_partitions(partitions),
-                )
-                .with_runtime_env(Arc::clone(&runtime))
-                .with_default_features()
-                .with_gpu_sort(GpuSortConfig::forced_cpu())
-                .build();
-            let ctx = SessionContext::new_with_state(state);
-            ctx.register_table("t", Arc::new(table(200_000, partitions)))
-                .unwrap();
+            let (ctx, runtime) = pooled_session(pool, partitions, 200_000);
             let text = result_text(&ctx, "EXPLAIN ANALYZE SELECT * FROM t ORDER BY k, g").await;
             let label = format!("{name} pool, {partitions} partitions");
             assert!(text.contains("GpuSortExec"), "{label}: {text}");

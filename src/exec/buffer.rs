@@ -190,33 +190,25 @@ impl InputBuffer {
                 limbs
             }
         };
-        let bytes = self.held.add(&batch) + working_bytes(batch.num_rows(), limbs);
-        let Err(mut refused) = self.reservation.try_grow(bytes) else {
-            self.buffered[partition].push(batch);
-            return Ok(());
-        };
-        let mut bytes = bytes;
-        if !self.buffered.iter().all(Vec::is_empty) {
+        let mut bytes = self.held.add(&batch) + working_bytes(batch.num_rows(), limbs);
+        let mut granted = self.reservation.try_grow(bytes);
+        if granted.is_err() && !self.buffered.iter().all(Vec::is_empty) {
             self.spill_buffered().await?;
             bytes = self.held.add(&batch) + working_bytes(batch.num_rows(), limbs);
-            match self.reservation.try_grow(bytes) {
-                Ok(()) => {
-                    self.buffered[partition].push(batch);
-                    return Ok(());
-                }
-                Err(e) => refused = e,
+            granted = self.reservation.try_grow(bytes);
+        }
+        if let Err(refused) = granted {
+            // Nothing is buffered. Where batches waiting in transit (counted in the pool,
+            // see `fill`) are what leaves no room, this one goes in all the same: they are
+            // admitted (or spilled) next, and the sort must make progress.
+            if transit.size() == 0 {
+                return Err(refused.context(
+                    "gpusort: buffering the sort's input (one batch and its working memory \
+                     exceed the memory the pool grants)",
+                ));
             }
+            self.reservation.grow(bytes);
         }
-        // Nothing is buffered. Where batches waiting in transit (counted in the pool, see
-        // `fill`) are what leaves no room, this one goes in all the same: they are admitted
-        // (or spilled) next, and the sort must make progress.
-        if transit.size() == 0 {
-            return Err(refused.context(
-                "gpusort: buffering the sort's input (one batch and its working memory \
-                 exceed the memory the pool grants)",
-            ));
-        }
-        self.reservation.grow(bytes);
         self.buffered[partition].push(batch);
         Ok(())
     }
@@ -397,11 +389,8 @@ async fn drain_in_groups(
                 Err(_) => {
                     // No room: hand over what this task holds (its room comes back once
                     // admitted), then wait for room.
-                    if !batches.batches.is_empty() {
-                        let full = std::mem::replace(&mut batches, InTransit::new(&group.transit));
-                        if tx.send((group.partition, Ok(full))).await.is_err() {
-                            return;
-                        }
+                    if !hand_over(&group, &mut batches, &tx).await {
+                        return;
                     }
                     match Arc::clone(&transit_room.kib).acquire_many_owned(kib).await {
                         Ok(permit) => Some(permit),
@@ -411,16 +400,27 @@ async fn drain_in_groups(
             };
         }
         batches.push(batch, bytes, room);
-        if batches.batches.len() == FILL_GROUP_BATCHES {
-            let full = std::mem::replace(&mut batches, InTransit::new(&group.transit));
-            if tx.send((group.partition, Ok(full))).await.is_err() {
-                return;
-            }
+        if batches.batches.len() == FILL_GROUP_BATCHES
+            && !hand_over(&group, &mut batches, &tx).await
+        {
+            return;
         }
     }
-    if !batches.batches.is_empty() {
-        let _ = tx.send((group.partition, Ok(batches))).await;
+    hand_over(&group, &mut batches, &tx).await;
+}
+
+/// Sends the batches `group`'s task holds, if any, and starts an empty group; `false` when
+/// the receiver is gone.
+async fn hand_over(
+    group: &Group,
+    batches: &mut InTransit,
+    tx: &tokio::sync::mpsc::Sender<GroupMessage>,
+) -> bool {
+    if batches.batches.is_empty() {
+        return true;
     }
+    let full = std::mem::replace(batches, InTransit::new(&group.transit));
+    tx.send((group.partition, Ok(full))).await.is_ok()
 }
 
 /// The buffers that buffered batches hold, by allocation. Batches that share a buffer

@@ -94,20 +94,18 @@ pub fn default_memory_limit() -> Option<usize> {
 /// in bytes; `None` where that cannot be read (not Linux).
 pub fn peak_resident_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    status_kib(&status, "VmHWM:").map(|kib| kib * 1024)
+    kib_field(&status, "VmHWM:").map(|kib| kib as u64 * 1024)
 }
 
-/// A `Name:   N kB` line of `/proc/self/status`, in KiB.
-fn status_kib(status: &str, name: &str) -> Option<u64> {
-    let line = status.lines().find(|l| l.starts_with(name))?;
+/// The `Name:   N kB` line `name` of `/proc/meminfo` or `/proc/self/status`, in KiB.
+fn kib_field(text: &str, name: &str) -> Option<usize> {
+    let line = text.lines().find(|l| l.starts_with(name))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// `MemTotal` of `/proc/meminfo`, in bytes.
 fn mem_total(meminfo: &str) -> Option<usize> {
-    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+    kib_field(meminfo, "MemTotal:").map(|kib| kib * 1024)
 }
 
 /// A cgroup v2 `memory.max`: bytes, or `None` for `max` (no limit).
@@ -131,8 +129,8 @@ mod tests {
     #[test]
     fn peak_resident_memory_from_status() {
         let status = "VmPeak:\t  500 kB\nVmHWM:\t    1234 kB\nVmRSS:\t 1000 kB\n";
-        assert_eq!(status_kib(status, "VmHWM:"), Some(1234));
-        assert_eq!(status_kib(status, "Nothing:"), None);
+        assert_eq!(kib_field(status, "VmHWM:"), Some(1234));
+        assert_eq!(kib_field(status, "Nothing:"), None);
         if cfg!(target_os = "linux") {
             assert!(peak_resident_bytes().unwrap() > 0);
         }

@@ -93,7 +93,7 @@ impl<W: Write + Send> ParallelFileWriter<W> {
             self.finish_filling()?;
         }
         while !self.finishing.is_empty() {
-            self.append_oldest(true)?;
+            self.append_oldest()?;
         }
         self.file.close().map(|_| ())
     }
@@ -138,7 +138,7 @@ impl<W: Write + Send> ParallelFileWriter<W> {
                 return Ok(());
             };
             if self.finishing.front().is_some_and(|r| r.finished()) {
-                self.append_oldest(false)?;
+                self.append_oldest()?;
                 continue;
             }
             self.memory.wait_for_change(seen);
@@ -154,23 +154,18 @@ impl<W: Write + Send> ParallelFileWriter<W> {
         self.filling_rows = 0;
         row_group.close();
         self.finishing.push_back(row_group);
-        while self.finishing.front().is_some_and(|r| r.finished()) {
-            self.append_oldest(false)?;
-        }
-        while self.finishing.len() > rayon::current_num_threads() {
-            self.append_oldest(true)?;
+        while self.finishing.front().is_some_and(|r| r.finished())
+            || self.finishing.len() > rayon::current_num_threads()
+        {
+            self.append_oldest()?;
         }
         Ok(())
     }
 
-    /// Appends the oldest full row group to the file, waiting for its encoders when `wait`.
-    fn append_oldest(&mut self, wait: bool) -> Result<()> {
+    /// Appends the oldest full row group to the file, once its encoders have finished.
+    fn append_oldest(&mut self) -> Result<()> {
         let row_group = self.finishing.pop_front().expect("a row group finishing");
-        let mut chunks = Vec::with_capacity(row_group.columns.len());
-        for encoder in &row_group.columns {
-            debug_assert!(wait || encoder.finished());
-            chunks.push(encoder.wait_chunk());
-        }
+        let chunks: Vec<_> = row_group.columns.iter().map(|e| e.wait_chunk()).collect();
         let encoded = row_group.columns.iter().map(|e| e.encoded()).sum();
         let appended = (|| {
             let mut writer = self.file.next_row_group()?;
@@ -231,6 +226,13 @@ struct EncoderState {
     /// Bytes the writer holds (its `memory_size` after the last write), counted in the
     /// memory until the row group is appended.
     encoded: usize,
+}
+
+impl EncoderState {
+    /// See [`ColumnEncoder::finished`].
+    fn finished(&self) -> bool {
+        self.closing && !self.running && self.queue.is_empty() && self.outcome.is_some()
+    }
 }
 
 impl ColumnEncoder {
@@ -321,8 +323,7 @@ impl ColumnEncoder {
 
     /// All leaves written and the writer closed (or failed with nothing left queued).
     fn finished(&self) -> bool {
-        let state = self.lock();
-        state.closing && !state.running && state.queue.is_empty() && state.outcome.is_some()
+        self.lock().finished()
     }
 
     /// Waits until [`Self::finished`]; returns the chunk or the error.
@@ -331,10 +332,8 @@ impl ColumnEncoder {
             let seen = self.memory.changes();
             {
                 let mut state = self.lock();
-                if state.closing && !state.running && state.queue.is_empty() {
-                    if let Some(outcome) = state.outcome.take() {
-                        return outcome;
-                    }
+                if state.finished() {
+                    return state.outcome.take().expect("a finished encoder's outcome");
                 }
             }
             self.memory.wait_for_change(seen);

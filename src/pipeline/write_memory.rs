@@ -12,10 +12,12 @@
 //!   when nothing is queued at all: the writer always makes progress, and past the pool's
 //!   limit only by one batch, which is then in the reservation too.
 
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use datafusion::execution::memory_pool::{MemoryLimit, MemoryPool, MemoryReservation};
+use datafusion::execution::memory_pool::{
+    MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation,
+};
 
 /// The floor is this share of the pool's limit...
 const FLOOR_SHARE: usize = 8;
@@ -57,7 +59,7 @@ impl std::fmt::Debug for WriteMemory {
 
 impl WriteMemory {
     /// The memory of an output writing into `pool`; claims the floor now.
-    pub(super) fn new(pool: &std::sync::Arc<dyn MemoryPool>) -> Self {
+    pub(super) fn new(pool: &Arc<dyn MemoryPool>) -> Self {
         let (floor, cap) = match pool.memory_limit() {
             MemoryLimit::Finite(limit) => {
                 let floor = (limit / FLOOR_SHARE).min(MAX_FLOOR);
@@ -65,10 +67,9 @@ impl WriteMemory {
             }
             MemoryLimit::Infinite | MemoryLimit::Unknown => (0, MAX_CAP),
         };
-        let reservation = datafusion::execution::memory_pool::MemoryConsumer::new(
-            "gpusort Parquet writer (queued columns, encoded pages)",
-        )
-        .register(pool);
+        let reservation =
+            MemoryConsumer::new("gpusort Parquet writer (queued columns, encoded pages)")
+                .register(pool);
         // At the start the pool is empty; if another query holds it, the writer starts
         // without its floor and grows as it can.
         let _ = reservation.try_resize(floor);
@@ -161,7 +162,6 @@ impl WriteMemory {
 mod tests {
     use super::*;
     use datafusion::execution::memory_pool::GreedyMemoryPool;
-    use std::sync::Arc;
 
     #[test]
     fn the_floor_is_claimed_and_queued_bytes_stay_within_the_cap() {
@@ -186,7 +186,7 @@ mod tests {
     fn with_nothing_queued_one_leaf_goes_through_a_full_pool() {
         let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(64 << 20));
         let memory = WriteMemory::new(&pool);
-        let other = datafusion::execution::memory_pool::MemoryConsumer::new("sort").register(&pool);
+        let other = MemoryConsumer::new("sort").register(&pool);
         other.try_grow((64 << 20) - memory.reserved()).unwrap();
         memory.try_queue(100 << 20).unwrap();
         assert!(memory.reserved() >= 100 << 20);
