@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
 """Parquet → sorted Parquet: `gpusort sort` against DuckDB and DataFusion's own sort.
 
-Generates the Q1 table of the SQL benchmark, t(k BIGINT uniform random, p1 BIGINT,
-p2 DOUBLE), seeded, as one Parquet file (snappy), then sorts it by k into a new Parquet
-file (snappy) with each engine, median of --reps runs after one warm-up, and prints one
-Markdown table with the breakdown each engine can report.
+Two cases, each sorted into snappy Parquet by every engine, median of --reps runs after
+one warm-up, printed as one Markdown table with the breakdown each engine can report:
+
+- default: generates the Q1 table of the SQL benchmark, t(k BIGINT uniform random,
+  p1 BIGINT, p2 DOUBLE), seeded, as one Parquet file (snappy), and sorts it by k into
+  one file;
+- `--lineitem DIR`: TPC-H lineitem as `gpusort bench tpch` writes it (a directory of
+  Parquet files, all 16 columns), sorted by `l_shipdate, l_orderkey` into a directory of
+  files of at most --rows-per-file rows.
 
   python3 benches/sort_parquet.py --gpusort PATH [--rows N] [--reps 3] [--dir /tmp/x]
+  python3 benches/sort_parquet.py --gpusort PATH --lineitem /tmp/bd/sf10-16/lineitem
 
 - gpusort (cuda / cpu backend): `gpusort sort t.parquet -o out.parquet --by k
   --compression snappy --timings`; breakdown from its stage line (plan, read+sort with the
@@ -22,9 +28,22 @@ Markdown table with the breakdown each engine can report.
 import argparse
 import os
 import re
-import statistics
+import shutil
 import subprocess
 import time
+from dataclasses import dataclass
+
+
+@dataclass
+class Case:
+    """What one benchmark sorts: the input (as gpusort and as DuckDB name it), the output
+    (one file, or a directory of files of `rows_per_file` rows) and the ORDER BY keys."""
+
+    src: str
+    duckdb_src: str
+    dst: str
+    by: str
+    rows_per_file: int | None
 
 
 def generate(path, rows, seed):
@@ -62,42 +81,58 @@ def timed(fn, reps):
     return times[i], extra[i]
 
 
-def run_gpusort(binary, src, dst, backend):
-    out = subprocess.run(
-        [binary, "sort", src, "-o", dst, "--by", "k", "--compression", "snappy",
-         "--backend", backend, "--timings", "--overwrite"],
-        check=True, capture_output=True, text=True,
-    ).stdout
+def run_gpusort(binary, case, backend):
+    args = [binary, "sort", case.src, "-o", case.dst, "--by", case.by, "--compression",
+            "snappy", "--backend", backend, "--timings", "--overwrite"]
+    if case.rows_per_file:
+        args += ["--max-rows-per-file", str(case.rows_per_file)]
+    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
     summary = out.splitlines()[0]
     stages = re.search(r"stages: (.*)", out).group(1)
     return f"{stages}; {summary.split('; ', 1)[1]}"
 
 
-def run_datafusion(binary, src, dst):
-    sql = (f"SET gpu_sort.enabled = false; COPY (SELECT * FROM t ORDER BY k) TO '{dst}' "
-           "STORED AS PARQUET OPTIONS ('format.compression' 'snappy')")
-    subprocess.run([binary, "sql", sql, "--table", f"t={src}"], check=True,
+def run_datafusion(binary, case):
+    dst = case.dst + "/" if case.rows_per_file else case.dst
+    sql = (f"SET gpu_sort.enabled = false; COPY (SELECT * FROM t ORDER BY {case.by}) TO "
+           f"'{dst}' STORED AS PARQUET OPTIONS ('format.compression' 'snappy')")
+    if os.path.isdir(case.dst):
+        shutil.rmtree(case.dst)
+    elif os.path.exists(case.dst):
+        os.remove(case.dst)
+    subprocess.run([binary, "sql", sql, "--table", f"t={case.src}"], check=True,
                    capture_output=True, text=True)
     return ""
 
 
-def duckdb_runs(src, dst, reps):
+def duckdb_runs(case, reps):
     import duckdb
 
     con = duckdb.connect()
     con.execute(f"SET threads = {os.cpu_count()}")
-    copy = (f"COPY (SELECT * FROM read_parquet('{src}') ORDER BY k) TO '{dst}' "
-            "(FORMAT parquet, COMPRESSION snappy)")
-    total, _ = timed(lambda: con.execute(copy), reps)
+    src = case.duckdb_src
+    # Directory output: files of about --rows-per-file rows (DuckDB's row groups hold
+    # 122 880 rows), written in order; one file otherwise.
+    options = "FORMAT parquet, COMPRESSION snappy"
+    if case.rows_per_file:
+        options += f", ROW_GROUPS_PER_FILE {max(1, case.rows_per_file // 122880)}, OVERWRITE"
+
+    def copy(query, dst):
+        if not case.rows_per_file and os.path.exists(dst):
+            os.remove(dst)
+        con.execute(f"COPY ({query}) TO '{dst}' ({options})")
+
+    ordered = f"SELECT * FROM read_parquet('{src}') ORDER BY {case.by}"
+    total, _ = timed(lambda: copy(ordered, case.dst), reps)
 
     def read_sort():
         con.execute("DROP TABLE IF EXISTS s")
-        con.execute(f"CREATE TEMP TABLE s AS SELECT * FROM read_parquet('{src}') ORDER BY k")
+        con.execute(f"CREATE TEMP TABLE s AS {ordered}")
 
     read_sorted, _ = timed(read_sort, reps)
-    copy_plain = (f"COPY (SELECT * FROM read_parquet('{src}')) TO '{dst}.plain' "
-                  "(FORMAT parquet, COMPRESSION snappy)")
-    read_write, _ = timed(lambda: con.execute(copy_plain), reps)
+    con.execute("DROP TABLE IF EXISTS s")
+    plain = f"SELECT * FROM read_parquet('{src}')"
+    read_write, _ = timed(lambda: copy(plain, case.dst + ".plain"), reps)
     return total, (f"read+sort into a temp table {read_sorted:.3f} s; "
                    f"read+write without sort {read_write:.3f} s; DuckDB {duckdb.__version__}")
 
@@ -110,20 +145,32 @@ def main():
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--dir", default="/tmp/gpusort-parquet-bench")
     ap.add_argument("--skip", default="", help="comma list of engines to skip")
+    ap.add_argument("--lineitem", help="a lineitem directory to sort instead of the Q1 table")
+    ap.add_argument("--rows-per-file", type=int, default=10_000_000,
+                    help="rows per output file of the lineitem case")
     args = ap.parse_args()
     os.makedirs(args.dir, exist_ok=True)
-    src = os.path.join(args.dir, "t.parquet")
-    dst = os.path.join(args.dir, "out.parquet")
-    start = time.perf_counter()
-    generate(src, args.rows, args.seed)
-    print(f"generated {args.rows} rows, {os.path.getsize(src) / 2**20:.0f} MiB, "
-          f"in {time.perf_counter() - start:.1f} s", flush=True)
+    if args.lineitem:
+        case = Case(src=args.lineitem, duckdb_src=os.path.join(args.lineitem, "*.parquet"),
+                    dst=os.path.join(args.dir, "lineitem_sorted"), by="l_shipdate, l_orderkey",
+                    rows_per_file=args.rows_per_file)
+        size = sum(os.path.getsize(os.path.join(args.lineitem, f))
+                   for f in os.listdir(args.lineitem))
+        print(f"lineitem: {size / 2**20:.0f} MiB of Parquet", flush=True)
+    else:
+        src = os.path.join(args.dir, "t.parquet")
+        case = Case(src=src, duckdb_src=src, dst=os.path.join(args.dir, "out.parquet"),
+                    by="k", rows_per_file=None)
+        start = time.perf_counter()
+        generate(src, args.rows, args.seed)
+        print(f"generated {args.rows} rows, {os.path.getsize(src) / 2**20:.0f} MiB, "
+              f"in {time.perf_counter() - start:.1f} s", flush=True)
     skip = set(filter(None, args.skip.split(",")))
     rows = []
     for name, fn in [
-        ("gpusort (cuda)", lambda: run_gpusort(args.gpusort, src, dst, "cuda")),
-        ("gpusort (cpu backend)", lambda: run_gpusort(args.gpusort, src, dst, "cpu")),
-        ("DataFusion 55 alone", lambda: run_datafusion(args.gpusort, src, dst)),
+        ("gpusort (cuda)", lambda: run_gpusort(args.gpusort, case, "cuda")),
+        ("gpusort (cpu backend)", lambda: run_gpusort(args.gpusort, case, "cpu")),
+        ("DataFusion 55 alone", lambda: run_datafusion(args.gpusort, case)),
     ]:
         if name.split(" ")[0].lower() in skip or name in skip:
             continue
@@ -131,7 +178,7 @@ def main():
         rows.append((name, seconds, note))
         print(f"{name}: {seconds:.3f} s {note}", flush=True)
     if "duckdb" not in skip:
-        seconds, note = duckdb_runs(src, dst, args.reps)
+        seconds, note = duckdb_runs(case, args.reps)
         rows.append(("DuckDB", seconds, note))
         print(f"DuckDB: {seconds:.3f} s {note}", flush=True)
     print()

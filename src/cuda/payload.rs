@@ -625,6 +625,16 @@ fn download_into_buffers(
 ) -> CudaResult<Vec<Buffer>> {
     let total: usize = sizes.iter().sum();
     let region = regions.take(total);
+    crate::trace::event(|| {
+        format!(
+            "    download of {total} bytes into a {} region",
+            if region.is_locked() {
+                "locked"
+            } else {
+                "pageable"
+            }
+        )
+    });
     let base = region.as_mut_ptr() as *mut MaybeUninit<u8>;
     let mut offsets = Vec::with_capacity(sizes.len());
     let mut at = 0;

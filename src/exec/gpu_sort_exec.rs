@@ -383,6 +383,7 @@ impl ExecutionPlan for GpuSortExec {
             context.runtime_env(),
             SpillMetrics::new(&self.metrics, partition),
             self.schema(),
+            context.session_config().spill_compression(),
         );
         let batch_size = context.session_config().batch_size();
         let spec = Arc::new(SortSpec {

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use datafusion::arrow;
+use datafusion::common::config::SpillCompression;
 use datafusion::common::{resources_err, Result};
 use datafusion::execution::memory_pool::{
     MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation, UnboundedMemoryPool,
@@ -104,11 +105,19 @@ pub(super) struct RunSpiller {
 }
 
 impl RunSpiller {
-    /// A spiller writing batches of `schema` into `env`'s temporary files.
-    pub(super) fn new(env: Arc<RuntimeEnv>, metrics: SpillMetrics, schema: SchemaRef) -> Self {
+    /// A spiller writing batches of `schema` into `env`'s temporary files, compressed with
+    /// `compression` (the session's `datafusion.execution.spill_compression`).
+    pub(super) fn new(
+        env: Arc<RuntimeEnv>,
+        metrics: SpillMetrics,
+        schema: SchemaRef,
+        compression: SpillCompression,
+    ) -> Self {
         Self {
             pool: Arc::clone(&env.memory_pool),
-            manager: Arc::new(SpillManager::new(env, metrics, schema)),
+            manager: Arc::new(
+                SpillManager::new(env, metrics, schema).with_compression_type(compression),
+            ),
         }
     }
 

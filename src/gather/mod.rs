@@ -301,6 +301,7 @@ fn gather_in_windows<'p, 'g: 'p>(
                 let (gatherer, gathered) = handle.join().map_err(|_| {
                     DataFusionError::Internal("gpusort: a payload gather panicked".to_string())
                 })?;
+                crate::trace::event(|| format!("  window {w}: payload gathered"));
                 // A declined window hands the rest of the run to the host.
                 if let Some(columns) = gathered? {
                     for (&c, arrays) in gatherer.columns().iter().zip(columns) {
@@ -324,6 +325,7 @@ fn gather_in_windows<'p, 'g: 'p>(
                 .zip(ready)
                 .map(|(ids, ready)| rows.gather_with(ids, ready))
                 .collect();
+            crate::trace::event(|| format!("  window {w}: batches built"));
             for batch in batches {
                 if !emit(batch?) {
                     // The scope waits for the window gathered ahead.

@@ -14,6 +14,7 @@
 //! - `output`: the atomic Parquet writer.
 //! - `row_groups`: one Parquet file, columns and row groups encoded in parallel.
 //! - `write_memory`: what the writer holds, counted in the session's memory pool.
+//! - `writeback`: output files sent to disk while they are written.
 //! - `memory`: the default memory limit.
 //! - `progress`: live row counts read from the running plan's metrics.
 //! - `error`: [`PipelineError`], one variant per way a job fails.
@@ -26,11 +27,13 @@ mod output;
 mod progress;
 mod row_groups;
 mod write_memory;
+mod writeback;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use datafusion::common::config::SpillCompression;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::Column;
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
@@ -81,6 +84,9 @@ pub struct SortJob {
     /// limit. The session's pool is this limit, less what the CUDA backend holds outside
     /// the pool when it is in use ([`memory::pool_bytes`]).
     pub memory_limit: Option<usize>,
+    /// Compression of the runs a sort spills (DataFusion's spill files): LZ4 frames by
+    /// default, which cost little time and halve a run of numbers on disk.
+    pub spill_compression: SpillCompression,
     /// Replace an existing output.
     pub overwrite: bool,
     /// Sort backend.
@@ -107,6 +113,7 @@ impl SortJob {
             row_group_rows: DEFAULT_ROW_GROUP_ROWS,
             compression: "zstd(1)".into(),
             memory_limit: memory::default_memory_limit(),
+            spill_compression: SpillCompression::Lz4Frame,
             overwrite: false,
             backend: BackendChoice::Auto,
             target_partitions: None,
@@ -311,7 +318,9 @@ fn session(
         topk: job.limit.is_some_and(|limit| limit > TOPK_MAX_ROWS),
         ..Default::default()
     };
-    let session_config = SessionConfig::new().with_target_partitions(partitions.max(1));
+    let session_config = SessionConfig::new()
+        .with_target_partitions(partitions.max(1))
+        .with_spill_compression(job.spill_compression);
     let mut runtime = RuntimeEnvBuilder::new();
     if let Some(pool) = pool {
         runtime = runtime.with_memory_limit(pool, 1.0);
@@ -352,6 +361,9 @@ fn sort_expr(key: &SortKey) -> SortExpr {
     Expr::Column(Column::new_unqualified(&key.column)).sort(!key.descending, key.nulls_first)
 }
 
+/// The timeline ([`crate::trace`]) marks every this many rows handed to the writer.
+const TRACE_ROWS: usize = 10 << 20;
+
 /// Streams the plan's batches to a writer thread; commits the output when both succeed.
 /// Also returns when the first sorted batch arrived. `scan` (the scan's memory in the pool)
 /// is let go then: the sort has read all its input.
@@ -382,6 +394,7 @@ async fn run_and_write(
         Ok(output)
     });
     let mut first_batch = None;
+    let mut received = 0;
     let produced = async {
         let mut stream =
             execute_stream(plan, ctx.task_ctx()).map_err(PipelineError::execution("sorting"))?;
@@ -389,6 +402,10 @@ async fn run_and_write(
             let batch = batch.map_err(PipelineError::execution("reading and sorting"))?;
             first_batch.get_or_insert_with(Instant::now);
             scan.take();
+            received += batch.num_rows();
+            if received / TRACE_ROWS != (received - batch.num_rows()) / TRACE_ROWS {
+                crate::trace::event(|| format!("pipeline: {received} rows sorted"));
+            }
             if tx.send(batch).is_err() {
                 break; // the writer failed; its error is reported below
             }
@@ -397,6 +414,7 @@ async fn run_and_write(
     }
     .await;
     drop(tx);
+    crate::trace::event(|| "pipeline: sort output ended".to_string());
     // Wait for the writer either way: its output (and temp files) must be gone or
     // committed before this returns.
     let output = writer.await.map_err(|e| {
@@ -405,7 +423,10 @@ async fn run_and_write(
         )))
     })?;
     produced?;
-    Ok((output?.commit()?, first_batch))
+    crate::trace::event(|| "pipeline: written".to_string());
+    let committed = output?.commit()?;
+    crate::trace::event(|| "pipeline: committed".to_string());
+    Ok((committed, first_batch))
 }
 
 /// The backend, algorithms and operator time of the plan's sort, after it ran.

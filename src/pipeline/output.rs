@@ -29,6 +29,7 @@ use super::error::PipelineError;
 use super::order_by::SortKey;
 use super::row_groups::ParallelFileWriter;
 use super::write_memory::WriteMemory;
+use super::writeback::WritebackFile;
 
 /// Where and how the sorted rows are written.
 #[derive(Debug, Clone)]
@@ -95,7 +96,11 @@ pub struct ParquetOutput {
     properties: WriterProperties,
     /// The temporary file (single-file output) or directory being written.
     temp: PathBuf,
-    writer: Option<ParallelFileWriter<BufWriter<File>>>,
+    writer: Option<ParallelFileWriter<BufWriter<WritebackFile>>>,
+    /// Files of a directory output still being finished (their last row groups encoded,
+    /// the footer written, the file flushed) on threads of their own while the next file
+    /// fills.
+    closing: Vec<std::thread::JoinHandle<Result<(), PipelineError>>>,
     /// What the writer holds, in the pool; shared by every file.
     memory: Arc<WriteMemory>,
     rows_in_file: usize,
@@ -131,6 +136,7 @@ impl ParquetOutput {
             properties,
             temp,
             writer: None,
+            closing: Vec::new(),
             rows_in_file: 0,
             file_names: Vec::new(),
             rows: 0,
@@ -176,6 +182,7 @@ impl ParquetOutput {
     /// where a directory stands) is moved aside first and removed after.
     pub fn commit(mut self) -> Result<WrittenOutput, PipelineError> {
         self.close_file()?;
+        self.finish_closing()?;
         let target = self.options.path.clone();
         let one_rename = self.options.max_rows_per_file.is_none() && !target.is_dir();
         let replaced = if target.exists() && !one_rename {
@@ -192,6 +199,7 @@ impl ParquetOutput {
             return Err(PipelineError::io("renaming the output into", target)(e));
         }
         self.committed = true;
+        crate::trace::event(|| "output: renamed into place".to_string());
         let parent = parent_dir(&target);
         File::open(&parent)
             .and_then(|dir| dir.sync_all())
@@ -199,8 +207,10 @@ impl ParquetOutput {
                 "flushing the directory entry of",
                 &target,
             ))?;
+        crate::trace::event(|| "output: directory flushed".to_string());
         if let Some(old) = replaced {
             remove_path(&old);
+            crate::trace::event(|| "output: the replaced output removed".to_string());
         }
         let files: Vec<PathBuf> = if self.options.max_rows_per_file.is_some() {
             self.file_names.iter().map(|n| target.join(n)).collect()
@@ -228,7 +238,7 @@ impl ParquetOutput {
         let path = self.open_path();
         let file = File::create(&path).map_err(PipelineError::io("creating", &path))?;
         let writer = ParallelFileWriter::try_new(
-            BufWriter::with_capacity(1 << 20, file),
+            BufWriter::with_capacity(1 << 20, WritebackFile::new(file)),
             Arc::clone(&self.schema),
             self.properties.clone(),
             Arc::clone(&self.memory),
@@ -240,16 +250,40 @@ impl ParquetOutput {
     }
 
     /// Finishes the open file and flushes it to disk (so that the rename in `commit` never
-    /// publishes a file whose bytes a crash could still lose).
+    /// publishes a file whose bytes a crash could still lose), on a thread of its own;
+    /// [`Self::finish_closing`] waits for it.
     fn close_file(&mut self) -> Result<(), PipelineError> {
         if let Some(writer) = self.writer.take() {
-            writer.close().map_err(|e| self.write_error(e))?;
             let path = self.open_path();
-            File::open(&path)
-                .and_then(|file| file.sync_all())
-                .map_err(PipelineError::io("flushing", &path))?;
+            let closing = std::thread::Builder::new()
+                .name("gpusort-close-file".into())
+                .spawn(move || close_and_flush(writer, &path))
+                .map_err(PipelineError::io(
+                    "starting a thread to close",
+                    self.open_path(),
+                ))?;
+            self.closing.push(closing);
         }
         Ok(())
+    }
+
+    /// Waits for every file being closed; the first error.
+    fn finish_closing(&mut self) -> Result<(), PipelineError> {
+        let mut result = Ok(());
+        for closing in self.closing.drain(..) {
+            let closed = closing.join().unwrap_or_else(|_| {
+                Err(PipelineError::Execution {
+                    stage: "writing Parquet",
+                    source: datafusion::error::DataFusionError::Internal(
+                        "gpusort: closing an output file panicked".into(),
+                    ),
+                })
+            });
+            if result.is_ok() {
+                result = closed;
+            }
+        }
+        result
     }
 
     /// Where the file being written (the last one opened) is: the temporary file, or the
@@ -262,10 +296,28 @@ impl ParquetOutput {
     }
 
     fn write_error(&self, e: datafusion::parquet::errors::ParquetError) -> PipelineError {
-        PipelineError::Execution {
-            stage: "writing Parquet",
-            source: e.into(),
-        }
+        write_error(e)
+    }
+}
+
+/// Writes what `writer` has left and its footer, then flushes the file at `path` to disk.
+fn close_and_flush(
+    writer: ParallelFileWriter<BufWriter<WritebackFile>>,
+    path: &Path,
+) -> Result<(), PipelineError> {
+    writer.close().map_err(write_error)?;
+    crate::trace::event(|| format!("output: {} closed", path.display()));
+    File::open(path)
+        .and_then(|file| file.sync_all())
+        .map_err(PipelineError::io("flushing", path))?;
+    crate::trace::event(|| format!("output: {} flushed to disk", path.display()));
+    Ok(())
+}
+
+fn write_error(e: datafusion::parquet::errors::ParquetError) -> PipelineError {
+    PipelineError::Execution {
+        stage: "writing Parquet",
+        source: e.into(),
     }
 }
 
@@ -273,6 +325,8 @@ impl Drop for ParquetOutput {
     fn drop(&mut self) {
         if !self.committed {
             drop(self.writer.take());
+            // Files being closed still write into the temporary output.
+            let _ = self.finish_closing();
             remove_path(&self.temp);
         }
     }

@@ -46,6 +46,8 @@ pub(super) struct ParallelFileWriter<W: Write + Send> {
     finishing: VecDeque<RowGroupEncoders>,
     /// Row groups started so far.
     row_groups: usize,
+    /// Row groups appended so far.
+    appended: usize,
 }
 
 impl<W: Write + Send> ParallelFileWriter<W> {
@@ -69,6 +71,7 @@ impl<W: Write + Send> ParallelFileWriter<W> {
             filling_rows: 0,
             finishing: VecDeque::new(),
             row_groups: 0,
+            appended: 0,
         })
     }
 
@@ -176,6 +179,9 @@ impl<W: Write + Send> ParallelFileWriter<W> {
         })();
         drop(row_group);
         self.memory.appended(encoded);
+        let index = self.appended;
+        self.appended += 1;
+        crate::trace::event(|| format!("writer: row group {index} appended"));
         appended
     }
 }

@@ -12,6 +12,7 @@ use datafusion::arrow::array::{Array, ArrayData, Int32Array, Int64Array, RecordB
 use datafusion::arrow::compute::{concat_batches, lexsort_to_indices, take_record_batch};
 use datafusion::arrow::compute::{SortColumn, SortOptions};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::config::SpillCompression;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
@@ -328,14 +329,34 @@ pub async fn combined_partitions_in_runs_and_spilled(backend: BackendChoice, sca
         .with_memory_limit(2 * bytes, 1.0)
         .build_arc()
         .unwrap();
-    let limited = SessionContext::new_with_config_rt(SessionConfig::new(), runtime).task_ctx();
-    let plan = sort_exec(&inputs, false, backend, true, 1 << 28, None);
-    let outputs = datafusion::physical_plan::collect_partitioned(Arc::clone(&plan) as _, limited)
-        .await
-        .unwrap();
-    check_partitions(&inputs, &outputs, None, &format!("spilled {case}"));
-    let spills = plan.metrics().and_then(|m| m.spill_count()).unwrap_or(0);
-    assert!(spills > 0, "the memory limit forced no spill: {case}");
+    // Spilled uncompressed, then with the session's spill compression: the same rows, in
+    // fewer bytes on disk.
+    let mut spilled_bytes = Vec::new();
+    for compression in [SpillCompression::Uncompressed, SpillCompression::Lz4Frame] {
+        let config = SessionConfig::new().with_spill_compression(compression);
+        let limited = SessionContext::new_with_config_rt(config, Arc::clone(&runtime)).task_ctx();
+        let plan = sort_exec(&inputs, false, backend, true, 1 << 28, None);
+        let outputs =
+            datafusion::physical_plan::collect_partitioned(Arc::clone(&plan) as _, limited)
+                .await
+                .unwrap();
+        check_partitions(
+            &inputs,
+            &outputs,
+            None,
+            &format!("spilled {compression:?} {case}"),
+        );
+        let metrics = plan.metrics().unwrap();
+        let spills = metrics.spill_count().unwrap_or(0);
+        assert!(spills > 0, "the memory limit forced no spill: {case}");
+        spilled_bytes.push(metrics.spilled_bytes().unwrap_or(0));
+    }
+    assert!(
+        spilled_bytes[1] < spilled_bytes[0],
+        "compressed spills of {} bytes, uncompressed {}: {case}",
+        spilled_bytes[1],
+        spilled_bytes[0]
+    );
 }
 
 /// Partitions each ordered by `g` (declared): sorted within the `g` segments of each

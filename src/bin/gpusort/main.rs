@@ -24,6 +24,7 @@ mod sort;
 mod sql;
 
 use clap::{Parser, Subcommand};
+use datafusion::common::config::SpillCompression;
 use gpusort::BackendChoice;
 
 #[derive(Debug, Parser)]
@@ -91,6 +92,9 @@ enum Command {
         /// this process may use (RAM, or its cgroup's limit).
         #[arg(long, value_parser = gpusort::parse_bytes)]
         memory_limit: Option<usize>,
+        /// Compression of spilled runs: lz4_frame, zstd or uncompressed.
+        #[arg(long, default_value = "lz4_frame")]
+        spill_compression: SpillCompression,
         /// Replace an existing output.
         #[arg(long)]
         overwrite: bool,
@@ -202,6 +206,7 @@ async fn run(cli: Cli) -> i32 {
             row_group_rows,
             compression,
             memory_limit,
+            spill_compression,
             overwrite,
             backend,
             quiet,
@@ -212,6 +217,7 @@ async fn run(cli: Cli) -> i32 {
             job.max_rows_per_file = max_rows_per_file;
             job.row_group_rows = row_group_rows;
             job.compression = compression;
+            job.spill_compression = spill_compression;
             if memory_limit.is_some() {
                 job.memory_limit = memory_limit;
             }

@@ -11,6 +11,10 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::signals;
 
+/// Set (to anything), the job's timeline goes to stderr at its end: when the sort's
+/// stages ended, rows reached the writer, row groups were appended and files flushed.
+const TRACE_VARIABLE: &str = "GPUSORT_TRACE";
+
 /// Why a job did not finish.
 pub enum Stopped {
     /// It failed, for this reason.
@@ -24,6 +28,9 @@ pub enum Stopped {
 /// `quiet`, with the stage times when `timings`.
 pub async fn run(job: SortJob, quiet: bool, timings: bool) -> Result<SortSummary, Stopped> {
     let progress = Arc::new(Progress::new());
+    let started = std::time::Instant::now();
+    let tracing = std::env::var_os(TRACE_VARIABLE).is_some();
+    gpusort::trace::enable(tracing);
     let display = (!quiet).then(|| Display::start(Arc::clone(&progress)));
     let result = tokio::select! {
         // A job that finished wins over a signal that came at the same moment.
@@ -33,6 +40,14 @@ pub async fn run(job: SortJob, quiet: bool, timings: bool) -> Result<SortSummary
     };
     if let Some(display) = display {
         display.finish().await;
+    }
+    if tracing {
+        gpusort::trace::enable(false);
+        eprintln!("timeline (ms from the start):");
+        for (at, what) in gpusort::trace::take() {
+            let ms = at.saturating_duration_since(started).as_secs_f64() * 1e3;
+            eprintln!("  {ms:8.1}  {what}");
+        }
     }
     let summary = result?;
     if !quiet {

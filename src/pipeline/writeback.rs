@@ -1,0 +1,108 @@
+//! An output file whose written bytes start going to disk while the rest is still being
+//! written.
+//!
+//! Every output file is flushed to disk (fsync) before it is renamed into place. Left to
+//! the end, that flush waits for the whole file: 1.2 s for 2.3 GiB on the H100 host, after
+//! all the encoding is done. [`WritebackFile`] asks the kernel to start writing back each
+//! [`WRITEBACK_BYTES`] as soon as they are written (`sync_file_range` with
+//! `SYNC_FILE_RANGE_WRITE`, which does not wait), so the disk works alongside the encoders
+//! and the final fsync finds little left. It changes no byte of the file and no promise
+//! about durability: the fsync still comes before the rename. Elsewhere than Linux it is a
+//! plain file.
+
+use std::fs::File;
+use std::io::{self, Write};
+
+/// Bytes written between two requests to start writing back.
+pub(super) const WRITEBACK_BYTES: u64 = 32 << 20;
+
+/// A file being written, its bytes sent to disk in the background as they accumulate.
+pub(super) struct WritebackFile {
+    file: File,
+    /// Bytes written so far.
+    written: u64,
+    /// Bytes whose writeback has been requested (a prefix of the file).
+    requested: u64,
+}
+
+impl WritebackFile {
+    /// Wraps `file`, written from its start.
+    pub(super) fn new(file: File) -> Self {
+        Self {
+            file,
+            written: 0,
+            requested: 0,
+        }
+    }
+
+    /// Requests writeback of what was written since the last request, when that is at
+    /// least `at_least` bytes.
+    fn request(&mut self, at_least: u64) {
+        let pending = self.written - self.requested;
+        if pending == 0 || pending < at_least {
+            return;
+        }
+        start_writeback(&self.file, self.requested, pending);
+        self.requested = self.written;
+    }
+}
+
+impl Write for WritebackFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.written += n as u64;
+        self.request(WRITEBACK_BYTES);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+}
+
+impl Drop for WritebackFile {
+    fn drop(&mut self) {
+        // The tail too: the fsync that follows finds it on its way.
+        self.request(1);
+    }
+}
+
+/// Starts writing back bytes `offset .. offset + len` of `file`; does not wait. A failure
+/// is ignored: the fsync before the rename reports any error writing the file.
+#[cfg(target_os = "linux")]
+fn start_writeback(file: &File, offset: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+        return;
+    };
+    // SAFETY: a plain system call on an open descriptor; it reads no memory of ours.
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn start_writeback(_file: &File, _offset: u64, _len: u64) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_every_byte_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let mut file = WritebackFile::new(File::create(&path).unwrap());
+        let chunk: Vec<u8> = (0..1_000_003u32).map(|i| (i % 251) as u8).collect();
+        let mut expected = Vec::new();
+        // Past several writeback requests, the last one partial.
+        while expected.len() < (WRITEBACK_BYTES as usize) * 2 + 12345 {
+            file.write_all(&chunk).unwrap();
+            expected.extend_from_slice(&chunk);
+        }
+        assert!(file.requested > WRITEBACK_BYTES);
+        assert!(file.written - file.requested < WRITEBACK_BYTES);
+        drop(file);
+        assert_eq!(std::fs::read(&path).unwrap(), expected);
+    }
+}
