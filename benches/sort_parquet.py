@@ -69,10 +69,23 @@ def generate(path, rows, seed):
     writer.close()
 
 
-def timed(fn, reps):
+def remove(path):
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    elif os.path.exists(path):
+        os.remove(path)
+
+
+def timed(fn, reps, output=None):
+    """Median time of `fn` over `reps` runs after a warm-up; `output` (a path) is removed
+    before each run, untimed, so that no engine pays for deleting the last one's."""
+    if output:
+        remove(output)
     fn()  # warm-up
     times, extra = [], []
     for _ in range(reps):
+        if output:
+            remove(output)
         start = time.perf_counter()
         out = fn()
         times.append(time.perf_counter() - start)
@@ -96,10 +109,6 @@ def run_datafusion(binary, case):
     dst = case.dst + "/" if case.rows_per_file else case.dst
     sql = (f"SET gpu_sort.enabled = false; COPY (SELECT * FROM t ORDER BY {case.by}) TO "
            f"'{dst}' STORED AS PARQUET OPTIONS ('format.compression' 'snappy')")
-    if os.path.isdir(case.dst):
-        shutil.rmtree(case.dst)
-    elif os.path.exists(case.dst):
-        os.remove(case.dst)
     subprocess.run([binary, "sql", sql, "--table", f"t={case.src}"], check=True,
                    capture_output=True, text=True)
     return ""
@@ -115,15 +124,13 @@ def duckdb_runs(case, reps):
     # 122 880 rows), written in order; one file otherwise.
     options = "FORMAT parquet, COMPRESSION snappy"
     if case.rows_per_file:
-        options += f", ROW_GROUPS_PER_FILE {max(1, case.rows_per_file // 122880)}, OVERWRITE"
+        options += f", ROW_GROUPS_PER_FILE {max(1, case.rows_per_file // 122880)}"
 
     def copy(query, dst):
-        if not case.rows_per_file and os.path.exists(dst):
-            os.remove(dst)
         con.execute(f"COPY ({query}) TO '{dst}' ({options})")
 
     ordered = f"SELECT * FROM read_parquet('{src}') ORDER BY {case.by}"
-    total, _ = timed(lambda: copy(ordered, case.dst), reps)
+    total, _ = timed(lambda: copy(ordered, case.dst), reps, case.dst)
 
     def read_sort():
         con.execute("DROP TABLE IF EXISTS s")
@@ -132,7 +139,7 @@ def duckdb_runs(case, reps):
     read_sorted, _ = timed(read_sort, reps)
     con.execute("DROP TABLE IF EXISTS s")
     plain = f"SELECT * FROM read_parquet('{src}')"
-    read_write, _ = timed(lambda: copy(plain, case.dst + ".plain"), reps)
+    read_write, _ = timed(lambda: copy(plain, case.dst + ".plain"), reps, case.dst + ".plain")
     return total, (f"read+sort into a temp table {read_sorted:.3f} s; "
                    f"read+write without sort {read_write:.3f} s; DuckDB {duckdb.__version__}")
 
@@ -174,7 +181,7 @@ def main():
     ]:
         if name.split(" ")[0].lower() in skip or name in skip:
             continue
-        seconds, note = timed(fn, args.reps)
+        seconds, note = timed(fn, args.reps, case.dst)
         rows.append((name, seconds, note))
         print(f"{name}: {seconds:.3f} s {note}", flush=True)
     if "duckdb" not in skip:

@@ -326,12 +326,19 @@ fn gather_in_windows<'p, 'g: 'p>(
                 .map(|(ids, ready)| rows.gather_with(ids, ready))
                 .collect();
             crate::trace::event(|| format!("  window {w}: batches built"));
+            let emitting = std::time::Instant::now();
             for batch in batches {
                 if !emit(batch?) {
                     // The scope waits for the window gathered ahead.
                     return Ok(());
                 }
             }
+            crate::trace::event(|| {
+                format!(
+                    "  window {w}: emitted in {:.1} ms",
+                    emitting.elapsed().as_secs_f64() * 1e3
+                )
+            });
         }
         Ok(())
     })

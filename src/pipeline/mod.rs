@@ -380,8 +380,12 @@ async fn run_and_write(
     let written = progress.written_counter();
     let fail_after = job.inject_write_failure_after;
     let writer = tokio::task::spawn_blocking(move || {
+        let mut idle = Duration::ZERO;
+        let mut waiting = Instant::now();
         for batch in rx {
+            idle += waiting.elapsed();
             output.write(&batch)?;
+            waiting = Instant::now();
             written.store(output.rows(), std::sync::atomic::Ordering::Relaxed);
             if fail_after.is_some_and(|n| output.rows() >= n) {
                 // As a full disk would fail it.
@@ -391,6 +395,12 @@ async fn run_and_write(
                 ));
             }
         }
+        crate::trace::event(|| {
+            format!(
+                "writer: waited {:.0} ms for batches",
+                idle.as_secs_f64() * 1e3
+            )
+        });
         Ok(output)
     });
     let mut first_batch = None;

@@ -13,7 +13,7 @@
 //! (and other readers) reading it back know it is sorted.
 
 use std::fs::File;
-use std::io::BufWriter;
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -305,7 +305,11 @@ fn close_and_flush(
     writer: ParallelFileWriter<BufWriter<WritebackFile>>,
     path: &Path,
 ) -> Result<(), PipelineError> {
-    writer.close().map_err(write_error)?;
+    writer
+        .close()
+        .map_err(write_error)?
+        .flush()
+        .map_err(PipelineError::io("writing", path))?;
     crate::trace::event(|| format!("output: {} closed", path.display()));
     File::open(path)
         .and_then(|file| file.sync_all())

@@ -5,8 +5,10 @@
 //! `ArrowColumnWriter`) with a queue. Each batch is cut into its leaf columns and each leaf
 //! is queued on its column's encoder, which runs on the rayon pool whenever it has work:
 //! columns encode in parallel, and so do row groups, since a full row group goes on
-//! encoding what is queued while the next one fills. Row groups are appended to the file in
-//! order once all their encoders have closed.
+//! encoding what is queued while the next one fills. A thread of its own (the appender)
+//! appends full row groups to the file in order, each once all its encoders have closed, so
+//! that copying encoded bytes into the file never holds up the thread queueing batches
+//! (on 16 cores that copy took 1.3 s of a 2.3 GiB file's 2.9 s of writing).
 //!
 //! Nothing waits for a whole row group of rows: a leaf is dropped once it is encoded, and
 //! the memory held is what is queued plus the encoded pages of the open row groups, both
@@ -15,7 +17,10 @@
 
 use std::collections::VecDeque;
 use std::io::Write;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -32,9 +37,8 @@ use super::write_memory::WriteMemory;
 use crate::exec::views::array_memory;
 
 /// A Parquet file being written; columns and row groups encoded in parallel, appended in
-/// order.
-pub(super) struct ParallelFileWriter<W: Write + Send> {
-    file: SerializedFileWriter<W>,
+/// order by a thread of its own.
+pub(super) struct ParallelFileWriter<W: Write + Send + 'static> {
     factory: ArrowRowGroupWriterFactory,
     schema: SchemaRef,
     row_group_rows: usize,
@@ -42,15 +46,15 @@ pub(super) struct ParallelFileWriter<W: Write + Send> {
     /// The row group receiving rows, and its rows so far.
     filling: Option<RowGroupEncoders>,
     filling_rows: usize,
-    /// Full row groups still encoding, oldest first.
-    finishing: VecDeque<RowGroupEncoders>,
+    /// Full row groups go to the appender, which writes them to the file in order.
+    appender: Appender<W>,
     /// Row groups started so far.
     row_groups: usize,
-    /// Row groups appended so far.
-    appended: usize,
+    /// Time spent waiting for room in the memory to queue a batch.
+    memory_wait: Duration,
 }
 
-impl<W: Write + Send> ParallelFileWriter<W> {
+impl<W: Write + Send + 'static> ParallelFileWriter<W> {
     /// Starts a file of `schema` on `sink`, its memory counted in `memory`.
     pub(super) fn try_new(
         sink: W,
@@ -62,16 +66,15 @@ impl<W: Write + Send> ParallelFileWriter<W> {
         let (file, factory) = ArrowWriter::try_new(sink, Arc::clone(&schema), Some(properties))?
             .into_serialized_writer()?;
         Ok(Self {
-            file,
             factory,
             schema,
             row_group_rows: row_group_rows.max(1),
+            appender: Appender::start(file, Arc::clone(&memory))?,
             memory,
             filling: None,
             filling_rows: 0,
-            finishing: VecDeque::new(),
             row_groups: 0,
-            appended: 0,
+            memory_wait: Duration::ZERO,
         })
     }
 
@@ -90,15 +93,20 @@ impl<W: Write + Send> ParallelFileWriter<W> {
         Ok(())
     }
 
-    /// Encodes what is left, appends every row group and writes the footer.
-    pub(super) fn close(mut self) -> Result<()> {
+    /// Encodes what is left, appends every row group and writes the footer; the sink.
+    pub(super) fn close(mut self) -> Result<W> {
         if self.filling_rows > 0 {
             self.finish_filling()?;
         }
-        while !self.finishing.is_empty() {
-            self.append_oldest()?;
-        }
-        self.file.close().map(|_| ())
+        let memory_wait = self.memory_wait;
+        crate::trace::event(|| {
+            format!(
+                "writer: {} row groups queued; waited {:.0} ms for memory",
+                self.row_groups,
+                memory_wait.as_secs_f64() * 1e3
+            )
+        });
+        self.appender.finish()?.into_inner()
     }
 
     /// Queues the leaves of `batch` (rows of the filling row group) on their encoders, once
@@ -133,57 +141,141 @@ impl<W: Write + Send> ParallelFileWriter<W> {
         Ok(())
     }
 
-    /// Waits until `bytes` more may be queued, appending row groups that finished meanwhile
-    /// (their encoded pages are part of what the memory holds).
+    /// Waits until `bytes` more may be queued (the appender frees the memory of the row
+    /// groups it appends); the appender's error if it stopped.
     fn wait_for_memory(&mut self, bytes: usize) -> Result<()> {
+        let waiting = Instant::now();
         loop {
             let Err(seen) = self.memory.try_queue(bytes) else {
+                self.memory_wait += waiting.elapsed();
                 return Ok(());
             };
-            if self.finishing.front().is_some_and(|r| r.finished()) {
-                self.append_oldest()?;
-                continue;
+            if self.appender.stopped() {
+                return Err(self.appender.error());
             }
             self.memory.wait_for_change(seen);
         }
     }
 
-    /// Closes the filling row group's encoders; appends finished row groups, and waits for
-    /// the oldest while too many are open.
+    /// Closes the filling row group's encoders and hands it to the appender, which holds
+    /// at most as many row groups as there are threads to encode them: beyond that this
+    /// waits.
     fn finish_filling(&mut self) -> Result<()> {
         let Some(row_group) = self.filling.take() else {
             return Ok(());
         };
         self.filling_rows = 0;
         row_group.close();
-        self.finishing.push_back(row_group);
-        while self.finishing.front().is_some_and(|r| r.finished())
-            || self.finishing.len() > rayon::current_num_threads()
-        {
-            self.append_oldest()?;
-        }
-        Ok(())
+        self.appender.send(row_group)
+    }
+}
+
+/// The thread that appends full row groups to the file in order, each once its encoders
+/// have finished, and lets go of their memory.
+struct Appender<W: Write + Send + 'static> {
+    sender: Option<SyncSender<RowGroupEncoders>>,
+    thread: Option<JoinHandle<Result<SerializedFileWriter<W>>>>,
+}
+
+impl<W: Write + Send + 'static> Appender<W> {
+    fn start(file: SerializedFileWriter<W>, memory: Arc<WriteMemory>) -> Result<Self> {
+        // Row groups waiting: as many as can encode at once.
+        let (sender, receiver) = sync_channel(rayon::current_num_threads().max(1));
+        let thread = std::thread::Builder::new()
+            .name("gpusort-append".into())
+            .spawn(move || append_in_order(file, receiver, memory))
+            .map_err(|e| ParquetError::General(format!("gpusort: starting the appender: {e}")))?;
+        Ok(Self {
+            sender: Some(sender),
+            thread: Some(thread),
+        })
     }
 
-    /// Appends the oldest full row group to the file, once its encoders have finished.
-    fn append_oldest(&mut self) -> Result<()> {
-        let row_group = self.finishing.pop_front().expect("a row group finishing");
+    /// Hands `row_group` over; waits while the appender holds as many as it may.
+    fn send(&mut self, row_group: RowGroupEncoders) -> Result<()> {
+        let sent = self.sender.as_ref().map(|s| s.send(row_group));
+        match sent {
+            Some(Ok(())) => Ok(()),
+            _ => Err(self.error()),
+        }
+    }
+
+    /// The appender stopped early (it failed).
+    fn stopped(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    /// Why the appender stopped: waits for it and returns its error.
+    fn error(&mut self) -> ParquetError {
+        self.sender = None;
+        match self.join() {
+            Err(e) => e,
+            Ok(_) => ParquetError::General("gpusort: the appender stopped early".into()),
+        }
+    }
+
+    /// No more row groups: waits until every one is appended; the file, to close.
+    fn finish(mut self) -> Result<SerializedFileWriter<W>> {
+        self.sender = None;
+        self.join()
+    }
+
+    fn join(&mut self) -> Result<SerializedFileWriter<W>> {
+        let thread = self
+            .thread
+            .take()
+            .ok_or_else(|| ParquetError::General("gpusort: the appender is gone".into()))?;
+        thread.join().unwrap_or_else(|_| {
+            Err(ParquetError::General(
+                "gpusort: the appender panicked".into(),
+            ))
+        })
+    }
+}
+
+impl<W: Write + Send + 'static> Drop for Appender<W> {
+    fn drop(&mut self) {
+        // An abandoned file: the appender ends once the row groups it holds are done.
+        self.sender = None;
+        let _ = self.join();
+    }
+}
+
+/// The appender's loop: each row group's chunks, once encoded, written to `file` in the
+/// order received; the file back once the sender is gone, or the first error.
+fn append_in_order<W: Write + Send>(
+    mut file: SerializedFileWriter<W>,
+    row_groups: Receiver<RowGroupEncoders>,
+    memory: Arc<WriteMemory>,
+) -> Result<SerializedFileWriter<W>> {
+    let (mut waited, mut appending, mut appended) = (Duration::ZERO, Duration::ZERO, 0);
+    for row_group in row_groups {
+        let started = Instant::now();
         let chunks: Vec<_> = row_group.columns.iter().map(|e| e.wait_chunk()).collect();
-        let encoded = row_group.columns.iter().map(|e| e.encoded()).sum();
-        let appended = (|| {
-            let mut writer = self.file.next_row_group()?;
+        let encoded = Instant::now();
+        waited += encoded - started;
+        let bytes = row_group.columns.iter().map(|e| e.encoded()).sum();
+        let written = (|| {
+            let mut writer = file.next_row_group()?;
             for chunk in chunks {
                 chunk?.append_to_row_group(&mut writer)?;
             }
             writer.close().map(|_| ())
         })();
         drop(row_group);
-        self.memory.appended(encoded);
-        let index = self.appended;
-        self.appended += 1;
-        crate::trace::event(|| format!("writer: row group {index} appended"));
-        appended
+        memory.appended(bytes);
+        appending += encoded.elapsed();
+        written?;
+        appended += 1;
     }
+    crate::trace::event(|| {
+        format!(
+            "appender: {appended} row groups; waited {:.0} ms for encoders, appended in {:.0} ms",
+            waited.as_secs_f64() * 1e3,
+            appending.as_secs_f64() * 1e3
+        )
+    });
+    Ok(file)
 }
 
 /// The encoders of one row group's leaf columns.
@@ -204,10 +296,6 @@ impl RowGroupEncoders {
         for encoder in &self.columns {
             encoder.close();
         }
-    }
-
-    fn finished(&self) -> bool {
-        self.columns.iter().all(|e| e.finished())
     }
 }
 
@@ -235,7 +323,7 @@ struct EncoderState {
 }
 
 impl EncoderState {
-    /// See [`ColumnEncoder::finished`].
+    /// All leaves written and the writer closed (or failed with nothing left queued).
     fn finished(&self) -> bool {
         self.closing && !self.running && self.queue.is_empty() && self.outcome.is_some()
     }
@@ -327,12 +415,7 @@ impl ColumnEncoder {
         }
     }
 
-    /// All leaves written and the writer closed (or failed with nothing left queued).
-    fn finished(&self) -> bool {
-        self.lock().finished()
-    }
-
-    /// Waits until [`Self::finished`]; returns the chunk or the error.
+    /// Waits until every leaf is written and the writer closed; the chunk or the error.
     fn wait_chunk(&self) -> Result<ArrowColumnChunk> {
         loop {
             let seen = self.memory.changes();
@@ -438,9 +521,8 @@ mod tests {
         pool: &Arc<dyn MemoryPool>,
     ) -> Vec<u8> {
         let memory = Arc::new(WriteMemory::new(pool));
-        let mut bytes = Vec::new();
         let mut writer = ParallelFileWriter::try_new(
-            &mut bytes,
+            Vec::new(),
             Arc::clone(schema),
             properties(row_group_rows),
             memory,
@@ -449,8 +531,7 @@ mod tests {
         for batch in batches {
             writer.write(batch).unwrap();
         }
-        writer.close().unwrap();
-        bytes
+        writer.close().unwrap()
     }
 
     #[test]
