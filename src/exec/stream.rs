@@ -139,10 +139,21 @@ async fn sort_run_into(
     let cancel = spec.cancel.clone();
     cancel
         .blocking(move || {
-            RunSorter::new(&spec, &metrics).sort_run(run, |batch| {
+            let mut blocked = std::time::Duration::ZERO;
+            let sorted = RunSorter::new(&spec, &metrics).sort_run(run, |batch| {
                 metrics.baseline.record_output(batch.num_rows());
-                tx.blocking_send(Ok(batch)).is_ok()
-            })
+                let sending = std::time::Instant::now();
+                let open = tx.blocking_send(Ok(batch)).is_ok();
+                blocked += sending.elapsed();
+                open
+            });
+            crate::trace::event(|| {
+                format!(
+                    "run output: waited {:.0} ms for the consumer",
+                    blocked.as_secs_f64() * 1e3
+                )
+            });
+            sorted
         })
         .await
 }

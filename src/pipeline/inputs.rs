@@ -47,6 +47,9 @@ pub struct Inputs {
     pub max_row_group_bytes: Option<u64>,
     /// Bytes of all files.
     pub bytes: u64,
+    /// The rows' bytes once decoded, when the format records it (Parquet: the row groups'
+    /// uncompressed sizes).
+    pub decoded_bytes: Option<u64>,
 }
 
 /// Resolves `specs` (files, directories, globs) and checks the files.
@@ -79,17 +82,18 @@ pub fn resolve_inputs(specs: &[String]) -> Result<Inputs, PipelineError> {
             .map_err(PipelineError::io("reading the size of", file))?
             .len();
     }
-    let (rows, max_row_group_bytes) = match format {
+    let (rows, max_row_group_bytes, decoded_bytes) = match format {
         InputFormat::Parquet => {
-            let (mut rows, mut largest) = (0, 0);
+            let (mut rows, mut largest, mut decoded) = (0, 0, 0);
             for file in &files {
                 let footer = parquet_footer(file)?;
                 rows += footer.rows;
                 largest = largest.max(footer.max_row_group_bytes);
+                decoded += footer.decoded_bytes;
             }
-            (Some(rows), Some(largest))
+            (Some(rows), Some(largest), Some(decoded))
         }
-        InputFormat::Csv => (None, None),
+        InputFormat::Csv => (None, None, None),
     };
     Ok(Inputs {
         format,
@@ -97,6 +101,7 @@ pub fn resolve_inputs(specs: &[String]) -> Result<Inputs, PipelineError> {
         rows,
         max_row_group_bytes,
         bytes,
+        decoded_bytes,
     })
 }
 
@@ -169,6 +174,8 @@ fn directory_files(dir: &Path) -> Result<Vec<PathBuf>, PipelineError> {
 struct Footer {
     rows: u64,
     max_row_group_bytes: u64,
+    /// The row groups' uncompressed bytes.
+    decoded_bytes: u64,
 }
 
 /// Rows and the largest row group's compressed bytes of a Parquet file, from its footer.
@@ -189,9 +196,15 @@ fn parquet_footer(path: &Path) -> Result<Footer, PipelineError> {
         .map(|g| u64::try_from(g.compressed_size()).unwrap_or(0))
         .max()
         .unwrap_or(0);
+    let decoded_bytes = metadata
+        .row_groups()
+        .iter()
+        .map(|g| u64::try_from(g.total_byte_size()).unwrap_or(0))
+        .sum();
     Ok(Footer {
         rows,
         max_row_group_bytes,
+        decoded_bytes,
     })
 }
 

@@ -216,7 +216,12 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         memory::scan_partitions(pool, inputs.max_row_group_bytes, cores)
     });
-    let ctx = session(job, pool, partitions, Arc::clone(&rule))?;
+    let bytes_per_row = inputs
+        .decoded_bytes
+        .zip(inputs.rows)
+        .map(|(bytes, rows)| bytes / rows.max(1));
+    let batch_rows = memory::batch_rows(pool, bytes_per_row, partitions);
+    let ctx = session(job, pool, partitions, batch_rows, Arc::clone(&rule))?;
     // What the scan fetches is counted in the pool until the sort has read it all.
     let scan = MemoryConsumer::new("gpusort sort: Parquet row groups being read")
         .register(&ctx.runtime_env().memory_pool);
@@ -304,11 +309,13 @@ fn parse_compression(text: &str) -> Result<Compression, PipelineError> {
 }
 
 /// The job's session: its memory pool of `pool` bytes (no limit: `None`), its scan in
-/// `partitions` partitions, gpusort's rule.
+/// `partitions` partitions, batches of `batch_rows` rows (unless the environment sets
+/// `DATAFUSION_EXECUTION_BATCH_SIZE`), gpusort's rule.
 fn session(
     job: &SortJob,
     pool: Option<usize>,
     partitions: usize,
+    batch_rows: usize,
     rule: Arc<GpuSortRule>,
 ) -> Result<SessionContext, PipelineError> {
     let config = GpuSortConfig {
@@ -318,9 +325,15 @@ fn session(
         topk: job.limit.is_some_and(|limit| limit > TOPK_MAX_ROWS),
         ..Default::default()
     };
-    let session_config = SessionConfig::new()
+    // DataFusion's options may come from the environment (`DATAFUSION_EXECUTION_BATCH_SIZE`
+    // and the like), as in DataFusion's own tools.
+    let mut session_config = SessionConfig::from_env()
+        .map_err(PipelineError::execution("reading DATAFUSION_* options"))?
         .with_target_partitions(partitions.max(1))
         .with_spill_compression(job.spill_compression);
+    if std::env::var_os("DATAFUSION_EXECUTION_BATCH_SIZE").is_none() {
+        session_config = session_config.with_batch_size(batch_rows);
+    }
     let mut runtime = RuntimeEnvBuilder::new();
     if let Some(pool) = pool {
         runtime = runtime.with_memory_limit(pool, 1.0);
@@ -359,6 +372,22 @@ async fn read_inputs(ctx: &SessionContext, inputs: &Inputs) -> Result<DataFrame,
 
 fn sort_expr(key: &SortKey) -> SortExpr {
     Expr::Column(Column::new_unqualified(&key.column)).sort(!key.descending, key.nulls_first)
+}
+
+/// The CPU time this process has used so far, for the timeline.
+fn cpu_time() -> String {
+    // SAFETY: getrusage fills the struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    format!(
+        "CPU so far {:.2} s user, {:.2} s system",
+        seconds(usage.ru_utime),
+        seconds(usage.ru_stime)
+    )
 }
 
 /// The timeline ([`crate::trace`]) marks every this many rows handed to the writer.
@@ -408,18 +437,34 @@ async fn run_and_write(
     let produced = async {
         let mut stream =
             execute_stream(plan, ctx.task_ctx()).map_err(PipelineError::execution("sorting"))?;
+        let (mut awaiting, mut sending) = (Duration::ZERO, Duration::ZERO);
+        let mut asked = Instant::now();
         while let Some(batch) = stream.next().await {
+            awaiting += asked.elapsed();
             let batch = batch.map_err(PipelineError::execution("reading and sorting"))?;
-            first_batch.get_or_insert_with(Instant::now);
+            if first_batch.is_none() {
+                first_batch = Some(Instant::now());
+                crate::trace::event(|| format!("pipeline: first batch; {}", cpu_time()));
+            }
             scan.take();
             received += batch.num_rows();
             if received / TRACE_ROWS != (received - batch.num_rows()) / TRACE_ROWS {
                 crate::trace::event(|| format!("pipeline: {received} rows sorted"));
             }
+            let handing = Instant::now();
             if tx.send(batch).is_err() {
                 break; // the writer failed; its error is reported below
             }
+            sending += handing.elapsed();
+            asked = Instant::now();
         }
+        crate::trace::event(|| {
+            format!(
+                "pipeline: waited {:.0} ms for batches (the first included), {:.0} ms for the writer",
+                awaiting.as_secs_f64() * 1e3,
+                sending.as_secs_f64() * 1e3
+            )
+        });
         Ok::<_, PipelineError>(())
     }
     .await;
@@ -433,7 +478,7 @@ async fn run_and_write(
         )))
     })?;
     produced?;
-    crate::trace::event(|| "pipeline: written".to_string());
+    crate::trace::event(|| format!("pipeline: written; {}", cpu_time()));
     let committed = output?.commit()?;
     crate::trace::event(|| "pipeline: committed".to_string());
     Ok((committed, first_batch))
