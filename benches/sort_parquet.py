@@ -37,13 +37,22 @@ from dataclasses import dataclass
 @dataclass
 class Case:
     """What one benchmark sorts: the input (as gpusort and as DuckDB name it), the output
-    (one file, or a directory of files of `rows_per_file` rows) and the ORDER BY keys."""
+    (one file, or a directory of files of `rows_per_file` rows), the ORDER BY keys, and the
+    memory limit of gpusort and DuckDB (DataFusion runs without one)."""
 
     src: str
     duckdb_src: str
     dst: str
     by: str
     rows_per_file: int | None
+    memory_limit: str | None = None
+    # The keys in SQL, where column names need quotes (DataFusion folds unquoted ones).
+    sql_by: str | None = None
+
+    def output(self, engine):
+        """Where `engine` writes its sorted copy."""
+        head, tail = os.path.split(self.dst)
+        return os.path.join(head, f"{engine}-{tail}")
 
 
 def generate(path, rows, seed):
@@ -76,6 +85,96 @@ def remove(path):
         os.remove(path)
 
 
+# ClickBench `hits`: its 105 columns in order, with their types (s: string, ts: timestamp
+# in seconds, d: date, i64/i32/i16: integers); the strings' typical lengths.
+HITS_COLUMNS = (
+    "WatchID i64, JavaEnable i16, Title s, GoodEvent i16, EventTime ts, EventDate d, "
+    "CounterID i32, ClientIP i32, RegionID i32, UserID i64, CounterClass i16, OS i16, "
+    "UserAgent i16, URL s, Referer s, IsRefresh i16, RefererCategoryID i16, "
+    "RefererRegionID i32, URLCategoryID i16, URLRegionID i32, ResolutionWidth i16, "
+    "ResolutionHeight i16, ResolutionDepth i16, FlashMajor i16, FlashMinor i16, "
+    "FlashMinor2 s, NetMajor i16, NetMinor i16, UserAgentMajor i16, UserAgentMinor s, "
+    "CookieEnable i16, JavascriptEnable i16, IsMobile i16, MobilePhone i16, "
+    "MobilePhoneModel s, Params s, IPNetworkID i32, TraficSourceID i16, SearchEngineID i16, "
+    "SearchPhrase s, AdvEngineID i16, IsArtifical i16, WindowClientWidth i16, "
+    "WindowClientHeight i16, ClientTimeZone i16, ClientEventTime ts, SilverlightVersion1 i16, "
+    "SilverlightVersion2 i16, SilverlightVersion3 i32, SilverlightVersion4 i16, "
+    "PageCharset s, CodeVersion i32, IsLink i16, IsDownload i16, IsNotBounce i16, "
+    "FUniqID i64, OriginalURL s, HID i32, IsOldCounter i16, IsEvent i16, IsParameter i16, "
+    "DontCountHits i16, WithHash i16, HitColor s, LocalEventTime ts, Age i16, Sex i16, "
+    "Income i16, Interests i16, Robotness i16, RemoteIP i32, WindowName i32, OpenerName i32, "
+    "HistoryLength i16, BrowserLanguage s, BrowserCountry s, SocialNetwork s, "
+    "SocialAction s, HTTPError i16, SendTiming i32, DNSTiming i32, ConnectTiming i32, "
+    "ResponseStartTiming i32, ResponseEndTiming i32, FetchTiming i32, "
+    "SocialSourceNetworkID i16, SocialSourcePage s, ParamPrice i64, ParamOrderID s, "
+    "ParamCurrency s, ParamCurrencyID i16, OpenstatServiceName s, OpenstatCampaignID s, "
+    "OpenstatAdID s, OpenstatSourceID s, UTMSource s, UTMMedium s, UTMCampaign s, "
+    "UTMContent s, UTMTerm s, FromTag s, HasGCLID i16, RefererHash i64, URLHash i64, CLID i32"
+)
+HITS_STRING_LENGTHS = {"URL": 80, "Referer": 60, "OriginalURL": 60, "Title": 50,
+                       "Params": 20, "SearchPhrase": 16, "MobilePhoneModel": 8}
+
+
+def generate_hits(path, rows, seed):
+    """A seeded table of `rows` rows with hits' columns: integers of every width (most of
+    them small), timestamps over a month, strings drawn from a vocabulary per column (long
+    URLs and titles, short codes, mostly empty campaign fields), written in row groups of
+    1 Mi rows (snappy)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(seed)
+    columns = [c.split() for c in HITS_COLUMNS.split(", ")]
+    types = {"i64": pa.int64(), "i32": pa.int32(), "i16": pa.int16(), "s": pa.string(),
+             "ts": pa.timestamp("s"), "d": pa.date32()}
+    schema = pa.schema([(name, types[kind]) for name, kind in columns])
+    vocab = {}
+    for name, kind in columns:
+        if kind == "s":
+            length = HITS_STRING_LENGTHS.get(name, 6)
+            words = rng.integers(0, 36 ** 4, size=(4096, max(1, length // 5)))
+            text = ["/".join(np.base_repr(w, 36).lower() for w in row) for row in words]
+            if name not in HITS_STRING_LENGTHS:
+                text[: 3 * len(text) // 4] = [""] * (3 * len(text) // 4)  # mostly empty
+            vocab[name] = pa.array(text, pa.string())
+    month = 1372636800  # 2013-07-01, as in hits
+    writer = pq.ParquetWriter(path, schema, compression="snappy")
+    step = 1 << 20
+    for start in range(0, rows, step):
+        n = min(step, rows - start)
+        arrays = []
+        for name, kind in columns:
+            if kind == "s":
+                pick = np.minimum(rng.zipf(1.3, n) - 1, len(vocab[name]) - 1)
+                arrays.append(vocab[name].take(pa.array(pick)))
+            elif kind == "ts":
+                arrays.append(pa.array(month + rng.integers(0, 31 * 86400, n), pa.timestamp("s")))
+            elif kind == "d":
+                days = (15887 + rng.integers(0, 31, n)).astype(np.int32)
+                arrays.append(pa.array(days).cast(pa.date32()))
+            elif name in ("WatchID", "UserID", "FUniqID", "RefererHash", "URLHash"):
+                arrays.append(pa.array(rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64)))
+            else:
+                bits = {"i64": 40, "i32": 20, "i16": 8}[kind]
+                values = rng.integers(0, 2 ** bits, n) >> rng.integers(0, bits, n)
+                arrays.append(pa.array(values, types[kind]))
+        writer.write_table(pa.Table.from_arrays(arrays, schema=schema), row_group_size=step)
+    writer.close()
+
+
+def same_rows(left, right):
+    """Whether two Parquet outputs hold the same rows in the same order (a line to print)."""
+    import pyarrow.parquet as pq
+
+    a, b = pq.read_table(left), pq.read_table(right)
+    if a.num_rows != b.num_rows:
+        return f"{a.num_rows} rows against {b.num_rows}: DIFFERENT"
+    b = b.cast(a.schema) if a.schema != b.schema else b
+    same = a.equals(b)
+    return f"{a.num_rows} rows, {a.num_columns} columns: {'identical' if same else 'DIFFERENT'}"
+
+
 def timed(fn, reps, output=None):
     """Median time of `fn` over `reps` runs after a warm-up; `output` (a path) is removed
     before each run, untimed, so that no engine pays for deleting the last one's."""
@@ -94,31 +193,36 @@ def timed(fn, reps, output=None):
     return times[i], extra[i]
 
 
-def run_gpusort(binary, case, backend):
-    args = [binary, "sort", case.src, "-o", case.dst, "--by", case.by, "--compression",
+def run_gpusort(binary, case, dst, backend):
+    args = [binary, "sort", case.src, "-o", dst, "--by", case.by, "--compression",
             "snappy", "--backend", backend, "--timings", "--overwrite"]
     if case.rows_per_file:
         args += ["--max-rows-per-file", str(case.rows_per_file)]
+    if case.memory_limit:
+        args += ["--memory-limit", case.memory_limit]
     out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
     summary = out.splitlines()[0]
     stages = re.search(r"stages: (.*)", out).group(1)
     return f"{stages}; {summary.split('; ', 1)[1]}"
 
 
-def run_datafusion(binary, case):
-    dst = case.dst + "/" if case.rows_per_file else case.dst
-    sql = (f"SET gpu_sort.enabled = false; COPY (SELECT * FROM t ORDER BY {case.by}) TO "
+def run_datafusion(binary, case, dst):
+    dst = dst + "/" if case.rows_per_file else dst
+    sql = (f"SET gpu_sort.enabled = false; COPY (SELECT * FROM t ORDER BY {case.sql_by or case.by}) TO "
            f"'{dst}' STORED AS PARQUET OPTIONS ('format.compression' 'snappy')")
     subprocess.run([binary, "sql", sql, "--table", f"t={case.src}"], check=True,
                    capture_output=True, text=True)
     return ""
 
 
-def duckdb_runs(case, reps):
+def duckdb_runs(case, dst, reps):
     import duckdb
 
     con = duckdb.connect()
     con.execute(f"SET threads = {os.cpu_count()}")
+    if case.memory_limit:
+        con.execute(f"SET memory_limit = '{case.memory_limit}B'")
+        con.execute(f"SET temp_directory = '{dst}.tmp'")
     src = case.duckdb_src
     # Directory output: files of about --rows-per-file rows (DuckDB's row groups hold
     # 122 880 rows), written in order; one file otherwise.
@@ -129,8 +233,8 @@ def duckdb_runs(case, reps):
     def copy(query, dst):
         con.execute(f"COPY ({query}) TO '{dst}' ({options})")
 
-    ordered = f"SELECT * FROM read_parquet('{src}') ORDER BY {case.by}"
-    total, _ = timed(lambda: copy(ordered, case.dst), reps, case.dst)
+    ordered = f"SELECT * FROM read_parquet('{src}') ORDER BY {case.sql_by or case.by}"
+    total, _ = timed(lambda: copy(ordered, dst), reps, dst)
 
     def read_sort():
         con.execute("DROP TABLE IF EXISTS s")
@@ -139,7 +243,7 @@ def duckdb_runs(case, reps):
     read_sorted, _ = timed(read_sort, reps)
     con.execute("DROP TABLE IF EXISTS s")
     plain = f"SELECT * FROM read_parquet('{src}')"
-    read_write, _ = timed(lambda: copy(plain, case.dst + ".plain"), reps, case.dst + ".plain")
+    read_write, _ = timed(lambda: copy(plain, dst + ".plain"), reps, dst + ".plain")
     return total, (f"read+sort into a temp table {read_sorted:.3f} s; "
                    f"read+write without sort {read_write:.3f} s; DuckDB {duckdb.__version__}")
 
@@ -155,9 +259,24 @@ def main():
     ap.add_argument("--lineitem", help="a lineitem directory to sort instead of the Q1 table")
     ap.add_argument("--rows-per-file", type=int, default=10_000_000,
                     help="rows per output file of the lineitem case")
+    ap.add_argument("--hits", type=int, metavar="ROWS",
+                    help="sort a generated table shaped like ClickBench hits of ROWS rows")
+    ap.add_argument("--memory-limit", help="gpusort's --memory-limit and DuckDB's, e.g. 4G")
+    ap.add_argument("--check", action="store_true",
+                    help="compare gpusort's output with DataFusion's, row for row")
     args = ap.parse_args()
     os.makedirs(args.dir, exist_ok=True)
-    if args.lineitem:
+    if args.hits:
+        src = os.path.join(args.dir, "hits.parquet")
+        case = Case(src=src, duckdb_src=src, dst=os.path.join(args.dir, "hits_sorted.parquet"),
+                    by="EventTime, WatchID", rows_per_file=None,
+                    sql_by='"EventTime", "WatchID"')
+        start = time.perf_counter()
+        generate_hits(src, args.hits, args.seed)
+        print(f"generated a hits-shaped table: {args.hits} rows, 105 columns, "
+              f"{os.path.getsize(src) / 2**20:.0f} MiB, in {time.perf_counter() - start:.1f} s",
+              flush=True)
+    elif args.lineitem:
         case = Case(src=args.lineitem, duckdb_src=os.path.join(args.lineitem, "*.parquet"),
                     dst=os.path.join(args.dir, "lineitem_sorted"), by="l_shipdate, l_orderkey",
                     rows_per_file=args.rows_per_file)
@@ -172,20 +291,33 @@ def main():
         generate(src, args.rows, args.seed)
         print(f"generated {args.rows} rows, {os.path.getsize(src) / 2**20:.0f} MiB, "
               f"in {time.perf_counter() - start:.1f} s", flush=True)
+    case.memory_limit = args.memory_limit
     skip = set(filter(None, args.skip.split(",")))
     rows = []
-    for name, fn in [
-        ("gpusort (cuda)", lambda: run_gpusort(args.gpusort, case, "cuda")),
-        ("gpusort (cpu backend)", lambda: run_gpusort(args.gpusort, case, "cpu")),
-        ("DataFusion 55 alone", lambda: run_datafusion(args.gpusort, case)),
+    for name, engine, fn in [
+        ("gpusort (cuda)", "gpusort",
+         lambda: run_gpusort(args.gpusort, case, case.output("gpusort"), "cuda")),
+        ("gpusort (cpu backend)", "gpusort-cpu",
+         lambda: run_gpusort(args.gpusort, case, case.output("gpusort-cpu"), "cpu")),
+        ("DataFusion 55 alone, no limit", "datafusion",
+         lambda: run_datafusion(args.gpusort, case, case.output("datafusion"))),
     ]:
         if name.split(" ")[0].lower() in skip or name in skip:
             continue
-        seconds, note = timed(fn, args.reps, case.dst)
+        try:
+            seconds, note = timed(fn, args.reps, case.output(engine))
+        except subprocess.CalledProcessError as e:
+            print(f"{name}: failed: {e.stderr.strip()[-300:]}", flush=True)
+            continue
         rows.append((name, seconds, note))
         print(f"{name}: {seconds:.3f} s {note}", flush=True)
+    if args.check:
+        ours = [case.output(e) for e in ("gpusort", "gpusort-cpu") if os.path.exists(case.output(e))]
+        for output in ours:
+            print(f"{os.path.basename(output)} against DataFusion's "
+                  f"{same_rows(output, case.output('datafusion'))}", flush=True)
     if "duckdb" not in skip:
-        seconds, note = duckdb_runs(case, args.reps)
+        seconds, note = duckdb_runs(case, case.output("duckdb"), args.reps)
         rows.append(("DuckDB", seconds, note))
         print(f"DuckDB: {seconds:.3f} s {note}", flush=True)
     print()
