@@ -449,6 +449,7 @@ async fn unwritable_types_are_named() {
         schema,
         &gpusort::pipeline::parse_order_by("k").unwrap(),
         &(Arc::new(datafusion::execution::memory_pool::UnboundedMemoryPool::default()) as _),
+        Default::default(),
     )
     .err()
     .expect("an unwritable type is refused")

@@ -84,8 +84,10 @@ pub struct SortJob {
     /// limit. The session's pool is this limit, less what the CUDA backend holds outside
     /// the pool when it is in use ([`memory::pool_bytes`]).
     pub memory_limit: Option<usize>,
-    /// Compression of the runs a sort spills (DataFusion's spill files): LZ4 frames by
-    /// default, which cost little time and halve a run of numbers on disk.
+    /// Compression of the runs a sort spills (DataFusion's spill files). Uncompressed by
+    /// default: spills are written one batch at a time, and compressing them (LZ4 frames)
+    /// made SF10 `lineitem` under a 4 GiB limit take 48 s instead of 26 s on 16 cores
+    /// (docs/performance.md, session 23).
     pub spill_compression: SpillCompression,
     /// Replace an existing output.
     pub overwrite: bool,
@@ -113,7 +115,7 @@ impl SortJob {
             row_group_rows: DEFAULT_ROW_GROUP_ROWS,
             compression: "zstd(1)".into(),
             memory_limit: memory::default_memory_limit(),
-            spill_compression: SpillCompression::Lz4Frame,
+            spill_compression: SpillCompression::Uncompressed,
             overwrite: false,
             backend: BackendChoice::Auto,
             target_partitions: None,
@@ -175,7 +177,8 @@ impl std::fmt::Display for SortSummary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "sorted {} rows: {} in, {} out ({} file{}) in {:.2} s; backend {}, algorithm {}",
+            "sorted {} rows: {} in, {} out ({} file{}) in {:.2} s (plan {:.2}, read+sort {:.2}, \
+             write {:.2}); backend {}, algorithm {}",
             self.rows,
             human_bytes(self.input_bytes),
             human_bytes(self.output.bytes),
@@ -186,6 +189,9 @@ impl std::fmt::Display for SortSummary {
                 "s"
             },
             self.elapsed.as_secs_f64(),
+            self.stages.plan.as_secs_f64(),
+            self.stages.read_and_sort.as_secs_f64(),
+            self.stages.write.as_secs_f64(),
             self.backend,
             self.algorithm
         )?;
@@ -203,10 +209,13 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
     let output_options = output_options(job)?;
     output_options.check_target()?;
     let inputs = resolve_inputs(&job.inputs)?;
-    progress.set_total(inputs.rows.map(|rows| match job.limit {
-        Some(limit) => rows.min(limit as u64),
-        None => rows,
-    }));
+    progress.set_total(
+        inputs.rows.map(|rows| match job.limit {
+            Some(limit) => rows.min(limit as u64),
+            None => rows,
+        }),
+        inputs.bytes,
+    );
     let rule = Arc::new(GpuSortRule::new());
     let cuda = job.backend != BackendChoice::Cpu && crate::cuda::runtime().is_ok();
     let pool = job
@@ -245,6 +254,7 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
         plan.schema(),
         &keys,
         &ctx.runtime_env().memory_pool,
+        progress.written_bytes_counter(),
     )?;
     let planned = started.elapsed();
     let (written, first_batch) =

@@ -15,6 +15,7 @@
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{new_null_array, RecordBatch};
@@ -97,6 +98,8 @@ pub struct ParquetOutput {
     /// The temporary file (single-file output) or directory being written.
     temp: PathBuf,
     writer: Option<ParallelFileWriter<BufWriter<WritebackFile>>>,
+    /// Bytes written to every file so far, for the progress display.
+    written_bytes: Arc<AtomicU64>,
     /// Files of a directory output still being finished (their last row groups encoded,
     /// the footer written, the file flushed) on threads of their own while the next file
     /// fills.
@@ -118,6 +121,7 @@ impl ParquetOutput {
         schema: SchemaRef,
         keys: &[SortKey],
         pool: &Arc<dyn MemoryPool>,
+        written_bytes: Arc<AtomicU64>,
     ) -> Result<Self, PipelineError> {
         check_writable(&schema)?;
         let properties = WriterProperties::builder()
@@ -136,6 +140,7 @@ impl ParquetOutput {
             properties,
             temp,
             writer: None,
+            written_bytes,
             closing: Vec::new(),
             rows_in_file: 0,
             file_names: Vec::new(),
@@ -238,7 +243,10 @@ impl ParquetOutput {
         let path = self.open_path();
         let file = File::create(&path).map_err(PipelineError::io("creating", &path))?;
         let writer = ParallelFileWriter::try_new(
-            BufWriter::with_capacity(1 << 20, WritebackFile::new(file)),
+            BufWriter::with_capacity(
+                1 << 20,
+                WritebackFile::new(file, Arc::clone(&self.written_bytes)),
+            ),
             Arc::clone(&self.schema),
             self.properties.clone(),
             Arc::clone(&self.memory),

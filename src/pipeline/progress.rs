@@ -1,5 +1,6 @@
-//! Live row counts of a running job: rows read (the scans' output), sorted (the sort's
-//! output) and written, for a progress display that polls [`Progress::snapshot`].
+//! Live counts of a running job: rows read (the scans' output), sorted (the sort's output)
+//! and written, and the bytes of the input and of the output written so far, for a
+//! progress display that polls [`Progress::snapshot`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,7 +16,10 @@ use crate::GpuSortExec;
 pub struct Progress {
     /// Rows the output will have, when the inputs say (`u64::MAX`: unknown).
     total: AtomicU64,
+    /// Bytes of the input files.
+    input_bytes: AtomicU64,
     written: Arc<AtomicU64>,
+    written_bytes: Arc<AtomicU64>,
     plan: Mutex<Option<Arc<dyn ExecutionPlan>>>,
 }
 
@@ -30,6 +34,23 @@ pub struct ProgressSnapshot {
     pub sorted: u64,
     /// Rows written to the output.
     pub written: u64,
+    /// Bytes of the input files.
+    pub input_bytes: u64,
+    /// Bytes of the output written so far.
+    pub written_bytes: u64,
+}
+
+impl ProgressSnapshot {
+    /// The input bytes behind `rows` rows, in proportion (a Parquet file's bytes are not
+    /// read row by row): what a stage that has passed `rows` rows has read.
+    pub fn input_bytes_of(&self, rows: u64) -> u64 {
+        match self.total {
+            Some(total) if total > 0 => {
+                (self.input_bytes as f64 * (rows.min(total) as f64 / total as f64)) as u64
+            }
+            _ => 0,
+        }
+    }
 }
 
 impl Progress {
@@ -55,12 +76,15 @@ impl Progress {
             read,
             sorted,
             written: self.written.load(Ordering::Relaxed),
+            input_bytes: self.input_bytes.load(Ordering::Relaxed),
+            written_bytes: self.written_bytes.load(Ordering::Relaxed),
         }
     }
 
-    pub(super) fn set_total(&self, total: Option<u64>) {
+    pub(super) fn set_total(&self, total: Option<u64>, input_bytes: u64) {
         self.total
             .store(total.unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.input_bytes.store(input_bytes, Ordering::Relaxed);
     }
 
     pub(super) fn watch(&self, plan: Arc<dyn ExecutionPlan>) {
@@ -69,6 +93,11 @@ impl Progress {
 
     pub(super) fn written_counter(&self) -> Arc<AtomicU64> {
         Arc::clone(&self.written)
+    }
+
+    /// The count of output bytes written, which the output's files add to.
+    pub(super) fn written_bytes_counter(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.written_bytes)
     }
 }
 

@@ -12,6 +12,8 @@
 
 use std::fs::File;
 use std::io::{self, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Bytes written between two requests to start writing back.
 pub(super) const WRITEBACK_BYTES: u64 = 32 << 20;
@@ -19,6 +21,8 @@ pub(super) const WRITEBACK_BYTES: u64 = 32 << 20;
 /// A file being written, its bytes sent to disk in the background as they accumulate.
 pub(super) struct WritebackFile {
     file: File,
+    /// Adds up the bytes written (shared by the files of one output).
+    counted: Arc<AtomicU64>,
     /// Bytes written so far.
     written: u64,
     /// Bytes whose writeback has been requested (a prefix of the file).
@@ -26,10 +30,11 @@ pub(super) struct WritebackFile {
 }
 
 impl WritebackFile {
-    /// Wraps `file`, written from its start.
-    pub(super) fn new(file: File) -> Self {
+    /// Wraps `file`, written from its start, adding what is written to `counted`.
+    pub(super) fn new(file: File, counted: Arc<AtomicU64>) -> Self {
         Self {
             file,
+            counted,
             written: 0,
             requested: 0,
         }
@@ -51,6 +56,7 @@ impl Write for WritebackFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let n = self.file.write(buf)?;
         self.written += n as u64;
+        self.counted.fetch_add(n as u64, Ordering::Relaxed);
         self.request(WRITEBACK_BYTES);
         Ok(n)
     }
@@ -92,7 +98,8 @@ mod tests {
     fn writes_every_byte_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
-        let mut file = WritebackFile::new(File::create(&path).unwrap());
+        let counted = Arc::new(AtomicU64::new(0));
+        let mut file = WritebackFile::new(File::create(&path).unwrap(), Arc::clone(&counted));
         let chunk: Vec<u8> = (0..1_000_003u32).map(|i| (i % 251) as u8).collect();
         let mut expected = Vec::new();
         // Past several writeback requests, the last one partial.
@@ -104,5 +111,6 @@ mod tests {
         assert!(file.written - file.requested < WRITEBACK_BYTES);
         drop(file);
         assert_eq!(std::fs::read(&path).unwrap(), expected);
+        assert_eq!(counted.load(Ordering::Relaxed), expected.len() as u64);
     }
 }

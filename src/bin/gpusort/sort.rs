@@ -4,10 +4,12 @@
 //! bars (on a terminal, unless `--quiet`) and prints the summary line.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use gpusort::pipeline::{sort_files, Progress, ProgressSnapshot, SortJob, SortSummary};
-use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{
+    HumanBytes, HumanCount, MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle,
+};
 
 use crate::signals;
 
@@ -59,7 +61,9 @@ pub async fn run(job: SortJob, quiet: bool, timings: bool) -> Result<SortSummary
     Ok(summary)
 }
 
-/// Three bars (read, sorted, written) redrawn from the job's counts.
+/// Three bars (read, sorted, written) redrawn from the job's counts: rows, rows per second,
+/// bytes and bytes per second (input bytes in proportion to the rows read and sorted; the
+/// output's bytes as written).
 struct Display {
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<()>,
@@ -69,7 +73,7 @@ impl Display {
     fn start(progress: Arc<Progress>) -> Self {
         let bars = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(10));
         let style = ProgressStyle::with_template(
-            "{prefix:>8} [{bar:40}] {human_pos}/{human_len} rows {per_sec}",
+            "{prefix:>8} [{bar:40}] {human_pos}/{human_len} rows{msg}",
         )
         .expect("a valid template")
         .progress_chars("=> ");
@@ -81,11 +85,28 @@ impl Display {
         let [read, sorted, written] = [make("read"), make("sorted"), make("written")];
         let (stop, mut stopped) = tokio::sync::oneshot::channel();
         let task = tokio::spawn(async move {
-            let update = |s: ProgressSnapshot| {
+            // When each stage passed its first row: its byte rate counts from there.
+            let mut began: [Option<Instant>; 3] = [None; 3];
+            let mut update = |s: ProgressSnapshot| {
                 let total = s.total.unwrap_or(s.read.max(1));
-                for (bar, value) in [(&read, s.read), (&sorted, s.sorted), (&written, s.written)] {
-                    bar.set_length(total.max(value));
-                    bar.set_position(value);
+                let stages = [
+                    (&read, s.read, s.input_bytes_of(s.read)),
+                    (&sorted, s.sorted, s.input_bytes_of(s.sorted)),
+                    (&written, s.written, s.written_bytes),
+                ];
+                for ((bar, rows, bytes), began) in stages.into_iter().zip(&mut began) {
+                    bar.set_length(total.max(rows));
+                    bar.set_position(rows);
+                    if rows > 0 {
+                        let since = *began.get_or_insert_with(Instant::now);
+                        let seconds = since.elapsed().as_secs_f64().max(1e-3);
+                        bar.set_message(format!(
+                            ", {} rows/s; {}, {}/s",
+                            HumanCount((rows as f64 / seconds) as u64),
+                            HumanBytes(bytes),
+                            HumanBytes((bytes as f64 / seconds) as u64)
+                        ));
+                    }
                 }
             };
             loop {
