@@ -12,7 +12,8 @@
 //!  cuda                     the CUDA backend (implements sort's contract)
 //!  sort                     the contract and the CPU backend
 //!  keys                     the key encoding
-//!  gather, config, trace    output batches, settings, the timeline
+//!  gather, config           output batches, settings
+//!  trace                    the timeline (any layer may mark it)
 //! ```
 //!
 //! Items the crate root re-exports (`crate::GpuSortExec`) count as the module that
@@ -28,7 +29,8 @@ use std::path::{Path, PathBuf};
 
 /// Layers from the bottom: a module may use modules of strictly lower layers.
 const LAYERS: &[&[&str]] = &[
-    &["gather", "config", "trace"],
+    &["trace"],
+    &["gather", "config"],
     &["keys"],
     &["sort"],
     &["cuda"],
