@@ -27,6 +27,9 @@ pub(super) struct WritebackFile {
     written: u64,
     /// Bytes whose writeback has been requested (a prefix of the file).
     requested: u64,
+    /// Time spent requesting writeback (the request may wait for the device's queue),
+    /// for the timeline.
+    requesting: std::time::Duration,
 }
 
 impl WritebackFile {
@@ -37,6 +40,7 @@ impl WritebackFile {
             counted,
             written: 0,
             requested: 0,
+            requesting: std::time::Duration::ZERO,
         }
     }
 
@@ -47,7 +51,9 @@ impl WritebackFile {
         if pending == 0 || pending < at_least {
             return;
         }
+        let started = std::time::Instant::now();
         start_writeback(&self.file, self.requested, pending);
+        self.requesting += started.elapsed();
         self.requested = self.written;
     }
 }
@@ -70,6 +76,13 @@ impl Drop for WritebackFile {
     fn drop(&mut self) {
         // The tail too: the fsync that follows finds it on its way.
         self.request(1);
+        let (bytes, requesting) = (self.written, self.requesting);
+        crate::trace::event(|| {
+            format!(
+                "writeback: {bytes} bytes requested in {:.0} ms",
+                requesting.as_secs_f64() * 1e3
+            )
+        });
     }
 }
 
