@@ -115,7 +115,8 @@ pub struct ParquetOutput {
 
 impl ParquetOutput {
     /// Starts an output of `schema` sorted by `keys`, its memory counted in `pool` (the
-    /// session's, so that the sort and the writer share one limit).
+    /// session's, so that the sort and the writer share one limit), adding the bytes its
+    /// files receive to `written_bytes` (for a progress display).
     pub fn create(
         options: OutputOptions,
         schema: SchemaRef,

@@ -17,6 +17,7 @@
 
 use std::collections::VecDeque;
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -175,19 +176,25 @@ impl<W: Write + Send + 'static> ParallelFileWriter<W> {
 struct Appender<W: Write + Send + 'static> {
     sender: Option<SyncSender<RowGroupEncoders>>,
     thread: Option<JoinHandle<Result<SerializedFileWriter<W>>>>,
+    /// Set when the file is abandoned (dropped unfinished): the appender then drops the
+    /// row groups it still gets instead of waiting for their encoders.
+    abandoned: Arc<AtomicBool>,
 }
 
 impl<W: Write + Send + 'static> Appender<W> {
     fn start(file: SerializedFileWriter<W>, memory: Arc<WriteMemory>) -> Result<Self> {
         // Row groups waiting: as many as can encode at once.
         let (sender, receiver) = sync_channel(rayon::current_num_threads().max(1));
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let stop = Arc::clone(&abandoned);
         let thread = std::thread::Builder::new()
             .name("gpusort-append".into())
-            .spawn(move || append_in_order(file, receiver, memory))
+            .spawn(move || append_in_order(file, receiver, memory, &stop))
             .map_err(|e| ParquetError::General(format!("gpusort: starting the appender: {e}")))?;
         Ok(Self {
             sender: Some(sender),
             thread: Some(thread),
+            abandoned,
         })
     }
 
@@ -235,21 +242,32 @@ impl<W: Write + Send + 'static> Appender<W> {
 
 impl<W: Write + Send + 'static> Drop for Appender<W> {
     fn drop(&mut self) {
-        // An abandoned file: the appender ends once the row groups it holds are done.
+        // An abandoned file (a finished one has no thread left): the appender lets go of
+        // what it holds and ends.
+        if self.thread.is_some() {
+            self.abandoned.store(true, Ordering::Relaxed);
+        }
         self.sender = None;
         let _ = self.join();
     }
 }
 
 /// The appender's loop: each row group's chunks, once encoded, written to `file` in the
-/// order received; the file back once the sender is gone, or the first error.
+/// order received; the file back once the sender is gone, or the first error. Once
+/// `abandoned`, row groups are dropped as they come.
 fn append_in_order<W: Write + Send>(
     mut file: SerializedFileWriter<W>,
     row_groups: Receiver<RowGroupEncoders>,
     memory: Arc<WriteMemory>,
+    abandoned: &AtomicBool,
 ) -> Result<SerializedFileWriter<W>> {
     let (mut waited, mut appending, mut appended) = (Duration::ZERO, Duration::ZERO, 0);
     for row_group in row_groups {
+        if abandoned.load(Ordering::Relaxed) {
+            // Its encoders finish their queues on their own; the memory goes with the
+            // output.
+            continue;
+        }
         let started = Instant::now();
         let chunks: Vec<_> = row_group.columns.iter().map(|e| e.wait_chunk()).collect();
         let encoded = Instant::now();
@@ -574,5 +592,26 @@ mod tests {
         let read = datafusion::arrow::compute::concat_batches(&schema, &read).unwrap();
         let written = datafusion::arrow::compute::concat_batches(&schema, &batches).unwrap();
         assert_eq!(read, written);
+    }
+
+    #[test]
+    fn a_writer_dropped_unfinished_lets_go_of_its_memory() {
+        let (schema, batches) = batches(12, 2000);
+        let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(1 << 30));
+        let memory = Arc::new(WriteMemory::new(&pool));
+        let mut writer =
+            ParallelFileWriter::try_new(Vec::new(), Arc::clone(&schema), properties(3000), memory)
+                .unwrap();
+        // Full row groups handed to the appender, and one still filling.
+        for batch in &batches[..10] {
+            writer.write(batch).unwrap();
+        }
+        drop(writer);
+        // The encoders still draining hold the last references to the memory.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while pool.reserved() > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(pool.reserved(), 0);
     }
 }
