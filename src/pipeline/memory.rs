@@ -93,15 +93,15 @@ pub const BATCHES_PER_PARTITION: usize = 64;
 /// limit holds [`BATCHES_PER_PARTITION`] such batches per partition (or there is no
 /// limit), else fewer, down to [`DEFAULT_BATCH_ROWS`].
 pub fn batch_rows(limit: Option<usize>, bytes_per_row: Option<u64>, partitions: usize) -> usize {
-    let (Some(limit), Some(bytes_per_row)) = (limit, bytes_per_row) else {
-        return if limit.is_none() {
-            LARGE_BATCH_ROWS
-        } else {
-            DEFAULT_BATCH_ROWS
-        };
-    };
-    let batch_bytes = limit / SCAN_SHARE / (partitions.max(1) * BATCHES_PER_PARTITION);
-    (batch_bytes / (bytes_per_row as usize).max(1)).clamp(DEFAULT_BATCH_ROWS, LARGE_BATCH_ROWS)
+    match (limit, bytes_per_row) {
+        (None, _) => LARGE_BATCH_ROWS,
+        (Some(_), None) => DEFAULT_BATCH_ROWS,
+        (Some(limit), Some(bytes_per_row)) => {
+            let batch_bytes = limit / SCAN_SHARE / (partitions.max(1) * BATCHES_PER_PARTITION);
+            (batch_bytes / (bytes_per_row as usize).max(1))
+                .clamp(DEFAULT_BATCH_ROWS, LARGE_BATCH_ROWS)
+        }
+    }
 }
 
 /// [`DEFAULT_MEMORY_SHARE`] of the memory this process may use; `None` when it is unknown

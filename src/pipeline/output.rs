@@ -174,7 +174,7 @@ impl ParquetOutput {
             let writer = self.writer.as_mut().expect("an open file while writing");
             writer
                 .write(&batch.slice(offset, take))
-                .map_err(|e| self.write_error(e))?;
+                .map_err(write_error)?;
             self.rows_in_file += take;
             self.rows += take as u64;
             offset += take;
@@ -252,7 +252,7 @@ impl ParquetOutput {
             self.properties.clone(),
             Arc::clone(&self.memory),
         )
-        .map_err(|e| self.write_error(e))?;
+        .map_err(write_error)?;
         self.writer = Some(writer);
         self.rows_in_file = 0;
         Ok(())
@@ -266,11 +266,11 @@ impl ParquetOutput {
             let path = self.open_path();
             let closing = std::thread::Builder::new()
                 .name("gpusort-close-file".into())
-                .spawn(move || close_and_flush(writer, &path))
-                .map_err(PipelineError::io(
-                    "starting a thread to close",
-                    self.open_path(),
-                ))?;
+                .spawn({
+                    let path = path.clone();
+                    move || close_and_flush(writer, &path)
+                })
+                .map_err(PipelineError::io("starting a thread to close", path))?;
             self.closing.push(closing);
         }
         Ok(())
@@ -302,10 +302,6 @@ impl ParquetOutput {
             Some(name) if self.options.max_rows_per_file.is_some() => self.temp.join(name),
             _ => self.temp.clone(),
         }
-    }
-
-    fn write_error(&self, e: datafusion::parquet::errors::ParquetError) -> PipelineError {
-        write_error(e)
     }
 }
 

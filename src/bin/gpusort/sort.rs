@@ -30,7 +30,7 @@ pub enum Stopped {
 /// `quiet`, with the stage times when `timings`.
 pub async fn run(job: SortJob, quiet: bool, timings: bool) -> Result<SortSummary, Stopped> {
     let progress = Arc::new(Progress::new());
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     let tracing = std::env::var_os(TRACE_VARIABLE).is_some();
     gpusort::trace::enable(tracing);
     let display = (!quiet).then(|| Display::start(Arc::clone(&progress)));
