@@ -323,6 +323,7 @@ fn close_and_flush(
     Ok(())
 }
 
+/// A Parquet writer's error as the job's.
 fn write_error(e: datafusion::parquet::errors::ParquetError) -> PipelineError {
     PipelineError::Execution {
         stage: "writing Parquet",
