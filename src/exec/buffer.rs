@@ -22,7 +22,7 @@ use datafusion::arrow;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::memory_pool::{MemoryLimit, MemoryReservation};
 use datafusion::physical_plan::SendableRecordBatchStream;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::hash_routing::HashRouting;
@@ -217,6 +217,13 @@ impl InputBuffer {
     /// reservation. The runs are written in batches sized from the memory the reservation
     /// held, shared by the output partitions ([`spill_batch_rows`]), so that they merge
     /// within the limit that forced the spill.
+    ///
+    /// The runs are sorted and written concurrently, up to one per core
+    /// ([`concurrent_spills`]): writing a run (Arrow IPC, compressed when the session asks)
+    /// takes one thread, and one run at a time left the other cores idle while the input
+    /// waited. They gather on the host, so that no more than the buffered batches and the
+    /// batches being written are held (a device gather stages a window of the run in host
+    /// memory outside the pool).
     async fn spill_buffered(&mut self) -> Result<()> {
         // Each output partition merges its own runs, all of them at once.
         let batch_rows = spill_batch_rows(
@@ -224,12 +231,39 @@ impl InputBuffer {
             self.held.bytes_per_row(),
             self.resources.spec.batch_size,
         );
+        let mut jobs = vec![];
         for input in 0..self.buffered.len() {
             let batches = std::mem::take(&mut self.buffered[input]);
             for (partition, batches) in self.output_partitions(input, batches).await? {
-                self.spill_runs(input, partition, batches, batch_rows)
-                    .await?;
+                for run in split_runs(batches, self.resources.spec.run_rows) {
+                    jobs.push((input, partition, run));
+                }
             }
+        }
+        let spec = Arc::new(SortSpec {
+            device_gather_min_rows: usize::MAX,
+            ..self.resources.spec.as_ref().clone()
+        });
+        let spills = jobs.into_iter().map(|(input, partition, run)| {
+            let SortResources {
+                metrics, spiller, ..
+            } = self.resources.clone();
+            let spec = Arc::clone(&spec);
+            async move {
+                let cancel = spec.cancel.clone();
+                let spilled = cancel
+                    .blocking(move || spiller.sort_to_disk(&spec, run, batch_rows, &metrics))
+                    .await?;
+                Ok::<_, DataFusionError>((input, partition, spilled))
+            }
+        });
+        // In order, so each output partition's runs stay in arrival order.
+        let spilled: Vec<_> = futures::stream::iter(spills)
+            .buffered(concurrent_spills())
+            .try_collect()
+            .await?;
+        for (input, partition, run) in spilled {
+            self.spilled[partition].extend(run.map(|run| (input, run)));
         }
         self.reservation.free();
         self.held.clear();
@@ -249,31 +283,11 @@ impl InputBuffer {
         let parts = cancel.blocking(move || routing.split(batches)).await?;
         Ok(parts.into_iter().enumerate().collect())
     }
+}
 
-    /// Sorts `batches` (of input partition `input`) as runs and writes them to disk as runs
-    /// of output `partition`, in batches of `batch_rows` rows.
-    async fn spill_runs(
-        &mut self,
-        input: usize,
-        partition: usize,
-        batches: Vec<RecordBatch>,
-        batch_rows: usize,
-    ) -> Result<()> {
-        for run in split_runs(batches, self.resources.spec.run_rows) {
-            let SortResources {
-                spec,
-                metrics,
-                spiller,
-                ..
-            } = self.resources.clone();
-            let cancel = spec.cancel.clone();
-            let spilled = cancel
-                .blocking(move || spiller.sort_to_disk(&spec, run, batch_rows, &metrics))
-                .await?;
-            self.spilled[partition].extend(spilled.map(|run| (input, run)));
-        }
-        Ok(())
-    }
+/// Runs one spill sorts and writes at once: one per core.
+fn concurrent_spills() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 /// Batches a drain task collects before handing them over (fewer when the room for

@@ -8,6 +8,7 @@
 //! - `resources`: a partition's sort properties and execution resources, travelling together.
 //! - `buffer`: draining the input within the memory reservation; spilling when it is full.
 //! - `spill`: sorted runs written to and read back from disk.
+//! - `window_merge`: merging sorted runs by sorting windows of them on the backend.
 //! - `views`: string and binary view arrays that pin buffers shared with other arrays.
 //! - `run`: `RunSorter`, one run: keys → encode → backend sort → gather.
 //! - `pieces`: a run the device cannot hold, sorted in pieces.
@@ -27,6 +28,7 @@ mod run;
 mod spill;
 mod stream;
 pub(crate) mod views;
+mod window_merge;
 
 pub use gpu_sort_exec::{GpuSortExec, GpuSortOptions};
 pub use hash_routing::{HashRouting, MAX_ROUTED_PARTITIONS};

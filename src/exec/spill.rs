@@ -37,6 +37,7 @@ use futures::StreamExt;
 use super::metrics::SortMetrics;
 use super::run::{RunSorter, SortSpec};
 use super::views::{compact_views, memory_when_compact};
+use super::window_merge::{merge_by_windows, WindowRun};
 
 /// A spilled batch takes at most this share of the memory the sort held when it spilled.
 /// A merge keeps about [`MERGE_BATCHES_PER_RUN`] batches of each run in memory, so runs
@@ -50,6 +51,9 @@ const MIN_SPILL_BATCH_BYTES: usize = 1 << 10;
 /// batch being read, the one its cursor walks (with the cursor's row-encoded keys, about
 /// 0.7 times the batch again), and earlier ones whose rows wait in the output being built.
 const MERGE_BATCHES_PER_RUN: usize = 4;
+
+/// Batches of a spilled run read ahead of the merge, on a task of their own.
+const READ_AHEAD_BATCHES: usize = 1;
 
 /// Rows per batch of runs spilled by a sort that held `held` bytes, of about
 /// `bytes_per_row` bytes a row: a [`SPILL_BATCH_SHARE`]th of `held`, and no more than the
@@ -116,7 +120,9 @@ impl RunSpiller {
         Self {
             pool: Arc::clone(&env.memory_pool),
             manager: Arc::new(
-                SpillManager::new(env, metrics, schema).with_compression_type(compression),
+                SpillManager::new(env, metrics, schema)
+                    .with_compression_type(compression)
+                    .with_batch_read_buffer_capacity(READ_AHEAD_BATCHES),
             ),
         }
     }
@@ -174,6 +180,7 @@ impl RunSpiller {
         mut runs: Vec<SpilledRun>,
         spec: &SortSpec,
         memory: &MergeMemory,
+        metrics: &SortMetrics,
     ) -> Result<ClaimedMerge> {
         let mut budget = memory.budget(self.pool.as_ref());
         loop {
@@ -194,7 +201,16 @@ impl RunSpiller {
                 continue;
             };
             if plan.runs >= runs.len() {
-                let stream = compacted(self.merged(runs, spec, plan.batch_rows)?);
+                let runs = runs
+                    .into_iter()
+                    .map(|run| {
+                        let batch_rows = run.batch_rows;
+                        Ok(WindowRun::new(self.read(run)?, batch_rows))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let schema = Arc::clone(self.manager.schema());
+                let merged = merge_by_windows(runs, schema, spec, plan.batch_rows, metrics)?;
+                let stream = compacted(merged);
                 return Ok(ClaimedMerge {
                     stream,
                     _claim: claim,

@@ -122,7 +122,7 @@ pub(super) async fn emit_buffered(
         }
         Buffered::OnDisk(runs) if runs.is_empty() => {}
         Buffered::OnDisk(runs) => {
-            let merge = spiller.merge(runs, spec, &merge_memory).await?;
+            let merge = spiller.merge(runs, spec, &merge_memory, metrics).await?;
             send_merged(merge.stream, metrics, tx).await;
         }
     }
