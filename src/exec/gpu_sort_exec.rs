@@ -55,6 +55,7 @@ use super::run::SortSpec;
 use super::spill::RunSpiller;
 use super::stream::{sort_stream, SortTask};
 use crate::config::AlgorithmChoice;
+use crate::gather::Views;
 use crate::sort::SortBackend;
 
 /// How a `GpuSortExec` sorts: settings taken from `GpuSortConfig` at plan time.
@@ -397,6 +398,7 @@ impl ExecutionPlan for GpuSortExec {
             device_gather_min_rows: self.options.device_gather_min_rows,
             backend: Arc::clone(&self.options.backend),
             cancel: Cancel::counting(Arc::clone(&self.jobs)),
+            views: Views::Shared,
         });
         let resources = SortResources {
             schema: self.schema(),

@@ -137,7 +137,8 @@ impl RunSorter<'_> {
         }
         let mut permutation = Vec::with_capacity(rows.rows());
         for piece in pieces {
-            let piece_rows = RunRows::new(slice_rows(rows.batches(), piece.clone()));
+            let piece_rows =
+                RunRows::new(slice_rows(rows.batches(), piece.clone())).with_views(rows.views());
             let within = segments_within(partitions, piece.clone());
             let order = self.order_rows(&piece_rows, Apart::Segments(&within))?;
             let offset = piece.start as u32;
@@ -170,7 +171,8 @@ impl RunSorter<'_> {
         let mut orders = Vec::new();
         for start in (0..n).step_by(piece_rows.max(1)) {
             let piece = start..(start + piece_rows).min(n);
-            let piece_rows = RunRows::new(slice_rows(rows.batches(), piece.clone()));
+            let piece_rows =
+                RunRows::new(slice_rows(rows.batches(), piece.clone())).with_views(rows.views());
             let piece_columns = columns
                 .iter()
                 .map(|c| slice_column(c, piece.clone()))

@@ -23,7 +23,7 @@ use super::cancel::Cancel;
 use super::hash_routing::{id_arrays, total_counts, HashRouting};
 use super::metrics::SortMetrics;
 use crate::config::AlgorithmChoice;
-use crate::gather::{gather_sorted, PayloadGather, RunRows};
+use crate::gather::{gather_sorted, PayloadGather, RunRows, Views};
 use crate::keys::{encode_keys, EncodedKeys, KeyColumn};
 use crate::sort::{
     identity, refine_long_ties, segment_starts, Algorithm, KeySort, Permutation, RunState,
@@ -55,6 +55,9 @@ pub(super) struct SortSpec {
     pub backend: Arc<dyn SortBackend>,
     /// Set when the sort's consumers went away; its blocking jobs stop at the next stage.
     pub cancel: Cancel,
+    /// How the view arrays of a run's output hold their values: shared with the input,
+    /// or copied where the input must be let go (a merge's windows of spilled runs).
+    pub views: Views,
 }
 
 /// Cuts `batches` into runs of at most `run_rows` rows, in input order; batches larger
@@ -195,7 +198,7 @@ impl<'a> RunSorter<'a> {
     ) -> Result<bool> {
         let (spec, metrics) = (self.spec, self.metrics);
         spec.cancel.check()?;
-        let rows = RunRows::new(batches);
+        let rows = RunRows::new(batches).with_views(spec.views);
         if rows.rows() == 0 {
             return Ok(true);
         }

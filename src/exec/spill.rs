@@ -201,11 +201,17 @@ impl RunSpiller {
                 continue;
             };
             if plan.runs >= runs.len() {
+                // Windows hold at most a run's worth of rows.
+                let most_rows = runs.iter().map(|r| r.batch_rows).max().unwrap_or(1);
+                let depth = plan
+                    .depth
+                    .min(spec.run_rows / (runs.len() * most_rows).max(1))
+                    .max(1);
                 let runs = runs
                     .into_iter()
                     .map(|run| {
-                        let batch_rows = run.batch_rows;
-                        Ok(WindowRun::new(self.read(run)?, batch_rows))
+                        let load_rows = run.batch_rows * depth;
+                        Ok(WindowRun::new(self.read(run)?, load_rows))
                     })
                     .collect::<Result<Vec<_>>>()?;
                 let schema = Arc::clone(self.manager.schema());
@@ -321,10 +327,24 @@ struct MergePlan {
     runs: usize,
     /// Rows per output batch.
     batch_rows: usize,
-    /// The memory it needs: two output batches (the one being built, the one handed on)
-    /// and [`MERGE_BATCHES_PER_RUN`] batches of each run.
+    /// The memory it needs: two output batches (the one being built, the one handed on),
+    /// [`MERGE_BATCHES_PER_RUN`] batches of each run, and [`WINDOW_COPIES`] more for each
+    /// batch of depth beyond the first.
     bytes: usize,
+    /// Where it takes every run: batches of each run a window merge loads ahead (see
+    /// `window_merge`), at least 1 and at most [`MAX_WINDOW_DEPTH`], as the budget allows.
+    depth: usize,
 }
+
+/// The copies of a batch of each run that one more batch of window depth costs: the batch
+/// loaded, its rows in the window being sorted (keys and working memory), and their
+/// gathered output.
+const WINDOW_COPIES: usize = 3;
+
+/// The most batches of each run a window merge loads ahead: windows of 100 runs of 8 Ki-row
+/// batches then hold millions of rows, enough that a window's fixed costs (a device round
+/// trip, one parallel gather) are small against its rows.
+const MAX_WINDOW_DEPTH: usize = 8;
 
 impl MergePlan {
     /// The merge of as many leading `runs` as `budget` bytes hold, into batches of up to
@@ -347,10 +367,17 @@ impl MergePlan {
             bytes += more;
             taken += 1;
         }
+        let mut depth = 1;
+        if taken == runs.len() && taken > 0 {
+            let per_depth = WINDOW_COPIES * runs.iter().map(|r| r.max_batch_memory).sum::<usize>();
+            depth = (1 + (budget - bytes) / per_depth.max(1)).min(MAX_WINDOW_DEPTH);
+            bytes += (depth - 1) * per_depth;
+        }
         Self {
             runs: taken,
             batch_rows,
             bytes,
+            depth,
         }
     }
 }
@@ -414,10 +441,26 @@ mod tests {
         // Output: 2 batches of 8192 rows at 10 bytes; 4 batches of each run.
         let plan = MergePlan::within(&runs, 8192, 1 << 20);
         assert_eq!((plan.runs, plan.batch_rows), (10, 8192));
-        assert_eq!(plan.bytes, 2 * 8192 * 10 + 10 * 4 * 1000);
+        // Room to spare: windows 8 batches deep, each level 3 batches of every run.
+        assert_eq!(plan.depth, 8);
+        assert_eq!(
+            plan.bytes,
+            2 * 8192 * 10 + 10 * 4 * 1000 + 7 * 3 * 10 * 1000
+        );
+        // Larger batches: just enough for every run is one batch deep, and each level more
+        // takes 3 batches of every run.
+        let large = vec![sizes(100_000, 10); 10];
+        let base = 2 * 8192 * 10 + 10 * 4 * 100_000;
+        let plan = MergePlan::within(&large, 8192, base + 2_999_999);
+        assert_eq!((plan.runs, plan.depth, plan.bytes), (10, 1, base));
+        let plan = MergePlan::within(&large, 8192, base + 3_000_000);
+        assert_eq!(
+            (plan.runs, plan.depth, plan.bytes),
+            (10, 2, base + 3_000_000)
+        );
         // A smaller budget: output batches cut to an eighth of it, fewer runs.
         let plan = MergePlan::within(&runs, 8192, 20_000);
-        assert_eq!((plan.runs, plan.batch_rows), (3, 250));
+        assert_eq!((plan.runs, plan.batch_rows, plan.depth), (3, 250, 1));
         assert!(plan.bytes <= 20_000);
         // Nothing fits.
         assert_eq!(MergePlan::within(&runs, 8192, 100).runs, 0);

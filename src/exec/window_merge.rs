@@ -5,12 +5,14 @@
 //! of what the same host sorts in memory. Here the runs are merged in *windows* instead:
 //!
 //! ```text
-//! each run: its next batches read (ahead, on their own tasks) until a batch's worth is loaded
+//! each run: its next batches read (ahead, on their own tasks) until `depth` batches' worth
+//!   of rows is loaded (as deep as the merge's memory allows)
 //! bound B = the smallest of the runs' last loaded keys; r0 = the first run whose last key is B
 //! window = every loaded row below B, and the rows equal to B of runs up to r0
 //!        (every row of r0 that is loaded), cut from each run in run order
 //! the window sorted as one run by the backend (the device sorts, the host gathers on all
-//!   cores), its batches sent on; repeat until every run is empty
+//!   cores), its batches sent on while the next window is loaded and cut; repeat until
+//!   every run is empty
 //! ```
 //!
 //! Every row not yet loaded is at least its run's last loaded key, so at least B: the
@@ -32,15 +34,17 @@ use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use arrow::row::{OwnedRow, Row, RowConverter, SortField};
 use datafusion::arrow;
-use datafusion::common::Result;
+use datafusion::common::{DataFusionError, Result};
 use datafusion::physical_plan::metrics::Count;
 use datafusion::physical_plan::stream::RecordBatchReceiverStreamBuilder;
 use datafusion::physical_plan::SendableRecordBatchStream;
 use futures::StreamExt;
 use tokio::sync::mpsc::Sender;
+use tokio::task::JoinHandle;
 
 use super::metrics::SortMetrics;
 use super::run::{RunSorter, SortSpec};
+use crate::gather::Views;
 
 /// One sorted run being merged: its stream, and the rows loaded from it but not yet sent.
 pub(super) struct WindowRun {
@@ -165,6 +169,8 @@ pub(super) fn merge_by_windows(
         run_batch_rows: batch_rows,
         // The window is not ordered by any prefix of the keys.
         prefix: 0,
+        // The window's rows were read back from disk: its output must not pin them.
+        views: Views::Copied,
         ..spec.clone()
     });
     let keys = KeyRows::new(Arc::clone(&spec), &schema)?;
@@ -180,7 +186,8 @@ pub(super) fn merge_by_windows(
 }
 
 /// Loads, cuts and sorts windows of `runs` until they are empty, the limit is reached or
-/// the consumer goes away.
+/// the consumer goes away. Without a limit, the next window is loaded and cut while the
+/// backend sorts the last one.
 async fn merge_into(
     mut runs: Vec<WindowRun>,
     keys: KeyRows,
@@ -188,22 +195,43 @@ async fn merge_into(
     tx: Sender<Result<RecordBatch>>,
 ) -> Result<()> {
     let mut fetch = keys.spec.fetch;
+    let mut sorting: Option<JoinHandle<Result<(bool, usize)>>> = None;
     loop {
         for run in runs.iter_mut() {
             load(run, &keys).await?;
         }
         let window = take_window(&mut runs, &keys)?;
+        // The last window's rows go first.
+        if let Some(sorted) = sorting.take() {
+            let (open, _) = sorted
+                .await
+                .map_err(|e| DataFusionError::External(Box::new(e)))??;
+            if !open {
+                return Ok(());
+            }
+        }
         if window.batches.is_empty() {
             return Ok(());
+        }
+        if window.runs == 1 {
+            let (open, sent) = send_sorted(window.batches, fetch, &tx).await;
+            fetch = fetch.map(|f| f - sent);
+            if !open || fetch == Some(0) {
+                return Ok(());
+            }
+            continue;
         }
         let spec = Arc::new(SortSpec {
             fetch,
             ..keys.spec.as_ref().clone()
         });
-        let (open, sent) = match window.runs {
-            1 => send_sorted(window.batches, fetch, &tx).await,
-            _ => sort_window(window.batches, spec, metrics.clone(), tx.clone()).await?,
-        };
+        let sort = sort_window(window.batches, spec, metrics.clone(), tx.clone());
+        if fetch.is_none() {
+            sorting = Some(tokio::spawn(sort));
+            continue;
+        }
+        // A limit: the next window's share of it is known once this one is sent.
+        let (open, sent) = sort.await?;
         fetch = fetch.map(|f| f.saturating_sub(sent));
         if !open || fetch == Some(0) {
             return Ok(());
@@ -394,6 +422,7 @@ mod tests {
             device_gather_min_rows: usize::MAX,
             backend: Arc::new(CpuBackend),
             cancel: Cancel::default(),
+            views: Views::Shared,
         }
     }
 

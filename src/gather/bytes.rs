@@ -7,6 +7,9 @@
 //!     per output batch: copy each row's 16-byte view; a value longer than 12 bytes points
 //!           into a data buffer, renumbered to its place among the buffers this batch
 //!           reads (so an output batch holds only the buffers it uses, never a copy)
+//!     or, where the run asks for compact views (`Views::Copied`): the values longer than
+//!           12 bytes copied into one new buffer, so the batch pins nothing of its input
+//!           (a merge's windows: their input is read back from disk and must go)
 //!  offsets (Utf8, LargeUtf8, Binary, LargeBinary):
 //!     per output batch: new offsets, then the values' bytes copied behind them
 //! ```
@@ -29,12 +32,21 @@ use datafusion::common::{exec_err, Result};
 
 use super::columns::{gather_nulls, input_nulls, ColumnGather, RowAt};
 
+/// How gathered view arrays hold their values' bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Views {
+    /// Pointing into the input's data buffers.
+    Shared,
+    /// Copied into buffers of their own.
+    Copied,
+}
+
 /// The gatherer for string and binary columns, or `None` for other types.
-pub(super) fn byte_gatherer(arrays: &[ArrayRef]) -> Option<Box<dyn ColumnGather>> {
+pub(super) fn byte_gatherer(arrays: &[ArrayRef], views: Views) -> Option<Box<dyn ColumnGather>> {
     use DataType::*;
     let gather: Box<dyn ColumnGather> = match arrays.first()?.data_type() {
-        Utf8View => Box::new(ViewGather::<StringViewType>::new(arrays)),
-        BinaryView => Box::new(ViewGather::<BinaryViewType>::new(arrays)),
+        Utf8View => Box::new(ViewGather::<StringViewType>::new(arrays, views)),
+        BinaryView => Box::new(ViewGather::<BinaryViewType>::new(arrays, views)),
         Utf8 => Box::new(OffsetGather::<Utf8Type>::new(arrays)),
         LargeUtf8 => Box::new(OffsetGather::<LargeUtf8Type>::new(arrays)),
         Binary => Box::new(OffsetGather::<BinaryType>::new(arrays)),
@@ -52,11 +64,13 @@ struct ViewGather<T: ByteViewType> {
     /// Run buffer number of each input array's buffer 0.
     first: Vec<u32>,
     nulls: Option<Vec<Option<NullBuffer>>>,
+    /// Whether values are copied.
+    copied: bool,
     _type: PhantomData<T>,
 }
 
 impl<T: ByteViewType> ViewGather<T> {
-    fn new(arrays: &[ArrayRef]) -> Self {
+    fn new(arrays: &[ArrayRef], views: Views) -> Self {
         let typed: Vec<&GenericByteViewArray<T>> =
             arrays.iter().map(|a| a.as_byte_view::<T>()).collect();
         let mut buffers = Vec::new();
@@ -70,14 +84,60 @@ impl<T: ByteViewType> ViewGather<T> {
             buffers,
             first,
             nulls: input_nulls(arrays),
+            copied: views == Views::Copied,
             _type: PhantomData,
         }
     }
+
+    /// The views of `rows`, their long values copied into new buffers (a new buffer is
+    /// started before one would pass [`MAX_COPY_BUFFER`] bytes).
+    fn gather_copied(&self, rows: &[RowAt], nulls: Option<NullBuffer>) -> ArrayRef {
+        let mut buffers: Vec<Buffer> = Vec::new();
+        let mut data: Vec<u8> = Vec::new();
+        let views: ScalarBuffer<u128> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, at)| {
+                if nulls.as_ref().is_some_and(|n| n.is_null(i)) {
+                    return 0;
+                }
+                let view = self.views[at.batch as usize][at.row as usize];
+                let len = view as u32;
+                if len <= MAX_INLINE_VIEW_LEN {
+                    return view;
+                }
+                let mut view = ByteView::from(view);
+                let run_buffer = (self.first[at.batch as usize] + view.buffer_index) as usize;
+                let start = view.offset as usize;
+                let bytes = &self.buffers[run_buffer][start..start + len as usize];
+                if data.len() + bytes.len() > MAX_COPY_BUFFER {
+                    buffers.push(Buffer::from_vec(std::mem::take(&mut data)));
+                }
+                view.buffer_index = buffers.len() as u32;
+                view.offset = data.len() as u32;
+                data.extend_from_slice(bytes);
+                view.as_u128()
+            })
+            .collect();
+        if !data.is_empty() {
+            buffers.push(Buffer::from_vec(data));
+        }
+        // SAFETY: each view is a valid view of an input array of this type (or the empty
+        // inline view for a null row); an out-of-line view keeps its length and its prefix,
+        // and points at a copy of its bytes.
+        Arc::new(unsafe { GenericByteViewArray::<T>::new_unchecked(views, buffers, nulls) })
+    }
 }
+
+/// Copied view values go into buffers of at most this many bytes (view offsets are 32-bit).
+const MAX_COPY_BUFFER: usize = 1 << 30;
 
 impl<T: ByteViewType> ColumnGather for ViewGather<T> {
     fn gather(&self, rows: &[RowAt]) -> Result<ArrayRef> {
         let nulls = gather_nulls(self.nulls.as_ref(), rows);
+        if self.copied {
+            return Ok(self.gather_copied(rows, nulls));
+        }
         let mut slot_of = vec![u32::MAX; self.buffers.len()];
         let mut used: Vec<Buffer> = Vec::new();
         let views: ScalarBuffer<u128> = rows
@@ -196,9 +256,10 @@ mod tests {
             ])),
             Arc::new(StringViewArray::from(vec![long("c")])),
         ];
-        let gather = byte_gatherer(&arrays).unwrap();
-        let out = gather
-            .gather(&at(&[(1, 0), (0, 2), (0, 0), (0, 1), (1, 1)]))
+        let rows = at(&[(1, 0), (0, 2), (0, 0), (0, 1), (1, 1)]);
+        let out = byte_gatherer(&arrays, Views::Shared)
+            .unwrap()
+            .gather(&rows)
             .unwrap();
         let out = out.as_string_view();
         let expected = StringViewArray::from(vec![
@@ -211,6 +272,20 @@ mod tests {
         assert_eq!(out, &expected);
         // Arrays 0 and 1 hold one buffer each; array 2's is not read.
         assert_eq!(out.data_buffers().len(), 2);
+        // Copied: the same values in one buffer of their own, holding only the long ones.
+        let copied = byte_gatherer(&arrays, Views::Copied)
+            .unwrap()
+            .gather(&rows)
+            .unwrap();
+        let copied = copied.as_string_view();
+        assert_eq!(copied, &expected);
+        assert_eq!(copied.data_buffers().len(), 1);
+        assert_eq!(
+            copied.data_buffers()[0].len(),
+            long("b").len() + long("a").len()
+        );
+        let input = arrays[0].as_string_view().data_buffers()[0].as_ptr();
+        assert_ne!(copied.data_buffers()[0].as_ptr(), input);
     }
 
     #[test]
@@ -219,7 +294,7 @@ mod tests {
             Arc::new(BinaryArray::from(vec![Some(b"ab".as_slice()), None])),
             Arc::new(BinaryArray::from(vec![b"".as_slice(), b"xyz"]).slice(1, 1)),
         ];
-        let out = byte_gatherer(&arrays)
+        let out = byte_gatherer(&arrays, Views::Shared)
             .unwrap()
             .gather(&at(&[(1, 0), (0, 1), (0, 0)]))
             .unwrap();

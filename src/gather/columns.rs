@@ -24,7 +24,7 @@ use arrow::datatypes::DataType;
 use datafusion::arrow;
 use datafusion::common::Result;
 
-use super::bytes::byte_gatherer;
+use super::bytes::{byte_gatherer, Views};
 
 /// Where a row of a run lives: input batch and row within it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,8 +41,9 @@ pub trait ColumnGather: Send + Sync {
     fn gather(&self, rows: &[RowAt]) -> Result<ArrayRef>;
 }
 
-/// The gatherer for one column given as one array per buffered batch (all of one type).
-pub fn column_gatherer(arrays: Vec<ArrayRef>) -> Box<dyn ColumnGather> {
+/// The gatherer for one column given as one array per buffered batch (all of one type),
+/// its view arrays' values shared or copied as `views` says.
+pub fn column_gatherer(arrays: Vec<ArrayRef>, views: Views) -> Box<dyn ColumnGather> {
     macro_rules! primitive {
         ($t:ty, $arrays:ident) => {
             Box::new(PrimitiveGather::<$t>::new(&$arrays)) as Box<dyn ColumnGather>
@@ -52,7 +53,7 @@ pub fn column_gatherer(arrays: Vec<ArrayRef>) -> Box<dyn ColumnGather> {
         Some(array) => array.data_type().clone(),
         None => DataType::Null,
     };
-    if let Some(gather) = byte_gatherer(&arrays) {
+    if let Some(gather) = byte_gatherer(&arrays, views) {
         return gather;
     }
     downcast_primitive! {
@@ -174,7 +175,7 @@ mod tests {
             Arc::new(TimestampMillisecondArray::from(vec![Some(1), None]).with_timezone("+01:00"));
         let b: ArrayRef =
             Arc::new(TimestampMillisecondArray::from(vec![Some(3)]).with_timezone("+01:00"));
-        let out = column_gatherer(vec![a.clone(), b])
+        let out = column_gatherer(vec![a.clone(), b], Views::Shared)
             .gather(&at(&[(1, 0), (0, 1), (0, 0)]))
             .unwrap();
         let expected: ArrayRef = Arc::new(
@@ -191,7 +192,7 @@ mod tests {
             Arc::new(StringArray::from(vec![None, Some("c")])),
             Arc::new(StringArray::from(vec!["d"])),
         ];
-        let out = column_gatherer(arrays)
+        let out = column_gatherer(arrays, Views::Shared)
             .gather(&at(&[(2, 0), (1, 0), (0, 1)]))
             .unwrap();
         let expected: ArrayRef = Arc::new(StringArray::from(vec![Some("d"), None, Some("b")]));

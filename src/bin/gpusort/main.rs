@@ -92,9 +92,8 @@ enum Command {
         /// this process may use (RAM, or its cgroup's limit).
         #[arg(long, value_parser = gpusort::parse_bytes)]
         memory_limit: Option<usize>,
-        /// Compression of spilled runs: uncompressed, lz4_frame or zstd (slower: spills are
-        /// compressed one batch at a time).
-        #[arg(long, default_value = "uncompressed")]
+        /// Compression of spilled runs: lz4_frame (default), zstd or uncompressed.
+        #[arg(long, default_value = "lz4_frame")]
         spill_compression: SpillCompression,
         /// Replace an existing output.
         #[arg(long)]
