@@ -79,11 +79,13 @@ fn write_parquet_files(dir: &Path, batch: &RecordBatch, files: usize) -> Vec<Pat
             let len = per_file.min(batch.num_rows() - start);
             let mut writer =
                 ArrowWriter::try_new(File::create(&path).unwrap(), batch.schema(), None).unwrap();
-            // Several batches and row groups per file.
+            // Several batches and row groups per file (each batch ends a row group): the
+            // order of row groups within a file is input order too.
             for offset in (0..len).step_by(7_000) {
                 writer
                     .write(&batch.slice(start + offset, 7_000.min(len - offset)))
                     .unwrap();
+                writer.flush().unwrap();
             }
             writer.close().unwrap();
             path

@@ -344,6 +344,14 @@ fn session(
     if std::env::var_os("DATAFUSION_EXECUTION_BATCH_SIZE").is_none() {
         session_config = session_config.with_batch_size(batch_rows);
     }
+    // Ties keep the files' own order, so the scan must deliver it: DataFusion's sort
+    // pushdown would read a file's row groups in the order of their statistics (reversed
+    // for DESC, to help a TopK stop early), and its work stealing lets a scan partition read
+    // a file planned for another one, whichever is idle first (ties then came out in an
+    // order that changed from run to run).
+    let options = session_config.options_mut();
+    options.optimizer.enable_sort_pushdown = false;
+    options.execution.enable_file_stream_work_stealing = false;
     let mut runtime = RuntimeEnvBuilder::new();
     if let Some(pool) = pool {
         runtime = runtime.with_memory_limit(pool, 1.0);
