@@ -229,6 +229,20 @@ impl GpuSortRule {
             .unwrap_or_default()
     }
 
+    /// [`last_decisions`](Self::last_decisions) as text, one `gpusort: ...` line each (or
+    /// a line saying the plan had no sort), as `gpusort sql --explain` prints them.
+    pub fn last_decisions_text(&self) -> String {
+        let decisions = self.last_decisions();
+        if decisions.is_empty() {
+            return "gpusort: no sort in this plan".to_string();
+        }
+        decisions
+            .iter()
+            .map(|d| format!("gpusort: {d}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     fn decide(
         candidate: &Candidate,
         settings: &GpuSortConfig,

@@ -13,7 +13,7 @@ use gpusort::BackendChoice;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::session::{decisions_text, new_session};
+use crate::session::new_session;
 
 const QUERY: &str = "SELECT * FROM t ORDER BY k";
 const BATCH_ROWS: usize = 8192;
@@ -29,7 +29,7 @@ pub async fn run(rows: usize, seed: u64, backend: BackendChoice) -> Result<()> {
 
     let plan = session.ctx.sql(QUERY).await?.create_physical_plan().await?;
     println!("{}", displayable(plan.as_ref()).indent(true));
-    println!("{}\n", decisions_text(&session.rule));
+    println!("{}\n", session.rule.last_decisions_text());
 
     let started = Instant::now();
     let sorted = collect(plan, session.ctx.task_ctx()).await?;

@@ -28,16 +28,3 @@ pub fn new_session(backend: BackendChoice) -> Session {
         rule,
     }
 }
-
-/// gpusort's decisions for the last planned query, one per line.
-pub fn decisions_text(rule: &GpuSortRule) -> String {
-    let decisions = rule.last_decisions();
-    if decisions.is_empty() {
-        return "gpusort: no sort in this plan".to_string();
-    }
-    decisions
-        .iter()
-        .map(|d| format!("gpusort: {d}"))
-        .collect::<Vec<_>>()
-        .join("\n")
-}

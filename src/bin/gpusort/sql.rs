@@ -9,7 +9,7 @@ use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionContext};
 use datafusion::sql::parser::DFParser;
 use gpusort::BackendChoice;
 
-use crate::session::{decisions_text, new_session};
+use crate::session::new_session;
 
 /// Registers `tables`, then plans and runs each statement, printing its result.
 pub async fn run(
@@ -36,7 +36,7 @@ pub async fn run(
         }
         if explain {
             println!("{}", displayable(plan.as_ref()).indent(true));
-            println!("{}", decisions_text(&session.rule));
+            println!("{}", session.rule.last_decisions_text());
         }
         let started = Instant::now();
         let batches = collect(plan, session.ctx.task_ctx()).await?;

@@ -1,0 +1,277 @@
+"""gpusort from Python: DataFusion sessions whose sorts run on an NVIDIA GPU, and the
+Parquet sort pipeline of ``gpusort sort``.
+
+    import gpusort
+    ctx = gpusort.SessionContext()
+    ctx.register_parquet("t", "data/")
+    table = ctx.sql("SELECT * FROM t ORDER BY k").to_arrow_table()   # a pyarrow.Table
+
+    gpusort.sort_parquet("data/", "sorted.parquet", by="ts DESC, id", memory_limit="8G")
+
+Without a usable GPU the same code sorts on gpusort's CPU backend (``gpu_status()`` says
+which and why). Results equal DataFusion's own sort; ties keep their input order.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, Callable, Iterable, Mapping, Optional, Union
+
+from . import _gpusort
+from ._gpusort import GpuSortError, gpu_status
+
+__all__ = [
+    "DataFrame",
+    "GpuSortError",
+    "SessionContext",
+    "gpu_status",
+    "sort_parquet",
+]
+
+PathLike = Union[str, "os.PathLike[str]"]
+Size = Union[int, str]
+
+
+class DataFrame:
+    """A planned query. Nothing runs until its rows are asked for.
+
+    It speaks the Arrow PyCapsule stream protocol (``__arrow_c_stream__``), so
+    ``pyarrow.table(df)``, ``pyarrow.RecordBatchReader.from_stream(df)``, polars, and
+    datafusion-python's ``SessionContext.from_arrow(df)`` take it without copies.
+    """
+
+    def __init__(self, inner: _gpusort.DataFrame):
+        self._inner = inner
+
+    def to_arrow_table(self):
+        """Runs the query and returns its result as a ``pyarrow.Table`` (no copy of the
+        result). The GIL is released while it runs; Ctrl-C cancels it."""
+        import pyarrow as pa
+
+        return pa.table(self._inner.collect())
+
+    def to_batches(self) -> list:
+        """Runs the query and returns its result as a list of ``pyarrow.RecordBatch``."""
+        return self.to_arrow_table().to_batches()
+
+    def to_pandas(self):
+        """Runs the query and returns a ``pandas.DataFrame``."""
+        return self.to_arrow_table().to_pandas()
+
+    def count(self) -> int:
+        """Runs the query and returns its number of rows."""
+        return self._inner.count()
+
+    def explain(self) -> str:
+        """The physical plan, then one ``gpusort: ...`` line per sort: which backend
+        runs it, or why DataFusion's own sort was kept."""
+        return self._inner.explain()
+
+    def __arrow_c_stream__(self, requested_schema: Any = None):
+        """Starts the query and streams its batches as the consumer reads them."""
+        return self._inner.__arrow_c_stream__(requested_schema)
+
+    def __repr__(self) -> str:
+        return "gpusort.DataFrame(...)"
+
+
+class SessionContext:
+    """A DataFusion 55 session with gpusort's rule: ``ORDER BY``, window sorts,
+    ``ORDER BY .. LIMIT`` and ``COPY (SELECT .. ORDER BY ..)`` sort on gpusort's operator.
+
+    ``settings`` sets options by name, ``gpu_sort.*`` (``gpu_sort.backend``: ``auto``,
+    ``cuda`` or ``cpu``; see the README) as well as DataFusion's own
+    (``datafusion.execution.target_partitions``, ...). ``memory_limit`` (bytes or a size
+    such as ``"4G"``) bounds the session's memory pool; larger sorts spill to disk.
+    """
+
+    def __init__(
+        self,
+        settings: Optional[Mapping[str, Any]] = None,
+        *,
+        memory_limit: Optional[Size] = None,
+    ):
+        strings = {k: _setting_text(v) for k, v in (settings or {}).items()}
+        self._inner = _gpusort.SessionContext(strings, memory_limit)
+
+    def sql(self, query: str) -> DataFrame:
+        """Plans ``query``; statements such as ``SET``, ``CREATE`` run at once."""
+        return DataFrame(self._inner.sql(query))
+
+    def register_parquet(self, name: str, path: PathLike) -> None:
+        """Registers Parquet files (a file, a directory or a glob) as table ``name``."""
+        self._inner.register_parquet(name, os.fspath(path))
+
+    def register_csv(
+        self, name: str, path: PathLike, *, has_header: bool = True, delimiter: str = ","
+    ) -> None:
+        """Registers CSV files as table ``name``."""
+        self._inner.register_csv(name, os.fspath(path), has_header, delimiter)
+
+    def register_arrow(self, name: str, data: Any) -> None:
+        """Registers Arrow data as table ``name`` without copying it: a ``pyarrow.Table``,
+        ``RecordBatch`` or ``RecordBatchReader``, a datafusion-python or polars
+        ``DataFrame``; anything with ``__arrow_c_stream__``. Its row order is the input
+        order that ties keep."""
+        self._inner.register_arrow(name, _arrow_stream_source(data))
+
+    def from_arrow(self, data: Any) -> DataFrame:
+        """Arrow data (as ``register_arrow`` takes it) as a DataFrame."""
+        return DataFrame(self._inner.from_arrow(_arrow_stream_source(data)))
+
+    def table(self, name: str) -> DataFrame:
+        """The registered table ``name``."""
+        return DataFrame(self._inner.table(name))
+
+    def deregister_table(self, name: str) -> bool:
+        """Removes table ``name``; returns whether it existed."""
+        return self._inner.deregister_table(name)
+
+    def set(self, key: str, value: Any) -> None:
+        """Sets one option, as SQL's ``SET key = value`` does."""
+        self._inner.set(key, _setting_text(value))
+
+    def settings(self) -> dict:
+        """Every option and its value as a string (``None`` where unset)."""
+        return self._inner.settings()
+
+    def explain(self, query: str) -> str:
+        """The physical plan of ``query`` and gpusort's decision for each sort in it."""
+        return self._inner.explain(query)
+
+    @property
+    def backend(self) -> str:
+        """Where this session's sorts run now: ``cuda`` or ``cpu``."""
+        return self._inner.backend
+
+    @property
+    def gpu_in_use(self) -> bool:
+        """Whether this session's sorts run on a GPU."""
+        return self.backend == "cuda"
+
+    def __repr__(self) -> str:
+        return repr(self._inner)
+
+
+def sort_parquet(
+    inputs: Union[PathLike, Iterable[PathLike]],
+    output: PathLike,
+    by: Union[str, Iterable[str]],
+    *,
+    memory_limit: Optional[Size] = None,
+    compression: Optional[str] = None,
+    limit: Optional[int] = None,
+    max_rows_per_file: Optional[int] = None,
+    row_group_rows: Optional[int] = None,
+    spill_compression: Optional[str] = None,
+    overwrite: bool = False,
+    backend: Optional[str] = None,
+    progress: Union[bool, Callable[[dict], None], None] = None,
+) -> dict:
+    """Sorts Parquet or CSV files into Parquet, as ``gpusort sort`` does.
+
+    ``inputs``: files, directories or glob patterns, in input order (ties keep it).
+    ``output``: the Parquet file, or a directory of files with ``max_rows_per_file``; it
+    appears only when complete (and is replaced only with ``overwrite=True``). ``by``:
+    ``"col [ASC|DESC] [NULLS FIRST|LAST], ..."`` or a list of such items.
+    ``memory_limit``: the job's budget (bytes or ``"8G"``; default half of the memory the
+    process may use); larger inputs spill. ``compression``: ``zstd(1)`` (default),
+    ``snappy``, ``lz4``, ``gzip(6)``, ``none``, ... ``progress``: ``True`` draws a
+    progress line on stderr, a callable receives the job's counts (a dict) about ten
+    times a second; ``None`` draws on a terminal only.
+
+    Returns the job's summary (rows, bytes in and out, files, stage times, backend,
+    algorithm, peak memory, and the ``summary`` line ``gpusort sort`` prints). Ctrl-C
+    stops the job, leaving no partial output or spill file, and raises
+    ``KeyboardInterrupt``; a failure raises ``GpuSortError``.
+    """
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    if not isinstance(by, str):
+        by = ", ".join(by)
+    callback = _progress_callback(progress)
+    try:
+        summary = _gpusort.sort_parquet(
+            [os.fspath(p) for p in inputs],
+            os.fspath(output),
+            by,
+            memory_limit=memory_limit,
+            compression=compression,
+            limit=limit,
+            max_rows_per_file=max_rows_per_file,
+            row_group_rows=row_group_rows,
+            spill_compression=spill_compression,
+            overwrite=overwrite,
+            backend=backend,
+            progress=callback,
+        )
+    finally:
+        if isinstance(callback, _ProgressLine):
+            callback.close()
+    return summary
+
+
+def _setting_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _arrow_stream_source(data: Any) -> Any:
+    """``data`` as an object with ``__arrow_c_stream__`` (a pyarrow ``RecordBatch`` of an
+    older pyarrow has only ``__arrow_c_array__``)."""
+    if hasattr(data, "__arrow_c_stream__"):
+        return data
+    if hasattr(data, "__arrow_c_array__"):
+        import pyarrow as pa
+
+        return pa.table(data)
+    return data
+
+
+def _progress_callback(progress):
+    if callable(progress):
+        return progress
+    if progress is None:
+        progress = sys.stderr.isatty()
+    return _ProgressLine(sys.stderr) if progress else None
+
+
+class _ProgressLine:
+    """One line, redrawn in place: rows and bytes per second of each stage."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._began = time.monotonic()
+        self._drawn = False
+
+    def __call__(self, counts: dict) -> None:
+        seconds = max(time.monotonic() - self._began, 1e-3)
+        total = counts["total_rows"]
+        parts = []
+        for stage in ("read", "sorted", "written"):
+            rows = counts[f"{stage}_rows"]
+            nbytes = counts[f"{stage}_bytes"]
+            of = f"/{total:,}" if total is not None else ""
+            parts.append(
+                f"{stage} {rows:,}{of} rows ({rows / seconds:,.0f}/s, "
+                f"{_human(nbytes)}, {_human(nbytes / seconds)}/s)"
+            )
+        self._stream.write("\r" + " | ".join(parts) + "\x1b[K")
+        self._stream.flush()
+        self._drawn = True
+
+    def close(self) -> None:
+        if self._drawn:
+            self._stream.write("\r\x1b[K")
+            self._stream.flush()
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{n:.0f} B"
+        n /= 1024
+    return f"{n:.1f} TiB"

@@ -1,0 +1,102 @@
+"""gpusort.sort_parquet: the `gpusort sort` pipeline from Python; its output, its summary
+and its errors."""
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import gpusort
+from conftest import assert_same
+
+
+def expected(reference, parquet_dir, order_by):
+    reference.register_parquet("t", str(parquet_dir))
+    return reference.sql(f"SELECT * FROM t ORDER BY {order_by}").to_arrow_table()
+
+
+def same(ours: pa.Table, theirs: pa.Table):
+    assert_same(ours, theirs)
+
+
+def test_output_equals_datafusion_and_declares_its_order(reference, parquet_dir, tmp_path):
+    out = tmp_path / "sorted.parquet"
+    summary = gpusort.sort_parquet(parquet_dir, out, by="s DESC NULLS LAST, f", row_group_rows=3000)
+    # Ties of (s, f) keep the input order, which `row` numbers; DataFusion promises no
+    # order for ties, so its answer is asked for with `row` as the last key.
+    theirs = expected(reference, parquet_dir, "s DESC NULLS LAST, f, row")
+    same(pq.read_table(out), theirs)
+    assert summary["rows"] == theirs.num_rows
+    assert summary["files"] == [str(out)]
+    assert summary["output_bytes"] == out.stat().st_size
+    assert summary["backend"] in ("cuda", "cpu")
+    assert summary["summary"].startswith(f"sorted {theirs.num_rows} rows")
+    assert set(summary["stages"]) == {"plan", "read_and_sort", "sort", "write"}
+    meta = pq.ParquetFile(out).metadata
+    assert meta.num_row_groups == -(-theirs.num_rows // 3000)
+    sorting = meta.row_group(0).sorting_columns
+    assert [(c.column_index, c.descending, c.nulls_first) for c in sorting] == [
+        (3, True, False),
+        (2, False, False),
+    ]
+
+
+def test_directory_output_limit_and_key_list(reference, parquet_dir, tmp_path):
+    out = tmp_path / "parts"
+    summary = gpusort.sort_parquet(
+        [str(p) for p in sorted(parquet_dir.iterdir())],
+        out,
+        by=["k DESC", "row"],
+        limit=5000,
+        max_rows_per_file=2000,
+        compression="snappy",
+        memory_limit="64M",
+    )
+    files = sorted(out.iterdir())
+    assert [str(f) for f in files] == summary["files"]
+    assert [pq.ParquetFile(f).metadata.num_rows for f in files] == [2000, 2000, 1000]
+    theirs = expected(reference, parquet_dir, "k DESC, row").slice(0, 5000)
+    same(pa.concat_tables(pq.read_table(f) for f in files), theirs)
+
+
+def test_progress_callback_sees_the_job(parquet_dir, tmp_path):
+    seen = []
+    summary = gpusort.sort_parquet(parquet_dir, tmp_path / "o.parquet", by="f", progress=seen.append)
+    assert seen, "the callback is called at least once"
+    keys = {"total_rows", "read_rows", "sorted_rows", "written_rows", "input_bytes",
+            "read_bytes", "sorted_bytes", "written_bytes"}
+    assert all(set(s) == keys for s in seen)
+    assert all(s["written_rows"] <= summary["rows"] for s in seen)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(by="nope"), "nope"),
+        (dict(by="k SIDEWAYS"), "SIDEWAYS"),
+        (dict(compression="bzip9"), "bzip9"),
+        (dict(inputs="/nonexistent/in.parquet"), "nonexistent"),
+    ],
+)
+def test_errors_raise_with_the_pipeline_message(parquet_dir, tmp_path, change, message):
+    args = dict(inputs=parquet_dir, output=tmp_path / "o.parquet", by="k")
+    args.update(change)
+    with pytest.raises(gpusort.GpuSortError, match=message):
+        gpusort.sort_parquet(**args)
+    assert not (tmp_path / "o.parquet").exists()
+
+
+def test_existing_output_is_kept_unless_overwrite(parquet_dir, tmp_path):
+    out = tmp_path / "o.parquet"
+    out.write_bytes(b"precious")
+    with pytest.raises(gpusort.GpuSortError, match="exists"):
+        gpusort.sort_parquet(parquet_dir, out, by="k")
+    assert out.read_bytes() == b"precious"
+    gpusort.sort_parquet(parquet_dir, out, by="k", overwrite=True)
+    assert pq.ParquetFile(out).metadata.num_rows > 0
+
+
+def test_bad_argument_values_raise_value_errors(parquet_dir, tmp_path):
+    with pytest.raises(ValueError, match="backend"):
+        gpusort.sort_parquet(parquet_dir, tmp_path / "o.parquet", by="k", backend="abacus")
+    with pytest.raises(ValueError, match="unit"):
+        gpusort.sort_parquet(parquet_dir, tmp_path / "o.parquet", by="k", memory_limit="big")
