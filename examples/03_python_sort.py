@@ -58,7 +58,7 @@ latest = ctx.sql(
        FROM readings ORDER BY sensor, recency"""
 ).to_arrow_table()
 print(f"{latest.num_rows:,} rows in {time.perf_counter() - started:.2f} s on {ctx.backend}")
-print(latest.slice(0, 5).to_pandas())
+print(latest.slice(0, 5))
 
 # %% [markdown]
 # ## Arrow both ways: pyarrow in, datafusion-python in and out

@@ -240,20 +240,24 @@ def _progress_callback(progress):
 
 
 class _ProgressLine:
-    """One line, redrawn in place: rows and bytes per second of each stage."""
+    """One line, redrawn in place: each stage's rows, bytes, and their rates since the
+    stage passed its first row (as ``gpusort sort``'s bars show them)."""
 
     def __init__(self, stream):
         self._stream = stream
-        self._began = time.monotonic()
+        self._began = {}
         self._drawn = False
 
     def __call__(self, counts: dict) -> None:
-        seconds = max(time.monotonic() - self._began, 1e-3)
+        now = time.monotonic()
         total = counts["total_rows"]
         parts = []
         for stage in ("read", "sorted", "written"):
             rows = counts[f"{stage}_rows"]
             nbytes = counts[f"{stage}_bytes"]
+            if rows > 0:
+                self._began.setdefault(stage, now)
+            seconds = max(now - self._began.get(stage, now), 1e-3)
             of = f"/{total:,}" if total is not None else ""
             parts.append(
                 f"{stage} {rows:,}{of} rows ({rows / seconds:,.0f}/s, "

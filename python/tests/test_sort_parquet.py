@@ -100,3 +100,10 @@ def test_bad_argument_values_raise_value_errors(parquet_dir, tmp_path):
         gpusort.sort_parquet(parquet_dir, tmp_path / "o.parquet", by="k", backend="abacus")
     with pytest.raises(ValueError, match="unit"):
         gpusort.sort_parquet(parquet_dir, tmp_path / "o.parquet", by="k", memory_limit="big")
+
+
+def test_progress_line_is_drawn_on_stderr_and_cleared(parquet_dir, tmp_path, capsys):
+    gpusort.sort_parquet(parquet_dir, tmp_path / "o.parquet", by="k", progress=True)
+    err = capsys.readouterr().err
+    assert "read " in err and "rows/s" not in err and "/s, " in err
+    assert err.endswith("\r\x1b[K"), "the line is cleared at the end"
