@@ -24,22 +24,18 @@ def answer(frame) -> pa.Table:
     return frame.to_arrow_table()
 
 
-def same(ours: pa.Table, theirs: pa.Table):
-    assert_same(ours, theirs)
-
-
 @pytest.mark.parametrize("query", QUERIES)
 def test_arrow_table_queries_equal_datafusion_python(ctx, reference, table, query):
     ctx.register_arrow("t", table)
     reference.register_record_batches("t", [table.to_batches()])
-    same(answer(ctx.sql(query)), reference.sql(query).to_arrow_table())
+    assert_same(answer(ctx.sql(query)), reference.sql(query).to_arrow_table())
 
 
 @pytest.mark.parametrize("query", QUERIES)
 def test_parquet_queries_equal_datafusion_python(ctx, reference, parquet_dir, query):
     ctx.register_parquet("t", parquet_dir)
     reference.register_parquet("t", str(parquet_dir))
-    same(answer(ctx.sql(query)), reference.sql(query).to_arrow_table())
+    assert_same(answer(ctx.sql(query)), reference.sql(query).to_arrow_table())
 
 
 def test_sorts_run_on_gpusort_and_explain_says_so(ctx, table):
@@ -69,7 +65,7 @@ def test_copy_writes_sorted_parquet(ctx, reference, table, tmp_path):
     ctx.sql(f"COPY (SELECT * FROM t ORDER BY s DESC, f, row) TO '{target}'").to_arrow_table()
     reference.register_record_batches("t", [table.to_batches()])
     theirs = reference.sql("SELECT * FROM t ORDER BY s DESC, f, row").to_arrow_table()
-    same(pq.read_table(target), theirs)
+    assert_same(pq.read_table(target), theirs)
 
 
 def test_streaming_result_equals_collected(ctx, table):
@@ -98,7 +94,7 @@ def test_dataframes_cross_both_ways(ctx, reference, table):
     # ... and gpusort's sorted DataFrame read by datafusion-python.
     back = reference.from_arrow(ours).to_arrow_table()
     theirs = reference.sql("SELECT * FROM src WHERE k > 3 ORDER BY f, row").to_arrow_table()
-    same(back, theirs)
+    assert_same(back, theirs)
 
 
 def test_settings_round_trip(ctx):
@@ -122,7 +118,7 @@ def test_memory_limited_session_spills_and_agrees(reference, table):
     ctx.register_arrow("t", big)
     reference.register_record_batches("t", [big.to_batches()])
     query = "SELECT * FROM t ORDER BY s, f DESC, row"
-    same(ctx.sql(query).to_arrow_table(), reference.sql(query).to_arrow_table())
+    assert_same(ctx.sql(query).to_arrow_table(), reference.sql(query).to_arrow_table())
 
 
 @pytest.mark.parametrize(

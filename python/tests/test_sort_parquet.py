@@ -14,17 +14,13 @@ def expected(reference, parquet_dir, order_by):
     return reference.sql(f"SELECT * FROM t ORDER BY {order_by}").to_arrow_table()
 
 
-def same(ours: pa.Table, theirs: pa.Table):
-    assert_same(ours, theirs)
-
-
 def test_output_equals_datafusion_and_declares_its_order(reference, parquet_dir, tmp_path):
     out = tmp_path / "sorted.parquet"
     summary = gpusort.sort_parquet(parquet_dir, out, by="s DESC NULLS LAST, f", row_group_rows=3000)
     # Ties of (s, f) keep the input order, which `row` numbers; DataFusion promises no
     # order for ties, so its answer is asked for with `row` as the last key.
     theirs = expected(reference, parquet_dir, "s DESC NULLS LAST, f, row")
-    same(pq.read_table(out), theirs)
+    assert_same(pq.read_table(out), theirs)
     assert summary["rows"] == theirs.num_rows
     assert summary["files"] == [str(out)]
     assert summary["output_bytes"] == out.stat().st_size
@@ -55,7 +51,7 @@ def test_directory_output_limit_and_key_list(reference, parquet_dir, tmp_path):
     assert [str(f) for f in files] == summary["files"]
     assert [pq.ParquetFile(f).metadata.num_rows for f in files] == [2000, 2000, 1000]
     theirs = expected(reference, parquet_dir, "k DESC, row").slice(0, 5000)
-    same(pa.concat_tables(pq.read_table(f) for f in files), theirs)
+    assert_same(pa.concat_tables(pq.read_table(f) for f in files), theirs)
 
 
 def test_progress_callback_sees_the_job(parquet_dir, tmp_path):

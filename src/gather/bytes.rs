@@ -89,36 +89,48 @@ impl<T: ByteViewType> ViewGather<T> {
         }
     }
 
+    /// The views of `rows` (0, the empty inline view, for a null row), each out-of-line
+    /// view passed to `relocate` with the run buffer its bytes are in, to be pointed at the
+    /// buffer the output holds them in.
+    fn gathered_views(
+        &self,
+        rows: &[RowAt],
+        nulls: Option<&NullBuffer>,
+        mut relocate: impl FnMut(ByteView, usize) -> ByteView,
+    ) -> ScalarBuffer<u128> {
+        rows.iter()
+            .enumerate()
+            .map(|(i, at)| {
+                if nulls.is_some_and(|n| n.is_null(i)) {
+                    return 0;
+                }
+                let view = self.views[at.batch as usize][at.row as usize];
+                if (view as u32) <= MAX_INLINE_VIEW_LEN {
+                    return view;
+                }
+                let view = ByteView::from(view);
+                let run_buffer = (self.first[at.batch as usize] + view.buffer_index) as usize;
+                relocate(view, run_buffer).as_u128()
+            })
+            .collect()
+    }
+
     /// The views of `rows`, their long values copied into new buffers (a new buffer is
     /// started before one would pass [`MAX_COPY_BUFFER`] bytes).
     fn gather_copied(&self, rows: &[RowAt], nulls: Option<NullBuffer>) -> ArrayRef {
         let mut buffers: Vec<Buffer> = Vec::new();
         let mut data: Vec<u8> = Vec::new();
-        let views: ScalarBuffer<u128> = rows
-            .iter()
-            .enumerate()
-            .map(|(i, at)| {
-                if nulls.as_ref().is_some_and(|n| n.is_null(i)) {
-                    return 0;
-                }
-                let view = self.views[at.batch as usize][at.row as usize];
-                let len = view as u32;
-                if len <= MAX_INLINE_VIEW_LEN {
-                    return view;
-                }
-                let mut view = ByteView::from(view);
-                let run_buffer = (self.first[at.batch as usize] + view.buffer_index) as usize;
-                let start = view.offset as usize;
-                let bytes = &self.buffers[run_buffer][start..start + len as usize];
-                if data.len() + bytes.len() > MAX_COPY_BUFFER {
-                    buffers.push(Buffer::from_vec(std::mem::take(&mut data)));
-                }
-                view.buffer_index = buffers.len() as u32;
-                view.offset = data.len() as u32;
-                data.extend_from_slice(bytes);
-                view.as_u128()
-            })
-            .collect();
+        let views = self.gathered_views(rows, nulls.as_ref(), |mut view, run_buffer| {
+            let start = view.offset as usize;
+            let bytes = &self.buffers[run_buffer][start..start + view.length as usize];
+            if data.len() + bytes.len() > MAX_COPY_BUFFER {
+                buffers.push(Buffer::from_vec(std::mem::take(&mut data)));
+            }
+            view.buffer_index = buffers.len() as u32;
+            view.offset = data.len() as u32;
+            data.extend_from_slice(bytes);
+            view
+        });
         if !data.is_empty() {
             buffers.push(Buffer::from_vec(data));
         }
@@ -140,28 +152,15 @@ impl<T: ByteViewType> ColumnGather for ViewGather<T> {
         }
         let mut slot_of = vec![u32::MAX; self.buffers.len()];
         let mut used: Vec<Buffer> = Vec::new();
-        let views: ScalarBuffer<u128> = rows
-            .iter()
-            .enumerate()
-            .map(|(i, at)| {
-                if nulls.as_ref().is_some_and(|n| n.is_null(i)) {
-                    return 0;
-                }
-                let view = self.views[at.batch as usize][at.row as usize];
-                if (view as u32) <= MAX_INLINE_VIEW_LEN {
-                    return view;
-                }
-                let mut view = ByteView::from(view);
-                let run_buffer = (self.first[at.batch as usize] + view.buffer_index) as usize;
-                let slot = &mut slot_of[run_buffer];
-                if *slot == u32::MAX {
-                    *slot = used.len() as u32;
-                    used.push(self.buffers[run_buffer].clone());
-                }
-                view.buffer_index = *slot;
-                view.as_u128()
-            })
-            .collect();
+        let views = self.gathered_views(rows, nulls.as_ref(), |mut view, run_buffer| {
+            let slot = &mut slot_of[run_buffer];
+            if *slot == u32::MAX {
+                *slot = used.len() as u32;
+                used.push(self.buffers[run_buffer].clone());
+            }
+            view.buffer_index = *slot;
+            view
+        });
         // SAFETY: each view is a valid view of an input array of this type (or the empty
         // inline view for a null row); an out-of-line view keeps its offset and length and
         // points at the same buffer under its new number in `used`.
