@@ -73,9 +73,10 @@ print(pa.table(joined))  # streamed through __arrow_c_stream__
 try:
     import datafusion
 
-    theirs = datafusion.SessionContext()
-    theirs.from_arrow(ctx.sql("SELECT * FROM readings ORDER BY ts LIMIT 1000"))\
-        .show(num=3)
+    # One partition: datafusion-python's from_arrow spreads the batches over
+    # target_partitions partitions, which would lose their order.
+    theirs = datafusion.SessionContext(datafusion.SessionConfig().with_target_partitions(1))
+    theirs.from_arrow(ctx.sql("SELECT * FROM readings ORDER BY ts LIMIT 1000")).show(num=3)
 except ImportError:
     print("datafusion-python is not installed: skipping the interchange cell")
 

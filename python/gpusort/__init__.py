@@ -39,7 +39,10 @@ class DataFrame:
 
     It speaks the Arrow PyCapsule stream protocol (``__arrow_c_stream__``), so
     ``pyarrow.table(df)``, ``pyarrow.RecordBatchReader.from_stream(df)``, polars, and
-    datafusion-python's ``SessionContext.from_arrow(df)`` take it without copies.
+    datafusion-python's ``SessionContext.from_arrow`` take it without copies. That
+    ``from_arrow`` spreads the batches over ``target_partitions`` partitions, read back in
+    whatever order they finish: where row order matters, read it with a datafusion-python
+    context of one partition (docs/python.md).
     """
 
     def __init__(self, inner: _gpusort.DataFrame):
