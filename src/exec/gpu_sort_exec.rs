@@ -213,6 +213,11 @@ impl GpuSortExec {
         self.jobs.load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// How it sorts: backend, run size, algorithm.
+    pub fn options(&self) -> &GpuSortOptions {
+        &self.options
+    }
+
     /// The backend's name: `cpu` or `cuda`.
     pub fn backend_name(&self) -> &'static str {
         self.options.backend.name()

@@ -20,6 +20,10 @@
 //! per-partition sorts and the one-thread merge above them (`gpu_sort.gather_partitions`;
 //! when false, each sort below is replaced on its own and the merge stays).
 //!
+//! [`GpuSortRule::partition_local`], for plans a distributed engine cuts into stages at
+//! their merges and repartitions, replaces each sort where it stands (the shapes above
+//! are left alone).
+//!
 //! A sort is kept, for a [`DeclineReason`], when the rule is disabled, the sort has a LIMIT
 //! and `topk` is off, no backend is usable, a key type is unsupported, or the input is
 //! estimated below `gpu_sort.min_rows` (an unknown size counts as large). Each decision is
@@ -213,12 +217,36 @@ impl Candidate {
 #[derive(Debug, Default)]
 pub struct GpuSortRule {
     last_decisions: Mutex<Vec<SortDecision>>,
+    /// Every sort stays within the partitions it sorts (see [`GpuSortRule::partition_local`]).
+    partition_local: bool,
 }
 
 impl GpuSortRule {
     /// A new rule; its settings come from the session's `gpu_sort.*` options.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A rule for plans that a distributed engine cuts into stages at its merges,
+    /// coalesces and hash repartitions (datafusion-distributed puts its network boundaries
+    /// there): each sort is replaced where it stands, by a `GpuSortExec` of the same
+    /// partitioning, and those operators are kept, whatever `gpu_sort.gather_partitions`
+    /// and `gpu_sort.absorb_repartition` say. The sorts below a merge then run where the
+    /// partitions they sort run (on the workers), and the merge stays above them.
+    /// DataFusion's merge breaks ties round robin between its inputs; where ties must keep
+    /// input order across partitions too, the engine's merge must break them by input
+    /// partition (gpusort-distributed puts such a merge on its coordinator).
+    pub fn partition_local() -> Self {
+        Self {
+            partition_local: true,
+            ..Self::default()
+        }
+    }
+
+    /// Whether this rule keeps every sort within its partitions
+    /// ([`partition_local`](Self::partition_local)).
+    pub fn is_partition_local(&self) -> bool {
+        self.partition_local
     }
 
     /// The decisions taken while planning the last query this rule optimized.
@@ -304,11 +332,15 @@ impl PhysicalOptimizerRule for GpuSortRule {
         plan: Arc<dyn ExecutionPlan>,
         config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let settings = config
+        let mut settings = config
             .extensions
             .get::<GpuSortConfig>()
             .cloned()
             .unwrap_or_default();
+        if self.partition_local {
+            settings.gather_partitions = false;
+            settings.absorb_repartition = false;
+        }
         let mut decisions = Vec::new();
         let plan = plan
             .transform_down(|node| {
@@ -345,6 +377,7 @@ impl PhysicalOptimizerRule for GpuSortRule {
         } else {
             plan
         };
+
         if let Ok(mut last) = self.last_decisions.lock() {
             *last = decisions;
         }

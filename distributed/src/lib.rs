@@ -1,0 +1,46 @@
+//! gpusort inside datafusion-distributed: each worker sorts its share of a query on its
+//! own GPU (or its CPU), and the coordinator merges.
+//!
+//! ```no_run
+//! use datafusion::execution::SessionStateBuilder;
+//! use datafusion::prelude::SessionContext;
+//! use datafusion_distributed::SessionStateBuilderExt;
+//! use gpusort::GpuSortConfig;
+//! use gpusort_distributed::DistributedGpuSortExt;
+//!
+//! // The coordinator: distributed planning, and gpusort with the settings the workers get.
+//! let state = SessionStateBuilder::new()
+//!     .with_default_features()
+//!     .with_distributed_planner()
+//!     .with_distributed_gpu_sort(GpuSortConfig::default())
+//!     .build();
+//! let ctx = SessionContext::new_with_state(state);
+//! // Each worker: `gpusort_distributed::gpu_sort_worker()` served with tonic.
+//! ```
+//!
+//! - [`GpuSortCodec`] (`codec`): `GpuSortExec` on the wire, nothing process-bound in it;
+//! - [`DistributedGpuSortExt`], [`gpu_sort_worker_session`], [`gpu_sort_worker`]
+//!   (`session`): the coordinator's and the workers' sessions;
+//! - [`explain_distributed`] (`explain`): the distributed plan as text;
+//! - on the coordinator (`coordinator`): [`StableMergeExec`] (`stable_merge`), its merge
+//!   with ties in input order, and [`WorkerErrorsExec`] (`worker_errors`), a worker without
+//!   the codec explained.
+//!
+//! Where the sorts run is decided by `gpusort::GpuSortRule::partition_local`: every sort
+//! is replaced where DataFusion planned it, and the merges and hash repartitions at which
+//! datafusion-distributed cuts stages stay. See `docs/distributed.md`.
+
+#![warn(missing_docs)]
+
+mod codec;
+mod coordinator;
+mod explain;
+mod session;
+mod stable_merge;
+mod worker_errors;
+
+pub use codec::{GpuSortCodec, GpuSortExecProto, HashRoutingProto, SortOptionsProto, FORMAT};
+pub use explain::explain_distributed;
+pub use session::{gpu_sort_worker, gpu_sort_worker_session, DistributedGpuSortExt};
+pub use stable_merge::StableMergeExec;
+pub use worker_errors::WorkerErrorsExec;
