@@ -75,6 +75,9 @@ struct Args {
     /// gpu_sort.device_memory_limit of each worker (default: 80 % / workers).
     #[arg(long)]
     device_memory_limit: Option<String>,
+    /// Other gpu_sort settings, as KEY=VALUE (e.g. combine_partitions=false).
+    #[arg(long = "set", value_delimiter = ',')]
+    settings: Vec<String>,
     /// Partitions per process (default: its cores).
     #[arg(long)]
     target_partitions: Option<usize>,
@@ -119,6 +122,12 @@ async fn main() -> Result<()> {
     let shares = urls.len().max(1);
     let mut config = GpuSortConfig::default();
     config.backend = args.backend.parse::<BackendChoice>()?;
+    for setting in &args.settings {
+        let (key, value) = setting.split_once('=').ok_or_else(|| {
+            DataFusionError::Configuration(format!("--set {setting}: expected KEY=VALUE"))
+        })?;
+        datafusion::config::ExtensionOptions::set(&mut config, key, value)?;
+    }
     let mut distributed_config = config.clone();
     let limit = args
         .device_memory_limit

@@ -10,25 +10,41 @@
 //! properties) with the tie break fixed to input order. Each partition's rows were sorted
 //! stably by its `GpuSortExec`, so ties leave in input order: partition by partition,
 //! each in the order its worker read them.
+//!
+//! It also reads every input ahead of the merge. datafusion-distributed multiplexes all
+//! partitions of a worker over one gRPC stream and stops pulling from it while the
+//! batches received but not yet consumed pass `distributed.worker_connection_buffer_budget_bytes`
+//! (64 MiB by default). A merge consumes the partitions unevenly: when the budget fills
+//! with batches of partitions it does not need yet, the batch it waits for never arrives,
+//! and the query hangs (100 M rows from two workers of 16 partitions each did, on the GPU
+//! host). So each input is drained as it arrives into a queue of the merge's own, counted in
+//! the memory pool as `StableMergeExec[read-ahead]`: what the coordinator holds is what the
+//! merge has not yet consumed, as it would be with an unlimited budget.
+//!
+//! ```text
+//!  worker stream ─► per-partition channels (gated) ─► read-ahead queues ─► merge ─► out
+//!                    drained at once ───────────────┘  (unbounded, counted)
+//! ```
 
 use std::fmt;
 use std::sync::Arc;
 
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{internal_err, Result};
-use datafusion::execution::memory_pool::MemoryConsumer;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{LexOrdering, PhysicalExpr};
-use datafusion::physical_plan::common::spawn_buffered;
 use datafusion::physical_plan::execution_plan::apply_expression_roots;
 use datafusion::physical_plan::limit::LimitStream;
 use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::sorts::streaming_merge::StreamingMergeBuilder;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, ExecutionPlanProperties,
     PlanProperties,
 };
+use futures::StreamExt;
 
 /// Merges sorted partitions into one, ties in input-partition order (module docs).
 #[derive(Debug)]
@@ -141,12 +157,13 @@ impl ExecutionPlan for StableMergeExec {
                 None => stream,
             });
         }
+        let read_ahead = Arc::new(
+            MemoryConsumer::new("StableMergeExec[read-ahead]").register(context.memory_pool()),
+        );
         let streams = (0..inputs)
             .map(|p| {
-                Ok(spawn_buffered(
-                    self.input.execute(p, Arc::clone(&context))?,
-                    1,
-                ))
+                let input = self.input.execute(p, Arc::clone(&context))?;
+                Ok(read_ahead_stream(input, Arc::clone(&read_ahead)))
             })
             .collect::<Result<Vec<_>>>()?;
         let reservation = MemoryConsumer::new("StableMergeExec").register(context.memory_pool());
@@ -168,5 +185,49 @@ impl ExecutionPlan for StableMergeExec {
 
     fn fetch(&self) -> Option<usize> {
         self.fetch
+    }
+}
+
+/// `input` drained as fast as it arrives, on a task of its own, into an unbounded queue
+/// whose batches are counted in `reservation` until the merge takes them.
+fn read_ahead_stream(
+    mut input: SendableRecordBatchStream,
+    reservation: Arc<MemoryReservation>,
+) -> SendableRecordBatchStream {
+    let schema = input.schema();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let held = Arc::clone(&reservation);
+    let task = tokio::spawn(async move {
+        while let Some(batch) = input.next().await {
+            if let Ok(batch) = &batch {
+                held.grow(batch.get_array_memory_size());
+            }
+            let failed = batch.is_err();
+            if tx.send(batch).is_err() || failed {
+                break;
+            }
+        }
+    });
+    let abort = AbortOnDrop(task);
+    let output = futures::stream::unfold((rx, abort), move |(mut rx, abort)| {
+        let reservation = Arc::clone(&reservation);
+        async move {
+            let batch = rx.recv().await?;
+            if let Ok(batch) = &batch {
+                reservation.shrink(batch.get_array_memory_size());
+            }
+            Some((batch, (rx, abort)))
+        }
+    });
+    Box::pin(RecordBatchStreamAdapter::new(schema, output))
+}
+
+/// Stops the read-ahead task when the merge drops its input (the query ended or was
+/// cancelled).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

@@ -12,7 +12,9 @@ use datafusion::common::Result;
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
 use gpusort::{GpuSortConfig, GpuSortRule};
 use gpusort_distributed::explain_distributed;
-use support::{coordinator, reference, register, write_table, InMemoryWorkers};
+use support::{
+    coordinator, coordinator_with_budget, reference, register, write_table, InMemoryWorkers,
+};
 
 const WORKERS: usize = 3;
 
@@ -368,6 +370,34 @@ async fn a_worker_without_the_codec_fails_the_query_saying_why() -> Result<()> {
     );
     assert!(message.contains("gpu_sort_worker"), "{message}");
     assert!(!message.contains("bug in DataFusion"), "{message}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_merge_never_waits_on_a_full_connection() -> Result<()> {
+    // datafusion-distributed stops pulling a worker's stream while the batches it received
+    // but nobody consumed pass the connection's budget. With a budget of one byte, only
+    // one batch is ever in flight per worker: a merge that did not read every partition
+    // ahead would wait for a batch queued behind those of partitions it does not need yet.
+    let dir = tempfile::tempdir()?;
+    write_table(dir.path(), 6, 20_000, seed())?;
+    let ctx = coordinator_with_budget(
+        InMemoryWorkers::start(true),
+        2,
+        GpuSortConfig::forced_cpu(),
+        Arc::new(GpuSortRule::partition_local()),
+        Some(1),
+    )?;
+    let stock = reference();
+    register(dir.path(), &[&ctx, &stock]).await?;
+    let sql = "SELECT * FROM t ORDER BY k, row";
+    let ours = tokio::time::timeout(std::time::Duration::from_secs(120), async {
+        ctx.sql(sql).await?.collect().await
+    })
+    .await
+    .expect("the distributed sort finishes")?;
+    let theirs = stock.sql(sql).await?.collect().await?;
+    assert_same(&ours, &theirs, sql);
     Ok(())
 }
 

@@ -102,6 +102,18 @@ pub fn coordinator(
     config: GpuSortConfig,
     rule: Arc<GpuSortRule>,
 ) -> Result<SessionContext> {
+    coordinator_with_budget(workers, count, config, rule, None)
+}
+
+/// [`coordinator`], with datafusion-distributed's per-connection buffer budget set to
+/// `budget` bytes when given.
+pub fn coordinator_with_budget(
+    workers: InMemoryWorkers,
+    count: usize,
+    config: GpuSortConfig,
+    rule: Arc<GpuSortRule>,
+    budget: Option<usize>,
+) -> Result<SessionContext> {
     // Scans keep the files' order, so ties have one input order to keep: no reordering of
     // row groups by statistics, no file taken over by another partition's stream.
     let mut session_config = SessionConfig::new().with_target_partitions(TARGET_PARTITIONS);
@@ -116,9 +128,12 @@ pub fn coordinator(
         .with_distributed_worker_resolver(Urls(count))
         .with_distributed_channel_resolver(workers)
         .with_distributed_planner()
-        .with_distributed_file_scan_config_bytes_per_partition(64 * 1024)?
-        .with_distributed_gpu_sort_rule(config, rule)
-        .build();
+        .with_distributed_file_scan_config_bytes_per_partition(64 * 1024)?;
+    let state = match budget {
+        Some(bytes) => state.with_distributed_worker_connection_buffer_budget_bytes(bytes)?,
+        None => state,
+    };
+    let state = state.with_distributed_gpu_sort_rule(config, rule).build();
     Ok(SessionContext::new_with_state(state))
 }
 
