@@ -36,3 +36,12 @@ pub fn resolve_backend(settings: &GpuSortConfig) -> Result<Arc<dyn SortBackend>,
             }),
     }
 }
+
+/// The backend to plan with when the sorts run in other processes that resolve their own
+/// (the workers of a distributed engine, `GpuSortRule::partition_local`): the one
+/// `settings` names here, or the CPU backend when this process has no usable device. A
+/// planning process without a GPU then still plans `GpuSortExec`, and each worker sorts
+/// on its own GPU, or refuses the task when `cuda` is asked for and it has none.
+pub fn resolve_planning_backend(settings: &GpuSortConfig) -> Arc<dyn SortBackend> {
+    resolve_backend(settings).unwrap_or_else(|_| Arc::new(CpuBackend))
+}

@@ -72,7 +72,8 @@ struct Args {
     /// gpu_sort.backend of the workers (and of the one-process run).
     #[arg(long, default_value = "auto")]
     backend: String,
-    /// gpu_sort.device_memory_limit of each worker (default: 80 % / workers).
+    /// gpu_sort.device_memory_limit of every worker (default: 80 % / workers for workers
+    /// started here, which share this host's GPU; auto for --worker-urls).
     #[arg(long)]
     device_memory_limit: Option<String>,
     /// Other gpu_sort settings, as KEY=VALUE (e.g. combine_partitions=false).
@@ -128,16 +129,20 @@ async fn main() -> Result<()> {
         })?;
         datafusion::config::ExtensionOptions::set(&mut config, key, value)?;
     }
+    // Workers started here share this host's GPU: each gets its share of it, unless told.
     let mut distributed_config = config.clone();
-    let limit = args
-        .device_memory_limit
-        .clone()
-        .unwrap_or_else(|| format!("{}%", 80 / shares));
-    datafusion::config::ExtensionOptions::set(
-        &mut distributed_config,
-        "device_memory_limit",
-        &limit,
-    )?;
+    let limit = match (&args.device_memory_limit, args.worker_urls.is_empty()) {
+        (Some(limit), _) => Some(limit.clone()),
+        (None, true) => Some(format!("{}%", 80 / shares)),
+        (None, false) => None,
+    };
+    if let Some(limit) = limit {
+        datafusion::config::ExtensionOptions::set(
+            &mut distributed_config,
+            "device_memory_limit",
+            &limit,
+        )?;
+    }
     let session_config = || {
         let config = SessionConfig::new();
         match args.target_partitions {

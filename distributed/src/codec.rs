@@ -110,8 +110,10 @@ pub struct SortOptionsProto {
     pub planned_backend: String,
 }
 
+/// An error of the codec: what it was given is not what it reads or writes (an
+/// `Execution` error, not DataFusion's "internal error", which blames DataFusion).
 fn codec_error(message: impl Into<String>) -> DataFusionError {
-    DataFusionError::Internal(format!("gpusort codec: {}", message.into()))
+    DataFusionError::Execution(format!("gpusort codec: {}", message.into()))
 }
 
 impl GpuSortCodec {

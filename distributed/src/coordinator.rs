@@ -10,12 +10,15 @@
 //!          GpuSortExec                              stage 1: unchanged
 //! ```
 //!
-//! The merges of the head stage keep ties in input order. `WorkerErrorsExec` sits above
-//! `DistributedExec`, through which every error of the query passes (a worker's errors
-//! arrive both in the head stage's streams and when `DistributedExec` collects its
-//! background tasks, whichever first); `explain_distributed` draws the plan below it.
+//! The merges of the head stage keep ties in input order and never stall a worker's
+//! connection (`stable_merge.rs`); that holds for every distributed plan of the session,
+//! DataFusion's own sorts' too. `WorkerErrorsExec` sits above `DistributedExec`, through
+//! which every error of the query passes (a worker's errors arrive both in the head
+//! stage's streams and when `DistributedExec` collects its background tasks, whichever
+//! first), when the query ships a `GpuSortExec`; `explain_distributed` draws the plan
+//! below it.
 //!
-//! Plans that are not distributed, or ship no `GpuSortExec`, are left as they are.
+//! Plans that are not distributed are left as they are.
 
 use std::fmt;
 use std::sync::Arc;
@@ -66,18 +69,42 @@ impl QueryPlanner for CoordinatorPlanner {
     }
 }
 
-/// `plan` with its head stage's merges stable and a worker's missing codec explained,
-/// when it is a distributed plan that ships a `GpuSortExec`.
+/// `plan` with the merges of every head stage stable (one per `DistributedExec`: a query's,
+/// or the one `EXPLAIN ANALYZE` runs), and with a worker's missing codec explained when
+/// the query ships a `GpuSortExec`. A plan not cut into stages yet (datafusion-distributed's
+/// `dynamic_task_count` cuts it while it runs) is left alone: its merges are where the
+/// stages will be cut.
 fn adjust_head_stage(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
-    if !plan.is::<DistributedExec>() || !plan.exists(|node| Ok(node.is::<GpuSortExec>()))? {
+    if !plan.exists(|node| Ok(node.is_network_boundary()))? {
         return Ok(plan);
     }
-    let [head] = plan.children().try_into().map_err(|_| {
-        DataFusionError::Internal("DistributedExec without its head stage".to_string())
-    })?;
-    let head = Arc::clone(head)
+    let plan = plan
         .transform_down(|node| {
-            // Below a network boundary is a stage the workers run: left alone.
+            if !node.is::<DistributedExec>() {
+                return Ok(Transformed::no(node));
+            }
+            let [head] = node.children().try_into().map_err(|_| {
+                DataFusionError::Internal("DistributedExec without its head stage".to_string())
+            })?;
+            let head = stable_merges(Arc::clone(head))?;
+            let node = node.replace_children(
+                vec![head],
+                ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+            )?;
+            Ok(Transformed::new(node, true, TreeNodeRecursion::Jump))
+        })?
+        .data;
+    match plan.is::<DistributedExec>() && plan.exists(|node| Ok(node.is::<GpuSortExec>()))? {
+        true => Ok(Arc::new(WorkerErrorsExec::new(plan))),
+        false => Ok(plan),
+    }
+}
+
+/// `head` (a head stage) with its merges made `StableMergeExec`, down to the network
+/// boundaries below which the workers' stages start.
+fn stable_merges(head: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    Ok(head
+        .transform_down(|node| {
             if node.is_network_boundary() {
                 return Ok(Transformed::new(node, false, TreeNodeRecursion::Jump));
             }
@@ -88,10 +115,5 @@ fn adjust_head_stage(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPl
                 None => Ok(Transformed::no(node)),
             }
         })?
-        .data;
-    let plan = plan.replace_children(
-        vec![head],
-        ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
-    )?;
-    Ok(Arc::new(WorkerErrorsExec::new(plan)))
+        .data)
 }

@@ -38,8 +38,8 @@ pub trait DistributedGpuSortExt: Sized {
     /// [`GpuSortRule::partition_local`].
     fn with_distributed_gpu_sort_rule(self, config: GpuSortConfig, rule: Arc<GpuSortRule>) -> Self;
 
-    /// For a worker: the `gpu_sort.*` settings the coordinator sent in `headers` (the
-    /// worker's defaults for those it did not send) and [`GpuSortCodec`].
+    /// For a worker: the `gpu_sort.*` settings the coordinator sent in `headers` (it sends
+    /// them all, so they replace any the worker's builder had) and [`GpuSortCodec`].
     fn with_gpu_sort_worker(self, headers: &HeaderMap) -> Result<Self>;
 }
 

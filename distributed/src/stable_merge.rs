@@ -29,8 +29,9 @@
 use std::fmt;
 use std::sync::Arc;
 
+use datafusion::arrow::array::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{internal_err, Result};
+use datafusion::common::{internal_err, DataFusionError, Result};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{LexOrdering, PhysicalExpr};
@@ -49,11 +50,15 @@ use futures::StreamExt;
 /// Merges sorted partitions into one, ties in input-partition order (module docs).
 #[derive(Debug)]
 pub struct StableMergeExec {
+    /// The sorted partitions to merge.
     input: Arc<dyn ExecutionPlan>,
+    /// The keys every input partition is sorted by.
     expr: LexOrdering,
+    /// Emit at most this many rows.
     fetch: Option<usize>,
     /// The properties DataFusion's merge computes for the same input and keys.
     cache: Arc<PlanProperties>,
+    /// Execution metrics.
     metrics: ExecutionPlanMetricsSet,
 }
 
@@ -189,7 +194,9 @@ impl ExecutionPlan for StableMergeExec {
 }
 
 /// `input` drained as fast as it arrives, on a task of its own, into an unbounded queue
-/// whose batches are counted in `reservation` until the merge takes them.
+/// whose batches are counted in `reservation` until the merge takes them. Past the memory
+/// pool's limit the stream fails with `ResourcesExhausted`; a panic of the task comes out as
+/// an error, never as a shorter stream.
 fn read_ahead_stream(
     mut input: SendableRecordBatchStream,
     reservation: Arc<MemoryReservation>,
@@ -199,35 +206,154 @@ fn read_ahead_stream(
     let held = Arc::clone(&reservation);
     let task = tokio::spawn(async move {
         while let Some(batch) = input.next().await {
-            if let Ok(batch) = &batch {
-                held.grow(batch.get_array_memory_size());
-            }
+            let batch = batch.and_then(|batch| {
+                held.try_grow(batch.get_array_memory_size()).map_err(|e| {
+                    DataFusionError::ResourcesExhausted(format!(
+                        "gpusort: the coordinator's merge reads every worker's stream ahead \
+                         (docs/distributed.md) and its queues passed the memory pool: {e}"
+                    ))
+                })?;
+                Ok(batch)
+            });
             let failed = batch.is_err();
             if tx.send(batch).is_err() || failed {
                 break;
             }
         }
     });
-    let abort = AbortOnDrop(task);
-    let output = futures::stream::unfold((rx, abort), move |(mut rx, abort)| {
-        let reservation = Arc::clone(&reservation);
-        async move {
-            let batch = rx.recv().await?;
-            if let Ok(batch) = &batch {
-                reservation.shrink(batch.get_array_memory_size());
+    let state = ReadAhead {
+        rx,
+        task: Some(AbortOnDrop(Some(task))),
+        reservation,
+    };
+    let output = futures::stream::unfold(state, |mut state| async move {
+        let batch = match state.rx.recv().await {
+            Some(batch) => batch,
+            // The queue ended: the task returned, or panicked.
+            None => {
+                let task = state.task.take()?;
+                match task.finish().await {
+                    Ok(()) => return None,
+                    Err(why) => Err(DataFusionError::Execution(format!(
+                        "gpusort: the coordinator's read-ahead of a worker's stream failed: {why}"
+                    ))),
+                }
             }
-            Some((batch, (rx, abort)))
+        };
+        if let Ok(batch) = &batch {
+            state.reservation.shrink(batch.get_array_memory_size());
         }
+        Some((batch, state))
     });
     Box::pin(RecordBatchStreamAdapter::new(schema, output))
 }
 
-/// Stops the read-ahead task when the merge drops its input (the query ended or was
+/// The merge's side of one input's read-ahead.
+struct ReadAhead {
+    rx: tokio::sync::mpsc::UnboundedReceiver<Result<RecordBatch>>,
+    task: Option<AbortOnDrop>,
+    reservation: Arc<MemoryReservation>,
+}
+
+/// The read-ahead task, stopped when the merge drops its input (the query ended or was
 /// cancelled).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl AbortOnDrop {
+    /// Waits for the task to end; its panic, if it panicked.
+    async fn finish(mut self) -> std::result::Result<(), tokio::task::JoinError> {
+        match self.0.take() {
+            Some(handle) => handle.await,
+            None => Ok(()),
+        }
+    }
+}
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
-        self.0.abort();
+        if let Some(handle) = &self.0 {
+            handle.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::Int64Array;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool};
+
+    fn batch(values: Vec<i64>) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(values))]).unwrap()
+    }
+
+    fn stream_of(items: Vec<Result<RecordBatch>>) -> SendableRecordBatchStream {
+        let schema = batch(vec![]).schema();
+        Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            futures::stream::iter(items),
+        ))
+    }
+
+    fn reservation(pool: &Arc<dyn MemoryPool>) -> Arc<MemoryReservation> {
+        Arc::new(MemoryConsumer::new("test").register(pool))
+    }
+
+    #[tokio::test]
+    async fn batches_pass_in_order_and_their_memory_comes_back() {
+        let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(1 << 30));
+        let input = stream_of(vec![Ok(batch(vec![1, 2])), Ok(batch(vec![3]))]);
+        let out: Vec<_> = read_ahead_stream(input, reservation(&pool)).collect().await;
+        let values: Vec<usize> = out.iter().map(|b| b.as_ref().unwrap().num_rows()).collect();
+        assert_eq!(values, vec![2, 1]);
+        assert_eq!(pool.reserved(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_input_error_ends_the_stream_with_it() {
+        let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(1 << 30));
+        let input = stream_of(vec![
+            Ok(batch(vec![1])),
+            Err(DataFusionError::Execution("worker gone".into())),
+            Ok(batch(vec![2])),
+        ]);
+        let out: Vec<_> = read_ahead_stream(input, reservation(&pool)).collect().await;
+        assert_eq!(out.len(), 2);
+        assert!(out[1]
+            .as_ref()
+            .unwrap_err()
+            .to_string()
+            .contains("worker gone"));
+    }
+
+    #[tokio::test]
+    async fn past_the_pool_the_stream_fails_instead_of_growing() {
+        let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(16));
+        let input = stream_of(vec![Ok(batch((0..1000).collect()))]);
+        let out: Vec<_> = read_ahead_stream(input, reservation(&pool)).collect().await;
+        let error = out[0].as_ref().unwrap_err().to_string();
+        assert!(
+            error.contains("reads every worker's stream ahead"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_panicking_input_is_an_error_not_a_shorter_stream() {
+        let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(1 << 30));
+        let schema = batch(vec![]).schema();
+        let panicking = futures::stream::iter(vec![Ok(batch(vec![1]))])
+            .chain(futures::stream::once(async { panic!("decoder bug") }));
+        let input: SendableRecordBatchStream =
+            Box::pin(RecordBatchStreamAdapter::new(schema, panicking));
+        let out: Vec<_> = read_ahead_stream(input, reservation(&pool)).collect().await;
+        assert_eq!(out.len(), 2);
+        assert!(out[1]
+            .as_ref()
+            .unwrap_err()
+            .to_string()
+            .contains("read-ahead"));
     }
 }

@@ -27,6 +27,7 @@ const MISSING_CODEC: &str = "Can't find required codec in codec list";
 /// Passes its input through; rewrites a worker's missing-codec error (module docs).
 #[derive(Debug)]
 pub struct WorkerErrorsExec {
+    /// The plan it runs (datafusion-distributed's `DistributedExec`).
     input: Arc<dyn ExecutionPlan>,
 }
 
@@ -43,17 +44,20 @@ impl WorkerErrorsExec {
     }
 }
 
-/// `error`, or what to do about it when it is a worker's missing codec.
+/// `error`, or what to do about it when a worker lacked a codec the plan needs.
 fn explained(error: DataFusionError) -> DataFusionError {
     if !error.to_string().contains(MISSING_CODEC) {
         return error;
     }
+    // DataFusion picks a node's codec by its position in the list of codecs: the worker's
+    // list is shorter than the coordinator's, most likely without gpusort's codec.
     DataFusionError::Execution(format!(
         "gpusort: a worker could not decode its part of the plan, which has gpusort's \
-         GpuSortExec in it: the worker has no gpusort codec. Build every worker's session \
-         with gpusort_distributed (gpu_sort_worker(), gpu_sort_worker_session, or \
-         with_gpu_sort_worker in your WorkerSessionBuilder), with the gpusort version of \
-         the coordinator. The worker said: {}",
+         GpuSortExec in it: the worker's codecs differ from the coordinator's (the worker \
+         has no gpusort codec, or its codecs were registered in another order). Build every \
+         worker's session with gpusort_distributed (gpu_sort_worker(), gpu_sort_worker_session, \
+         or with_gpu_sort_worker in your WorkerSessionBuilder, your other codecs in the \
+         coordinator's order), with the gpusort version of the coordinator. The worker said: {}",
         error.strip_backtrace().lines().next().unwrap_or_default()
     ))
 }

@@ -18,11 +18,14 @@ use support::{
 
 const WORKERS: usize = 3;
 
+/// The data's seed (`GPUSORT_SEED`, else 42), printed so that a failure can be replayed.
 fn seed() -> u64 {
-    std::env::var("GPUSORT_SEED")
+    let seed = std::env::var("GPUSORT_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(42)
+        .unwrap_or(42);
+    println!("GPUSORT_SEED={seed}");
+    seed
 }
 
 struct Fixture {
@@ -398,6 +401,32 @@ async fn the_merge_never_waits_on_a_full_connection() -> Result<()> {
     .expect("the distributed sort finishes")?;
     let theirs = stock.sql(sql).await?.collect().await?;
     assert_same(&ours, &theirs, sql);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cuda_is_decided_by_each_worker_not_by_the_coordinator() -> Result<()> {
+    // The coordinator plans GpuSortExec for `cuda` whether or not it has a GPU itself; a
+    // worker without one refuses the task, saying why (with one, it sorts on it).
+    let mut config = GpuSortConfig::forced_cpu();
+    config.backend = gpusort::BackendChoice::Cuda;
+    let worker_has_gpu = gpusort::backend::resolve_backend(&config).is_ok();
+    let f = fixture_with(config).await?;
+    let sql = "SELECT * FROM t ORDER BY k, row";
+    let plan = explain_distributed(&f.distributed, sql).await?;
+    assert!(plan.contains("GpuSortExec"), "{plan}");
+    match worker_has_gpu {
+        true => check(&f, sql).await?,
+        false => {
+            let error = f.distributed.sql(sql).await?.collect().await.unwrap_err();
+            let message = error.strip_backtrace();
+            assert!(
+                message.contains("this worker cannot run the plan's GpuSortExec"),
+                "{message}"
+            );
+            assert!(message.contains("no CUDA device is usable"), "{message}");
+        }
+    }
     Ok(())
 }
 

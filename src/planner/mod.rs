@@ -45,7 +45,7 @@ use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::{ExecutionPlan, StatisticsArgs, StatisticsContext};
 
-use crate::backend::resolve_backend;
+use crate::backend::{resolve_backend, resolve_planning_backend};
 use crate::config::GpuSortConfig;
 use crate::exec::{GpuSortExec, GpuSortOptions, HashRouting};
 use crate::keys::unsupported_reason;
@@ -232,7 +232,9 @@ impl GpuSortRule {
     /// there): each sort is replaced where it stands, by a `GpuSortExec` of the same
     /// partitioning, and those operators are kept, whatever `gpu_sort.gather_partitions`
     /// and `gpu_sort.absorb_repartition` say. The sorts below a merge then run where the
-    /// partitions they sort run (on the workers), and the merge stays above them.
+    /// partitions they sort run (on the workers), and the merge stays above them. It plans
+    /// with the backend this process would use, or the CPU backend where it has no usable
+    /// device, even for `gpu_sort.backend = cuda`: the workers resolve their own.
     /// DataFusion's merge breaks ties round robin between its inputs; where ties must keep
     /// input order across partitions too, the engine's merge must break them by input
     /// partition (gpusort-distributed puts such a merge on its coordinator).
@@ -272,6 +274,7 @@ impl GpuSortRule {
     }
 
     fn decide(
+        &self,
         candidate: &Candidate,
         settings: &GpuSortConfig,
     ) -> std::result::Result<GpuSortOptions, DeclineReason> {
@@ -281,7 +284,11 @@ impl GpuSortRule {
         if candidate.fetch.is_some() && !settings.topk {
             return Err(DeclineReason::TopKKept);
         }
-        let backend = resolve_backend(settings).map_err(DeclineReason::NoBackend)?;
+        // Partition-local plans run on workers that resolve their own backend.
+        let backend = match self.partition_local {
+            true => resolve_planning_backend(settings),
+            false => resolve_backend(settings).map_err(DeclineReason::NoBackend)?,
+        };
         let schema = candidate.input.schema();
         for sort_expr in candidate.expr.iter() {
             let data_type =
@@ -347,7 +354,7 @@ impl PhysicalOptimizerRule for GpuSortRule {
                 let Some(candidate) = Candidate::from_plan(&node, &settings)? else {
                     return Ok(Transformed::no(node));
                 };
-                match Self::decide(&candidate, &settings) {
+                match self.decide(&candidate, &settings) {
                     Ok(options) => {
                         let decision = SortDecision {
                             sort: candidate.text.clone(),
