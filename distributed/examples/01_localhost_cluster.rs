@@ -1,7 +1,7 @@
 //! A coordinator and localhost worker processes sorting a Parquet table with gpusort.
 //!
 //! ```sh
-//! cargo run --release -p gpusort-distributed --example localhost_cluster -- --workers 2
+//! cargo run --release -p gpusort-distributed --example 01_localhost_cluster -- --workers 2
 //! ```
 //!
 //! starts two workers (this program with `worker --port P`, as separate processes), writes
@@ -11,7 +11,7 @@
 //! (or CPU); the coordinator merges and counts the rows. Workers on one host share its GPU:
 //! each gets `gpu_sort.device_memory_limit` = 80 % / workers of it unless told otherwise.
 //!
-//! To run workers yourself (on other hosts), start `localhost_cluster worker --port P` on
+//! To run workers yourself (on other hosts), start `01_localhost_cluster worker --port P` on
 //! each and pass `--worker-urls http://host:P,...` to the coordinator.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
