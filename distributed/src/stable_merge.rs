@@ -37,7 +37,9 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{LexOrdering, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::apply_expression_roots;
 use datafusion::physical_plan::limit::LimitStream;
-use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet};
+use datafusion::physical_plan::metrics::{
+    BaselineMetrics, ExecutionPlanMetricsSet, Gauge, MetricBuilder, MetricsSet,
+};
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::sorts::streaming_merge::StreamingMergeBuilder;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -162,13 +164,19 @@ impl ExecutionPlan for StableMergeExec {
                 None => stream,
             });
         }
+        // The most bytes the read-ahead queues held at once (EXPLAIN ANALYZE shows it).
+        let peak = MetricBuilder::new(&self.metrics).global_gauge("read_ahead_peak_bytes");
         let read_ahead = Arc::new(
             MemoryConsumer::new("StableMergeExec[read-ahead]").register(context.memory_pool()),
         );
         let streams = (0..inputs)
             .map(|p| {
                 let input = self.input.execute(p, Arc::clone(&context))?;
-                Ok(read_ahead_stream(input, Arc::clone(&read_ahead)))
+                Ok(read_ahead_stream(
+                    input,
+                    Arc::clone(&read_ahead),
+                    peak.clone(),
+                ))
             })
             .collect::<Result<Vec<_>>>()?;
         let reservation = MemoryConsumer::new("StableMergeExec").register(context.memory_pool());
@@ -200,6 +208,7 @@ impl ExecutionPlan for StableMergeExec {
 fn read_ahead_stream(
     mut input: SendableRecordBatchStream,
     reservation: Arc<MemoryReservation>,
+    peak: Gauge,
 ) -> SendableRecordBatchStream {
     let schema = input.schema();
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -213,6 +222,7 @@ fn read_ahead_stream(
                          (docs/distributed.md) and its queues passed the memory pool: {e}"
                     ))
                 })?;
+                peak.set_max(held.size());
                 Ok(batch)
             });
             let failed = batch.is_err();
@@ -305,7 +315,11 @@ mod tests {
     async fn batches_pass_in_order_and_their_memory_comes_back() {
         let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(1 << 30));
         let input = stream_of(vec![Ok(batch(vec![1, 2])), Ok(batch(vec![3]))]);
-        let out: Vec<_> = read_ahead_stream(input, reservation(&pool)).collect().await;
+        let peak = Gauge::new();
+        let out: Vec<_> = read_ahead_stream(input, reservation(&pool), peak.clone())
+            .collect()
+            .await;
+        assert!(peak.value() > 0, "the queued bytes are measured");
         let values: Vec<usize> = out.iter().map(|b| b.as_ref().unwrap().num_rows()).collect();
         assert_eq!(values, vec![2, 1]);
         assert_eq!(pool.reserved(), 0);
@@ -319,7 +333,9 @@ mod tests {
             Err(DataFusionError::Execution("worker gone".into())),
             Ok(batch(vec![2])),
         ]);
-        let out: Vec<_> = read_ahead_stream(input, reservation(&pool)).collect().await;
+        let out: Vec<_> = read_ahead_stream(input, reservation(&pool), Gauge::new())
+            .collect()
+            .await;
         assert_eq!(out.len(), 2);
         assert!(out[1]
             .as_ref()
@@ -332,7 +348,9 @@ mod tests {
     async fn past_the_pool_the_stream_fails_instead_of_growing() {
         let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(16));
         let input = stream_of(vec![Ok(batch((0..1000).collect()))]);
-        let out: Vec<_> = read_ahead_stream(input, reservation(&pool)).collect().await;
+        let out: Vec<_> = read_ahead_stream(input, reservation(&pool), Gauge::new())
+            .collect()
+            .await;
         let error = out[0].as_ref().unwrap_err().to_string();
         assert!(
             error.contains("reads every worker's stream ahead"),
@@ -348,7 +366,9 @@ mod tests {
             .chain(futures::stream::once(async { panic!("decoder bug") }));
         let input: SendableRecordBatchStream =
             Box::pin(RecordBatchStreamAdapter::new(schema, panicking));
-        let out: Vec<_> = read_ahead_stream(input, reservation(&pool)).collect().await;
+        let out: Vec<_> = read_ahead_stream(input, reservation(&pool), Gauge::new())
+            .collect()
+            .await;
         assert_eq!(out.len(), 2);
         assert!(out[1]
             .as_ref()
