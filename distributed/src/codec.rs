@@ -24,10 +24,10 @@
 
 use std::sync::Arc;
 
-use datafusion::common::{internal_err, DataFusionError, Result};
+use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::LexOrdering;
-use datafusion::physical_plan::{ExecutionPlan, Partitioning};
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::from_proto::{
     parse_physical_exprs, parse_physical_sort_exprs,
 };
@@ -123,12 +123,11 @@ impl GpuSortCodec {
         exec: &GpuSortExec,
         proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<GpuSortExecProto> {
-        let routing = match exec.hash_routing() {
-            Some(Partitioning::Hash(exprs, partitions)) => Some(HashRoutingProto {
-                exprs: serialize_physical_exprs(&exprs, self, proto_converter)?,
-                partitions: partitions as u64,
+        let routing = match exec.routing() {
+            Some(routing) => Some(HashRoutingProto {
+                exprs: serialize_physical_exprs(routing.exprs(), self, proto_converter)?,
+                partitions: routing.partitions() as u64,
             }),
-            Some(other) => return internal_err!("gpusort codec: routing by {other}"),
             None => None,
         };
         let options = exec.options();

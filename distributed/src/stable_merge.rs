@@ -30,6 +30,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
+use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{internal_err, DataFusionError, Result};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
@@ -213,7 +214,7 @@ fn read_ahead_stream(
     let schema = input.schema();
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let held = Arc::clone(&reservation);
-    let task = tokio::spawn(async move {
+    let task = SpawnedTask::spawn(async move {
         while let Some(batch) = input.next().await {
             let batch = batch.and_then(|batch| {
                 held.try_grow(batch.get_array_memory_size()).map_err(|e| {
@@ -233,7 +234,7 @@ fn read_ahead_stream(
     });
     let state = ReadAhead {
         rx,
-        task: Some(AbortOnDrop(Some(task))),
+        task: Some(task),
         reservation,
     };
     let output = futures::stream::unfold(state, |mut state| async move {
@@ -242,7 +243,7 @@ fn read_ahead_stream(
             // The queue ended: the task returned, or panicked.
             None => {
                 let task = state.task.take()?;
-                match task.finish().await {
+                match task.join().await {
                     Ok(()) => return None,
                     Err(why) => Err(DataFusionError::Execution(format!(
                         "gpusort: the coordinator's read-ahead of a worker's stream failed: {why}"
@@ -258,33 +259,12 @@ fn read_ahead_stream(
     Box::pin(RecordBatchStreamAdapter::new(schema, output))
 }
 
-/// The merge's side of one input's read-ahead.
+/// The merge's side of one input's read-ahead. Dropping it (the query ended or was
+/// cancelled) aborts the reading task.
 struct ReadAhead {
     rx: tokio::sync::mpsc::UnboundedReceiver<Result<RecordBatch>>,
-    task: Option<AbortOnDrop>,
+    task: Option<SpawnedTask<()>>,
     reservation: Arc<MemoryReservation>,
-}
-
-/// The read-ahead task, stopped when the merge drops its input (the query ended or was
-/// cancelled).
-struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
-
-impl AbortOnDrop {
-    /// Waits for the task to end; its panic, if it panicked.
-    async fn finish(mut self) -> std::result::Result<(), tokio::task::JoinError> {
-        match self.0.take() {
-            Some(handle) => handle.await,
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        if let Some(handle) = &self.0 {
-            handle.abort();
-        }
-    }
 }
 
 #[cfg(test)]

@@ -159,6 +159,11 @@ impl GpuSortExec {
         self.routing.as_ref().map(|r| r.partitioning())
     }
 
+    /// The routing behind [`hash_routing`](Self::hash_routing), when it has one.
+    pub fn routing(&self) -> Option<&HashRouting> {
+        self.routing.as_deref()
+    }
+
     /// The same sort, emitting the output of a sorted run in batches of up to `rows` rows
     /// (instead of the session's batch size): for a consumer that concatenates its whole
     /// input partition anyway (a whole-partition window), which then copies nothing.
