@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use datafusion::arrow::array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::SessionStateBuilder;
@@ -82,6 +83,10 @@ struct Args {
     /// Partitions per process (default: its cores).
     #[arg(long)]
     target_partitions: Option<usize>,
+    /// After the timed runs, print the cluster's EXPLAIN ANALYZE of the query: the time
+    /// each worker's operators and the coordinator's merge took.
+    #[arg(long)]
+    analyze: bool,
 }
 
 #[derive(Subcommand)]
@@ -173,6 +178,9 @@ async fn main() -> Result<()> {
         &format!("{} workers", urls.len()),
     )
     .await?;
+    if args.analyze {
+        print_explain_analyze(&cluster, &args.query).await?;
+    }
 
     if args.compare {
         config.min_rows = GpuSortConfig::default().min_rows;
@@ -212,6 +220,26 @@ async fn run(ctx: &SessionContext, sql: &str, reps: usize, label: &str) -> Resul
         times.push(seconds);
     }
     Ok(times)
+}
+
+/// Prints the distributed `EXPLAIN ANALYZE` of `sql`: each stage with its workers' metrics.
+async fn print_explain_analyze(ctx: &SessionContext, sql: &str) -> Result<()> {
+    let batches = ctx
+        .sql(&format!("EXPLAIN ANALYZE {sql}"))
+        .await?
+        .collect()
+        .await?;
+    for batch in &batches {
+        let plans = cast(batch.column(batch.num_columns() - 1), &DataType::Utf8)?;
+        let plans = plans
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .ok_or_else(|| DataFusionError::Internal("EXPLAIN ANALYZE: plan not text".into()))?;
+        for plan in plans.iter().flatten() {
+            println!("{plan}");
+        }
+    }
+    Ok(())
 }
 
 async fn serve_worker(port: u16) -> Result<()> {

@@ -23,8 +23,9 @@
 //!   (`session`): the coordinator's and the workers' sessions;
 //! - [`explain_distributed`] (`explain`): the distributed plan as text;
 //! - on the coordinator (`coordinator`): [`StableMergeExec`] (`stable_merge`), its merge
-//!   with ties in input order, and [`WorkerErrorsExec`] (`worker_errors`), a worker without
-//!   the codec explained.
+//!   with ties in input order, on all cores (`parallel_merge`, one step of it in
+//!   `chunk_merge`), every input read ahead (`read_ahead`); and [`WorkerErrorsExec`]
+//!   (`worker_errors`), a worker without the codec explained.
 //!
 //! Where the sorts run is decided by `gpusort::GpuSortRule::partition_local`: every sort
 //! is replaced where DataFusion planned it, and the merges and hash repartitions at which
@@ -32,9 +33,12 @@
 
 #![warn(missing_docs)]
 
+mod chunk_merge;
 mod codec;
 mod coordinator;
 mod explain;
+mod parallel_merge;
+mod read_ahead;
 mod session;
 mod stable_merge;
 mod worker_errors;
