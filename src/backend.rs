@@ -2,7 +2,8 @@
 //!
 //! ```text
 //!  gpu_sort.backend = cpu   → sort::CpuBackend
-//!                     auto  → cuda::CudaBackend when a device opens, else CpuBackend
+//!                     auto  → cuda::CudaBackend when a device opens, else CpuBackend;
+//!                             deferred to the first sort while the device is being opened
 //!                     cuda  → cuda::CudaBackend, or the reason none is usable
 //! ```
 //!
@@ -11,7 +12,7 @@
 use std::sync::Arc;
 
 use crate::config::{BackendChoice, GpuSortConfig};
-use crate::cuda::{CudaBackend, FaultScope};
+use crate::cuda::{open_state, CudaBackend, FaultScope, OpenState};
 use crate::sort::{CpuBackend, SortBackend};
 
 /// Picks the backend `settings.backend` names (a CUDA backend's sorts within
@@ -24,6 +25,12 @@ pub fn resolve_backend(settings: &GpuSortConfig) -> Result<Arc<dyn SortBackend>,
     };
     match settings.backend {
         BackendChoice::Cpu => Ok(Arc::new(CpuBackend)),
+        // A device being opened (`cuda::start_opening`) is waited for at the first sort,
+        // so that planning and scanning go on meanwhile.
+        BackendChoice::Auto if open_state() == OpenState::Opening => Ok(Arc::new(
+            CudaBackend::deferred(settings.device_memory_limit)
+                .with_faults(FaultScope::from_id(settings.fault_scope)),
+        )),
         BackendChoice::Auto => match cuda() {
             Ok(cuda) => Ok(Arc::new(cuda)),
             // Why was logged once, when the device failed to open (cuda::runtime).

@@ -12,7 +12,7 @@
 //!            with a run state that still lets the device gather its payload
 //! ```
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use datafusion::common::Result;
 
@@ -38,11 +38,26 @@ use crate::sort::{
 pub const MIN_DEVICE_PIECE_ROWS: usize = 1 << 16;
 
 /// Sorts on the GPU; any failure sorts that run on the CPU backend instead.
+///
+/// Made while the runtime is still being opened ([`CudaBackend::deferred`]), it waits for
+/// the device at its first sort, not when planned; should the device then fail to open,
+/// its sorts run on the CPU as after any other device failure.
 #[derive(Debug, Clone)]
 pub struct CudaBackend {
+    /// The device, and the memory its sorts may use; opened at the first sort when
+    /// deferred.
+    device: Arc<OnceLock<std::result::Result<OpenDevice, String>>>,
+    /// The limit asked for, applied once the device is open.
+    limit: DeviceMemoryLimit,
+    /// Faults injected into its device work (tests).
+    faults: FaultScope,
+}
+
+/// The open runtime and the device memory this backend's sorts may use.
+#[derive(Debug)]
+struct OpenDevice {
     runtime: Arc<CudaRuntime>,
-    /// The device memory its sorts may use (every holder's together), and their faults.
-    share: DeviceShare,
+    limit: usize,
 }
 
 impl CudaBackend {
@@ -52,37 +67,69 @@ impl CudaBackend {
         Self::with_limit(DeviceMemoryLimit::Auto)
     }
 
-    /// The backend over the process's device, its sorts within `limit`.
+    /// The backend over the process's device, its sorts within `limit`; the device is
+    /// opened now (waiting for it), or why there is none.
     pub fn with_limit(limit: DeviceMemoryLimit) -> std::result::Result<Self, String> {
-        runtime().map(|runtime| Self {
-            share: DeviceShare {
-                limit: runtime.device_memory_limit(limit),
-                faults: FaultScope::NONE,
-            },
-            runtime,
-        })
+        let backend = Self::deferred(limit);
+        backend.open().map_err(str::to_string)?;
+        Ok(backend)
+    }
+
+    /// The backend over the process's device, its sorts within `limit`, opened at its
+    /// first sort: for a runtime being opened meanwhile (`cuda::start_opening`).
+    pub fn deferred(limit: DeviceMemoryLimit) -> Self {
+        Self {
+            device: Arc::new(OnceLock::new()),
+            limit,
+            faults: FaultScope::NONE,
+        }
+    }
+
+    /// The open device, waiting for it if it is being opened; or why it is unusable.
+    fn open(&self) -> std::result::Result<&OpenDevice, &str> {
+        self.device
+            .get_or_init(|| {
+                runtime().map(|runtime| OpenDevice {
+                    limit: runtime.device_memory_limit(self.limit),
+                    runtime,
+                })
+            })
+            .as_ref()
+            .map_err(String::as_str)
+    }
+
+    /// The open device and this backend's share of it; `None` when it is unusable.
+    fn device(&self) -> Option<(&Arc<CudaRuntime>, DeviceShare)> {
+        let device = self.open().ok()?;
+        let share = DeviceShare {
+            limit: device.limit,
+            faults: self.faults,
+        };
+        Some((&device.runtime, share))
     }
 
     /// This backend with the faults `scope` arms injected into its device work (tests).
     pub fn with_faults(mut self, scope: FaultScope) -> Self {
-        self.share.faults = scope;
+        self.faults = scope;
         self
     }
 
-    /// The device memory this backend's sorts may use, in bytes.
+    /// The device memory this backend's sorts may use, in bytes (0 when the device is
+    /// unusable); waits for a deferred device.
     pub fn memory_limit(&self) -> usize {
-        self.share.limit
+        self.device().map_or(0, |(_, share)| share.limit)
     }
 
     /// A run state that keeps nothing on the device: its payload gather uploads the
     /// permutation and every column (for runs the device did not sort, and for tests).
-    pub fn empty_run_state(&self) -> Box<dyn RunState> {
-        Box::new(DeviceRun::empty(Arc::clone(&self.runtime), self.share))
+    /// `None` when the device is unusable.
+    pub fn empty_run_state(&self) -> Option<Box<dyn RunState>> {
+        let (runtime, share) = self.device()?;
+        Some(Box::new(DeviceRun::empty(Arc::clone(runtime), share)) as Box<dyn RunState>)
     }
 
-    /// Why a run of about `bytes` did not go to the device when `available` were free.
-    fn over_budget(&self, bytes: usize, available: usize) -> CudaError {
-        let limit = self.share.limit;
+    fn over_budget(share: DeviceShare, bytes: usize, available: usize) -> CudaError {
+        let limit = share.limit;
         CudaError::OverBudget {
             bytes,
             what: "a run",
@@ -103,15 +150,12 @@ impl CudaBackend {
         if disabled_reason().is_some() || !encodable_on_device(columns) {
             return Ok(KeySort::OnHost);
         }
+        let Some((runtime, share)) = self.device() else {
+            return Ok(KeySort::OnHost);
+        };
         let rows = columns.first().map_or(0, column_rows);
-        let error = match sort_run::sort_columns(
-            &self.runtime,
-            columns,
-            rows,
-            algorithm,
-            segments,
-            self.share,
-        ) {
+        let error = match sort_run::sort_columns(runtime, columns, rows, algorithm, segments, share)
+        {
             Ok(Fitted::Done(run)) => return Ok(KeySort::Sorted(run)),
             Ok(Fitted::TooLarge { bytes, available }) => {
                 // Pieces sized to what is free, with a tenth to spare for the estimate.
@@ -120,7 +164,7 @@ impl CudaBackend {
                     log::debug!("gpusort: a run of {rows} rows needs about {bytes} bytes of device memory, {available} are free: sorting it in pieces of {fits} rows");
                     return Ok(KeySort::Split { rows: fits });
                 }
-                self.over_budget(bytes, available)
+                Self::over_budget(share, bytes, available)
             }
             Err(error) => {
                 if splittable && error.is_out_of_memory() && rows / 2 >= MIN_DEVICE_PIECE_ROWS {
@@ -134,8 +178,7 @@ impl CudaBackend {
         };
         note_failure(&error, rows);
         let keys = encode_keys(columns)?;
-        let mut run =
-            self.with_empty_state(cpu_fallback(&keys, algorithm, segments, self.share.faults)?);
+        let mut run = self.with_empty_state(cpu_fallback(&keys, algorithm, segments, self.faults)?);
         run.refine_keys = (!keys.long_keys.is_empty()).then_some(keys);
         Ok(KeySort::Sorted(run))
     }
@@ -143,7 +186,7 @@ impl CudaBackend {
     /// `run` (sorted by the CPU backend after the device failed or was disabled) with a
     /// state that still lets the device gather its payload.
     fn with_empty_state(&self, mut run: SortedRun) -> SortedRun {
-        run.state = Some(self.empty_run_state());
+        run.state = self.empty_run_state();
         run
     }
 }
@@ -161,16 +204,19 @@ impl SortBackend for CudaBackend {
     ) -> Result<SortedRun> {
         if let Some(reason) = disabled_reason() {
             log::debug!("gpusort: CUDA disabled ({reason}); sorting on the CPU");
-            return cpu_fallback(keys, algorithm, segments, self.share.faults);
+            return cpu_fallback(keys, algorithm, segments, self.faults);
         }
-        let error = match sort_run::sort_rows(&self.runtime, keys, algorithm, segments, self.share)
-        {
+        let Some((runtime, share)) = self.device() else {
+            // A deferred device that failed to open (said once, by `cuda::runtime`).
+            return cpu_fallback(keys, algorithm, segments, self.faults);
+        };
+        let error = match sort_run::sort_rows(runtime, keys, algorithm, segments, share) {
             Ok(Fitted::Done(run)) => return Ok(run),
-            Ok(Fitted::TooLarge { bytes, available }) => self.over_budget(bytes, available),
+            Ok(Fitted::TooLarge { bytes, available }) => Self::over_budget(share, bytes, available),
             Err(error) => error,
         };
         note_failure(&error, keys.rows);
-        Ok(self.with_empty_state(cpu_fallback(keys, algorithm, segments, self.share.faults)?))
+        Ok(self.with_empty_state(cpu_fallback(keys, algorithm, segments, self.faults)?))
     }
 
     fn sort_key_columns(
@@ -215,8 +261,10 @@ impl SortBackend for CudaBackend {
         if disabled_reason().is_some() || rows < 2 || !fixed_width || host_ids {
             return Ok(None);
         }
-        let share = self.share;
-        match sort_run::sort_columns_by_ids(&self.runtime, columns, rows, ids, algorithm, share) {
+        let Some((runtime, share)) = self.device() else {
+            return Ok(None);
+        };
+        match sort_run::sort_columns_by_ids(runtime, columns, rows, ids, algorithm, share) {
             Ok(Fitted::Done(sorted)) => Ok(Some(sorted)),
             // The host makes the ids; the run then goes through `sort_key_columns`.
             Ok(Fitted::TooLarge { .. }) => Ok(None),

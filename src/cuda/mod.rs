@@ -49,8 +49,8 @@ pub use merge::{MergeKeys, MergeSorted};
 pub use module::cached_kernel_path;
 pub use radix::onesweep::{RadixKey, Sorted, Values};
 pub use runtime::{
-    disabled_reason, fallback_count, is_driver_present, runtime, CudaRuntime,
-    DEFAULT_DEVICE_MEMORY_FRACTION,
+    disabled_reason, fallback_count, is_driver_present, open_state, runtime, start_opening,
+    CudaRuntime, OpenState, DEFAULT_DEVICE_MEMORY_FRACTION,
 };
 pub use tuning::{
     switches, PassMode, Switches, Tuning, DEVICE_IDLE_RELEASE, LOCALITY_WINDOW_HALO, MERGE_TILE,

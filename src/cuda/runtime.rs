@@ -14,7 +14,7 @@
 //! the library first and runs the rest under `catch_unwind`; a machine without a GPU gets a
 //! reason, never a panic.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -98,6 +98,60 @@ pub fn runtime() -> std::result::Result<Arc<CudaRuntime>, String> {
             })
         })
         .clone()
+}
+
+/// Set once [`start_opening`] has started a thread that opens the runtime.
+static OPENING: AtomicBool = AtomicBool::new(false);
+
+/// Starts opening the process's CUDA runtime on a thread of its own, unless it is open,
+/// failed, or already being opened. Opening (driver, context, kernels, pinned staging)
+/// takes a good part of a second in a fresh process; a job that starts it first plans
+/// and scans meanwhile, and its first device sort waits only for what is left
+/// ([`OpenState::Opening`] makes the planner defer the device to then).
+pub fn start_opening() {
+    if RUNTIME.get().is_some() || OPENING.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    // Without a driver, or told to use no device, opening fails at once: it does so here,
+    // so that nothing is planned for a device being opened that will never be.
+    if !is_driver_present() || Tuning::from_env().disable_cuda {
+        let _ = runtime();
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("gpusort-cuda-open".into())
+        .spawn(|| {
+            let _ = runtime();
+        });
+    if spawned.is_err() {
+        OPENING.store(false, Ordering::Release);
+    }
+}
+
+/// Where the process's CUDA runtime stands, without waiting for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpenState {
+    /// Open and usable.
+    Open,
+    /// Being opened by [`start_opening`]'s thread.
+    Opening,
+    /// Not opened yet, and nobody is opening it.
+    NotStarted,
+    /// Failed to open, or disabled after a fatal error: why.
+    Unusable(String),
+}
+
+/// The runtime's [`OpenState`] now.
+pub fn open_state() -> OpenState {
+    if let Some(reason) = disabled_reason() {
+        return OpenState::Unusable(reason);
+    }
+    match RUNTIME.get() {
+        Some(Ok(_)) => OpenState::Open,
+        Some(Err(why)) => OpenState::Unusable(why.clone()),
+        None if OPENING.load(Ordering::Acquire) => OpenState::Opening,
+        None => OpenState::NotStarted,
+    }
 }
 
 /// Whether opening failed only because this machine has no NVIDIA driver, or was told

@@ -60,7 +60,12 @@ pub(super) fn device_gather_against_host(
     };
     let expected = gathered(None);
     let fallbacks = cuda::fallback_count();
-    let state = state.unwrap_or_else(|| CudaBackend::new().unwrap().empty_run_state());
+    let state = state.unwrap_or_else(|| {
+        CudaBackend::new()
+            .unwrap()
+            .empty_run_state()
+            .expect("an open device")
+    });
     let mut payload = state
         .payload_gatherer(rows, permutation)
         .unwrap_or_else(|| panic!("{label}: nothing gathered on the device"));
@@ -193,6 +198,7 @@ gpu_test!(device_gather_out_of_memory_gathers_on_the_host, |rt| {
     faults.arm(Fault::OutOfMemory);
     assert!(backend
         .empty_run_state()
+        .expect("an open device")
         .payload_gatherer(&rows, &permutation)
         .is_none());
     assert!(!faults.is_armed(Fault::OutOfMemory));
@@ -200,6 +206,7 @@ gpu_test!(device_gather_out_of_memory_gathers_on_the_host, |rt| {
     // Out of memory in the first window: the host gathers that window and the rest.
     let mut payload = backend
         .empty_run_state()
+        .expect("an open device")
         .payload_gatherer(&rows, &permutation)
         .unwrap();
     faults.arm(Fault::OutOfMemory);
