@@ -19,17 +19,16 @@ use crate::sort::{CpuBackend, SortBackend};
 /// `settings.device_memory_limit`, with the faults of `settings.fault_scope`), or says why
 /// none is usable.
 pub fn resolve_backend(settings: &GpuSortConfig) -> Result<Arc<dyn SortBackend>, String> {
+    let faults = FaultScope::from_id(settings.fault_scope);
     let cuda = || {
-        CudaBackend::with_limit(settings.device_memory_limit)
-            .map(|cuda| cuda.with_faults(FaultScope::from_id(settings.fault_scope)))
+        CudaBackend::with_limit(settings.device_memory_limit).map(|cuda| cuda.with_faults(faults))
     };
     match settings.backend {
         BackendChoice::Cpu => Ok(Arc::new(CpuBackend)),
         // A device being opened (`cuda::start_opening`) is waited for at the first sort,
         // so that planning and scanning go on meanwhile.
         BackendChoice::Auto if open_state() == OpenState::Opening => Ok(Arc::new(
-            CudaBackend::deferred(settings.device_memory_limit)
-                .with_faults(FaultScope::from_id(settings.fault_scope)),
+            CudaBackend::deferred(settings.device_memory_limit).with_faults(faults),
         )),
         BackendChoice::Auto => match cuda() {
             Ok(cuda) => Ok(Arc::new(cuda)),

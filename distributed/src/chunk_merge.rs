@@ -61,22 +61,25 @@ impl Queued {
 
     /// Rows from `start` on below `key` (or also equal to it when `inclusive`).
     fn count_before(&self, key: &[u8], inclusive: bool) -> usize {
-        let n = self.batch.num_rows();
-        let before = |row: usize| match inclusive {
-            true => self.key(row) <= key,
-            false => self.key(row) < key,
-        };
-        let mut lo = self.start;
-        let mut hi = n;
+        self.bound(self.start, self.batch.num_rows(), key, inclusive) - self.start
+    }
+
+    /// The first row of the ascending rows `lo..hi` not below `key` (nor equal to it when
+    /// `inclusive`); `hi` when there is none.
+    fn bound(&self, mut lo: usize, mut hi: usize, key: &[u8], inclusive: bool) -> usize {
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            if before(mid) {
+            let before = match inclusive {
+                true => self.key(mid) <= key,
+                false => self.key(mid) < key,
+            };
+            if before {
                 lo = mid + 1;
             } else {
                 hi = mid;
             }
         }
-        lo - self.start
+        lo
     }
 }
 
@@ -270,18 +273,7 @@ fn split_slices(slots: &[&Queued], slices: &[Slice], splitters: &[Vec<u8>]) -> V
             // Where this slice's rows pass the current part's upper splitter.
             let upper = match splitters.get(part) {
                 None => end,
-                Some(splitter) => {
-                    let (mut lo, mut hi) = (row, end);
-                    while lo < hi {
-                        let mid = lo + (hi - lo) / 2;
-                        if queued.key(mid) < splitter.as_slice() {
-                            lo = mid + 1;
-                        } else {
-                            hi = mid;
-                        }
-                    }
-                    lo
-                }
+                Some(splitter) => queued.bound(row, end, splitter, false),
             };
             if upper > row {
                 parts[part].push((slot, row, upper));

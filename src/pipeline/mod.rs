@@ -231,9 +231,9 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
     });
     let rule = Arc::new(GpuSortRule::new());
     // The pool leaves room for what the CUDA backend holds outside it wherever a device may
-    // be in use (one still being opened counts).
+    // be in use (one still being opened counts; without a driver, opening has already
+    // failed).
     let cuda = job.backend != BackendChoice::Cpu
-        && crate::cuda::is_driver_present()
         && !matches!(
             crate::cuda::open_state(),
             crate::cuda::OpenState::Unusable(_)
