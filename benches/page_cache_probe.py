@@ -2,9 +2,12 @@
 """How fast this host copies a 2.3 GiB file into the page cache, one writer against the
 parallel ways of filling one file (pwrite from threads, memcpy into a shared mapping) and
 against several files at once: the ceiling of writing one sorted Parquet output
-(docs/performance.md, session 27).
+(docs/performance.md, sessions 27 and 28).
 
   python3 benches/page_cache_probe.py [DIR]     # needs numpy; writes and removes files in DIR
+
+The last cases put the file on the disk (fsync, or O_DIRECT): the ceiling of an output
+that is flushed before it is renamed into place (session 28).
 """
 import os, sys, time, threading, mmap
 import numpy as np
@@ -66,3 +69,25 @@ for n in (4, 8):
     t = time.perf_counter() - t0
     print(f"write, {n} files in parallel: {t:.3f} s, {SIZE/t/1e9:.2f} GB/s", flush=True)
     [os.remove(q) for q in ps]
+# 5. What the disk takes: buffered writes then fsync, and O_DIRECT writes (aligned
+#    page-aligned buffers from mmap), 1 and 8 threads, one file.
+def to_disk(direct, threads, chunk=32 << 20):
+    p = fresh("pc5")
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT | (os.O_DIRECT if direct else 0))
+    bufs = [mmap.mmap(-1, chunk) for _ in range(threads)]
+    for i, b in enumerate(bufs): b.write(src[i * chunk:(i + 1) * chunk].tobytes())
+    blocks = SIZE // chunk
+    nxt = iter(range(blocks)); lock = threading.Lock()
+    def w(i):
+        while True:
+            with lock: k = next(nxt, None)
+            if k is None: return
+            os.pwrite(fd, bufs[i], k * chunk)
+    t0 = time.perf_counter()
+    ts = [threading.Thread(target=w, args=(i,)) for i in range(threads)]
+    [t.start() for t in ts]; [t.join() for t in ts]
+    os.fsync(fd); os.close(fd)
+    report(f"{'O_DIRECT' if direct else 'buffered + fsync'}, {threads} threads", t0, p)
+for direct in (False, True):
+    for threads in (1, 8):
+        to_disk(direct, threads)

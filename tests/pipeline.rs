@@ -280,6 +280,30 @@ async fn directory_output_splits_files_row_groups_and_compression() {
     let whole = read_parquet(&single);
     let all: Vec<usize> = (0..batch.num_columns()).collect();
     assert_same_sort(&whole, &concatenated, &all, "split vs single");
+    // Without the flush to disk the files are the same, byte for byte, and nothing is
+    // left beside them.
+    let unsynced = dir.path().join("unsynced");
+    job.output = unsynced.clone();
+    job.sync = false;
+    let summary_unsynced = sort_files(&job, &Progress::new()).await.unwrap();
+    assert_eq!(listing(&unsynced), listing(&split));
+    for (synced, unsynced) in summary
+        .output
+        .files
+        .iter()
+        .zip(&summary_unsynced.output.files)
+    {
+        assert!(
+            std::fs::read(synced).unwrap() == std::fs::read(unsynced).unwrap(),
+            "{} differs from {}",
+            unsynced.display(),
+            synced.display()
+        );
+    }
+    assert_eq!(
+        listing(dir.path()),
+        ["in", "single.parquet", "split", "unsynced"]
+    );
 }
 
 #[tokio::test]
@@ -447,6 +471,7 @@ async fn unwritable_types_are_named() {
             row_group_rows: 10,
             compression: datafusion::parquet::basic::Compression::SNAPPY,
             overwrite: false,
+            sync: true,
         },
         schema,
         &gpusort::pipeline::parse_order_by("k").unwrap(),

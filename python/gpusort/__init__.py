@@ -170,6 +170,7 @@ def sort_parquet(
     row_group_rows: Optional[int] = None,
     spill_compression: Optional[str] = None,
     overwrite: bool = False,
+    fsync: bool = True,
     backend: Optional[str] = None,
     progress: Union[bool, Callable[[dict], None], None] = None,
 ) -> dict:
@@ -183,7 +184,9 @@ def sort_parquet(
     process may use); larger inputs spill. ``compression``: ``zstd(1)`` (default),
     ``snappy``, ``lz4``, ``gzip(6)``, ``none``, ... ``progress``: ``True`` draws a
     progress line on stderr, a callable receives the job's counts (a dict) about ten
-    times a second; ``None`` draws on a terminal only.
+    times a second; ``None`` draws on a terminal only. ``fsync=False`` skips flushing
+    the output to disk before it is renamed into place (still atomic, but a crash soon
+    after may lose it; DuckDB's ``COPY`` does not flush either).
 
     Returns the job's summary (rows, bytes in and out, files, stage times, backend,
     algorithm, peak memory, and the ``summary`` line ``gpusort sort`` prints). Ctrl-C
@@ -207,6 +210,7 @@ def sort_parquet(
             row_group_rows=row_group_rows,
             spill_compression=spill_compression,
             overwrite=overwrite,
+            fsync=fsync,
             backend=backend,
             progress=callback,
         )

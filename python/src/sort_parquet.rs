@@ -28,7 +28,7 @@ use crate::session::size_in_bytes;
 #[pyo3(signature = (
     inputs, output, by, *, memory_limit = None, compression = None, limit = None,
     max_rows_per_file = None, row_group_rows = None, spill_compression = None,
-    overwrite = false, backend = None, progress = None
+    overwrite = false, fsync = true, backend = None, progress = None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn sort_parquet<'py>(
@@ -43,6 +43,7 @@ pub fn sort_parquet<'py>(
     row_group_rows: Option<usize>,
     spill_compression: Option<String>,
     overwrite: bool,
+    fsync: bool,
     backend: Option<String>,
     progress: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
@@ -63,6 +64,7 @@ pub fn sort_parquet<'py>(
             .map_err(|e| PyValueError::new_err(format!("spill_compression: {e}")))?;
     }
     job.overwrite = overwrite;
+    job.sync = fsync;
     if let Some(backend) = backend {
         job.backend = BackendChoice::from_str(&backend)
             .map_err(|e| PyValueError::new_err(format!("backend: {e}")))?;

@@ -91,6 +91,15 @@ def test_existing_output_is_kept_unless_overwrite(parquet_dir, tmp_path):
     assert pq.ParquetFile(out).metadata.num_rows > 0
 
 
+def test_an_output_not_flushed_to_disk_is_the_same_file(parquet_dir, tmp_path):
+    synced, unsynced = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    gpusort.sort_parquet(parquet_dir, synced, by="k")
+    summary = gpusort.sort_parquet(parquet_dir, unsynced, by="k", fsync=False)
+    assert summary["rows"] == pq.ParquetFile(synced).metadata.num_rows
+    assert unsynced.read_bytes() == synced.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.parquet", "b.parquet", "t"]
+
+
 def test_bad_argument_values_raise_value_errors(parquet_dir, tmp_path):
     with pytest.raises(ValueError, match="backend"):
         gpusort.sort_parquet(parquet_dir, tmp_path / "o.parquet", by="k", backend="abacus")

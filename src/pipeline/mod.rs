@@ -91,6 +91,9 @@ pub struct SortJob {
     pub spill_compression: SpillCompression,
     /// Replace an existing output.
     pub overwrite: bool,
+    /// Flush the output to disk before it is renamed into place (default); see
+    /// [`OutputOptions::sync`].
+    pub sync: bool,
     /// Sort backend.
     pub backend: BackendChoice,
     /// Partitions of the scan (default: the number of cores, fewer where a quarter of the
@@ -117,6 +120,7 @@ impl SortJob {
             memory_limit: memory::default_memory_limit(),
             spill_compression: SpillCompression::Lz4Frame,
             overwrite: false,
+            sync: true,
             backend: BackendChoice::Auto,
             target_partitions: None,
             inject_write_failure_after: None,
@@ -320,6 +324,7 @@ fn output_options(job: &SortJob) -> Result<OutputOptions, PipelineError> {
         row_group_rows: job.row_group_rows,
         compression: parse_compression(&job.compression)?,
         overwrite: job.overwrite,
+        sync: job.sync,
     })
 }
 

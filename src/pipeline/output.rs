@@ -1,8 +1,8 @@
 //! Atomic Parquet output: one file, or a directory of files of at most N rows.
 //!
 //! Everything is written under a temporary name beside the target (same file system),
-//! flushed to disk (fsync) and renamed into place by [`ParquetOutput::commit`], which then
-//! flushes the directory; dropping an uncommitted output removes what it wrote, so an
+//! flushed to disk (fsync; unless [`OutputOptions::sync`] is off) and renamed into place by
+//! [`ParquetOutput::commit`], which then flushes the directory; dropping an uncommitted output removes what it wrote, so an
 //! error, a panic or a cancelled job leaves no partial output. An existing target is
 //! replaced only when asked, and only once the new output is complete: a file by one
 //! atomic rename over it, a directory of files by moving the old one aside first.
@@ -45,6 +45,11 @@ pub struct OutputOptions {
     pub compression: Compression,
     /// Replace an existing output.
     pub overwrite: bool,
+    /// Flush every file to disk (fsync) before the output is renamed into place, so that
+    /// once the job has succeeded a crash cannot lose or truncate it. Off, the output is
+    /// still renamed into place whole and atomically, but its bytes may sit in the page
+    /// cache when the job ends, as DuckDB's and DataFusion's `COPY` leave theirs.
+    pub sync: bool,
 }
 
 impl OutputOptions {
@@ -206,14 +211,16 @@ impl ParquetOutput {
         }
         self.committed = true;
         crate::trace::event(|| "output: renamed into place".to_string());
-        let parent = parent_dir(&target);
-        File::open(&parent)
-            .and_then(|dir| dir.sync_all())
-            .map_err(PipelineError::io(
-                "flushing the directory entry of",
-                &target,
-            ))?;
-        crate::trace::event(|| "output: directory flushed".to_string());
+        if self.options.sync {
+            let parent = parent_dir(&target);
+            File::open(&parent)
+                .and_then(|dir| dir.sync_all())
+                .map_err(PipelineError::io(
+                    "flushing the directory entry of",
+                    &target,
+                ))?;
+            crate::trace::event(|| "output: directory flushed".to_string());
+        }
         if let Some(old) = replaced {
             remove_path(&old);
             crate::trace::event(|| "output: the replaced output removed".to_string());
@@ -246,7 +253,7 @@ impl ParquetOutput {
         let writer = ParallelFileWriter::try_new(
             BufWriter::with_capacity(
                 1 << 20,
-                WritebackFile::new(file, Arc::clone(&self.written_bytes)),
+                WritebackFile::new(file, Arc::clone(&self.written_bytes), self.options.sync),
             ),
             Arc::clone(&self.schema),
             self.properties.clone(),
@@ -259,16 +266,17 @@ impl ParquetOutput {
     }
 
     /// Finishes the open file and flushes it to disk (so that the rename in `commit` never
-    /// publishes a file whose bytes a crash could still lose), on a thread of its own;
-    /// [`Self::finish_closing`] waits for it.
+    /// publishes a file whose bytes a crash could still lose; unless `sync` is off), on a
+    /// thread of its own; [`Self::finish_closing`] waits for it.
     fn close_file(&mut self) -> Result<(), PipelineError> {
         if let Some(writer) = self.writer.take() {
             let path = self.open_path();
+            let sync = self.options.sync;
             let closing = std::thread::Builder::new()
                 .name("gpusort-close-file".into())
                 .spawn({
                     let path = path.clone();
-                    move || close_and_flush(writer, &path)
+                    move || close_and_flush(writer, &path, sync)
                 })
                 .map_err(PipelineError::io("starting a thread to close", path))?;
             self.closing.push(closing);
@@ -305,10 +313,12 @@ impl ParquetOutput {
     }
 }
 
-/// Writes what `writer` has left and its footer, then flushes the file at `path` to disk.
+/// Writes what `writer` has left and its footer, then (with `sync`) flushes the file at
+/// `path` to disk.
 fn close_and_flush(
     writer: ParallelFileWriter<BufWriter<WritebackFile>>,
     path: &Path,
+    sync: bool,
 ) -> Result<(), PipelineError> {
     writer
         .close()
@@ -316,6 +326,9 @@ fn close_and_flush(
         .flush()
         .map_err(PipelineError::io("writing", path))?;
     crate::trace::event(|| format!("output: {} closed", path.display()));
+    if !sync {
+        return Ok(());
+    }
     File::open(path)
         .and_then(|file| file.sync_all())
         .map_err(PipelineError::io("flushing", path))?;

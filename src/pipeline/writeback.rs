@@ -30,17 +30,21 @@ pub(super) struct WritebackFile {
     /// Time spent requesting writeback (the request may wait for the device's queue),
     /// for the timeline.
     requesting: std::time::Duration,
+    /// Request writeback at all (off for an output that is not flushed to disk).
+    writeback: bool,
 }
 
 impl WritebackFile {
-    /// Wraps `file`, written from its start, adding what is written to `counted`.
-    pub(super) fn new(file: File, counted: Arc<AtomicU64>) -> Self {
+    /// Wraps `file`, written from its start, adding what is written to `counted`; with
+    /// `writeback` off it is a plain file that counts its bytes.
+    pub(super) fn new(file: File, counted: Arc<AtomicU64>, writeback: bool) -> Self {
         Self {
             file,
             counted,
             written: 0,
             requested: 0,
             requesting: std::time::Duration::ZERO,
+            writeback,
         }
     }
 
@@ -48,7 +52,7 @@ impl WritebackFile {
     /// least `at_least` bytes.
     fn request(&mut self, at_least: u64) {
         let pending = self.written - self.requested;
-        if pending == 0 || pending < at_least {
+        if !self.writeback || pending == 0 || pending < at_least {
             return;
         }
         let started = std::time::Instant::now();
@@ -112,7 +116,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         let counted = Arc::new(AtomicU64::new(0));
-        let mut file = WritebackFile::new(File::create(&path).unwrap(), Arc::clone(&counted));
+        let mut file = WritebackFile::new(File::create(&path).unwrap(), Arc::clone(&counted), true);
         let chunk: Vec<u8> = (0..1_000_003u32).map(|i| (i % 251) as u8).collect();
         let mut expected = Vec::new();
         // Past several writeback requests, the last one partial.
@@ -125,5 +129,21 @@ mod tests {
         drop(file);
         assert_eq!(std::fs::read(&path).unwrap(), expected);
         assert_eq!(counted.load(Ordering::Relaxed), expected.len() as u64);
+    }
+
+    #[test]
+    fn without_writeback_nothing_is_requested() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let counted = Arc::new(AtomicU64::new(0));
+        let mut file =
+            WritebackFile::new(File::create(&path).unwrap(), Arc::clone(&counted), false);
+        let chunk = vec![7u8; (WRITEBACK_BYTES as usize) + 99];
+        file.write_all(&chunk).unwrap();
+        file.write_all(&chunk).unwrap();
+        assert_eq!(file.requested, 0);
+        drop(file);
+        assert_eq!(std::fs::read(&path).unwrap().len(), chunk.len() * 2);
+        assert_eq!(counted.load(Ordering::Relaxed), chunk.len() as u64 * 2);
     }
 }

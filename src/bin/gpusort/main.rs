@@ -23,6 +23,13 @@ mod signals;
 mod sort;
 mod sql;
 
+/// mimalloc keeps freed memory for reuse instead of handing every large buffer back to
+/// the kernel: a sort of Parquet files allocates and frees gigabytes of Arrow buffers, and
+/// with the system allocator each new one was faulted in page by page again (see
+/// docs/performance.md, session 28).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand};
 use datafusion::common::config::SpillCompression;
 use gpusort::BackendChoice;
@@ -98,6 +105,12 @@ enum Command {
         /// Replace an existing output.
         #[arg(long)]
         overwrite: bool,
+        /// Do not flush the output to disk before renaming it into place. It is still
+        /// renamed whole and atomically, but a crash soon after the job may lose it (DuckDB's
+        /// and DataFusion's COPY do not flush either). Faster where the disk is slower than
+        /// the page cache.
+        #[arg(long)]
+        no_fsync: bool,
         /// Sort backend: auto, cuda or cpu.
         #[arg(long, default_value = "auto")]
         backend: BackendChoice,
@@ -208,6 +221,7 @@ async fn run(cli: Cli) -> i32 {
             memory_limit,
             spill_compression,
             overwrite,
+            no_fsync,
             backend,
             quiet,
             timings,
@@ -222,6 +236,7 @@ async fn run(cli: Cli) -> i32 {
                 job.memory_limit = memory_limit;
             }
             job.overwrite = overwrite;
+            job.sync = !no_fsync;
             job.backend = backend;
             signals::install();
             return match sort::run(job, quiet, timings).await {
