@@ -166,16 +166,31 @@ def generate_hits(path, rows, seed):
     writer.close()
 
 
-def same_rows(left, right):
-    """Whether two Parquet outputs hold the same rows in the same order (a line to print)."""
+def same_rows(left, right, by):
+    """Whether two Parquet outputs hold the same rows in the same order (a line to print).
+    Outputs that differ are told apart further: the sort keys in the same order and the
+    same rows is a difference in the order of ties only (DataFusion's own sort keeps the
+    order its scan delivered ties in, which need not be the files' order)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     a, b = pq.read_table(left), pq.read_table(right)
     if a.num_rows != b.num_rows:
         return f"{a.num_rows} rows against {b.num_rows}: DIFFERENT"
-    b = b.cast(a.schema) if a.schema != b.schema else b
-    same = a.equals(b)
-    return f"{a.num_rows} rows, {a.num_columns} columns: {'identical' if same else 'DIFFERENT'}"
+    # View types cannot be taken from (below); compare as plain strings and binaries.
+    plain = pa.schema([pa.field(f.name, {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
+                                .get(f.type, f.type), f.nullable) for f in a.schema])
+    a, b = a.cast(plain), b.cast(plain)
+    head = f"{a.num_rows} rows, {a.num_columns} columns"
+    if a.equals(b):
+        return f"{head}: identical"
+    keys = [k.split()[0].strip('"') for k in by.split(",")]
+    if not a.select(keys).equals(b.select(keys)):
+        return f"{head}: DIFFERENT (the sort keys differ)"
+    everything = [(c, "ascending") for c in a.column_names]
+    same = a.take(pc.sort_indices(a, everything)).equals(b.take(pc.sort_indices(b, everything)))
+    return f"{head}: {'the same rows, ties in another order' if same else 'DIFFERENT'}"
 
 
 def timed(fn, reps, output=None):
@@ -212,7 +227,9 @@ def run_gpusort(binary, case, dst, backend, *extra):
 
 
 def run_datafusion(binary, case, dst):
-    dst = dst + "/" if case.rows_per_file else dst
+    # One file even where the others write a directory: DataFusion spreads a directory
+    # output's batches over several files at once, so only a file keeps the sorted order
+    # that `--check` compares against.
     sql = (f"SET gpu_sort.enabled = false; COPY (SELECT * FROM t ORDER BY {case.sql_by or case.by}) TO "
            f"'{dst}' STORED AS PARQUET OPTIONS ('format.compression' 'snappy')")
     subprocess.run([binary, "sql", sql, "--table", f"t={case.src}"], check=True,
@@ -333,7 +350,7 @@ def main():
         ours = [case.output(e) for e in ("gpusort", "gpusort-cpu") if os.path.exists(case.output(e))]
         for output in ours:
             print(f"{os.path.basename(output)} against DataFusion's "
-                  f"{same_rows(output, case.output('datafusion'))}", flush=True)
+                  f"{same_rows(output, case.output('datafusion'), case.by)}", flush=True)
     if "duckdb" not in skip:
         total, note = duckdb_runs(case, case.output("duckdb"), args.reps)
         print(f"DuckDB: {total} {note}", flush=True)

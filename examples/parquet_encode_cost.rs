@@ -47,6 +47,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .set_statistics_enabled(EnabledStatistics::None)
                 .build(),
         ),
+        ("delta integers", delta_integers(snappy(), &schema).build()),
+        (
+            "delta integers, byte stream split floats",
+            split_floats(delta_integers(snappy(), &schema), &schema).build(),
+        ),
         (
             "uncompressed",
             WriterProperties::builder()
@@ -85,6 +90,54 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     Ok(())
+}
+
+/// `builder` with DELTA_BINARY_PACKED as the encoding of every integer column (where the
+/// dictionary is given up).
+fn delta_integers(
+    mut builder: datafusion::parquet::file::properties::WriterPropertiesBuilder,
+    schema: &Schema,
+) -> datafusion::parquet::file::properties::WriterPropertiesBuilder {
+    use datafusion::arrow::datatypes::DataType::*;
+    for field in schema.fields() {
+        if matches!(
+            field.data_type(),
+            Int8 | Int16
+                | Int32
+                | Int64
+                | UInt8
+                | UInt16
+                | UInt32
+                | UInt64
+                | Date32
+                | Date64
+                | Timestamp(..)
+                | Decimal128(..)
+        ) {
+            builder = builder.set_column_encoding(
+                field.name().as_str().into(),
+                datafusion::parquet::basic::Encoding::DELTA_BINARY_PACKED,
+            );
+        }
+    }
+    builder
+}
+
+/// `builder` with BYTE_STREAM_SPLIT as the encoding of every float column.
+fn split_floats(
+    mut builder: datafusion::parquet::file::properties::WriterPropertiesBuilder,
+    schema: &Schema,
+) -> datafusion::parquet::file::properties::WriterPropertiesBuilder {
+    use datafusion::arrow::datatypes::DataType::*;
+    for field in schema.fields() {
+        if matches!(field.data_type(), Float32 | Float64) {
+            builder = builder.set_column_encoding(
+                field.name().as_str().into(),
+                datafusion::parquet::basic::Encoding::BYTE_STREAM_SPLIT,
+            );
+        }
+    }
+    builder
 }
 
 /// Up to `max_rows` rows of the file, or of a directory's files in name order.

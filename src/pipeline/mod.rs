@@ -19,6 +19,7 @@
 //! - `progress`: live row counts read from the running plan's metrics.
 //! - `error`: [`PipelineError`], one variant per way a job fails.
 
+mod encodings;
 mod error;
 mod inputs;
 pub mod memory;

@@ -26,6 +26,7 @@ use datafusion::parquet::basic::Compression;
 use datafusion::parquet::file::metadata::SortingColumn;
 use datafusion::parquet::file::properties::WriterProperties;
 
+use super::encodings::with_integer_deltas;
 use super::error::PipelineError;
 use super::order_by::SortKey;
 use super::row_groups::ParallelFileWriter;
@@ -130,7 +131,10 @@ impl ParquetOutput {
         written_bytes: Arc<AtomicU64>,
     ) -> Result<Self, PipelineError> {
         check_writable(&schema)?;
-        let properties = WriterProperties::builder()
+        let columns = ArrowSchemaConverter::new()
+            .convert(&schema)
+            .map_err(write_error)?;
+        let properties = with_integer_deltas(WriterProperties::builder(), &columns)
             .set_max_row_group_row_count(Some(options.row_group_rows))
             .set_compression(options.compression)
             .set_sorting_columns(Some(sorting_columns(&schema, keys)))
@@ -251,8 +255,10 @@ impl ParquetOutput {
         let path = self.open_path();
         let file = File::create(&path).map_err(PipelineError::io("creating", &path))?;
         let writer = ParallelFileWriter::try_new(
+            // parquet buffers the small writes (page headers, metadata) itself; pages
+            // this size or larger go to the file without a copy in between.
             BufWriter::with_capacity(
-                1 << 20,
+                64 << 10,
                 WritebackFile::new(file, Arc::clone(&self.written_bytes), self.options.sync),
             ),
             Arc::clone(&self.schema),

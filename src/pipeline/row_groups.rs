@@ -13,7 +13,9 @@
 //! Nothing waits for a whole row group of rows: a leaf is dropped once it is encoded, and
 //! the memory held is what is queued plus the encoded pages of the open row groups, both
 //! counted in the output's [`WriteMemory`] (in the session's pool), which decides when the
-//! next batch may be queued. The file's bytes are those a sequential writer would write.
+//! next batch may be queued. The file's bytes are those a sequential writer would write,
+//! except where a column that gave its dictionary up in an earlier row group goes without
+//! one ([`DictionaryChoice`]).
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -29,11 +31,12 @@ use datafusion::parquet::arrow::arrow_writer::{
     compute_leaves, ArrowColumnChunk, ArrowColumnWriter, ArrowLeafColumn,
     ArrowRowGroupWriterFactory,
 };
-use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::parquet::arrow::{ArrowSchemaConverter, ArrowWriter};
 use datafusion::parquet::errors::{ParquetError, Result};
 use datafusion::parquet::file::properties::WriterProperties;
 use datafusion::parquet::file::writer::SerializedFileWriter;
 
+use super::encodings::DictionaryChoice;
 use super::write_memory::WriteMemory;
 use crate::exec::views::array_memory;
 
@@ -41,6 +44,10 @@ use crate::exec::views::array_memory;
 /// order by a thread of its own.
 pub(super) struct ParallelFileWriter<W: Write + Send + 'static> {
     factory: ArrowRowGroupWriterFactory,
+    /// Which leaves try a dictionary in the next row group (learnt by the appender).
+    dictionaries: Arc<DictionaryChoice>,
+    /// The leaves last written without a dictionary, and a factory of their writers.
+    without_dictionary: Option<(Vec<usize>, ArrowRowGroupWriterFactory)>,
     schema: SchemaRef,
     row_group_rows: usize,
     memory: Arc<WriteMemory>,
@@ -64,13 +71,19 @@ impl<W: Write + Send + 'static> ParallelFileWriter<W> {
         memory: Arc<WriteMemory>,
     ) -> Result<Self> {
         let row_group_rows = properties.max_row_group_row_count().unwrap_or(1024 * 1024);
+        let columns = ArrowSchemaConverter::new()
+            .with_coerce_types(properties.coerce_types())
+            .convert(&schema)?;
+        let dictionaries = Arc::new(DictionaryChoice::new(properties.clone(), &columns));
         let (file, factory) = ArrowWriter::try_new(sink, Arc::clone(&schema), Some(properties))?
             .into_serialized_writer()?;
         Ok(Self {
             factory,
+            without_dictionary: None,
             schema,
             row_group_rows: row_group_rows.max(1),
-            appender: Appender::start(file, Arc::clone(&memory))?,
+            appender: Appender::start(file, Arc::clone(&memory), Arc::clone(&dictionaries))?,
+            dictionaries,
             memory,
             filling: None,
             filling_rows: 0,
@@ -114,7 +127,7 @@ impl<W: Write + Send + 'static> ParallelFileWriter<W> {
     /// the memory allows.
     fn queue(&mut self, batch: &RecordBatch) -> Result<()> {
         if self.filling.is_none() {
-            let writers = self.factory.create_column_writers(self.row_groups)?;
+            let writers = self.column_writers()?;
             self.row_groups += 1;
             self.filling = Some(RowGroupEncoders::new(writers, &self.memory));
         }
@@ -140,6 +153,26 @@ impl<W: Write + Send + 'static> ParallelFileWriter<W> {
             encoder.push(leaf, bytes);
         }
         Ok(())
+    }
+
+    /// The column writers of the next row group: without a dictionary for the leaves that
+    /// gave theirs up.
+    fn column_writers(&mut self) -> Result<Vec<ArrowColumnWriter>> {
+        let leaves = self.dictionaries.without_dictionary(self.row_groups);
+        if leaves.is_empty() {
+            return self.factory.create_column_writers(self.row_groups);
+        }
+        if self.without_dictionary.as_ref().map(|(l, _)| l) != Some(&leaves) {
+            // parquet makes writers for a file's properties only: a file that is never
+            // written (the sink) lends its factory.
+            let properties = self.dictionaries.properties_without(&leaves);
+            let (_, factory) =
+                ArrowWriter::try_new(std::io::sink(), Arc::clone(&self.schema), Some(properties))?
+                    .into_serialized_writer()?;
+            self.without_dictionary = Some((leaves, factory));
+        }
+        let (_, factory) = self.without_dictionary.as_ref().expect("made above");
+        factory.create_column_writers(self.row_groups)
     }
 
     /// Waits until `bytes` more may be queued (the appender frees the memory of the row
@@ -182,14 +215,18 @@ struct Appender<W: Write + Send + 'static> {
 }
 
 impl<W: Write + Send + 'static> Appender<W> {
-    fn start(file: SerializedFileWriter<W>, memory: Arc<WriteMemory>) -> Result<Self> {
+    fn start(
+        file: SerializedFileWriter<W>,
+        memory: Arc<WriteMemory>,
+        dictionaries: Arc<DictionaryChoice>,
+    ) -> Result<Self> {
         // Row groups waiting: as many as can encode at once.
         let (sender, receiver) = sync_channel(rayon::current_num_threads().max(1));
         let abandoned = Arc::new(AtomicBool::new(false));
         let stop = Arc::clone(&abandoned);
         let thread = std::thread::Builder::new()
             .name("gpusort-append".into())
-            .spawn(move || append_in_order(file, receiver, memory, &stop))
+            .spawn(move || append_in_order(file, receiver, memory, &dictionaries, &stop))
             .map_err(|e| ParquetError::General(format!("gpusort: starting the appender: {e}")))?;
         Ok(Self {
             sender: Some(sender),
@@ -253,12 +290,13 @@ impl<W: Write + Send + 'static> Drop for Appender<W> {
 }
 
 /// The appender's loop: each row group's chunks, once encoded, written to `file` in the
-/// order received; the file back once the sender is gone, or the first error. Once
-/// `abandoned`, row groups are dropped as they come.
+/// order received (and shown to `dictionaries`); the file back once the sender is gone, or
+/// the first error. Once `abandoned`, row groups are dropped as they come.
 fn append_in_order<W: Write + Send>(
     mut file: SerializedFileWriter<W>,
     row_groups: Receiver<RowGroupEncoders>,
     memory: Arc<WriteMemory>,
+    dictionaries: &DictionaryChoice,
     abandoned: &AtomicBool,
 ) -> Result<SerializedFileWriter<W>> {
     let (mut waited, mut appending, mut appended) = (Duration::ZERO, Duration::ZERO, 0);
@@ -275,8 +313,10 @@ fn append_in_order<W: Write + Send>(
         let bytes = row_group.columns.iter().map(|e| e.encoded()).sum();
         let written = (|| {
             let mut writer = file.next_row_group()?;
-            for chunk in chunks {
-                chunk?.append_to_row_group(&mut writer)?;
+            for (leaf, chunk) in chunks.into_iter().enumerate() {
+                let chunk = chunk?;
+                dictionaries.observe(leaf, &chunk.close().metadata);
+                chunk.append_to_row_group(&mut writer)?;
             }
             writer.close().map(|_| ())
         })();
@@ -592,6 +632,50 @@ mod tests {
         let read = datafusion::arrow::compute::concat_batches(&schema, &read).unwrap();
         let written = datafusion::arrow::compute::concat_batches(&schema, &batches).unwrap();
         assert_eq!(read, written);
+    }
+
+    #[test]
+    fn a_column_whose_dictionary_gave_up_goes_without_one_and_reads_back_the_same() {
+        let (schema, batches) = batches(64, 500);
+        // A dictionary of 64 values at most: `k` (distinct) gives it up in every row group.
+        let properties = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(500))
+            .set_dictionary_page_size_limit(512)
+            .build();
+        let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(1 << 30));
+        let mut writer = ParallelFileWriter::try_new(
+            Vec::new(),
+            Arc::clone(&schema),
+            properties,
+            Arc::new(WriteMemory::new(&pool)),
+        )
+        .unwrap();
+        for batch in &batches {
+            writer.write(batch).unwrap();
+        }
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&writer.close().unwrap()).unwrap();
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+        let row_groups = reader.metadata().row_groups().to_vec();
+        let read: Vec<RecordBatch> = reader
+            .build()
+            .unwrap()
+            .collect::<std::result::Result<_, _>>()
+            .unwrap();
+        let read = datafusion::arrow::compute::concat_batches(&schema, &read).unwrap();
+        let written = datafusion::arrow::compute::concat_batches(&schema, &batches).unwrap();
+        assert_eq!(read, written);
+        // The appender holds at most a thread's worth of row groups: the later ones start
+        // knowing that `k` gave its dictionary up; every probe tries one.
+        let k_has_dictionary: Vec<bool> = row_groups
+            .iter()
+            .map(|g| g.column(0).dictionary_page_offset().is_some())
+            .collect();
+        assert!(k_has_dictionary
+            .iter()
+            .step_by(super::super::encodings::PROBE_EVERY)
+            .all(|d| *d));
+        assert!(k_has_dictionary.iter().any(|d| !d), "{k_has_dictionary:?}");
     }
 
     #[test]
