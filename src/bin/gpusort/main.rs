@@ -177,6 +177,7 @@ enum BenchCommand {
 }
 
 fn main() {
+    let started = std::time::Instant::now();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
     if let Command::Sort { memory_limit, .. } = &cli.command {
@@ -192,6 +193,14 @@ fn main() {
     // A job stopped by a signal drops its sort; the sort's blocking jobs stop at their next
     // stage and let go of the spill files, which are removed then.
     runtime.shutdown_timeout(std::time::Duration::from_secs(30));
+    if std::env::var_os("GPUSORT_TRACE").is_some() {
+        // What the job's timeline does not show: dropping the runtime. The process's
+        // exit (the kernel letting go of its memory) comes after.
+        eprintln!(
+            "process: exiting {:.1} ms after it started",
+            started.elapsed().as_secs_f64() * 1e3
+        );
+    }
     std::process::exit(code);
 }
 

@@ -40,6 +40,7 @@ pub async fn run(job: SortJob, quiet: bool, timings: bool) -> Result<SortSummary
         result = sort_files(&job, &progress) => result.map_err(|e| Stopped::Failed(e.to_string())),
         signal = signals::received() => Err(Stopped::Signal(signal)),
     };
+    gpusort::trace::event(|| "job: returned, its state dropped".to_string());
     if let Some(display) = display {
         display.finish().await;
     }
