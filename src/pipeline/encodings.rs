@@ -180,6 +180,37 @@ mod tests {
     }
 
     #[test]
+    fn going_without_a_dictionary_keeps_every_other_setting() {
+        use datafusion::parquet::basic::{Compression, ZstdLevel};
+        use datafusion::parquet::file::metadata::SortingColumn;
+        let sorting = vec![SortingColumn {
+            column_idx: 0,
+            descending: true,
+            nulls_first: false,
+        }];
+        let base = with_integer_deltas(WriterProperties::builder(), &descriptor())
+            .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap()))
+            .set_max_row_group_row_count(Some(12345))
+            .set_sorting_columns(Some(sorting.clone()))
+            .build();
+        let choice = DictionaryChoice::new(base.clone(), &descriptor());
+        let without = choice.properties_without(&[0]);
+        let (distinct, few) = (ColumnPath::from("distinct"), ColumnPath::from("few"));
+        assert!(!without.dictionary_enabled(&distinct));
+        assert!(without.dictionary_enabled(&few));
+        for path in [&distinct, &few] {
+            assert_eq!(without.compression(path), base.compression(path));
+            assert_eq!(without.encoding(path), Some(Encoding::DELTA_BINARY_PACKED));
+            assert_eq!(
+                without.statistics_enabled(path),
+                base.statistics_enabled(path)
+            );
+        }
+        assert_eq!(without.max_row_group_row_count(), Some(12345));
+        assert_eq!(without.sorting_columns(), Some(&sorting));
+    }
+
+    #[test]
     fn a_column_that_gave_up_its_dictionary_goes_without_until_a_probe_keeps_one() {
         let base = with_integer_deltas(WriterProperties::builder(), &descriptor()).build();
         let choice = DictionaryChoice::new(base, &descriptor());
