@@ -186,7 +186,9 @@ def sort_parquet(
     progress line on stderr, a callable receives the job's counts (a dict) about ten
     times a second; ``None`` draws on a terminal only. ``fsync=False`` skips flushing
     the output to disk before it is renamed into place (still atomic, but a crash soon
-    after may lose it; DuckDB's ``COPY`` does not flush either).
+    after may lose it; DuckDB's ``COPY`` does not flush either). ``backend``: ``auto``
+    (default: the GPU when usable; inputs of fewer than 100 000 rows sort on the CPU
+    backend without opening the device), ``cuda`` or ``cpu``.
 
     Returns the job's summary (rows, bytes in and out, files, stage times, backend,
     algorithm, peak memory, and the ``summary`` line ``gpusort sort`` prints). Ctrl-C

@@ -210,17 +210,18 @@ impl std::fmt::Display for SortSummary {
 /// Runs `job`, publishing live counts in `progress`. On error nothing of the output remains.
 pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummary, PipelineError> {
     let started = Instant::now();
-    // Opening the CUDA device (driver, context, kernels, pinned staging) takes 0.3 to 0.4 s
-    // in a fresh process, longer than resolving, planning and half the scan of 2.3 GiB: it
-    // starts now on a thread of its own, and with `auto` the plan's sort waits for it only
-    // at its first device sort.
-    if job.backend != BackendChoice::Cpu {
-        crate::cuda::start_opening();
-    }
     let mut keys = parse_order_by(&job.by)?;
     let output_options = output_options(job)?;
     output_options.check_target()?;
     let inputs = resolve_inputs(&job.inputs)?;
+    let backend = backend_for(job.backend, inputs.rows);
+    // Opening the CUDA device (driver, context, kernels, pinned staging) takes 0.3 to 0.4 s
+    // in a fresh process, longer than planning and half the scan of 2.3 GiB: it starts now
+    // (the footers just read) on a thread of its own, and with `auto` the plan's sort
+    // waits for it only at its first device sort.
+    if backend != BackendChoice::Cpu {
+        crate::cuda::start_opening();
+    }
     progress.set_total(
         inputs.rows.map(|rows| match job.limit {
             Some(limit) => rows.min(limit as u64),
@@ -238,7 +239,7 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
     // The pool leaves room for what the CUDA backend holds outside it wherever a device may
     // be in use (one still being opened counts; without a driver, opening has already
     // failed).
-    let cuda = job.backend != BackendChoice::Cpu
+    let cuda = backend != BackendChoice::Cpu
         && !matches!(
             crate::cuda::open_state(),
             crate::cuda::OpenState::Unusable(_)
@@ -255,7 +256,14 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
         .zip(inputs.rows)
         .map(|(bytes, rows)| bytes / rows.max(1));
     let batch_rows = memory::batch_rows(pool, bytes_per_row, partitions);
-    let ctx = session(job, pool, partitions, batch_rows, Arc::clone(&rule))?;
+    let ctx = session(
+        job,
+        backend,
+        pool,
+        partitions,
+        batch_rows,
+        Arc::clone(&rule),
+    )?;
     // What the scan fetches is counted in the pool until the sort has read it all.
     let scan = MemoryConsumer::new("gpusort sort: Parquet row groups being read")
         .register(&ctx.runtime_env().memory_pool);
@@ -350,15 +358,31 @@ fn parse_compression(text: &str) -> Result<Compression, PipelineError> {
 /// The job's session: its memory pool of `pool` bytes (no limit: `None`), its scan in
 /// `partitions` partitions, batches of `batch_rows` rows (unless the environment sets
 /// `DATAFUSION_EXECUTION_BATCH_SIZE`), gpusort's rule.
+/// Inputs of fewer rows than this sort on the CPU backend when the choice is `auto`: the
+/// host sorts them in milliseconds, while a fresh process needs 0.3 s to open the device
+/// and 0.12 s to close it (docs/performance.md, session 29). The planner's own threshold
+/// for sorts in SQL (`gpu_sort.min_rows`).
+const SMALL_INPUT_ROWS: u64 = 100_000;
+
+/// The backend for a job asking for `choice` over `rows` input rows (`None`: not known,
+/// as for CSV).
+fn backend_for(choice: BackendChoice, rows: Option<u64>) -> BackendChoice {
+    match (choice, rows) {
+        (BackendChoice::Auto, Some(rows)) if rows < SMALL_INPUT_ROWS => BackendChoice::Cpu,
+        _ => choice,
+    }
+}
+
 fn session(
     job: &SortJob,
+    backend: BackendChoice,
     pool: Option<usize>,
     partitions: usize,
     batch_rows: usize,
     rule: Arc<GpuSortRule>,
 ) -> Result<SessionContext, PipelineError> {
     let config = GpuSortConfig {
-        backend: job.backend,
+        backend,
         // The user asked for gpusort: small inputs too.
         min_rows: 0,
         topk: job.limit.is_some_and(|limit| limit > TOPK_MAX_ROWS),
@@ -639,6 +663,22 @@ mod tests {
         assert_eq!(parse_compression("snappy").unwrap(), Compression::SNAPPY);
         let err = parse_compression("zip").unwrap_err().to_string();
         assert!(err.contains("--compression 'zip'"), "{err}");
+    }
+
+    #[test]
+    fn small_inputs_sort_on_the_cpu_unless_the_device_is_asked_for() {
+        use BackendChoice::{Auto, Cpu, Cuda};
+        assert_eq!(backend_for(Auto, Some(SMALL_INPUT_ROWS - 1)), Cpu);
+        assert_eq!(backend_for(Auto, Some(SMALL_INPUT_ROWS)), Auto);
+        // Unknown sizes (CSV) count as large.
+        assert_eq!(backend_for(Auto, None), Auto);
+        assert_eq!(backend_for(Cuda, Some(10)), Cuda);
+        assert_eq!(backend_for(Cpu, Some(1 << 40)), Cpu);
+        assert_eq!(
+            SMALL_INPUT_ROWS,
+            GpuSortConfig::default().min_rows as u64,
+            "the planner's threshold"
+        );
     }
 
     #[test]
