@@ -19,7 +19,11 @@
 //!   encode it without a dictionary, except every [`PROBE_EVERY`]th, which tries again in
 //!   case the values changed; a probe that keeps its dictionary turns dictionaries back on.
 //!
-//! Both change only encodings, which every Parquet reader decodes to the same values.
+//! Both change only encodings, never values. Which row groups go without a dictionary
+//! depends on when the appender learnt of the fallback, so it may differ between runs.
+//! `DELTA_BINARY_PACKED` has been in the format since version 2.0 of its specification;
+//! pyarrow, DuckDB, DataFusion and Spark from 3.3 read it (Spark's vectorized reader
+//! before 3.3 did not).
 
 use datafusion::parquet::basic::{Encoding, PageType, Type as PhysicalType};
 use datafusion::parquet::file::metadata::ColumnChunkMetaData;

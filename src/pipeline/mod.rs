@@ -13,6 +13,7 @@
 //! - `inputs`: input paths → files.
 //! - `output`: the atomic Parquet writer.
 //! - `row_groups`: one Parquet file, columns and row groups encoded in parallel.
+//! - `encodings`: the columns' fallback encodings, and dictionaries given up.
 //! - `write_memory`: what the writer holds, counted in the session's memory pool.
 //! - `writeback`: output files sent to disk while they are written.
 //! - `memory`: the default memory limit.
@@ -355,9 +356,6 @@ fn parse_compression(text: &str) -> Result<Compression, PipelineError> {
     })
 }
 
-/// The job's session: its memory pool of `pool` bytes (no limit: `None`), its scan in
-/// `partitions` partitions, batches of `batch_rows` rows (unless the environment sets
-/// `DATAFUSION_EXECUTION_BATCH_SIZE`), gpusort's rule.
 /// Inputs of fewer rows than this sort on the CPU backend when the choice is `auto`: the
 /// host sorts them in milliseconds, while a fresh process needs 0.3 s to open the device
 /// and 0.12 s to close it (docs/performance.md, session 29). The planner's own threshold
@@ -373,6 +371,9 @@ fn backend_for(choice: BackendChoice, rows: Option<u64>) -> BackendChoice {
     }
 }
 
+/// The job's session: its memory pool of `pool` bytes (no limit: `None`), its scan in
+/// `partitions` partitions, batches of `batch_rows` rows (unless the environment sets
+/// `DATAFUSION_EXECUTION_BATCH_SIZE`), gpusort's rule on `backend`.
 fn session(
     job: &SortJob,
     backend: BackendChoice,

@@ -452,8 +452,20 @@ fn remove_path(path: &Path) {
 fn rename_over(from: &Path, to: &Path) -> std::io::Result<()> {
     #[cfg(target_os = "linux")]
     if to.is_file() && exchange_names(from, to).is_ok() {
-        // `from` now names the old file.
-        remove_path(from);
+        // `from` now names what `to` named: a file, unless it changed since the check.
+        if from.is_dir() {
+            let _ = exchange_names(from, to);
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::IsADirectory,
+                "the output became a directory while it was being replaced",
+            ));
+        }
+        if let Err(e) = std::fs::remove_file(from) {
+            log::warn!(
+                "gpusort: the replaced output is left at {}: {e}",
+                from.display()
+            );
+        }
         return Ok(());
     }
     std::fs::rename(from, to)

@@ -111,7 +111,8 @@ enum Command {
         /// the page cache.
         #[arg(long)]
         no_fsync: bool,
-        /// Sort backend: auto, cuda or cpu.
+        /// Sort backend: auto, cuda or cpu. With auto, inputs of fewer than 100 000 rows
+        /// (known from Parquet footers) sort on the CPU without opening the device.
         #[arg(long, default_value = "auto")]
         backend: BackendChoice,
         /// No progress bars and no summary line.
