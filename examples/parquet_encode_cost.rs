@@ -47,10 +47,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .set_statistics_enabled(EnabledStatistics::None)
                 .build(),
         ),
-        ("delta integers", delta_integers(snappy(), &schema).build()),
+        ("delta integers", delta_integers(snappy(), &schema)?.build()),
         (
             "delta integers, byte stream split floats",
-            split_floats(delta_integers(snappy(), &schema), &schema).build(),
+            split_floats(delta_integers(snappy(), &schema)?, &schema).build(),
         ),
         (
             "uncompressed",
@@ -92,35 +92,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// `builder` with DELTA_BINARY_PACKED as the encoding of every integer column (where the
-/// dictionary is given up).
+/// `builder` with the integer columns' fallback encoding `gpusort sort` gives them.
 fn delta_integers(
-    mut builder: datafusion::parquet::file::properties::WriterPropertiesBuilder,
+    builder: datafusion::parquet::file::properties::WriterPropertiesBuilder,
     schema: &Schema,
-) -> datafusion::parquet::file::properties::WriterPropertiesBuilder {
-    use datafusion::arrow::datatypes::DataType::*;
-    for field in schema.fields() {
-        if matches!(
-            field.data_type(),
-            Int8 | Int16
-                | Int32
-                | Int64
-                | UInt8
-                | UInt16
-                | UInt32
-                | UInt64
-                | Date32
-                | Date64
-                | Timestamp(..)
-                | Decimal128(..)
-        ) {
-            builder = builder.set_column_encoding(
-                field.name().as_str().into(),
-                datafusion::parquet::basic::Encoding::DELTA_BINARY_PACKED,
-            );
-        }
-    }
-    builder
+) -> Result<
+    datafusion::parquet::file::properties::WriterPropertiesBuilder,
+    Box<dyn std::error::Error>,
+> {
+    let columns = datafusion::parquet::arrow::ArrowSchemaConverter::new().convert(schema)?;
+    Ok(gpusort::pipeline::with_integer_deltas(builder, &columns))
 }
 
 /// `builder` with BYTE_STREAM_SPLIT as the encoding of every float column.

@@ -35,8 +35,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub(super) const PROBE_EVERY: usize = 8;
 
 /// `builder` with `DELTA_BINARY_PACKED` as the fallback encoding of every INT32 and INT64
-/// leaf of `columns`.
-pub(super) fn with_integer_deltas(
+/// leaf of `columns` (public for tools that measure the writer's settings).
+pub fn with_integer_deltas(
     mut builder: WriterPropertiesBuilder,
     columns: &SchemaDescriptor,
 ) -> WriterPropertiesBuilder {

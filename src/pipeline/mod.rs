@@ -49,6 +49,7 @@ use datafusion::prelude::{
 };
 use futures::StreamExt;
 
+pub use encodings::with_integer_deltas;
 pub use error::PipelineError;
 pub use inputs::{resolve_inputs, InputFormat, Inputs};
 pub use order_by::{parse_order_by, resolve_columns, SortKey};

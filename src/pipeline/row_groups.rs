@@ -519,6 +519,7 @@ mod tests {
     use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool};
     use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     use datafusion::parquet::basic::{Compression, ZstdLevel};
+    use datafusion::parquet::file::metadata::RowGroupMetaData;
     use std::sync::mpsc::sync_channel;
 
     #[test]
@@ -622,18 +623,24 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         assert_eq!(pool.reserved(), 0);
+        let (read, _) = read_back(&bytes, &schema);
+        let written = datafusion::arrow::compute::concat_batches(&schema, &batches).unwrap();
+        assert_eq!(read, written);
+    }
+
+    /// The rows of the Parquet file `bytes`, in one batch, and its row groups.
+    fn read_back(bytes: &[u8], schema: &SchemaRef) -> (RecordBatch, Vec<RowGroupMetaData>) {
         let mut file = tempfile::tempfile().unwrap();
-        file.write_all(&bytes).unwrap();
-        let read: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(file)
-            .unwrap()
-            .with_batch_size(3000)
+        file.write_all(bytes).unwrap();
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+        let row_groups = reader.metadata().row_groups().to_vec();
+        let read: Vec<RecordBatch> = reader
             .build()
             .unwrap()
             .collect::<std::result::Result<_, _>>()
             .unwrap();
-        let read = datafusion::arrow::compute::concat_batches(&schema, &read).unwrap();
-        let written = datafusion::arrow::compute::concat_batches(&schema, &batches).unwrap();
-        assert_eq!(read, written);
+        let read = datafusion::arrow::compute::concat_batches(schema, &read).unwrap();
+        (read, row_groups)
     }
 
     #[test]
@@ -657,16 +664,7 @@ mod tests {
         for batch in &batches {
             writer.write(batch).unwrap();
         }
-        let mut file = tempfile::tempfile().unwrap();
-        file.write_all(&writer.close().unwrap()).unwrap();
-        let reader = ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
-        let row_groups = reader.metadata().row_groups().to_vec();
-        let read: Vec<RecordBatch> = reader
-            .build()
-            .unwrap()
-            .collect::<std::result::Result<_, _>>()
-            .unwrap();
-        let read = datafusion::arrow::compute::concat_batches(&schema, &read).unwrap();
+        let (read, row_groups) = read_back(&writer.close().unwrap(), &schema);
         let written = datafusion::arrow::compute::concat_batches(&schema, &batches).unwrap();
         assert_eq!(read, written);
         // The later row groups go without a dictionary for `k`; every probe tries one.
