@@ -240,6 +240,12 @@ impl InputBuffer {
                 }
             }
         }
+        let rows: usize = jobs
+            .iter()
+            .flat_map(|(_, _, run)| run.iter().map(RecordBatch::num_rows))
+            .sum();
+        let (runs, held) = (jobs.len(), self.reservation.size());
+        crate::trace::event(|| format!("spill: {runs} runs, {rows} rows, {held} bytes held"));
         let spec = Arc::new(SortSpec {
             device_gather_min_rows: usize::MAX,
             ..self.resources.spec.as_ref().clone()
@@ -265,6 +271,7 @@ impl InputBuffer {
         for (input, partition, run) in spilled {
             self.spilled[partition].extend(run.map(|run| (input, run)));
         }
+        crate::trace::event(|| format!("spill: {runs} runs written"));
         self.reservation.free();
         self.held.clear();
         Ok(())
