@@ -26,6 +26,7 @@ mod pieces;
 mod resources;
 mod run;
 mod spill;
+mod spill_read;
 mod stream;
 pub(crate) mod views;
 mod window_merge;

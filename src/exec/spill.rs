@@ -3,7 +3,8 @@
 //! When a sort's input outgrows its memory reservation, the buffered rows are sorted as runs
 //! (on the backend, like any run) and written through DataFusion's `SpillManager`: Arrow IPC
 //! files in the runtime's temporary directory, counted in the operator's spill metrics and
-//! the disk manager's limit. At the end every run is read back as a stream and merged.
+//! the disk manager's limit. At the end every run is read back as a stream (`spill_read`)
+//! and merged.
 //!
 //! Merging many runs at once needs a few batches of each in memory. Runs are written in
 //! batches sized from the memory the sort held when it spilled ([`spill_batch_rows`]), so
@@ -26,6 +27,7 @@ use datafusion::execution::memory_pool::{
 };
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::SpillFile;
+use datafusion::physical_plan::common::spawn_buffered;
 use datafusion::physical_plan::metrics::SpillMetrics;
 use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet};
 use datafusion::physical_plan::sorts::streaming_merge::StreamingMergeBuilder;
@@ -36,6 +38,7 @@ use futures::StreamExt;
 
 use super::metrics::SortMetrics;
 use super::run::{RunSorter, SortSpec};
+use super::spill_read::read_trusted;
 use super::views::{compact_views, memory_when_compact};
 use super::window_merge::{merge_by_windows, WindowRun};
 
@@ -120,9 +123,7 @@ impl RunSpiller {
         Self {
             pool: Arc::clone(&env.memory_pool),
             manager: Arc::new(
-                SpillManager::new(env, metrics, schema)
-                    .with_compression_type(compression)
-                    .with_batch_read_buffer_capacity(READ_AHEAD_BATCHES),
+                SpillManager::new(env, metrics, schema).with_compression_type(compression),
             ),
         }
     }
@@ -166,10 +167,11 @@ impl RunSpiller {
         Ok(file.finish()?.map(|file| sizes.run(file, batch_rows)))
     }
 
-    /// The rows of `run`, in sorted order.
+    /// The rows of `run`, in sorted order, read a batch ahead on a task of their own
+    /// (`spill_read`: without validating the arrays again).
     pub(super) fn read(&self, run: SpilledRun) -> Result<SendableRecordBatchStream> {
-        self.manager
-            .read_spill_as_stream(run.file, Some(run.sizes.max_batch_memory))
+        let batches = read_trusted(run.file, Arc::clone(self.manager.schema()))?;
+        Ok(spawn_buffered(batches, READ_AHEAD_BATCHES))
     }
 
     /// Merges `runs` (in input order) into one sorted stream of batches of up to the
