@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use arrow::buffer::Buffer;
+use arrow::buffer::{Buffer, MutableBuffer};
 use arrow::datatypes::SchemaRef;
 use arrow::ipc::reader::FileDecoder;
 use arrow::ipc::{root_as_message, Block, MessageHeader, MetadataVersion};
@@ -57,8 +57,10 @@ struct Reader<C> {
     /// Kept until the stream is dropped: the file is deleted with it.
     _file: Arc<dyn SpillFile>,
     chunks: C,
-    /// Bytes read but not yet decoded: the start of the next message.
-    pending: Vec<u8>,
+    /// Bytes read but not yet decoded: the start of the next message. Arrow's own
+    /// allocation (64-byte aligned), so the arrays decoded from a message need no copy to
+    /// be aligned.
+    pending: MutableBuffer,
     decoder: FileDecoder,
     ended: bool,
 }
@@ -77,7 +79,7 @@ where
         Self {
             _file: file,
             chunks,
-            pending: Vec::new(),
+            pending: MutableBuffer::new(0),
             decoder,
             ended: false,
         }
@@ -150,8 +152,10 @@ where
         if pending.len() < total {
             return Ok(None);
         }
-        let rest = self.pending.split_off(total);
-        let bytes = Buffer::from_vec(std::mem::replace(&mut self.pending, rest));
+        let mut rest = MutableBuffer::new(pending.len() - total);
+        rest.extend_from_slice(&pending[total..]);
+        self.pending.truncate(total);
+        let bytes: Buffer = std::mem::replace(&mut self.pending, rest).into();
         Ok(Some(Message {
             bytes,
             block: Block::new(0, meta_bytes as i32, body as i64),
