@@ -240,12 +240,14 @@ impl InputBuffer {
                 }
             }
         }
-        let rows: usize = jobs
-            .iter()
-            .flat_map(|(_, _, run)| run.iter().map(RecordBatch::num_rows))
-            .sum();
         let (runs, held) = (jobs.len(), self.reservation.size());
-        crate::trace::event(|| format!("spill: {runs} runs, {rows} rows, {held} bytes held"));
+        crate::trace::event(|| {
+            let rows: usize = jobs
+                .iter()
+                .flat_map(|(_, _, run)| run.iter().map(RecordBatch::num_rows))
+                .sum();
+            format!("spill: {runs} runs, {rows} rows, {held} bytes held")
+        });
         let spec = Arc::new(SortSpec {
             device_gather_min_rows: usize::MAX,
             ..self.resources.spec.as_ref().clone()

@@ -79,7 +79,7 @@ pub(super) struct SpilledRun {
 /// The sizes of the batches written to one spill file, in memory once read back.
 #[derive(Debug, Default, Clone, Copy)]
 struct RunSizes {
-    /// The largest batch (for the reader's estimates).
+    /// The largest batch (for a merge's plan).
     max_batch_memory: usize,
     /// The most memory a row of one batch took on average (for a merge's output).
     max_row_memory: usize,

@@ -9,12 +9,13 @@
 //! decoded by arrow's `FileDecoder`, which honours the request:
 //!
 //! ```text
-//!  file chunks ─► pending bytes ─► one whole message at a time:
+//!  file chunks ─► pending bytes ─► the whole messages among them, slices of one buffer:
 //!    [0xFFFFFFFF][metadata length][metadata (flatbuffer)][body: bodyLength bytes]
 //!    schema: skipped (the spiller's schema is known) · dictionary: kept by the decoder
 //!    record batch: decoded, handed out · length 0: end of the stream
 //! ```
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
@@ -57,11 +58,14 @@ struct Reader<C> {
     /// Kept until the stream is dropped: the file is deleted with it.
     _file: Arc<dyn SpillFile>,
     chunks: C,
-    /// Bytes read but not yet decoded: the start of the next message. Arrow's own
+    /// Bytes read but not yet cut into messages: the start of the next one. Arrow's own
     /// allocation (64-byte aligned), so the arrays decoded from a message need no copy to
     /// be aligned.
     pending: MutableBuffer,
+    /// Whole messages cut from the bytes read, not yet decoded.
+    ready: VecDeque<Message>,
     decoder: FileDecoder,
+    /// The end marker was read (or the bytes ended between two messages).
     ended: bool,
 }
 
@@ -80,6 +84,7 @@ where
             _file: file,
             chunks,
             pending: MutableBuffer::new(0),
+            ready: VecDeque::new(),
             decoder,
             ended: false,
         }
@@ -88,25 +93,21 @@ where
     /// The next record batch; `None` at the end of the stream.
     async fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
         loop {
-            if self.ended {
-                return Ok(None);
-            }
-            if let Some(message) = self.take_message()? {
-                match self.decode(message)? {
-                    Some(batch) => return Ok(Some(batch)),
-                    None => continue,
+            while let Some(message) = self.ready.pop_front() {
+                if let Some(batch) = self.decode(message)? {
+                    return Ok(Some(batch));
                 }
             }
-            // At the end marker, or more bytes are needed.
             if self.ended {
                 return Ok(None);
             }
             match self.chunks.next().await {
-                Some(chunk) => self.pending.extend_from_slice(chunk?.as_ref()),
-                None if self.pending.is_empty() => {
-                    // A stream that ends without its end marker ends here all the same.
-                    self.ended = true;
+                Some(chunk) => {
+                    self.pending.extend_from_slice(chunk?.as_ref());
+                    self.cut_messages()?;
                 }
+                // A stream that ends without its end marker ends here all the same.
+                None if self.pending.is_empty() => self.ended = true,
                 None => {
                     return Err(exec_datafusion_err!(
                         "gpusort: a spill file ends inside a message ({} bytes left)",
@@ -117,50 +118,50 @@ where
         }
     }
 
-    /// The next whole message, cut from the pending bytes; `None` until enough bytes are
-    /// there (or at the end marker, which ends the stream).
-    fn take_message(&mut self) -> Result<Option<Message>> {
-        let pending = &self.pending;
-        let (prefix, length_at) = match pending.get(..4) {
-            None => return Ok(None),
-            Some(first) if first == CONTINUATION => (8, 4),
-            // Streams of before the continuation marker: the length comes first.
-            Some(_) => (4, 0),
-        };
-        let Some(length) = pending.get(length_at..length_at + 4) else {
-            return Ok(None);
-        };
-        let meta_length = i32::from_le_bytes(length.try_into().expect("4 bytes"));
-        let meta_length = usize::try_from(meta_length).map_err(|_| {
-            exec_datafusion_err!("gpusort: a spill file's message has length {meta_length}")
-        })?;
-        if meta_length == 0 {
-            self.ended = true;
-            return Ok(None);
+    /// Moves every whole message at the start of the pending bytes to `ready`, each a
+    /// slice of one buffer (no copy); only the bytes of a message not yet whole stay
+    /// pending (copied once more).
+    fn cut_messages(&mut self) -> Result<()> {
+        let mut frames = vec![];
+        let mut at = 0;
+        while let Some(frame) = frame_at(&self.pending[at..])? {
+            let Frame::Message {
+                meta_bytes,
+                body,
+                header,
+            } = frame
+            else {
+                self.ended = true;
+                break;
+            };
+            frames.push((at, meta_bytes, body, header));
+            at += meta_bytes + body;
         }
-        let meta_bytes = prefix + meta_length;
-        let Some(metadata) = pending.get(prefix..meta_bytes) else {
-            return Ok(None);
-        };
-        let message = root_as_message(metadata)
-            .map_err(|e| exec_datafusion_err!("gpusort: reading a spill file's message: {e}"))?;
-        let header = message.header_type();
-        let body = usize::try_from(message.bodyLength()).map_err(|_| {
-            exec_datafusion_err!("gpusort: a spill file's message has a negative body")
-        })?;
-        let total = meta_bytes + body;
-        if pending.len() < total {
-            return Ok(None);
+        if frames.is_empty() {
+            if self.ended {
+                self.pending.clear();
+            }
+            return Ok(());
         }
-        let mut rest = MutableBuffer::new(pending.len() - total);
-        rest.extend_from_slice(&pending[total..]);
-        self.pending.truncate(total);
-        let bytes: Buffer = std::mem::replace(&mut self.pending, rest).into();
-        Ok(Some(Message {
-            bytes,
-            block: Block::new(0, meta_bytes as i32, body as i64),
-            header,
-        }))
+        // Past the end marker nothing is kept.
+        let kept = if self.ended {
+            &[][..]
+        } else {
+            &self.pending[at..]
+        };
+        let mut rest = MutableBuffer::new(kept.len());
+        rest.extend_from_slice(kept);
+        let cut: Buffer = std::mem::replace(&mut self.pending, rest).into();
+        self.ready.extend(
+            frames
+                .into_iter()
+                .map(|(start, meta_bytes, body, header)| Message {
+                    bytes: cut.slice_with_length(start, meta_bytes + body),
+                    block: Block::new(0, meta_bytes as i32, body as i64),
+                    header,
+                }),
+        );
+        Ok(())
     }
 
     /// Decodes `message`: a record batch, or `None` for a message that is not one (the
@@ -183,6 +184,54 @@ where
             )),
         }
     }
+}
+
+/// What the bytes at the start of a stream's remaining bytes hold.
+enum Frame {
+    /// A whole message: its prefix and metadata, then its body.
+    Message {
+        meta_bytes: usize,
+        body: usize,
+        header: MessageHeader,
+    },
+    /// The end marker.
+    End,
+}
+
+/// The frame `bytes` start with; `None` until they hold a whole one.
+fn frame_at(bytes: &[u8]) -> Result<Option<Frame>> {
+    let (prefix, length_at) = match bytes.get(..4) {
+        None => return Ok(None),
+        Some(first) if first == CONTINUATION => (8, 4),
+        // Streams of before the continuation marker: the length comes first.
+        Some(_) => (4, 0),
+    };
+    let Some(length) = bytes.get(length_at..length_at + 4) else {
+        return Ok(None);
+    };
+    let meta_length = i32::from_le_bytes(length.try_into().expect("4 bytes"));
+    let meta_length = usize::try_from(meta_length).map_err(|_| {
+        exec_datafusion_err!("gpusort: a spill file's message has length {meta_length}")
+    })?;
+    if meta_length == 0 {
+        return Ok(Some(Frame::End));
+    }
+    let meta_bytes = prefix + meta_length;
+    let Some(metadata) = bytes.get(prefix..meta_bytes) else {
+        return Ok(None);
+    };
+    let message = root_as_message(metadata)
+        .map_err(|e| exec_datafusion_err!("gpusort: reading a spill file's message: {e}"))?;
+    let body = usize::try_from(message.bodyLength())
+        .map_err(|_| exec_datafusion_err!("gpusort: a spill file's message has a negative body"))?;
+    if bytes.len() < meta_bytes + body {
+        return Ok(None);
+    }
+    Ok(Some(Frame::Message {
+        meta_bytes,
+        body,
+        header: message.header_type(),
+    }))
 }
 
 /// One whole message of the stream.
