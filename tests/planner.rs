@@ -307,11 +307,17 @@ fn pooled_session(
 }
 
 /// The buffered input, its sorted copies and the permutation stay in the session's pool
-/// while a slow consumer reads the output, and leave it when the output is done: for an
-/// ORDER BY and a window's sort (combined over 16 partitions, hash routed), over 1 and 16
-/// partitions, under an unbounded pool and a fair one.
+/// while a slow consumer reads the sort's output, and leave it when the output is done:
+/// for an ORDER BY and a window's sort (combined over 16 partitions, hash routed), over 1
+/// and 16 partitions, under an unbounded pool and a fair one.
+///
+/// The test reads the `GpuSortExec`'s own output streams. Read through the whole plan, the
+/// operators above the sort (a window, the coalescing of partitions) may take every output
+/// batch into their own buffers before the first row reaches the test, and the sort's
+/// memory is then rightly released: whether it was depended on the scheduling.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn buffered_input_stays_accounted_until_the_output_is_read() {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
     use datafusion::execution::memory_pool::{FairSpillPool, MemoryPool, UnboundedMemoryPool};
     use futures::StreamExt;
     let rows = 200_000;
@@ -330,20 +336,49 @@ async fn buffered_input_stays_accounted_until_the_output_is_read() {
             for (pool_name, pool) in pools {
                 let case = format!("{what}, {partitions} partitions, {pool_name} pool");
                 let (ctx, runtime) = pooled_session(pool, partitions, rows);
-                let mut stream = ctx.sql(sql).await.unwrap().execute_stream().await.unwrap();
-                let mut read = stream.next().await.unwrap().unwrap().num_rows();
-                // The consumer stalls here: the int columns alone are 12 bytes a row.
+                let frame = ctx.sql(sql).await.unwrap();
+                let task = Arc::new(frame.task_ctx());
+                let plan = frame.create_physical_plan().await.unwrap();
+                let mut sort = None;
+                plan.apply(|node| {
+                    if node.downcast_ref::<gpusort::GpuSortExec>().is_some() {
+                        sort = Some(Arc::clone(node));
+                        return Ok(TreeNodeRecursion::Stop);
+                    }
+                    Ok(TreeNodeRecursion::Continue)
+                })
+                .unwrap();
+                let sort = sort.unwrap_or_else(|| panic!("{case}: no GpuSortExec in the plan"));
+                let outputs = sort.properties().partitioning.partition_count();
+                let mut streams: Vec<_> = (0..outputs)
+                    .map(|p| sort.execute(p, Arc::clone(&task)).unwrap())
+                    .collect();
+                // Reads up to the first batch with rows; the consumer stalls there.
+                let mut read = 0;
+                for stream in &mut streams {
+                    match stream.next().await {
+                        Some(batch) => read += batch.unwrap().num_rows(),
+                        None => continue,
+                    }
+                    if read > 0 {
+                        break;
+                    }
+                }
+                assert!(read > 0, "{case}: the sort's output is empty");
+                // The int columns alone are 12 bytes a row.
                 let held = runtime.memory_pool.reserved();
                 assert!(
                     held >= 12 * rows,
                     "{case}: {held} bytes reserved while {rows} buffered rows wait for a \
                      stalled consumer"
                 );
-                while let Some(batch) = stream.next().await {
-                    read += batch.unwrap().num_rows();
+                for stream in &mut streams {
+                    while let Some(batch) = stream.next().await {
+                        read += batch.unwrap().num_rows();
+                    }
                 }
                 assert_eq!(read, rows, "{case}");
-                drop(stream);
+                drop(streams);
                 assert_pool_drains(&runtime, &format!("{case}, after the output was read")).await;
             }
         }
