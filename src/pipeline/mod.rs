@@ -84,8 +84,8 @@ pub struct SortJob {
     pub compression: String,
     /// Memory limit in bytes (sorts spill beyond it); by default
     /// [`memory::default_memory_limit`], half the memory this process may use; `None`: no
-    /// limit. The session's pool is this limit, less what the CUDA backend holds outside
-    /// the pool when it is in use ([`memory::pool_bytes`]).
+    /// limit. The session's pool is this limit, less what the process holds outside the
+    /// pool ([`memory::pool_bytes`]).
     pub memory_limit: Option<usize>,
     /// Compression of the runs a sort spills (DataFusion's spill files). LZ4 frames by
     /// default: the runs of a spill are written (and compressed) on all cores at once, so
