@@ -543,6 +543,27 @@ fn the_command_line_sorts_and_reports() {
         "-q",
     ]);
     assert!(quiet.status.success() && quiet.stdout.is_empty());
+    // A limit below what the process can keep its peak near still runs, with a warning.
+    let tiny = run(&[
+        "sort",
+        &glob,
+        "-o",
+        output.to_str().unwrap(),
+        "--by",
+        "k0",
+        "--overwrite",
+        "--backend",
+        "cpu",
+        "--memory-limit",
+        "16M",
+        "-q",
+    ]);
+    let stderr = String::from_utf8_lossy(&tiny.stderr);
+    assert!(tiny.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("memory limit of 16 MiB is below the 400 MiB"),
+        "{stderr}"
+    );
     let bad = run(&[
         "sort",
         &glob,

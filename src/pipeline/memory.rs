@@ -35,6 +35,13 @@ pub const SMALL_LIMIT: usize = 4 << 30;
 /// the CPU backend peaked at 88 MiB (docs/performance.md, session 31).
 pub const PROCESS_FLOOR_BYTES: usize = 96 << 20;
 
+/// The smallest limit a job's peak was seen to stay within (plus 20 %) under: SF1
+/// `lineitem` peaked at 0.39 to 0.45 GiB under 400 MiB, and at 0.41 to 0.56 GiB under
+/// 200 MiB (docs/performance.md, session 31). Below it the process's own memory, the
+/// writer's row group being encoded and the allocator's pages are a larger share than the
+/// 20 % allows.
+pub const SMALLEST_HELD_LIMIT: usize = 400 << 20;
+
 /// Whether `limit` is [small](SMALL_LIMIT).
 pub fn is_small_limit(limit: usize) -> bool {
     limit < SMALL_LIMIT

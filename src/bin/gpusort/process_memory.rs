@@ -33,6 +33,14 @@ pub fn bound_for_limit(memory_limit: Option<usize>) {
     let Some(limit) = memory_limit else {
         return;
     };
+    if limit < memory::SMALLEST_HELD_LIMIT {
+        log::warn!(
+            "a memory limit of {} MiB is below the {} MiB that jobs were seen to keep their \
+             peak within (plus 20 %): the job runs, but may hold more than that",
+            limit >> 20,
+            memory::SMALLEST_HELD_LIMIT >> 20
+        );
+    }
     if memory::is_small_limit(limit) {
         keep_freed_memory_briefly(purge_delay_ms(limit));
     }
