@@ -543,26 +543,45 @@ fn the_command_line_sorts_and_reports() {
         "-q",
     ]);
     assert!(quiet.status.success() && quiet.stdout.is_empty());
-    // A limit below what the process can keep its peak near still runs, with a warning.
-    let tiny = run(&[
-        "sort",
-        &glob,
-        "-o",
-        output.to_str().unwrap(),
-        "--by",
-        "k0",
-        "--overwrite",
-        "--backend",
-        "cpu",
-        "--memory-limit",
-        "16M",
-        "-q",
-    ]);
-    let stderr = String::from_utf8_lossy(&tiny.stderr);
-    assert!(tiny.status.success(), "{stderr}");
+    // Under a small limit the allocator purges freed memory at once and maps no huge
+    // pages (read back from mimalloc under GPUSORT_TRACE); a limit below what the process
+    // can keep its peak near still runs, with a warning. A large limit changes nothing.
+    let limited = |limit: &str| {
+        let run = Command::new(env!("CARGO_BIN_EXE_gpusort"))
+            .args(["sort", &glob, "-o", output.to_str().unwrap(), "--by", "k0"])
+            .args([
+                "--overwrite",
+                "--backend",
+                "cpu",
+                "-q",
+                "--memory-limit",
+                limit,
+            ])
+            .env("GPUSORT_TRACE", "1")
+            .env("RUST_LOG", "warn")
+            .env_remove("MIMALLOC_PURGE_DELAY")
+            .env_remove("MIMALLOC_RESET_DELAY")
+            .env_remove("MIMALLOC_ALLOW_THP")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+        assert!(run.status.success(), "{stderr}");
+        stderr
+    };
+    let tiny = limited("16M");
     assert!(
-        stderr.contains("memory limit of 16 MiB is below the 400 MiB"),
-        "{stderr}"
+        tiny.contains("memory limit of 16 MiB is below the 400 MiB"),
+        "{tiny}"
+    );
+    assert!(
+        tiny.contains("process: mimalloc purge_delay 0 ms, allow_thp 0"),
+        "{tiny}"
+    );
+    let large = limited("64G");
+    assert!(!large.contains("is below the"), "{large}");
+    assert!(
+        large.contains("process: mimalloc purge_delay 1000 ms, allow_thp 1"),
+        "{large}"
     );
     let bad = run(&[
         "sort",

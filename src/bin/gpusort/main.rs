@@ -184,7 +184,7 @@ fn main() {
     if let Command::Sort { memory_limit, .. } = &cli.command {
         // Before the runtime's threads start.
         let limit = memory_limit.or_else(gpusort::pipeline::memory::default_memory_limit);
-        process_memory::bound_for_limit(limit);
+        process_memory::bound_for_limit(limit, memory_limit.is_some());
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

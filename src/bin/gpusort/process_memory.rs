@@ -11,29 +11,37 @@
 //!   pages and purges freed memory sooner. By default it backs its arenas with 2 MiB pages
 //!   (the untouched rest of every huge page a job touches stays resident) and keeps freed
 //!   pages for a second (`purge_delay`, 1000 ms in mimalloc 3): a few hundred MiB whatever
-//!   the limit, inside the 20 % over a limit of 4 GiB or more but not over 1 GiB. SF1
-//!   `lineitem` on the CPU backend (docs/performance.md, session 31), peak RSS:
+//!   the limit, inside the 20 % over a limit of 4 GiB or more but not over 1 GiB. Peak RSS
+//!   of `lineitem` on the CPU backend (docs/performance.md, session 31; the last column
+//!   with the pool's floor as well):
 //!
-//!   | limit | defaults | no huge pages, purged after 250 ms | no huge pages, purged at once |
+//!   | input, limit | defaults | no huge pages, 250 ms | no huge pages, purged at once |
 //!   | --- | --- | --- | --- |
-//!   | 400 MiB | 787 to 942 MiB | | 408 to 442 MiB (20 % slower) |
-//!   | 1 GiB | 1 264 to 1 335 MiB | 976 to 1 084 MiB (no slower) | 855 to 862 MiB (35 % slower) |
+//!   | SF1, 400 MiB | 745 to 1 093 MiB | | 392 to 442 MiB |
+//!   | SF1, 1 GiB | 1 194 to 1 374 MiB | 976, 1 084 MiB | 855 to 879 MiB (slower) |
+//!   | SF4, 1 GiB | 1 792 MiB | 1 228, 1 264 MiB | 876, 924 MiB (40 s, not 25) |
+//!   | SF4, 2 GiB | 2 471 MiB | 1 947, 1 980 MiB (no slower) | |
 //!
-//!   So under 1 GiB freed memory is purged at once ([`purge_delay_ms`]), and from 1 GiB
-//!   after 250 ms; large limits keep the defaults.
+//!   So under 2 GiB freed memory is purged at once ([`purge_delay_ms`]), and from 2 GiB
+//!   after 250 ms; large limits keep the defaults. The default limit (half the memory) is
+//!   a limit like any other: on a host of less than 8 GiB it is small.
 //! - **Idle page-locked regions** of the device gather (`GPUSORT_HOST_IDLE_BYTES`, by
 //!   default up to 4 GiB kept for reuse): [`memory::idle_regions_bytes`] of the limit
 //!   unless the variable is set.
 
-use gpusort::pipeline::memory;
+use std::ffi::c_long;
 
-/// Applies the setting for a job under `memory_limit`. Call it before any thread starts:
-/// it sets an environment variable.
-pub fn bound_for_limit(memory_limit: Option<usize>) {
+use gpusort::pipeline::memory;
+use libmimalloc_sys::{mi_option_get, mi_option_set};
+
+/// Applies the settings for a job under `memory_limit`, `given` on the command line (or
+/// else the default limit). Call it before any other thread starts: it sets an environment
+/// variable and options of the allocator.
+pub fn bound_for_limit(memory_limit: Option<usize>, given: bool) {
     let Some(limit) = memory_limit else {
         return;
     };
-    if limit < memory::SMALLEST_HELD_LIMIT {
+    if given && limit < memory::SMALLEST_HELD_LIMIT {
         log::warn!(
             "a memory limit of {} MiB is below the {} MiB that jobs were seen to keep their \
              peak within (plus 20 %): the job runs, but may hold more than that",
@@ -42,7 +50,12 @@ pub fn bound_for_limit(memory_limit: Option<usize>) {
         );
     }
     if memory::is_small_limit(limit) {
-        keep_freed_memory_briefly(purge_delay_ms(limit));
+        purge_sooner_without_huge_pages(purge_delay_ms(limit));
+    }
+    if std::env::var_os("GPUSORT_TRACE").is_some() {
+        // SAFETY: reads options.
+        let (delay, thp) = unsafe { (mi_option_get(PURGE_DELAY), mi_option_get(ALLOW_THP)) };
+        eprintln!("process: mimalloc purge_delay {delay} ms, allow_thp {thp}");
     }
     if std::env::var_os("GPUSORT_HOST_IDLE_BYTES").is_none() {
         std::env::set_var(
@@ -54,14 +67,15 @@ pub fn bound_for_limit(memory_limit: Option<usize>) {
 
 /// `mi_option_purge_delay` and `mi_option_allow_thp` of mimalloc 3's `mi_option_e`
 /// (`include/mimalloc.h`), which the `-sys` crate does not name. A new mimalloc must be
-/// checked against that header: the build stops here when its option count changes.
+/// checked against that header: the build stops here when the crate's count of options
+/// changes, and the unit test below checks the two options' defaults.
 const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 const ALLOW_THP: libmimalloc_sys::mi_option_t = 43;
 const _: () = assert!(libmimalloc_sys::_mi_option_last == 47);
 
 /// How long mimalloc may keep freed memory under a [small](memory::SMALL_LIMIT) limit
 /// `limit`: not at all under 2 GiB, 250 ms from there.
-pub fn purge_delay_ms(limit: usize) -> i64 {
+pub fn purge_delay_ms(limit: usize) -> c_long {
     if limit < 2 << 30 {
         0
     } else {
@@ -70,19 +84,21 @@ pub fn purge_delay_ms(limit: usize) -> i64 {
 }
 
 /// Has mimalloc give freed memory back to the kernel after `delay_ms`, and stops
-/// transparent huge pages for this process. A `MIMALLOC_PURGE_DELAY` or
-/// `MIMALLOC_ALLOW_THP` set in the environment still wins (mimalloc read them when the
-/// process started).
-fn keep_freed_memory_briefly(delay_ms: i64) {
-    use libmimalloc_sys::mi_option_set;
-    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
-        // SAFETY: sets an option mimalloc reads at each purge; any thread may call it.
-        unsafe { mi_option_set(PURGE_DELAY, delay_ms as _) };
+/// transparent huge pages for this process. What the environment sets for either
+/// (`MIMALLOC_PURGE_DELAY` or its old name `MIMALLOC_RESET_DELAY`, `MIMALLOC_ALLOW_THP`,
+/// in any case, as mimalloc reads them) still wins.
+fn purge_sooner_without_huge_pages(delay_ms: c_long) {
+    if !mimalloc_variable_set(&["MIMALLOC_PURGE_DELAY", "MIMALLOC_RESET_DELAY"]) {
+        // SAFETY: a plain write of an option mimalloc reads at each purge; no other thread
+        // runs yet (see `bound_for_limit`).
+        unsafe { mi_option_set(PURGE_DELAY, delay_ms) };
     }
-    if std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {
+    if !mimalloc_variable_set(&["MIMALLOC_ALLOW_THP"]) {
         // mimalloc asks for huge pages on each new mapping unless this option is off; the
-        // kernel (THP "always") would still give them, unless the process opts out.
-        // SAFETY: as above; `prctl(PR_SET_THP_DISABLE)` changes only this process.
+        // kernel (THP "always") would still give them, also to the arena mimalloc mapped
+        // before `main`, unless the process opts out (a flag its children would inherit;
+        // `gpusort sort` starts none).
+        // SAFETY: as above; `prctl(PR_SET_THP_DISABLE)` changes no memory.
         unsafe {
             mi_option_set(ALLOW_THP, 0);
             #[cfg(target_os = "linux")]
@@ -91,40 +107,38 @@ fn keep_freed_memory_briefly(delay_ms: i64) {
     }
 }
 
+/// Whether the environment sets one of mimalloc's variables `names` (compared as mimalloc
+/// does, without regard to case).
+fn mimalloc_variable_set(names: &[&str]) -> bool {
+    std::env::vars_os().any(|(key, _)| {
+        key.to_str()
+            .is_some_and(|key| names.iter().any(|name| key.eq_ignore_ascii_case(name)))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use libmimalloc_sys::mi_option_get;
 
+    /// Reads only: the options are set by the command (`tests/pipeline.rs` checks them
+    /// through `GPUSORT_TRACE`), not in this test binary, whose other tests share the
+    /// process.
     #[test]
-    fn a_small_limit_purges_sooner_without_huge_pages() {
+    fn small_limits_purge_sooner_and_the_option_indices_name_the_options_meant() {
         assert_eq!(purge_delay_ms(400 << 20), 0);
         assert_eq!(purge_delay_ms((2 << 30) - 1), 0);
         assert_eq!(purge_delay_ms(2 << 30), 250);
         assert_eq!(purge_delay_ms((4 << 30) - 1), 250);
-        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some()
-            || std::env::var_os("MIMALLOC_ALLOW_THP").is_some()
-        {
+        if mimalloc_variable_set(&[
+            "MIMALLOC_PURGE_DELAY",
+            "MIMALLOC_RESET_DELAY",
+            "MIMALLOC_ALLOW_THP",
+        ]) {
             return;
         }
         // SAFETY: reads options.
         let defaults = unsafe { (mi_option_get(PURGE_DELAY), mi_option_get(ALLOW_THP)) };
-        // mimalloc 3's defaults: the indices name the options meant.
+        // mimalloc 3's defaults of `purge_delay` and `allow_thp`.
         assert_eq!(defaults, (1000, 1));
-        // A large limit keeps them.
-        bound_for_limit(Some(4 << 30));
-        // SAFETY: as above.
-        let kept = unsafe { (mi_option_get(PURGE_DELAY), mi_option_get(ALLOW_THP)) };
-        assert_eq!(kept, defaults);
-        bound_for_limit(Some(512 << 20));
-        // SAFETY: as above.
-        let set = unsafe { (mi_option_get(PURGE_DELAY), mi_option_get(ALLOW_THP)) };
-        assert_eq!(set, (0, 0));
-        #[cfg(target_os = "linux")]
-        // SAFETY: reads this process's flag.
-        assert_eq!(
-            unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) },
-            1
-        );
     }
 }
