@@ -12,19 +12,19 @@
 //!   (the untouched rest of every huge page a job touches stays resident) and keeps freed
 //!   pages for a second (`purge_delay`, 1000 ms in mimalloc 3): a few hundred MiB whatever
 //!   the limit, inside the 20 % over a limit of 4 GiB or more but not over 1 GiB. Peak RSS
-//!   of `lineitem` on the CPU backend (docs/performance.md, session 31; the last column
-//!   with the pool's floor as well):
+//!   of `lineitem` on the CPU backend, by purge delay (docs/performance.md, session 31):
 //!
-//!   | input, limit | defaults | no huge pages, 250 ms | no huge pages, purged at once |
-//!   | --- | --- | --- | --- |
-//!   | SF1, 400 MiB | 745 to 1 093 MiB | | 392 to 442 MiB |
-//!   | SF1, 1 GiB | 1 194 to 1 374 MiB | 976, 1 084 MiB | 855 to 879 MiB (slower) |
-//!   | SF4, 1 GiB | 1 792 MiB | 1 228, 1 264 MiB | 876, 924 MiB (40 s, not 25) |
-//!   | SF4, 2 GiB | 2 471 MiB | 1 947, 1 980 MiB (no slower) | |
+//!   | input, limit | defaults | 250 ms | 10 ms | at once |
+//!   | --- | --- | --- | --- | --- |
+//!   | SF1, 400 MiB | 745 to 1 093 MiB | | 535, 586 MiB | 392 to 442 MiB |
+//!   | SF1, 1 GiB | 1 194 to 1 374 MiB | 976, 1 084 MiB | 967, 969 MiB | 855 to 879 MiB |
+//!   | SF4, 1 GiB | 1 792 MiB, 25 s | 1 228, 1 264 MiB | 999, 1 022 MiB, 31 s | 876, 924 MiB, 40 s |
+//!   | SF4, 2 GiB | 2 471 MiB | 1 947, 1 980 MiB, 25 s | | |
 //!
-//!   So under 2 GiB freed memory is purged at once ([`purge_delay_ms`]), and from 2 GiB
-//!   after 250 ms; large limits keep the defaults. The default limit (half the memory) is
-//!   a limit like any other: on a host of less than 8 GiB it is small.
+//!   (no huge pages in the last three columns; SF4 with the pool's floor as well). So freed
+//!   memory is purged at once under 1 GiB, after 10 ms under 2 GiB and after 250 ms up to
+//!   4 GiB ([`purge_delay_ms`]); large limits keep the defaults. The default limit (half
+//!   the memory) is a limit like any other: on a host of less than 8 GiB it is small.
 //! - **Idle page-locked regions** of the device gather (`GPUSORT_HOST_IDLE_BYTES`, by
 //!   default up to 4 GiB kept for reuse): [`memory::idle_regions_bytes`] of the limit
 //!   unless the variable is set.
@@ -74,10 +74,12 @@ const ALLOW_THP: libmimalloc_sys::mi_option_t = 43;
 const _: () = assert!(libmimalloc_sys::_mi_option_last == 47);
 
 /// How long mimalloc may keep freed memory under a [small](memory::SMALL_LIMIT) limit
-/// `limit`: not at all under 2 GiB, 250 ms from there.
+/// `limit`: not at all under 1 GiB, 10 ms under 2 GiB, 250 ms from there.
 pub fn purge_delay_ms(limit: usize) -> c_long {
-    if limit < 2 << 30 {
+    if limit < 1 << 30 {
         0
+    } else if limit < 2 << 30 {
+        10
     } else {
         250
     }
@@ -126,7 +128,9 @@ mod tests {
     #[test]
     fn small_limits_purge_sooner_and_the_option_indices_name_the_options_meant() {
         assert_eq!(purge_delay_ms(400 << 20), 0);
-        assert_eq!(purge_delay_ms((2 << 30) - 1), 0);
+        assert_eq!(purge_delay_ms((1 << 30) - 1), 0);
+        assert_eq!(purge_delay_ms(1 << 30), 10);
+        assert_eq!(purge_delay_ms((2 << 30) - 1), 10);
         assert_eq!(purge_delay_ms(2 << 30), 250);
         assert_eq!(purge_delay_ms((4 << 30) - 1), 250);
         if mimalloc_variable_set(&[
