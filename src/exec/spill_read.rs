@@ -200,13 +200,17 @@ enum Frame {
 
 /// The frame `bytes` start with; `None` until they hold a whole one.
 fn frame_at(bytes: &[u8]) -> Result<Option<Frame>> {
-    let (prefix, length_at) = match bytes.get(..4) {
-        None => return Ok(None),
-        Some(first) if first == CONTINUATION => (8, 4),
-        // Streams of before the continuation marker: the length comes first.
-        Some(_) => (4, 0),
+    // DataFusion's writer puts the continuation marker before every length (IPC V5).
+    const PREFIX: usize = 8;
+    let Some(marker) = bytes.get(..4) else {
+        return Ok(None);
     };
-    let Some(length) = bytes.get(length_at..length_at + 4) else {
+    if marker != CONTINUATION {
+        return Err(exec_datafusion_err!(
+            "gpusort: a spill file's message does not start with the continuation marker"
+        ));
+    }
+    let Some(length) = bytes.get(4..PREFIX) else {
         return Ok(None);
     };
     let meta_length = i32::from_le_bytes(length.try_into().expect("4 bytes"));
@@ -216,8 +220,8 @@ fn frame_at(bytes: &[u8]) -> Result<Option<Frame>> {
     if meta_length == 0 {
         return Ok(Some(Frame::End));
     }
-    let meta_bytes = prefix + meta_length;
-    let Some(metadata) = bytes.get(prefix..meta_bytes) else {
+    let meta_bytes = PREFIX + meta_length;
+    let Some(metadata) = bytes.get(PREFIX..meta_bytes) else {
         return Ok(None);
     };
     let message = root_as_message(metadata)
