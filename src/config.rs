@@ -213,6 +213,11 @@ extensions_options! {
         /// one sort for all partitions (with `combine_partitions`), instead of having every
         /// row copied into per-partition batches first.
         pub absorb_repartition: bool, default = true
+        /// Window functions directly above a gpusort sort are computed by gpusort
+        /// (`SortedWindowExec`, on all cores) where it computes every expression of the
+        /// window node (default true); false, or an expression it does not compute: a
+        /// DataFusion window operator, as `whole_partition_windows` says.
+        pub window_functions: bool, default = true
         /// A window computed directly above a gpusort sort runs as DataFusion's
         /// `WindowAggExec` (a whole partition at once, vectorized) instead of the
         /// row-at-a-time `BoundedWindowAggExec`.
@@ -315,6 +320,7 @@ mod tests {
             "device_gather_min_rows",
             "combine_partitions",
             "absorb_repartition",
+            "window_functions",
             "whole_partition_windows",
             "window_batch_rows",
             "device_memory_limit",

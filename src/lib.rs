@@ -64,6 +64,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 pub use config::{parse_bytes, AlgorithmChoice, BackendChoice, DeviceMemoryLimit, GpuSortConfig};
 pub use exec::GpuSortExec;
 pub use planner::{DeclineReason, GpuSortRule, SortDecision};
+pub use window::SortedWindowExec;
 
 /// Registers gpusort in a [`SessionStateBuilder`].
 pub trait SessionStateBuilderExt {

@@ -49,7 +49,7 @@ use crate::backend::{resolve_backend, resolve_planning_backend};
 use crate::config::GpuSortConfig;
 use crate::exec::{GpuSortExec, GpuSortOptions, HashRouting};
 use crate::keys::unsupported_reason;
-use crate::window::windows_over_sorts;
+use crate::window::{windows_over_sorts, WindowDecision, WindowDecline};
 use shapes::{merge_over_partition_sorts, sort_over_coalesce, GatheredSort};
 
 mod shapes;
@@ -70,6 +70,10 @@ pub enum DeclineReason {
         /// What is wrong with its type.
         reason: String,
     },
+    /// A window over a gpusort sort: `gpu_sort.window_functions = false`.
+    WindowFunctionsOff,
+    /// A window over a gpusort sort has an expression gpusort does not compute.
+    UnsupportedWindow(String),
     /// The input is estimated smaller than `gpu_sort.min_rows`.
     TooSmall {
         /// The estimate.
@@ -89,6 +93,8 @@ impl fmt::Display for DeclineReason {
             ),
             Self::NoBackend(why) => write!(f, "no usable sort backend: {why}"),
             Self::UnsupportedKey { expr, reason } => write!(f, "key {expr}: {reason}"),
+            Self::WindowFunctionsOff => write!(f, "gpu_sort.window_functions = false"),
+            Self::UnsupportedWindow(reason) => write!(f, "{reason}"),
             Self::TooSmall {
                 estimated_rows,
                 min_rows,
@@ -115,6 +121,21 @@ impl fmt::Display for SortDecision {
             Ok(backend) => write!(f, "replaced {} (backend {backend})", self.sort),
             Err(reason) => write!(f, "kept {}: {reason}", self.sort),
         }
+    }
+}
+
+impl SortDecision {
+    /// The decision on a window over a gpusort sort, logged.
+    fn of_window(window: WindowDecision) -> Self {
+        let decision = Self {
+            sort: window.window,
+            outcome: window.outcome.map_err(|decline| match decline {
+                WindowDecline::Off => DeclineReason::WindowFunctionsOff,
+                WindowDecline::Unsupported(reason) => DeclineReason::UnsupportedWindow(reason),
+            }),
+        };
+        log::info!("gpusort: {decision}");
+        decision
     }
 }
 
@@ -379,10 +400,14 @@ impl PhysicalOptimizerRule for GpuSortRule {
                 }
             })?
             .data;
-        let plan = if settings.enabled && settings.whole_partition_windows {
-            windows_over_sorts(plan, settings.window_batch_rows)?
-        } else {
-            plan
+        let plan = match settings.enabled {
+            true => {
+                let mut windows = Vec::new();
+                let plan = windows_over_sorts(plan, &settings, &mut windows)?;
+                decisions.extend(windows.into_iter().map(SortDecision::of_window));
+                plan
+            }
+            false => plan,
         };
 
         if let Ok(mut last) = self.last_decisions.lock() {
