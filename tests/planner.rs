@@ -290,6 +290,10 @@ fn pooled_session(
         .with_memory_pool(pool)
         .build_arc()
         .unwrap();
+    // A window's sort hands over batches of the session's size, so a consumer that
+    // stalls at the first one leaves the rest buffered in the sort.
+    let mut settings = GpuSortConfig::forced_cpu();
+    settings.window_batch_rows = 0;
     let state = SessionStateBuilder::new()
         .with_config(
             SessionConfig::new()
@@ -298,7 +302,7 @@ fn pooled_session(
         )
         .with_runtime_env(Arc::clone(&runtime))
         .with_default_features()
-        .with_gpu_sort(GpuSortConfig::forced_cpu())
+        .with_gpu_sort(settings)
         .build();
     let ctx = SessionContext::new_with_state(state);
     ctx.register_table("t", Arc::new(table(rows, partitions)))
