@@ -40,6 +40,37 @@ QUERIES = {
     "Q10": f"SELECT {KEYS4}, {WIDE} FROM lineitem ORDER BY {KEYS4}",
     "Q11": "SELECT l_shipmode, l_comment, l_partkey FROM lineitem ORDER BY l_shipmode",
 }
+# `gpusort bench tpch --suite windows`: the same SQL, word for word.
+SHIP3 = "l_shipdate, l_orderkey, l_linenumber"
+WINDOW_QUERIES = {
+    "W0": f"SELECT l_orderkey, l_linenumber, l_shipdate, l_extendedprice FROM lineitem ORDER BY {SHIP3}",
+    "W1": "SELECT l_suppkey, l_orderkey, l_linenumber, l_extendedprice, rank() OVER "
+    "(PARTITION BY l_suppkey ORDER BY l_extendedprice DESC) AS w FROM lineitem",
+    "W2": "SELECT * FROM (SELECT l_partkey, l_orderkey, l_linenumber, l_extendedprice, "
+    "row_number() OVER (PARTITION BY l_partkey ORDER BY l_extendedprice DESC, "
+    "l_orderkey, l_linenumber) AS w FROM lineitem) WHERE w <= 3",
+    "W3": "SELECT l_orderkey, l_linenumber, l_shipdate, sum(l_extendedprice) OVER "
+    f"(ORDER BY {SHIP3} ROWS BETWEEN 6 PRECEDING AND CURRENT ROW) AS w FROM lineitem",
+    "W4": "SELECT l_orderkey, l_linenumber, lag(l_extendedprice) OVER (PARTITION BY "
+    "l_orderkey ORDER BY l_linenumber) AS w FROM lineitem",
+    "W5": "SELECT l_orderkey, l_extendedprice FROM lineitem "
+    "ORDER BY l_extendedprice DESC, l_orderkey LIMIT 100",
+    "W6": "SELECT l_comment, l_orderkey FROM lineitem ORDER BY l_comment LIMIT 1000000",
+    "W7": "SELECT l_orderkey, l_linenumber, l_shipdate, sum(l_extendedprice) OVER "
+    f"(ORDER BY {SHIP3} ROWS UNBOUNDED PRECEDING) AS w FROM lineitem",
+    "W8": "SELECT l_orderkey, l_linenumber, l_shipdate, row_number() OVER "
+    f"(ORDER BY {SHIP3}) AS w FROM lineitem",
+    "W9": "SELECT l_suppkey, l_orderkey, l_linenumber, l_shipdate, l_extendedprice "
+    "FROM lineitem ORDER BY l_suppkey, l_shipdate, l_orderkey, l_linenumber",
+    "W10": "SELECT l_suppkey, l_orderkey, l_linenumber, "
+    "sum(l_quantity) OVER w AS s, avg(l_extendedprice) OVER w AS a, "
+    "min(l_discount) OVER w AS mn, max(l_extendedprice) OVER w AS mx, "
+    "count(*) OVER w AS c FROM lineitem WINDOW w AS (PARTITION BY l_suppkey "
+    f"ORDER BY {SHIP3} ROWS BETWEEN 10 PRECEDING AND CURRENT ROW)",
+    "W11": "SELECT l_orderkey, l_linenumber, l_shipdate, sum(l_quantity) OVER "
+    "(PARTITION BY l_shipmode ORDER BY l_shipdate) AS w FROM lineitem",
+}
+QUERIES.update(WINDOW_QUERIES)
 
 
 def main():

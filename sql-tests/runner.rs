@@ -12,8 +12,9 @@
 //!   `CoalescePartitionsExec` without a LIMIT (the one sort that replaces a sort over
 //!   partitions reads them itself, `src/planner/shapes.rs`); window operators are compared by their first window
 //!   expression only, since a streaming window (`BoundedWindowAggExec`) above a replaced
-//!   sort becomes a whole-partition one (`WindowAggExec`, `gpu_sort.whole_partition_windows`)
-//!   and the two print their expressions differently.
+//!   sort becomes gpusort's own (`SortedWindowExec`, `gpu_sort.window_functions`) or a
+//!   whole-partition one (`WindowAggExec`, `gpu_sort.whole_partition_windows`), and they
+//!   print their expressions differently.
 //!
 //! Environment:
 //! - `GPUSORT_SLT_FILTER=name` runs only files whose name contains `name`;
@@ -111,13 +112,18 @@ fn without_sort_operators(lines: impl Iterator<Item = String>) -> Vec<String> {
 /// A window operator's line as `window: <its first window expression>`; other lines as
 /// they are.
 fn window_operator(line: &str) -> String {
-    let expressions = ["BoundedWindowAggExec: wdw=[", "WindowAggExec: wdw=["]
-        .iter()
-        .find_map(|op| line.strip_prefix(op));
+    let expressions = [
+        "BoundedWindowAggExec: wdw=[",
+        "WindowAggExec: wdw=[",
+        "SortedWindowExec: wdw=[",
+    ]
+    .iter()
+    .find_map(|op| line.strip_prefix(op));
     match expressions {
         Some(rest) => {
             let first = rest.split(": Field {").next().unwrap_or(rest);
             let first = first.split(": Ok(Field {").next().unwrap_or(first);
+            let first = first.split(": frame ").next().unwrap_or(first);
             format!("window: {first}")
         }
         None => line.to_string(),

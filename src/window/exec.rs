@@ -123,7 +123,7 @@ impl DisplayAs for SortedWindowExec {
             .iter()
             .map(|e| {
                 let frame = e.get_window_frame();
-                format!("{}: {frame}", e.name())
+                format!("{}: frame {frame}", e.name())
             })
             .collect();
         match t {

@@ -42,10 +42,99 @@ pub struct TpchBench {
     /// Rows per Parquet row group.
     #[arg(long, default_value_t = 1_048_576)]
     pub row_group_rows: usize,
+    /// Which queries: `sort` (DataFusion's sort_tpch) or `windows` (window functions and
+    /// large LIMITs over the same table, with the plain ORDER BY they build on).
+    /// `limits`: ORDER BY .. LIMIT k for k from 10^3 to 10^6 on a fixed-width and on a
+    /// string key, where DataFusion's TopK heap and gpusort's sort cross over.
+    #[arg(long, default_value = "sort", value_parser = ["sort", "windows", "limits"])]
+    pub suite: String,
     /// How the queries are run.
     #[command(flatten)]
     pub runs: QueryRuns,
 }
+
+/// Window functions and LIMITs over `lineitem` (`--suite windows`): the shapes users run,
+/// and the plain sorts they build on (W0, W9), to set each window beside.
+const WINDOW_QUERIES: [Query; 12] = [
+    Query {
+        name: "W0",
+        sql: "SELECT l_orderkey, l_linenumber, l_shipdate, l_extendedprice FROM lineitem \
+              ORDER BY l_shipdate, l_orderkey, l_linenumber",
+        ordered_by: &["l_shipdate", "l_orderkey", "l_linenumber"],
+    },
+    Query {
+        name: "W1",
+        sql: "SELECT l_suppkey, l_orderkey, l_linenumber, l_extendedprice, rank() OVER \
+              (PARTITION BY l_suppkey ORDER BY l_extendedprice DESC) AS w FROM lineitem",
+        ordered_by: &[],
+    },
+    Query {
+        name: "W2",
+        sql: "SELECT * FROM (SELECT l_partkey, l_orderkey, l_linenumber, l_extendedprice, \
+              row_number() OVER (PARTITION BY l_partkey ORDER BY l_extendedprice DESC, \
+              l_orderkey, l_linenumber) AS w FROM lineitem) WHERE w <= 3",
+        ordered_by: &[],
+    },
+    Query {
+        name: "W3",
+        sql: "SELECT l_orderkey, l_linenumber, l_shipdate, sum(l_extendedprice) OVER \
+              (ORDER BY l_shipdate, l_orderkey, l_linenumber ROWS BETWEEN 6 PRECEDING AND \
+              CURRENT ROW) AS w FROM lineitem",
+        ordered_by: &[],
+    },
+    Query {
+        name: "W4",
+        sql: "SELECT l_orderkey, l_linenumber, lag(l_extendedprice) OVER (PARTITION BY \
+              l_orderkey ORDER BY l_linenumber) AS w FROM lineitem",
+        ordered_by: &[],
+    },
+    Query {
+        name: "W5",
+        sql: "SELECT l_orderkey, l_extendedprice FROM lineitem \
+              ORDER BY l_extendedprice DESC, l_orderkey LIMIT 100",
+        ordered_by: &["l_extendedprice", "l_orderkey"],
+    },
+    Query {
+        name: "W6",
+        sql: "SELECT l_comment, l_orderkey FROM lineitem ORDER BY l_comment LIMIT 1000000",
+        ordered_by: &["l_comment"],
+    },
+    Query {
+        name: "W7",
+        sql: "SELECT l_orderkey, l_linenumber, l_shipdate, sum(l_extendedprice) OVER \
+              (ORDER BY l_shipdate, l_orderkey, l_linenumber ROWS UNBOUNDED PRECEDING) AS w \
+              FROM lineitem",
+        ordered_by: &[],
+    },
+    Query {
+        name: "W8",
+        sql: "SELECT l_orderkey, l_linenumber, l_shipdate, row_number() OVER \
+              (ORDER BY l_shipdate, l_orderkey, l_linenumber) AS w FROM lineitem",
+        ordered_by: &[],
+    },
+    Query {
+        name: "W9",
+        sql: "SELECT l_suppkey, l_orderkey, l_linenumber, l_shipdate, l_extendedprice \
+              FROM lineitem ORDER BY l_suppkey, l_shipdate, l_orderkey, l_linenumber",
+        ordered_by: &["l_suppkey", "l_shipdate", "l_orderkey", "l_linenumber"],
+    },
+    Query {
+        name: "W10",
+        sql: "SELECT l_suppkey, l_orderkey, l_linenumber, \
+              sum(l_quantity) OVER w AS s, avg(l_extendedprice) OVER w AS a, \
+              min(l_discount) OVER w AS mn, max(l_extendedprice) OVER w AS mx, \
+              count(*) OVER w AS c FROM lineitem WINDOW w AS (PARTITION BY l_suppkey \
+              ORDER BY l_shipdate, l_orderkey, l_linenumber ROWS BETWEEN 10 PRECEDING AND \
+              CURRENT ROW)",
+        ordered_by: &[],
+    },
+    Query {
+        name: "W11",
+        sql: "SELECT l_orderkey, l_linenumber, l_shipdate, sum(l_quantity) OVER \
+              (PARTITION BY l_shipmode ORDER BY l_shipdate) AS w FROM lineitem",
+        ordered_by: &[],
+    },
+];
 
 /// DataFusion's `sort_tpch` queries (benchmarks/src/sort_tpch.rs), by their numbers there.
 const QUERIES: [Query; 11] = [
@@ -117,6 +206,51 @@ const QUERIES: [Query; 11] = [
     },
 ];
 
+/// `ORDER BY .. LIMIT 10^k` over `lineitem` (`--suite limits`): L on a fixed-width key,
+/// S on a string key.
+const LIMIT_QUERIES: [Query; 8] = [
+    Query {
+        name: "L3",
+        sql: "SELECT l_orderkey, l_extendedprice FROM lineitem ORDER BY l_extendedprice DESC, l_orderkey LIMIT 1000",
+        ordered_by: &["l_extendedprice", "l_orderkey"],
+    },
+    Query {
+        name: "L4",
+        sql: "SELECT l_orderkey, l_extendedprice FROM lineitem ORDER BY l_extendedprice DESC, l_orderkey LIMIT 10000",
+        ordered_by: &["l_extendedprice", "l_orderkey"],
+    },
+    Query {
+        name: "L5",
+        sql: "SELECT l_orderkey, l_extendedprice FROM lineitem ORDER BY l_extendedprice DESC, l_orderkey LIMIT 100000",
+        ordered_by: &["l_extendedprice", "l_orderkey"],
+    },
+    Query {
+        name: "L6",
+        sql: "SELECT l_orderkey, l_extendedprice FROM lineitem ORDER BY l_extendedprice DESC, l_orderkey LIMIT 1000000",
+        ordered_by: &["l_extendedprice", "l_orderkey"],
+    },
+    Query {
+        name: "S3",
+        sql: "SELECT l_comment, l_orderkey FROM lineitem ORDER BY l_comment LIMIT 1000",
+        ordered_by: &["l_comment"],
+    },
+    Query {
+        name: "S4",
+        sql: "SELECT l_comment, l_orderkey FROM lineitem ORDER BY l_comment LIMIT 10000",
+        ordered_by: &["l_comment"],
+    },
+    Query {
+        name: "S5",
+        sql: "SELECT l_comment, l_orderkey FROM lineitem ORDER BY l_comment LIMIT 100000",
+        ordered_by: &["l_comment"],
+    },
+    Query {
+        name: "S6",
+        sql: "SELECT l_comment, l_orderkey FROM lineitem ORDER BY l_comment LIMIT 1000000",
+        ordered_by: &["l_comment"],
+    },
+];
+
 /// Generates (or finds) the files, runs the queries, prints the table.
 pub async fn run(options: &TpchBench) -> Result<()> {
     let runs = &options.runs;
@@ -140,7 +274,12 @@ pub async fn run(options: &TpchBench) -> Result<()> {
         options.files,
         dir.display()
     );
-    let queries = QUERIES.iter().filter(|q| selected(q, &runs.only));
+    let suite: &[Query] = match options.suite.as_str() {
+        "windows" => &WINDOW_QUERIES,
+        "limits" => &LIMIT_QUERIES,
+        _ => &QUERIES,
+    };
+    let queries = suite.iter().filter(|q| selected(q, &runs.only));
     let outcomes = run_queries(&session.ctx, queries, runs).await?;
     report(&outcomes, partitions, rows, runs)
 }
