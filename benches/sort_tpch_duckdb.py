@@ -55,7 +55,8 @@ WINDOW_QUERIES = {
     "l_orderkey ORDER BY l_linenumber) AS w FROM lineitem",
     "W5": "SELECT l_orderkey, l_extendedprice FROM lineitem "
     "ORDER BY l_extendedprice DESC, l_orderkey LIMIT 100",
-    "W6": "SELECT l_comment, l_orderkey FROM lineitem ORDER BY l_comment LIMIT 1000000",
+    "W6": "SELECT l_comment, l_orderkey, l_linenumber FROM lineitem "
+    "ORDER BY l_comment, l_orderkey, l_linenumber LIMIT 1000000",
     "W7": "SELECT l_orderkey, l_linenumber, l_shipdate, sum(l_extendedprice) OVER "
     f"(ORDER BY {SHIP3} ROWS UNBOUNDED PRECEDING) AS w FROM lineitem",
     "W8": "SELECT l_orderkey, l_linenumber, l_shipdate, row_number() OVER "

@@ -177,6 +177,12 @@ pub fn parse_bytes(text: &str) -> Result<usize, String> {
 /// faster than a round trip to the device.
 pub(crate) const DEFAULT_DEVICE_GATHER_MIN_ROWS: usize = 1 << 20;
 
+/// Default of `topk_min_fetch`: the LIMIT from which gpusort's sort of a fixed-width key
+/// beats DataFusion's TopK heap. On SF10 lineitem (H200, 16 cores) a LIMIT of 1,000 on a
+/// decimal key took DataFusion 0.31 s and gpusort 0.23 s; on a string key 0.54 and
+/// 0.57 s (docs/performance.md).
+pub(crate) const DEFAULT_TOPK_MIN_FETCH: usize = 1_000;
+
 /// Default rows per device run: 2^28 rows of up to 256 key bits fit any lent GPU.
 pub(crate) const DEFAULT_RUN_ROWS: usize = 1 << 28;
 
@@ -194,8 +200,13 @@ extensions_options! {
         pub run_rows: usize, default = DEFAULT_RUN_ROWS
         /// `auto`, `onesweep`, `segmented` or `locality`.
         pub algorithm: AlgorithmChoice, default = AlgorithmChoice::Auto
-        /// Also replace sorts with a LIMIT (default false: they keep DataFusion's TopK heap).
+        /// Replace every sort with a LIMIT (default false: by cost, see `topk_min_fetch`).
         pub topk: bool, default = false
+        /// With `topk = false`, a sort with a LIMIT of at least this many rows is replaced
+        /// (four times as many where a key is a string or binary column; at most a
+        /// quarter of the estimated input); smaller LIMITs keep DataFusion's TopK heap,
+        /// which is faster there. Measured on the GPU host (docs/performance.md).
+        pub topk_min_fetch: usize, default = DEFAULT_TOPK_MIN_FETCH
         /// Runs of at least this many rows have their fixed-width columns gathered into
         /// sorted order on the GPU (CUDA backend); smaller runs, and other columns, are
         /// gathered on the host.
@@ -317,6 +328,7 @@ mod tests {
             "run_rows",
             "algorithm",
             "topk",
+            "topk_min_fetch",
             "device_gather_min_rows",
             "combine_partitions",
             "absorb_repartition",

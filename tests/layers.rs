@@ -6,7 +6,7 @@
 //!  pipeline                 sorting files (uses the crate's API)
 //!  lib                      the crate root's own items: registration in a session
 //!  planner                  the optimizer rule
-//!  window                   window helpers over the operator
+//!  window                   window functions over the operator
 //!  exec                     the operator
 //!  backend                  the one place that names concrete backends
 //!  cuda                     the CUDA backend (implements sort's contract)
@@ -65,6 +65,7 @@ const ROOT_ITEMS: &[(&str, &str)] = &[
     ("BackendChoice", "config"),
     ("GpuSortConfig", "config"),
     ("GpuSortExec", "exec"),
+    ("SortedWindowExec", "window"),
     ("DeclineReason", "planner"),
     ("GpuSortRule", "planner"),
     ("SortDecision", "planner"),

@@ -120,7 +120,13 @@ async fn limit_keeps_topk_unless_asked() {
     let (ctx, rule) = session(config, 1);
     let plan = plan_of(&ctx, "SELECT * FROM t ORDER BY k LIMIT 5").await;
     assert!(plan.contains("SortExec: TopK(fetch=5)"), "{plan}");
-    assert_eq!(declined(&rule), vec![DeclineReason::TopKKept]);
+    assert_eq!(
+        declined(&rule),
+        vec![DeclineReason::TopKKept {
+            fetch: 5,
+            min_fetch: 250
+        }]
+    );
     ctx.sql("SET gpu_sort.topk = true").await.unwrap();
     let plan = plan_of(&ctx, "SELECT * FROM t ORDER BY k LIMIT 5").await;
     assert!(plan.contains("GpuSortExec: fetch=5"), "{plan}");
@@ -132,6 +138,39 @@ async fn limit_keeps_topk_unless_asked() {
         .await
         .unwrap();
     assert_eq!(rows.iter().map(|b| b.num_rows()).sum::<usize>(), 5);
+}
+
+/// Without `topk`, a LIMIT goes to gpusort by cost: from `topk_min_fetch` rows (four times
+/// as many on a string key), and from a quarter of the estimated input.
+#[tokio::test]
+async fn large_limits_go_to_gpusort_by_cost() {
+    let mut config = GpuSortConfig::forced_cpu();
+    config.topk = false;
+    config.topk_min_fetch = 40;
+    let (ctx, rule) = session(config, 1);
+    for (sql, replaced) in [
+        ("SELECT * FROM t ORDER BY k LIMIT 39", false),
+        ("SELECT * FROM t ORDER BY k LIMIT 40", true),
+        ("SELECT * FROM t ORDER BY s LIMIT 159", false),
+        ("SELECT * FROM t ORDER BY k, s LIMIT 160", true),
+    ] {
+        let plan = plan_of(&ctx, sql).await;
+        assert_eq!(plan.contains("GpuSortExec"), replaced, "{sql}\n{plan}");
+        let text = rule.last_decisions_text();
+        assert_eq!(
+            text.contains("keeps DataFusion's TopK heap"),
+            !replaced,
+            "{text}"
+        );
+    }
+    ctx.sql("SET gpu_sort.topk_min_fetch = 100000")
+        .await
+        .unwrap();
+    // 1000 rows estimated: a LIMIT of a quarter of them is nearly a full sort.
+    let plan = plan_of(&ctx, "SELECT * FROM t ORDER BY k LIMIT 250").await;
+    assert!(plan.contains("GpuSortExec: fetch=250"), "{plan}");
+    let plan = plan_of(&ctx, "SELECT * FROM t ORDER BY k LIMIT 249").await;
+    assert!(!plan.contains("GpuSortExec"), "{plan}");
 }
 
 #[tokio::test]

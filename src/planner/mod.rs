@@ -9,7 +9,7 @@
 //!  SortExec(row-wise chain(CoalescePartitionsExec(input)))
 //!                                                ──►  GpuSortExec(row-wise chain(input))
 //!  SortExec{fetch: None}                                           ──►  GpuSortExec (same partitioning)
-//!  SortExec{fetch: Some(n)}           (only with gpu_sort.topk)    ──►  GpuSortExec{fetch: n}
+//!  SortExec{fetch: Some(n)}  (n ≥ gpu_sort.topk_min_fetch, or topk) ──►  GpuSortExec{fetch: n}
 //!  SortExec{preserve_partitioning: true}(RepartitionExec(Hash(e, N))(input))
 //!                 (gpu_sort.combine_partitions and absorb_repartition) ──►  GpuSortExec(input),
 //!                                                           hash routed to Hash(e, N)
@@ -24,8 +24,17 @@
 //! their merges and repartitions, replaces each sort where it stands (the shapes above
 //! are left alone).
 //!
+//! A sort with a LIMIT is replaced by cost: DataFusion's TopK heap costs more per row the
+//! larger its limit, and it is slower on string keys (each row is converted to arrow's row
+//! format to be compared), while gpusort's sort costs the same whatever the limit. So a
+//! LIMIT of at least `gpu_sort.topk_min_fetch` rows (four times as many where a key is a
+//! string or binary column, whose sort costs gpusort more too), or of at least a quarter
+//! of the estimated input, goes to gpusort;
+//! smaller ones keep the heap, which also prunes Parquet row groups through its dynamic
+//! filter (`gpu_sort.topk = true` replaces every one).
+//!
 //! A sort is kept, for a [`DeclineReason`], when the rule is disabled, the sort has a LIMIT
-//! and `topk` is off, no backend is usable, a key type is unsupported, or the input is
+//! below that threshold, no backend is usable, a key type is unsupported, or the input is
 //! estimated below `gpu_sort.min_rows` (an unknown size counts as large). Each decision is
 //! logged at info level as `gpusort: kept <sort>: <reason>` or `gpusort: replaced <sort>`,
 //! and [`GpuSortRule::last_decisions`] returns those of the last planned query.
@@ -33,6 +42,7 @@
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
+use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::{Transformed, TreeNode};
@@ -59,8 +69,14 @@ mod shapes;
 pub enum DeclineReason {
     /// `gpu_sort.enabled = false`.
     Disabled,
-    /// The sort has a LIMIT and `gpu_sort.topk = false`.
-    TopKKept,
+    /// The sort has a LIMIT below the threshold where gpusort's sort beats DataFusion's
+    /// TopK heap, and `gpu_sort.topk = false`.
+    TopKKept {
+        /// The LIMIT.
+        fetch: usize,
+        /// The smallest LIMIT gpusort takes for these keys.
+        min_fetch: usize,
+    },
     /// No backend is usable (the text says why).
     NoBackend(String),
     /// A sort key's type cannot be encoded.
@@ -87,9 +103,10 @@ impl fmt::Display for DeclineReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Disabled => write!(f, "gpu_sort.enabled = false"),
-            Self::TopKKept => write!(
+            Self::TopKKept { fetch, min_fetch } => write!(
                 f,
-                "sort with LIMIT keeps DataFusion's TopK (set gpu_sort.topk = true to replace it)"
+                "LIMIT {fetch} keeps DataFusion's TopK heap, faster below {min_fetch} rows for \
+                 these keys (gpu_sort.topk_min_fetch; set gpu_sort.topk = true to replace it)"
             ),
             Self::NoBackend(why) => write!(f, "no usable sort backend: {why}"),
             Self::UnsupportedKey { expr, reason } => write!(f, "key {expr}: {reason}"),
@@ -302,8 +319,11 @@ impl GpuSortRule {
         if !settings.enabled {
             return Err(DeclineReason::Disabled);
         }
-        if candidate.fetch.is_some() && !settings.topk {
-            return Err(DeclineReason::TopKKept);
+        if let Some(fetch) = candidate.fetch.filter(|_| !settings.topk) {
+            let min_fetch = topk_min_fetch(candidate, settings);
+            if fetch < min_fetch {
+                return Err(DeclineReason::TopKKept { fetch, min_fetch });
+            }
         }
         // Partition-local plans run on workers that resolve their own backend.
         let backend = match self.partition_local {
@@ -342,6 +362,34 @@ impl GpuSortRule {
             device_gather_min_rows: settings.device_gather_min_rows,
             combine_partitions: settings.combine_partitions,
         })
+    }
+}
+
+/// The smallest LIMIT of `candidate` that gpusort sorts (see the module docs): the
+/// setting's, four times it where a key is variable-width, and at most a quarter of the
+/// estimated input.
+fn topk_min_fetch(candidate: &Candidate, settings: &GpuSortConfig) -> usize {
+    let schema = candidate.input.schema();
+    let has_variable_width_key = candidate.expr.iter().any(|sort_expr| {
+        sort_expr.expr.data_type(&schema).is_ok_and(|t| {
+            matches!(
+                t,
+                DataType::Utf8
+                    | DataType::LargeUtf8
+                    | DataType::Utf8View
+                    | DataType::Binary
+                    | DataType::LargeBinary
+                    | DataType::BinaryView
+            )
+        })
+    });
+    let min_fetch = match has_variable_width_key {
+        true => settings.topk_min_fetch.saturating_mul(4),
+        false => settings.topk_min_fetch,
+    };
+    match estimated_rows(&candidate.input) {
+        Some(rows) => min_fetch.min(rows.div_ceil(4).max(1)),
+        None => min_fetch,
     }
 }
 

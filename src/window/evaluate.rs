@@ -31,7 +31,6 @@ use super::frames::FrameRows;
 use super::layout::Layout;
 use super::spec::{Function, WindowFunction};
 use super::sums::{check_type, SumPrefix};
-use super::values::ValueOf;
 
 /// Fewest rows in a piece (smaller partitions are one piece).
 const MIN_PIECE_ROWS: usize = 1 << 13;
@@ -128,7 +127,12 @@ fn layouts_of(
     let mut found: HashMap<String, Arc<Layout>> = HashMap::new();
     let mut layouts = Vec::with_capacity(functions.len());
     for function in functions {
-        let key = format!("{:?} / {:?}", function.partition_by, function.order_by);
+        // Without peers the ORDER BY columns are not read (peers are then the partitions).
+        let reads_peers = function.reads_peers();
+        let key = match reads_peers {
+            true => format!("{:?} / {:?}", function.partition_by, function.order_by),
+            false => format!("{:?}", function.partition_by),
+        };
         if let Some(layout) = found.get(&key) {
             layouts.push(Arc::clone(layout));
             continue;
@@ -174,6 +178,9 @@ fn prepare(
     batches: &[RecordBatch],
     layout: &Layout,
 ) -> Result<Prepared> {
+    if function.function == Function::Count && function.has_constant_argument() {
+        return Ok(Prepared::Sums(SumPrefix::every_row()));
+    }
     let arg = match &function.arg {
         Some(arg) => column_of(batches, arg)?,
         None => return Ok(Prepared::Nothing),
@@ -204,7 +211,7 @@ fn compute(
     match (&function.function, prepared, frames.as_ref()) {
         (Function::Ranking(ranking), _, _) => Ok(ranking.evaluate(layout, lo, hi)),
         (Function::Value(value), Prepared::Argument(arg), frames) => {
-            value_of(value, arg, layout, lo, hi, frames)
+            value.evaluate(arg, layout, lo, hi, frames)
         }
         (Function::Sum, Prepared::Sums(sums), Some(frames)) => sums.sums_over(frames, output),
         (Function::Avg, Prepared::Sums(sums), Some(frames)) => sums.averages_over(frames, output),
@@ -215,15 +222,4 @@ fn compute(
             function.function
         ),
     }
-}
-
-fn value_of(
-    value: &ValueOf,
-    arg: &ArrayRef,
-    layout: &Layout,
-    lo: usize,
-    hi: usize,
-    frames: Option<&FrameRows>,
-) -> Result<ArrayRef> {
-    value.evaluate(arg, layout, lo, hi, frames)
 }

@@ -6,10 +6,17 @@
 //!            GpuSortExec                  ───►       GpuSortExec     schema and promises)
 //! ```
 //!
-//! Each output partition collects its sorted input partition (accounted in the memory
-//! pool, as DataFusion's `WindowAggExec` holds it), computes every window column on a
-//! blocking thread with rayon (`evaluate.rs`), and streams the input batches, in pieces,
-//! with those columns appended. DataFusion's window operators evaluate a window without
+//! Each output partition buffers its sorted input (accounted in the memory pool) and, once
+//! it holds [`FLUSH_ROWS`] rows or the pool is full, computes the window partitions it
+//! holds whole (all but the last, which may go on in the next batch) on a blocking thread
+//! with rayon (`evaluate.rs`), and streams those rows, in pieces, with the window columns
+//! appended; the rest when the input ends. So memory is bounded by the largest window
+//! partition, as in DataFusion's streaming window, and output starts before the input
+//! ends. Without `PARTITION BY` the whole input is one window partition, held whole.
+//!
+//! The working memory of a computation (the concatenated arguments, prefix sums and output
+//! columns: up to about 40 bytes per row and function of the rows computed at once) is not
+//! counted in the pool; the buffered input is. DataFusion's window operators evaluate a window without
 //! `PARTITION BY` on one thread, and a sliding frame one row at a time; here every
 //! function is a prefix scan or an index computation over pieces of rows in parallel.
 //!
@@ -19,7 +26,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::compute::kernels::cmp::distinct;
 use arrow::datatypes::SchemaRef;
 use datafusion::arrow;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -32,20 +40,24 @@ use datafusion::physical_plan::execution_plan::EmissionType;
 use datafusion::physical_plan::metrics::{
     BaselineMetrics, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time,
 };
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::stream::RecordBatchReceiverStream;
 use datafusion::physical_plan::windows::WindowExpr;
 use datafusion::physical_plan::{
     replace_children_if_necessary, DisplayAs, DisplayFormatType, ExecutionPlan,
     InputDistributionRequirements, PlanProperties, SendableRecordBatchStream,
 };
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
+use tokio::sync::mpsc::Sender;
 
 use super::evaluate::evaluate_partition;
+use super::layout::Runs;
 use super::spec::WindowFunction;
 
-/// Working memory counted per row and window function beyond the buffered input: the
-/// concatenated argument, prefix sums or running extremes, and the output column.
-const WORKING_BYTES_PER_ROW_AND_FUNCTION: usize = 40;
+/// Rows buffered before the whole window partitions among them are computed.
+pub(crate) const FLUSH_ROWS: usize = 1 << 22;
+
+/// Output batches that may wait for the consumer.
+const OUTPUT_CHANNEL_BATCHES: usize = 16;
 
 /// Window functions over sorted input, computed by gpusort; see the module docs.
 #[derive(Debug)]
@@ -211,19 +223,11 @@ impl ExecutionPlan for SortedWindowExec {
             baseline: BaselineMetrics::new(&self.metrics, partition),
             window_time: MetricBuilder::new(&self.metrics).subset_time("window_time", partition),
         };
-        let stream = futures::stream::once(task.run(input, reservation))
-            .map_ok(|(batches, reservation)| {
-                futures::stream::iter(batches.into_iter().map(move |batch| {
-                    // The reservation lives until the last batch is taken.
-                    let _held = &reservation;
-                    Ok(batch)
-                }))
-            })
-            .try_flatten();
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
-            Arc::clone(&self.schema),
-            stream,
-        )))
+        let mut builder =
+            RecordBatchReceiverStream::builder(Arc::clone(&self.schema), OUTPUT_CHANNEL_BATCHES);
+        let tx = builder.tx();
+        builder.spawn(async move { task.run(input, reservation, tx).await });
+        Ok(builder.build())
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
@@ -239,23 +243,68 @@ struct WindowTask {
     window_time: Time,
 }
 
+/// Sorted input batches not computed yet, and the bytes reserved for each.
+#[derive(Default)]
+struct Pending {
+    batches: Vec<(RecordBatch, usize)>,
+    rows: usize,
+}
+
 impl WindowTask {
-    /// Reads the input partition, then computes its window columns on a blocking thread.
+    /// Reads the input partition, computing whole window partitions as they are held.
     async fn run(
         self,
         mut input: SendableRecordBatchStream,
-        reservation: MemoryReservation,
-    ) -> Result<(Vec<RecordBatch>, MemoryReservation)> {
-        let mut batches = Vec::new();
-        let mut rows = 0;
+        mut reservation: MemoryReservation,
+        tx: Sender<Result<RecordBatch>>,
+    ) -> Result<()> {
+        let mut pending = Pending::default();
         while let Some(batch) = input.next().await {
             let batch = batch?;
-            reservation.try_grow(batch.get_array_memory_size())?;
-            rows += batch.num_rows();
-            batches.push(batch);
+            let bytes = batch.get_array_memory_size();
+            if reservation.try_grow(bytes).is_err() {
+                // Make room by computing the window partitions held whole.
+                self.flush(&mut pending, &mut reservation, &tx, false)
+                    .await?;
+                reservation.try_grow(bytes)?;
+            }
+            pending.rows += batch.num_rows();
+            pending.batches.push((batch, bytes));
+            if pending.rows >= FLUSH_ROWS {
+                self.flush(&mut pending, &mut reservation, &tx, false)
+                    .await?;
+            }
         }
-        drop(input);
-        reservation.try_grow(rows * self.functions.len() * WORKING_BYTES_PER_ROW_AND_FUNCTION)?;
+        self.flush(&mut pending, &mut reservation, &tx, true)
+            .await?;
+        self.baseline.done();
+        Ok(())
+    }
+
+    /// Computes and sends the pending rows up to the last window partition (all of them
+    /// when `all`), releasing the reservation of the batches computed whole.
+    async fn flush(
+        &self,
+        pending: &mut Pending,
+        reservation: &mut MemoryReservation,
+        tx: &Sender<Result<RecordBatch>>,
+        all: bool,
+    ) -> Result<()> {
+        let split = match all {
+            true => Split {
+                batch: pending.batches.len(),
+                row: 0,
+            },
+            false => match last_partition_start(&pending.batches, &self.functions[0])? {
+                Some(split) => split,
+                None => return Ok(()),
+            },
+        };
+        let (done, rest) = split_at(std::mem::take(&mut pending.batches), split);
+        pending.rows = rest.iter().map(|(b, _)| b.num_rows()).sum();
+        pending.batches = rest;
+        let released: usize = done.iter().map(|(_, bytes)| bytes).sum();
+        let batches: Vec<RecordBatch> = done.into_iter().map(|(b, _)| b).collect();
         let timer = self.window_time.clone();
         let functions = Arc::clone(&self.functions);
         let schema = Arc::clone(&self.schema);
@@ -265,9 +314,93 @@ impl WindowTask {
         })
         .await
         .map_err(|e| DataFusionError::External(Box::new(e)))??;
-        let out_rows: usize = output.iter().map(RecordBatch::num_rows).sum();
-        self.baseline.record_output(out_rows);
-        self.baseline.done();
-        Ok((output, reservation))
+        reservation.shrink(released.min(reservation.size()));
+        for batch in output {
+            self.baseline.record_output(batch.num_rows());
+            if tx.send(Ok(batch)).await.is_err() {
+                // The consumer is gone.
+                return Ok(());
+            }
+        }
+        Ok(())
     }
+}
+
+/// Where the pending batches split before their last window partition (which may go on
+/// in the next batch); `None` when they hold one window partition only.
+fn last_partition_start(
+    batches: &[(RecordBatch, usize)],
+    function: &WindowFunction,
+) -> Result<Option<Split>> {
+    if function.partition_by.is_empty() {
+        return Ok(None);
+    }
+    let keys = |batch: &RecordBatch| -> Result<Vec<ArrayRef>> {
+        function
+            .partition_by
+            .iter()
+            .map(|e| e.evaluate(batch)?.into_array(batch.num_rows()))
+            .collect()
+    };
+    let mut next_first: Option<Vec<ArrayRef>> = None;
+    for (index, (batch, _)) in batches.iter().enumerate().rev() {
+        if batch.num_rows() == 0 {
+            continue;
+        }
+        let columns = keys(batch)?;
+        let rows = batch.num_rows();
+        if let Some(first) = &next_first {
+            // The batch after this one starts a new partition unless its first row equals
+            // this batch's last one.
+            let last: Vec<ArrayRef> = columns.iter().map(|c| c.slice(rows - 1, 1)).collect();
+            if rows_differ(&last, first)? {
+                return Ok(Some(Split {
+                    batch: index + 1,
+                    row: 0,
+                }));
+            }
+        }
+        let runs = Runs::of_equal_rows(&columns, rows)?;
+        let last_start = runs.start(runs.len() - 1);
+        if last_start > 0 {
+            return Ok(Some(Split {
+                batch: index,
+                row: last_start,
+            }));
+        }
+        next_first = Some(columns.iter().map(|c| c.slice(0, 1)).collect());
+    }
+    Ok(None)
+}
+
+/// Whether two one-row column sets differ.
+fn rows_differ(a: &[ArrayRef], b: &[ArrayRef]) -> Result<bool> {
+    for (x, y) in a.iter().zip(b) {
+        if distinct(x, y)?.value(0) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// A cut of the pending batches: batches before `batch` whole, and `row` rows of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Split {
+    batch: usize,
+    row: usize,
+}
+
+/// The batches before `split`, and those from it on. A batch that is cut keeps its
+/// reservation with the rest (its buffers are shared by both halves).
+fn split_at(
+    mut batches: Vec<(RecordBatch, usize)>,
+    Split { batch, row }: Split,
+) -> (Vec<(RecordBatch, usize)>, Vec<(RecordBatch, usize)>) {
+    let mut rest = batches.split_off(batch.min(batches.len()));
+    if row > 0 {
+        let (head, bytes) = rest.remove(0);
+        batches.push((head.slice(0, row), 0));
+        rest.insert(0, (head.slice(row, head.num_rows() - row), bytes));
+    }
+    (batches, rest)
 }

@@ -17,10 +17,11 @@
 //! ordering and partitioning; `gpu_sort.whole_partition_windows = false` keeps the
 //! streaming operator.
 //!
-//! Either way the sort below emits each sorted run in batches of up to
+//! For `WindowAggExec` the sort below emits each sorted run in batches of up to
 //! `gpu_sort.window_batch_rows` rows (16 Mi by default; 0: the session's batch size): a
-//! partition of up to that many rows reaches the window as one batch, which neither
-//! window copies again (arrow's concatenation of a single batch is a slice).
+//! partition of up to that many rows reaches the window as one batch, which it does not
+//! copy again (arrow's concatenation of a single batch is a slice). `SortedWindowExec`
+//! never concatenates its input batches, and takes batches of 128 Ki rows.
 
 use std::sync::Arc;
 
@@ -32,6 +33,10 @@ use datafusion::physical_plan::{displayable, ExecutionPlan, InputOrderMode};
 use super::exec::SortedWindowExec;
 use crate::config::GpuSortConfig;
 use crate::exec::GpuSortExec;
+
+/// Rows per batch a sort hands `SortedWindowExec`: enough that per-batch work is small,
+/// few enough that the window buffers its input in steps the memory pool can refuse.
+const SORTED_WINDOW_BATCH_ROWS: usize = 1 << 17;
 
 /// Name of the window backend in decisions.
 const WINDOW_BACKEND: &str = "gpusort windows (all cores)";
@@ -110,19 +115,22 @@ fn window_over_sort(
         .to_string()
         .trim()
         .to_string();
-    let sort = match settings.window_batch_rows {
-        0 => window.sort.clone(),
-        rows => window.sort.clone().with_run_batch_rows(rows),
-    };
-    let sort: Arc<dyn ExecutionPlan> = Arc::new(sort);
     let outcome = match settings.window_functions {
         false => Err(WindowDecline::Off),
-        true => SortedWindowExec::try_new(
-            Arc::clone(node),
-            window.window_expr.to_vec(),
-            Arc::clone(&sort),
-        )
-        .map_err(WindowDecline::Unsupported),
+        true => {
+            // Batches of a bounded size: the window's input is buffered, accounted, by
+            // the batch.
+            let sort = window
+                .sort
+                .clone()
+                .with_run_batch_rows(SORTED_WINDOW_BATCH_ROWS);
+            SortedWindowExec::try_new(
+                Arc::clone(node),
+                window.window_expr.to_vec(),
+                Arc::new(sort),
+            )
+            .map_err(WindowDecline::Unsupported)
+        }
     };
     let (replacement, outcome) = match outcome {
         Ok(exec) => (
@@ -130,8 +138,12 @@ fn window_over_sort(
             Ok(WINDOW_BACKEND),
         ),
         Err(reason) => {
+            let sort = match settings.window_batch_rows {
+                0 => window.sort.clone(),
+                rows => window.sort.clone().with_run_batch_rows(rows),
+            };
             let whole = match window.is_streaming && settings.whole_partition_windows {
-                true => whole_partition_window(node, window.window_expr, sort)?,
+                true => whole_partition_window(node, window.window_expr, Arc::new(sort))?,
                 false => None,
             };
             (whole, Err(reason))

@@ -89,6 +89,28 @@ impl WindowFunction {
         })
     }
 
+    /// Whether the function reads peer groups (rows equal on `ORDER BY`): ranks that
+    /// count them, and `RANGE` or `GROUPS` frames. `ROWS` frames, `row_number`, `ntile`
+    /// and `lag`/`lead` read only the window partitions.
+    pub(crate) fn reads_peers(&self) -> bool {
+        match &self.function {
+            Function::Ranking(ranking) => {
+                !matches!(ranking, Ranking::RowNumber | Ranking::Ntile(_))
+            }
+            Function::Value(ValueOf::Shifted { .. }) => false,
+            _ => self.frame.units != Units::Rows,
+        }
+    }
+
+    /// Whether the argument is a non-null literal (`count(*)` is `count(1)`): every row
+    /// counts, and the argument need not be evaluated.
+    pub(crate) fn has_constant_argument(&self) -> bool {
+        self.arg
+            .as_ref()
+            .and_then(|arg| arg.downcast_ref::<Literal>())
+            .is_some_and(|literal| !literal.value().is_null())
+    }
+
     /// Whether the function reads its frame.
     pub(crate) fn reads_frame(&self) -> bool {
         match &self.function {

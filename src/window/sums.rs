@@ -52,7 +52,7 @@ impl DoubleDouble {
     }
 
     /// `self + other`, with the error of each step kept in `lo`.
-    fn add(self, other: Self) -> Self {
+    fn plus(self, other: Self) -> Self {
         let (sum, error) = two_sum(self.hi, other.hi);
         let error = error + self.lo + other.lo;
         let hi = sum + error;
@@ -62,7 +62,7 @@ impl DoubleDouble {
         }
     }
 
-    fn neg(self) -> Self {
+    fn negated(self) -> Self {
         Self {
             hi: -self.hi,
             lo: -self.lo,
@@ -124,6 +124,15 @@ impl SumPrefix {
             counts,
             data_type: arg.data_type().clone(),
         })
+    }
+
+    /// Counts of a column without nulls (`count(*)`), which is not read.
+    pub(crate) fn every_row() -> Self {
+        Self {
+            prefix: None,
+            counts: None,
+            data_type: DataType::Null,
+        }
     }
 
     /// Non-null values in `start..end`.
@@ -240,7 +249,7 @@ fn float_sum(
             _ => {}
         }
     }
-    sums[end].add(sums[start].neg()).to_f64()
+    sums[end].plus(sums[start].negated()).to_f64()
 }
 
 /// The wrapped prefix sums of `arg`, nulls counting as zero.
@@ -275,7 +284,7 @@ fn float_sums_of(values: &PrimitiveArray<Float64Type>, nulls: Option<&NullBuffer
     let valid = |i: usize| nulls.is_none_or(|n| n.is_valid(i));
     let finite = |i: usize| valid(i) && values[i].is_finite();
     let item = |i: usize| DoubleDouble::of(if finite(i) { values[i] } else { 0.0 });
-    let sums = prefix_scan(rows, DoubleDouble::default(), item, DoubleDouble::add);
+    let sums = prefix_scan(rows, DoubleDouble::default(), item, DoubleDouble::plus);
     let has_non_finite = (0..rows).any(|i| valid(i) && !values[i].is_finite());
     let non_finite = has_non_finite.then(|| {
         let kind = |i: usize| -> NonFinite {

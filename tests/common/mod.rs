@@ -15,6 +15,7 @@ pub mod pieces;
 pub mod spill;
 pub mod strategies;
 pub mod strings;
+pub mod windows;
 
 use std::sync::Arc;
 

@@ -436,7 +436,8 @@ pub async fn window_over_hash_partitions(backend: BackendChoice, rows: usize) {
         "hash repartition kept below the routed sort:\n{plan}\n{context}"
     );
     assert!(
-        plan.contains("WindowAggExec: wdw") && !plan.contains("BoundedWindowAggExec"),
+        (plan.contains("WindowAggExec: wdw") || plan.contains("SortedWindowExec: wdw"))
+            && !plan.contains("BoundedWindowAggExec"),
         "streaming windows above the sorts kept:\n{plan}\n{context}"
     );
     assert!(

@@ -112,7 +112,10 @@ pub async fn spill_everywhere_within_the_limit(backend: BackendChoice, rows: usi
             "window, streamed",
             window,
             4,
-            &["SET gpu_sort.whole_partition_windows = false"],
+            &[
+                "SET gpu_sort.window_functions = false",
+                "SET gpu_sort.whole_partition_windows = false",
+            ],
             "BoundedWindowAggExec",
         ),
     ];

@@ -24,7 +24,8 @@
 //!   the device; sixteen queries at once within it; idle memory given back;
 //! - `cancel.rs`: a dropped query stops every path and frees the device's memory;
 //! - `merge.rs`, `segmented.rs`: the locality and segmented sorts, segment tiles;
-//! - `routing.rs`: hash routed window sorts and partition ids made on the device.
+//! - `routing.rs`: hash routed window sorts and partition ids made on the device;
+//! - `windows.rs`: the window functions of `common/windows.rs` over device sorts.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -139,6 +140,7 @@ mod merge;
 mod onesweep;
 mod routing;
 mod segmented;
+mod windows;
 
 #[allow(unused_imports)]
 use {encode::*, gather::*, merge::*, onesweep::*, segmented::*};

@@ -96,8 +96,8 @@ const WINDOW_QUERIES: [Query; 12] = [
     },
     Query {
         name: "W6",
-        sql: "SELECT l_comment, l_orderkey FROM lineitem ORDER BY l_comment LIMIT 1000000",
-        ordered_by: &["l_comment"],
+        sql: "SELECT l_comment, l_orderkey, l_linenumber FROM lineitem ORDER BY l_comment, l_orderkey, l_linenumber LIMIT 1000000",
+        ordered_by: &["l_comment", "l_orderkey", "l_linenumber"],
     },
     Query {
         name: "W7",
@@ -207,7 +207,8 @@ const QUERIES: [Query; 11] = [
 ];
 
 /// `ORDER BY .. LIMIT 10^k` over `lineitem` (`--suite limits`): L on a fixed-width key,
-/// S on a string key.
+/// S on a string key (with the row's identity after it, so that ties at the cut do not
+/// make the engines' answers differ).
 const LIMIT_QUERIES: [Query; 8] = [
     Query {
         name: "L3",
@@ -231,23 +232,23 @@ const LIMIT_QUERIES: [Query; 8] = [
     },
     Query {
         name: "S3",
-        sql: "SELECT l_comment, l_orderkey FROM lineitem ORDER BY l_comment LIMIT 1000",
-        ordered_by: &["l_comment"],
+        sql: "SELECT l_comment, l_orderkey, l_linenumber FROM lineitem ORDER BY l_comment, l_orderkey, l_linenumber LIMIT 1000",
+        ordered_by: &["l_comment", "l_orderkey", "l_linenumber"],
     },
     Query {
         name: "S4",
-        sql: "SELECT l_comment, l_orderkey FROM lineitem ORDER BY l_comment LIMIT 10000",
-        ordered_by: &["l_comment"],
+        sql: "SELECT l_comment, l_orderkey, l_linenumber FROM lineitem ORDER BY l_comment, l_orderkey, l_linenumber LIMIT 10000",
+        ordered_by: &["l_comment", "l_orderkey", "l_linenumber"],
     },
     Query {
         name: "S5",
-        sql: "SELECT l_comment, l_orderkey FROM lineitem ORDER BY l_comment LIMIT 100000",
-        ordered_by: &["l_comment"],
+        sql: "SELECT l_comment, l_orderkey, l_linenumber FROM lineitem ORDER BY l_comment, l_orderkey, l_linenumber LIMIT 100000",
+        ordered_by: &["l_comment", "l_orderkey", "l_linenumber"],
     },
     Query {
         name: "S6",
-        sql: "SELECT l_comment, l_orderkey FROM lineitem ORDER BY l_comment LIMIT 1000000",
-        ordered_by: &["l_comment"],
+        sql: "SELECT l_comment, l_orderkey, l_linenumber FROM lineitem ORDER BY l_comment, l_orderkey, l_linenumber LIMIT 1000000",
+        ordered_by: &["l_comment", "l_orderkey", "l_linenumber"],
     },
 ];
 

@@ -1,0 +1,497 @@
+//! The window cases: window functions computed by gpusort (`SortedWindowExec`) against
+//! DataFusion's own
+//! window operators (`tests/windows.rs` on the CPU backend, `tests/gpu/windows.rs` on the
+//! CUDA backend): every function × frame kind × argument type × nulls, over no
+//! `PARTITION BY`, a few large partitions and thousands of tiny ones, in plans of one and
+//! several partitions.
+//!
+//! Integer, decimal, date, ranking and offset results must be equal. Float `sum` and
+//! `avg` may differ by summation order only: gpusort's error is at most
+//! `u·|S| + 4·n·u²·Σ|x|` (`sums.rs`) and DataFusion's, adding and retracting rows one at
+//! a time in `f64`, at most about `(rows it has added and retracted) · u · Σ|x|`; the test
+//! allows `2^-30 · (1 + Σ|x| over the partition)`, far above both and far below any real
+//! mistake.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, Date32Array, Decimal128Array, Float64Array, Int32Array, Int64Array,
+    RecordBatch,
+};
+use datafusion::arrow::compute::{concat_batches, sort_to_indices, take_record_batch};
+use datafusion::arrow::datatypes::{DataType, Field, Float64Type, Schema};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use gpusort::{BackendChoice, GpuSortConfig, GpuSortRule, SessionStateBuilderExt};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::{physical_plan, plan_text, register, seed};
+
+/// How rows fall into window partitions.
+#[derive(Debug, Clone, Copy)]
+enum Partitioning {
+    /// No `PARTITION BY`.
+    None,
+    /// Five partitions.
+    Few,
+    /// Partitions of one to four rows.
+    Tiny,
+}
+
+impl Partitioning {
+    fn clause(self) -> &'static str {
+        match self {
+            Partitioning::None => "",
+            Partitioning::Few => "PARTITION BY few",
+            Partitioning::Tiny => "PARTITION BY tiny",
+        }
+    }
+}
+
+/// A table of `rows` rows: `rid` (unique), partition keys, an order key with ties and
+/// nulls, and arguments of each type with nulls (all null in `nul`).
+fn table(rows: usize, rng: &mut StdRng) -> RecordBatch {
+    let null = |rng: &mut StdRng| rng.random_bool(0.15);
+    let ints: Int32Array = (0..rows)
+        .map(|_| (!null(rng)).then(|| rng.random_range(-1000..1000)))
+        .collect();
+    let floats: Float64Array = (0..rows)
+        .map(|_| (!null(rng)).then(|| rng.random_range(-1e3..1e3)))
+        .collect();
+    let decimals = Decimal128Array::from(
+        (0..rows)
+            .map(|_| (!null(rng)).then(|| rng.random_range(-99_999_999i128..99_999_999)))
+            .collect::<Vec<_>>(),
+    )
+    .with_precision_and_scale(12, 2)
+    .unwrap();
+    let dates: Date32Array = (0..rows)
+        .map(|_| (!null(rng)).then(|| rng.random_range(-3000..20000)))
+        .collect();
+    let order: Int32Array = (0..rows)
+        .map(|_| (!rng.random_bool(0.05)).then(|| rng.random_range(0..40)))
+        .collect();
+    let columns: Vec<(&str, ArrayRef)> = vec![
+        (
+            "rid",
+            Arc::new(Int64Array::from_iter_values(0..rows as i64)),
+        ),
+        (
+            "few",
+            Arc::new(Int32Array::from_iter_values(
+                (0..rows).map(|_| rng.random_range(0..5)),
+            )),
+        ),
+        (
+            "tiny",
+            Arc::new(Int64Array::from_iter_values(
+                (0..rows).map(|i| (i / 3) as i64 + rng.random_range(0..2)),
+            )),
+        ),
+        ("o", Arc::new(order)),
+        ("i", Arc::new(ints)),
+        ("f", Arc::new(floats)),
+        ("d", Arc::new(decimals)),
+        ("dt", Arc::new(dates)),
+        ("nul", Arc::new(Int32Array::from(vec![None::<i32>; rows]))),
+    ];
+    let fields: Vec<Field> = columns
+        .iter()
+        .map(|(name, a)| Field::new(*name, a.data_type().clone(), true))
+        .collect();
+    RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        columns.into_iter().map(|(_, a)| a).collect(),
+    )
+    .unwrap()
+}
+
+/// The table split into `parts` partitions of uneven batches.
+fn partitions(batch: &RecordBatch, parts: usize) -> Vec<Vec<RecordBatch>> {
+    let mut out = vec![Vec::new(); parts];
+    let mut offset = 0;
+    let mut k = 0;
+    while offset < batch.num_rows() {
+        let len = (97 + 613 * k % 1500).min(batch.num_rows() - offset);
+        out[k % parts].push(batch.slice(offset, len));
+        offset += len;
+        k += 1;
+    }
+    out
+}
+
+fn contexts(
+    backend: BackendChoice,
+    target_partitions: usize,
+) -> (SessionContext, SessionContext, Arc<GpuSortRule>) {
+    let config = SessionConfig::new()
+        .with_target_partitions(target_partitions)
+        .with_batch_size(1000);
+    let stock = SessionContext::new_with_config(config.clone());
+    let rule = Arc::new(GpuSortRule::new());
+    let mut settings = GpuSortConfig::forced_cpu();
+    settings.backend = backend;
+    let state = datafusion::execution::SessionStateBuilder::new()
+        .with_config(config)
+        .with_default_features()
+        .with_gpu_sort_rule(settings, Arc::clone(&rule))
+        .build();
+    (stock, SessionContext::new_with_state(state), rule)
+}
+
+/// Runs `sql` (which selects `rid` first) in both contexts and compares every column,
+/// rows matched by `rid`; `float_columns` are compared within the float bound, scaled
+/// by `scale` (Σ|x| of the largest partition).
+async fn assert_same_windows(
+    stock: &SessionContext,
+    gpu: &SessionContext,
+    sql: &str,
+    float_columns: &[usize],
+    scale: f64,
+) {
+    let plan = physical_plan(gpu, sql).await.unwrap();
+    let text = plan_text(&plan);
+    assert!(
+        text.contains("SortedWindowExec"),
+        "not computed by gpusort: {sql}\n{text}"
+    );
+    let expected = by_rid(stock.sql(sql).await.unwrap().collect().await.unwrap());
+    let got = by_rid(
+        datafusion::physical_plan::collect(plan, gpu.task_ctx())
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}")),
+    );
+    assert_eq!(got.num_rows(), expected.num_rows(), "{sql}");
+    for c in 0..expected.num_columns() {
+        let (a, b) = (got.column(c), expected.column(c));
+        assert_eq!(a.data_type(), b.data_type(), "{sql}: column {c}");
+        if float_columns.contains(&c) && a.data_type() == &DataType::Float64 {
+            assert_close(a, b, scale, sql, c);
+        } else {
+            assert_eq!(a, b, "{sql}: column {c} (seed {})", seed());
+        }
+    }
+}
+
+fn assert_close(a: &ArrayRef, b: &ArrayRef, scale: f64, sql: &str, c: usize) {
+    let (a, b) = (
+        a.as_primitive::<Float64Type>(),
+        b.as_primitive::<Float64Type>(),
+    );
+    let tolerance = (1.0 + scale) * 2f64.powi(-30);
+    for r in 0..a.len() {
+        assert_eq!(a.is_null(r), b.is_null(r), "{sql}: column {c} row {r}");
+        if a.is_valid(r) {
+            let (x, y) = (a.value(r), b.value(r));
+            assert!(
+                (x - y).abs() <= tolerance,
+                "{sql}: column {c} row {r}: {x} against {y} (seed {})",
+                seed()
+            );
+        }
+    }
+}
+
+fn by_rid(batches: Vec<RecordBatch>) -> RecordBatch {
+    let schema = batches[0].schema();
+    let all = concat_batches(&schema, &batches).unwrap();
+    let order = sort_to_indices(all.column(0), None, None).unwrap();
+    take_record_batch(&all, &order).unwrap()
+}
+
+/// Σ|f| over the whole table: a bound on any partition's.
+fn float_scale(batch: &RecordBatch) -> f64 {
+    let f = batch
+        .column_by_name("f")
+        .unwrap()
+        .as_primitive::<Float64Type>();
+    f.iter().flatten().map(f64::abs).sum()
+}
+
+const ROWS_FRAMES: [&str; 7] = [
+    "ROWS BETWEEN 3 PRECEDING AND CURRENT ROW",
+    "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW",
+    "ROWS BETWEEN 2 FOLLOWING AND 5 FOLLOWING",
+    "ROWS BETWEEN 5 PRECEDING AND 2 PRECEDING",
+    "ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING",
+    "ROWS BETWEEN 100000 PRECEDING AND 100000 FOLLOWING",
+    "ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING",
+];
+
+const PEER_FRAMES: [&str; 5] = [
+    "",
+    "RANGE BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING",
+    "RANGE BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING",
+    "GROUPS BETWEEN 1 PRECEDING AND 2 FOLLOWING",
+    "GROUPS BETWEEN 3 PRECEDING AND 1 PRECEDING",
+];
+
+/// The aggregates (and, where rows are ordered without ties, value functions) of `arg`
+/// over `frame`.
+fn frame_functions(arg: &str, window: &str, with_values: bool) -> Vec<String> {
+    let mut list = vec![
+        format!("count({arg})"),
+        format!("min({arg})"),
+        format!("max({arg})"),
+    ];
+    if arg != "dt" {
+        list.push(format!("sum({arg})"));
+        list.push(format!("avg({arg})"));
+    }
+    if with_values {
+        list.push(format!("first_value({arg})"));
+        list.push(format!("last_value({arg})"));
+        list.push(format!("nth_value({arg}, 2)"));
+        list.push(format!("nth_value({arg}, -1)"));
+    }
+    list.iter()
+        .map(|f| format!("{f} OVER ({window})"))
+        .collect()
+}
+
+async fn every_frame_and_type(
+    backend: BackendChoice,
+    rows: usize,
+    parts: usize,
+    target_partitions: usize,
+) {
+    let mut rng = StdRng::seed_from_u64(seed() ^ rows as u64);
+    let batch = table(rows, &mut rng);
+    let scale = float_scale(&batch);
+    let (stock, gpu, _) = contexts(backend, target_partitions);
+    register(&[&stock, &gpu], "t", partitions(&batch, parts));
+    for partitioning in [Partitioning::None, Partitioning::Few, Partitioning::Tiny] {
+        let by = partitioning.clause();
+        for (frames, order, with_values) in [
+            (&ROWS_FRAMES[..], "ORDER BY o, rid", true),
+            (&PEER_FRAMES[..], "ORDER BY o", false),
+        ] {
+            for frame in frames {
+                for arg in ["i", "f", "d", "dt", "nul"] {
+                    let window = format!("{by} {order} {frame}");
+                    let exprs = frame_functions(arg, &window, with_values);
+                    let sql = format!("SELECT rid, {} FROM t", exprs.join(", "));
+                    let floats: Vec<usize> = (1..=exprs.len()).collect();
+                    assert_same_windows(&stock, &gpu, &sql, &floats, scale).await;
+                }
+            }
+        }
+        let ranking = format!(
+            "SELECT rid, row_number() OVER w, rank() OVER w, dense_rank() OVER w, \
+             percent_rank() OVER w, cume_dist() OVER w, ntile(4) OVER w, ntile(1000) OVER w \
+             FROM t WINDOW w AS ({by} ORDER BY o)"
+        );
+        let ranking = ranking.replace(
+            "row_number() OVER w",
+            &format!("row_number() OVER ({by} ORDER BY o, rid)"),
+        );
+        let ranking = ranking.replace(
+            "ntile(4) OVER w",
+            &format!("ntile(4) OVER ({by} ORDER BY o, rid)"),
+        );
+        let ranking = ranking.replace(
+            "ntile(1000) OVER w",
+            &format!("ntile(1000) OVER ({by} ORDER BY o, rid)"),
+        );
+        assert_same_windows(&stock, &gpu, &ranking, &[], scale).await;
+        for (arg, default) in [
+            ("i", "7"),
+            ("f", "-0.5"),
+            ("d", "1.25"),
+            ("dt", "DATE '2001-02-03'"),
+            ("nul", "3"),
+        ] {
+            let w = format!("{by} ORDER BY o DESC NULLS LAST, rid");
+            let sql = format!(
+                "SELECT rid, lag({arg}) OVER ({w}), lead({arg}) OVER ({w}), \
+                 lag({arg}, 3) OVER ({w}), lead({arg}, 2, {default}) OVER ({w}), \
+                 lag({arg}, -2) OVER ({w}), lag({arg}, 0) OVER ({w}), \
+                 row_number() OVER ({w}) FROM t"
+            );
+            assert_same_windows(&stock, &gpu, &sql, &[], scale).await;
+        }
+    }
+}
+
+pub async fn every_function_frame_and_type_over_one_partition(backend: BackendChoice) {
+    every_frame_and_type(backend, 2_000, 3, 1).await;
+}
+
+pub async fn every_function_frame_and_type_over_routed_partitions(backend: BackendChoice) {
+    every_frame_and_type(backend, 3_000, 4, 4).await;
+}
+
+/// Enough rows for several pieces, chunks of the layout and of the scans.
+pub async fn long_partitions_cross_pieces(backend: BackendChoice) {
+    let mut rng = StdRng::seed_from_u64(seed() ^ 0xB16);
+    let batch = table(150_000, &mut rng);
+    let scale = float_scale(&batch);
+    let (stock, gpu, _) = contexts(backend, 4);
+    register(&[&stock, &gpu], "t", partitions(&batch, 4));
+    for frame in [
+        "ROWS BETWEEN 6 PRECEDING AND CURRENT ROW",
+        "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW",
+        "ROWS BETWEEN 1000 PRECEDING AND 20 FOLLOWING",
+        "ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING",
+    ] {
+        for by in ["", "PARTITION BY few"] {
+            let w = format!("{by} ORDER BY o, rid {frame}");
+            let sql = format!(
+                "SELECT rid, sum(i) OVER ({w}), sum(f) OVER ({w}), avg(f) OVER ({w}), \
+                 min(f) OVER ({w}), max(d) OVER ({w}), count(*) OVER ({w}), \
+                 first_value(dt) OVER ({w}), row_number() OVER ({w}), \
+                 lag(f, 5) OVER ({w}) FROM t"
+            );
+            assert_same_windows(&stock, &gpu, &sql, &[2, 3], scale).await;
+        }
+    }
+}
+
+/// Special float values: ±0.0, ±inf and NaN in the arguments and the order key.
+pub async fn special_floats_in_keys_and_extremes(backend: BackendChoice) {
+    let values = [
+        0.0,
+        -0.0,
+        f64::NAN,
+        -f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        1.5,
+        -2.5,
+    ];
+    let mut rng = StdRng::seed_from_u64(seed() ^ 0xF10A7);
+    let rows = 3000;
+    let pick = |rng: &mut StdRng| -> Option<f64> {
+        (!rng.random_bool(0.1)).then(|| values[rng.random_range(0..values.len())])
+    };
+    let x: Float64Array = (0..rows).map(|_| pick(&mut rng)).collect();
+    let k: Float64Array = (0..rows).map(|_| pick(&mut rng)).collect();
+    let batch = RecordBatch::try_from_iter(vec![
+        (
+            "rid",
+            Arc::new(Int64Array::from_iter_values(0..rows as i64)) as ArrayRef,
+        ),
+        ("k", Arc::new(k) as ArrayRef),
+        ("x", Arc::new(x) as ArrayRef),
+    ])
+    .unwrap();
+    let (stock, gpu, _) = contexts(backend, 2);
+    register(&[&stock, &gpu], "t", partitions(&batch, 2));
+    for frame in [
+        "ORDER BY k",
+        "ORDER BY k, rid ROWS BETWEEN 2 PRECEDING AND 2 FOLLOWING",
+        "ORDER BY k GROUPS BETWEEN 1 PRECEDING AND CURRENT ROW",
+    ] {
+        let w = frame;
+        let sql = format!(
+            "SELECT rid, min(x) OVER ({w}), max(x) OVER ({w}), count(x) OVER ({w}), \
+             rank() OVER (ORDER BY k), dense_rank() OVER (PARTITION BY k ORDER BY x) FROM t"
+        );
+        assert_same_windows(&stock, &gpu, &sql, &[], 0.0).await;
+    }
+}
+
+/// Float sums against exact sums: values that are multiples of 2^-20 sum exactly in
+/// `i128`, so gpusort's rounding can be checked against the bound it states.
+pub async fn float_sums_within_the_stated_bound(backend: BackendChoice) {
+    let mut rng = StdRng::seed_from_u64(seed() ^ 0x5A5A);
+    let rows: usize = 20_000;
+    let units: Vec<i64> = (0..rows)
+        .map(|_| match rng.random_range(0..4) {
+            0 => rng.random_range(-(1i64 << 50)..(1i64 << 50)),
+            _ => rng.random_range(-(1i64 << 20)..(1i64 << 20)),
+        })
+        .collect();
+    let x = Float64Array::from_iter_values(units.iter().map(|&u| u as f64 / (1u64 << 20) as f64));
+    let batch = RecordBatch::try_from_iter(vec![
+        (
+            "rid",
+            Arc::new(Int64Array::from_iter_values(0..rows as i64)) as ArrayRef,
+        ),
+        ("x", Arc::new(x) as ArrayRef),
+    ])
+    .unwrap();
+    let (_, gpu, _) = contexts(backend, 1);
+    register(&[&gpu], "t", vec![vec![batch]]);
+    let sql =
+        "SELECT rid, sum(x) OVER (ORDER BY rid ROWS BETWEEN 7 PRECEDING AND 3 FOLLOWING) FROM t";
+    let plan = physical_plan(&gpu, sql).await.unwrap();
+    assert!(plan_text(&plan).contains("SortedWindowExec"));
+    let got = by_rid(
+        datafusion::physical_plan::collect(plan, gpu.task_ctx())
+            .await
+            .unwrap(),
+    );
+    let sums = got.column(1).as_primitive::<Float64Type>();
+    let u = 2f64.powi(-53);
+    let total_abs: f64 = units.iter().map(|&v| (v as f64).abs()).sum::<f64>() / (1u64 << 20) as f64;
+    for r in 0..rows {
+        let (lo, hi) = (r.saturating_sub(7), (r + 4).min(rows));
+        let exact: i128 = units[lo..hi].iter().map(|&v| v as i128).sum();
+        let exact = exact as f64 / (1u64 << 20) as f64;
+        let bound = u * exact.abs() + 4.0 * (hi as f64) * u * u * total_abs;
+        let error = (sums.value(r) - exact).abs();
+        assert!(
+            error <= bound,
+            "row {r}: {} against exact {exact}",
+            sums.value(r)
+        );
+    }
+}
+
+/// What gpusort does not compute keeps DataFusion's window, and says why.
+pub async fn unsupported_windows_keep_datafusion_and_say_why(backend: BackendChoice) {
+    let mut rng = StdRng::seed_from_u64(seed());
+    let batch = table(500, &mut rng);
+    let (stock, gpu, rule) = contexts(backend, 2);
+    register(&[&stock, &gpu], "t", partitions(&batch, 2));
+    for (sql, reason) in [
+        (
+            "SELECT rid, sum(i) OVER (ORDER BY o RANGE BETWEEN 2 PRECEDING AND CURRENT ROW) FROM t",
+            "RANGE frame with offset",
+        ),
+        ("SELECT rid, count(DISTINCT i) OVER (PARTITION BY few) FROM t", "DISTINCT"),
+        ("SELECT rid, sum(i) FILTER (WHERE i > 0) OVER (PARTITION BY few) FROM t", "FILTER"),
+        ("SELECT rid, string_agg(CAST(i AS VARCHAR), ',') OVER (PARTITION BY few ORDER BY rid) FROM t", "string_agg"),
+        ("SELECT rid, lag(i) IGNORE NULLS OVER (ORDER BY rid) FROM t", "IGNORE NULLS"),
+    ] {
+        let plan = physical_plan(&gpu, sql).await.unwrap();
+        let text = plan_text(&plan);
+        assert!(!text.contains("SortedWindowExec"), "{sql}\n{text}");
+        let decisions = rule.last_decisions_text();
+        assert!(decisions.contains(reason), "{sql}: {decisions}");
+        let a = by_rid(datafusion::physical_plan::collect(plan, gpu.task_ctx()).await.unwrap());
+        let b = by_rid(stock.sql(sql).await.unwrap().collect().await.unwrap());
+        assert_eq!(a, b, "{sql}");
+    }
+}
+
+/// Windows without a row, and the setting that turns gpusort's windows off.
+pub async fn empty_input_and_the_setting(backend: BackendChoice) {
+    let mut rng = StdRng::seed_from_u64(seed());
+    let batch = table(300, &mut rng);
+    let (stock, gpu, rule) = contexts(backend, 2);
+    register(&[&stock, &gpu], "t", partitions(&batch, 2));
+    let sql = "SELECT rid, sum(i) OVER (ORDER BY rid ROWS 2 PRECEDING), rank() OVER (ORDER BY rid) FROM t WHERE i > 5000";
+    let plan = physical_plan(&gpu, sql).await.unwrap();
+    assert!(plan_text(&plan).contains("SortedWindowExec"));
+    let got = datafusion::physical_plan::collect(plan, gpu.task_ctx())
+        .await
+        .unwrap();
+    assert_eq!(got.iter().map(|b| b.num_rows()).sum::<usize>(), 0);
+    gpu.sql("SET gpu_sort.window_functions = false")
+        .await
+        .unwrap();
+    let sql = "SELECT rid, sum(i) OVER (ORDER BY rid ROWS 2 PRECEDING) FROM t";
+    let plan = physical_plan(&gpu, sql).await.unwrap();
+    assert!(!plan_text(&plan).contains("SortedWindowExec"));
+    assert!(rule
+        .last_decisions_text()
+        .contains("gpu_sort.window_functions = false"));
+    let mut counts = HashMap::new();
+    for b in stock.sql(sql).await.unwrap().collect().await.unwrap() {
+        *counts.entry("rows").or_insert(0) += b.num_rows();
+    }
+    assert_eq!(counts["rows"], 300);
+}
