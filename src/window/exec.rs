@@ -12,7 +12,9 @@
 //! with rayon (`evaluate.rs`), and streams those rows, in pieces, with the window columns
 //! appended; the rest when the input ends. So memory is bounded by the largest window
 //! partition, as in DataFusion's streaming window, and output starts before the input
-//! ends. Without `PARTITION BY` the whole input is one window partition, held whole.
+//! ends. Without `PARTITION BY` the whole input is one window partition, held whole. A
+//! window partition larger than the pool's room is held all the same (counted past the
+//! limit, so that other consumers spill), as DataFusion's window operators hold it.
 //!
 //! The working memory of a computation (the concatenated arguments, prefix sums and output
 //! columns: up to about 40 bytes per row and function of the rows computed at once) is not
@@ -266,7 +268,12 @@ impl WindowTask {
                 // Make room by computing the window partitions held whole.
                 self.flush(&mut pending, &mut reservation, &tx, false)
                     .await?;
-                reservation.try_grow(bytes)?;
+                if reservation.try_grow(bytes).is_err() {
+                    // One window partition must be held whole, as DataFusion's streaming
+                    // window holds it: its batch is taken past the pool's limit, and
+                    // counted, so that the consumers that can spill do.
+                    reservation.grow(bytes);
+                }
             }
             pending.rows += batch.num_rows();
             pending.batches.push((batch, bytes));

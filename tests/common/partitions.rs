@@ -441,13 +441,16 @@ pub async fn window_over_hash_partitions(backend: BackendChoice, rows: usize) {
         "streaming windows above the sorts kept:\n{plan}\n{context}"
     );
     assert!(
-        plan.contains("run_batch_rows=16777216"),
-        "sort below a window does not hand it whole partitions by default:\n{plan}\n{context}"
+        plan.contains("SortedWindowExec: wdw") && plan.contains("run_batch_rows=131072"),
+        "sort below gpusort's window does not hand it batches of 128 Ki rows:\n{plan}\n{context}"
     );
     assert_same_sort(&expected, &actual, &[0, 1, 2, 3, 4, 5], &context);
-    super::run(&forced, "SET gpu_sort.whole_partition_windows = false")
-        .await
-        .unwrap();
+    for setting in [
+        "SET gpu_sort.window_functions = false",
+        "SET gpu_sort.whole_partition_windows = false",
+    ] {
+        super::run(&forced, setting).await.unwrap();
+    }
     let (streamed, plan) = super::run(&forced, sql).await.unwrap();
     assert!(
         plan.contains("BoundedWindowAggExec"),
