@@ -245,10 +245,13 @@ struct WindowTask {
     window_time: Time,
 }
 
+/// A buffered input batch and the bytes reserved for it.
+type Held = (RecordBatch, usize);
+
 /// Sorted input batches not computed yet, and the bytes reserved for each.
 #[derive(Default)]
 struct Pending {
-    batches: Vec<(RecordBatch, usize)>,
+    batches: Vec<Held>,
     rows: usize,
 }
 
@@ -335,10 +338,7 @@ impl WindowTask {
 
 /// Where the pending batches split before their last window partition (which may go on
 /// in the next batch); `None` when they hold one window partition only.
-fn last_partition_start(
-    batches: &[(RecordBatch, usize)],
-    function: &WindowFunction,
-) -> Result<Option<Split>> {
+fn last_partition_start(batches: &[Held], function: &WindowFunction) -> Result<Option<Split>> {
     if function.partition_by.is_empty() {
         return Ok(None);
     }
@@ -399,10 +399,7 @@ struct Split {
 
 /// The batches before `split`, and those from it on. A batch that is cut keeps its
 /// reservation with the rest (its buffers are shared by both halves).
-fn split_at(
-    mut batches: Vec<(RecordBatch, usize)>,
-    Split { batch, row }: Split,
-) -> (Vec<(RecordBatch, usize)>, Vec<(RecordBatch, usize)>) {
+fn split_at(mut batches: Vec<Held>, Split { batch, row }: Split) -> (Vec<Held>, Vec<Held>) {
     let mut rest = batches.split_off(batch.min(batches.len()));
     if row > 0 {
         let (head, bytes) = rest.remove(0);
