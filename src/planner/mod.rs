@@ -451,7 +451,10 @@ impl PhysicalOptimizerRule for GpuSortRule {
         let plan = match settings.enabled {
             true => {
                 let mut windows = Vec::new();
-                let plan = windows_over_sorts(plan, &settings, &mut windows)?;
+                // A distributed plan's stages cross the network, and gpusort's codec does
+                // not carry `SortedWindowExec` yet: its windows stay DataFusion's.
+                let computes = !self.partition_local;
+                let plan = windows_over_sorts(plan, &settings, computes, &mut windows)?;
                 decisions.extend(windows.into_iter().map(SortDecision::of_window));
                 plan
             }

@@ -60,18 +60,21 @@ pub(crate) struct WindowDecision {
 }
 
 /// `plan` with every window directly above a `GpuSortExec` computed by gpusort where it
-/// can, else (streaming windows, `gpu_sort.whole_partition_windows`) by a whole-partition
+/// can (and `computes`: not in a plan a distributed engine cuts into stages), else (streaming windows, `gpu_sort.whole_partition_windows`) by a whole-partition
 /// window; each window's outcome is pushed to `decisions`.
 pub(crate) fn windows_over_sorts(
     plan: Arc<dyn ExecutionPlan>,
     settings: &GpuSortConfig,
+    computes: bool,
     decisions: &mut Vec<WindowDecision>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     Ok(plan
-        .transform_up(|node| match window_over_sort(&node, settings, decisions)? {
-            Some(window) => Ok(Transformed::yes(window)),
-            None => Ok(Transformed::no(node)),
-        })?
+        .transform_up(
+            |node| match window_over_sort(&node, settings, computes, decisions)? {
+                Some(window) => Ok(Transformed::yes(window)),
+                None => Ok(Transformed::no(node)),
+            },
+        )?
         .data)
 }
 
@@ -105,6 +108,7 @@ fn window_node(node: &Arc<dyn ExecutionPlan>) -> Option<WindowNode<'_>> {
 fn window_over_sort(
     node: &Arc<dyn ExecutionPlan>,
     settings: &GpuSortConfig,
+    computes: bool,
     decisions: &mut Vec<WindowDecision>,
 ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     let Some(window) = window_node(node) else {
@@ -115,6 +119,17 @@ fn window_over_sort(
         .to_string()
         .trim()
         .to_string();
+    if !computes {
+        // Only the streaming window becomes a whole-partition one, as it always did.
+        let sort = match settings.window_batch_rows {
+            0 => window.sort.clone(),
+            rows => window.sort.clone().with_run_batch_rows(rows),
+        };
+        return match window.is_streaming && settings.whole_partition_windows {
+            true => whole_partition_window(node, window.window_expr, Arc::new(sort)),
+            false => Ok(None),
+        };
+    }
     let outcome = match settings.window_functions {
         false => Err(WindowDecline::Off),
         true => {
