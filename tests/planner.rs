@@ -329,10 +329,12 @@ fn pooled_session(
         .with_memory_pool(pool)
         .build_arc()
         .unwrap();
-    // A window's sort hands over batches of the session's size, so a consumer that
-    // stalls at the first one leaves the rest buffered in the sort.
+    // A window's sort hands over batches of the session's size (DataFusion's window over
+    // it, not gpusort's, which takes 128 Ki-row batches), so a consumer that stalls at
+    // the first one leaves the rest buffered in the sort.
     let mut settings = GpuSortConfig::forced_cpu();
     settings.window_batch_rows = 0;
+    settings.window_functions = false;
     let state = SessionStateBuilder::new()
         .with_config(
             SessionConfig::new()
