@@ -184,16 +184,8 @@ impl ExecutionPlan for SortedWindowExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
-        let mut recursion = TreeNodeRecursion::Continue;
-        for expr in &self.window_expr {
-            for e in expr.all_expressions().args.iter() {
-                recursion = f(e)?;
-                if recursion == TreeNodeRecursion::Stop {
-                    return Ok(recursion);
-                }
-            }
-        }
-        Ok(recursion)
+        // The replaced window holds the same expressions.
+        self.replaced.apply_expressions(f)
     }
 
     fn with_new_children(

@@ -121,14 +121,7 @@ fn window_over_sort(
         .to_string();
     if !computes {
         // Only the streaming window becomes a whole-partition one, as it always did.
-        let sort = match settings.window_batch_rows {
-            0 => window.sort.clone(),
-            rows => window.sort.clone().with_run_batch_rows(rows),
-        };
-        return match window.is_streaming && settings.whole_partition_windows {
-            true => whole_partition_window(node, window.window_expr, Arc::new(sort)),
-            false => Ok(None),
-        };
+        return datafusion_window(node, &window, settings);
     }
     let outcome = match settings.window_functions {
         false => Err(WindowDecline::Off),
@@ -153,14 +146,7 @@ fn window_over_sort(
             Ok(WINDOW_BACKEND),
         ),
         Err(reason) => {
-            let sort = match settings.window_batch_rows {
-                0 => window.sort.clone(),
-                rows => window.sort.clone().with_run_batch_rows(rows),
-            };
-            let whole = match window.is_streaming && settings.whole_partition_windows {
-                true => whole_partition_window(node, window.window_expr, Arc::new(sort))?,
-                false => None,
-            };
+            let whole = datafusion_window(node, &window, settings)?;
             (whole, Err(reason))
         }
     };
@@ -169,6 +155,24 @@ fn window_over_sort(
         outcome,
     });
     Ok(replacement)
+}
+
+/// The window DataFusion computes in place of `node`: a streaming one becomes a
+/// whole-partition one (`gpu_sort.whole_partition_windows`) over its sort emitting
+/// batches of `gpu_sort.window_batch_rows`; `None` keeps `node`.
+fn datafusion_window(
+    node: &Arc<dyn ExecutionPlan>,
+    window: &WindowNode<'_>,
+    settings: &GpuSortConfig,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    if !(window.is_streaming && settings.whole_partition_windows) {
+        return Ok(None);
+    }
+    let sort = match settings.window_batch_rows {
+        0 => window.sort.clone(),
+        rows => window.sort.clone().with_run_batch_rows(rows),
+    };
+    whole_partition_window(node, window.window_expr, Arc::new(sort))
 }
 
 /// DataFusion's whole-partition window for the streaming window `node`, over `sort`,

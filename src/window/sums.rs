@@ -35,6 +35,7 @@ use arrow::buffer::NullBuffer;
 use arrow::datatypes::{DataType, Decimal128Type, DecimalType, Float64Type, Int64Type, UInt64Type};
 use datafusion::arrow;
 use datafusion::common::{exec_err, internal_err, Result};
+use rayon::prelude::*;
 
 use super::frames::FrameRows;
 use super::scan::prefix_scan;
@@ -285,7 +286,9 @@ fn float_sums_of(values: &PrimitiveArray<Float64Type>, nulls: Option<&NullBuffer
     let finite = |i: usize| valid(i) && values[i].is_finite();
     let item = |i: usize| DoubleDouble::of(if finite(i) { values[i] } else { 0.0 });
     let sums = prefix_scan(rows, DoubleDouble::default(), item, DoubleDouble::plus);
-    let has_non_finite = (0..rows).any(|i| valid(i) && !values[i].is_finite());
+    let has_non_finite = (0..rows)
+        .into_par_iter()
+        .any(|i| valid(i) && !values[i].is_finite());
     let non_finite = has_non_finite.then(|| {
         let kind = |i: usize| -> NonFinite {
             let x = values[i];
