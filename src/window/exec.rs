@@ -7,7 +7,8 @@
 //! ```
 //!
 //! Each output partition buffers its sorted input (accounted in the memory pool) and, once
-//! it holds [`FLUSH_ROWS`] rows or the pool is full, computes the window partitions it
+//! it holds [`FLUSH_ROWS`] rows, a share of the pool's limit ([`FLUSH_SHARE_OF_LIMIT`])
+//! or the pool is full, computes the window partitions it
 //! holds whole (all but the last, which may go on in the next batch) on a blocking thread
 //! with rayon (`evaluate.rs`), and streams those rows, in pieces, with the window columns
 //! appended; the rest when the input ends. So memory is bounded by the largest window
@@ -34,7 +35,7 @@ use arrow::datatypes::SchemaRef;
 use datafusion::arrow;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{internal_err, DataFusionError, Result};
-use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit, MemoryReservation};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr_common::sort_expr::OrderingRequirements;
@@ -57,6 +58,11 @@ use super::spec::WindowFunction;
 
 /// Rows buffered before the whole window partitions among them are computed.
 pub(crate) const FLUSH_ROWS: usize = 1 << 22;
+
+/// Under a pool with a limit, the share of it one output partition's buffer of whole
+/// window partitions may hold before they are computed: `limit / (this × partitions)`.
+/// The sorts below (their merges) and the other partitions' windows need the rest.
+const FLUSH_SHARE_OF_LIMIT: usize = 4;
 
 /// Output batches that may wait for the consumer.
 const OUTPUT_CHANNEL_BATCHES: usize = 16;
@@ -209,9 +215,16 @@ impl ExecutionPlan for SortedWindowExec {
             return internal_err!("SortedWindowExec has no partition {partition}");
         }
         let input = self.input.execute(partition, Arc::clone(&context))?;
-        let reservation = MemoryConsumer::new(format!("SortedWindowExec[{partition}]"))
-            .register(context.memory_pool());
+        let pool = context.memory_pool();
+        let reservation =
+            MemoryConsumer::new(format!("SortedWindowExec[{partition}]")).register(pool);
+        let partitions = self.cache.partitioning.partition_count();
+        let flush_bytes = match pool.memory_limit() {
+            MemoryLimit::Finite(limit) => limit / (FLUSH_SHARE_OF_LIMIT * partitions).max(1),
+            MemoryLimit::Infinite | MemoryLimit::Unknown => usize::MAX,
+        };
         let task = WindowTask {
+            flush_bytes,
             functions: Arc::clone(&self.functions),
             schema: Arc::clone(&self.schema),
             baseline: BaselineMetrics::new(&self.metrics, partition),
@@ -231,6 +244,8 @@ impl ExecutionPlan for SortedWindowExec {
 
 /// What one output partition's computation owns.
 struct WindowTask {
+    /// Buffered bytes at which the whole window partitions held are computed.
+    flush_bytes: usize,
     functions: Arc<[WindowFunction]>,
     schema: SchemaRef,
     baseline: BaselineMetrics,
@@ -245,6 +260,10 @@ type Held = (RecordBatch, usize);
 struct Pending {
     batches: Vec<Held>,
     rows: usize,
+    bytes: usize,
+    /// The bytes held at which to look for whole window partitions again, after a look
+    /// found none (so one long window partition is not scanned again at every batch).
+    look_again_at: usize,
 }
 
 impl WindowTask {
@@ -271,8 +290,9 @@ impl WindowTask {
                 }
             }
             pending.rows += batch.num_rows();
+            pending.bytes += bytes;
             pending.batches.push((batch, bytes));
-            if pending.rows >= FLUSH_ROWS {
+            if pending.rows >= FLUSH_ROWS || pending.bytes >= self.flush_bytes {
                 self.flush(&mut pending, &mut reservation, &tx, false)
                     .await?;
             }
@@ -292,6 +312,9 @@ impl WindowTask {
         tx: &Sender<Result<RecordBatch>>,
         all: bool,
     ) -> Result<()> {
+        if !all && pending.bytes < pending.look_again_at {
+            return Ok(());
+        }
         let split = match all {
             true => Split {
                 batch: pending.batches.len(),
@@ -299,13 +322,18 @@ impl WindowTask {
             },
             false => match last_partition_start(&pending.batches, &self.functions[0])? {
                 Some(split) => split,
-                None => return Ok(()),
+                None => {
+                    pending.look_again_at = pending.bytes.saturating_mul(2);
+                    return Ok(());
+                }
             },
         };
         let (done, rest) = split_at(std::mem::take(&mut pending.batches), split);
-        pending.rows = rest.iter().map(|(b, _)| b.num_rows()).sum();
-        pending.batches = rest;
         let released: usize = done.iter().map(|(_, bytes)| bytes).sum();
+        pending.rows = rest.iter().map(|(b, _)| b.num_rows()).sum();
+        pending.bytes -= released;
+        pending.look_again_at = 0;
+        pending.batches = rest;
         let batches: Vec<RecordBatch> = done.into_iter().map(|(b, _)| b).collect();
         let timer = self.window_time.clone();
         let functions = Arc::clone(&self.functions);
