@@ -23,6 +23,11 @@ async fn long_partitions_cross_pieces() {
 }
 
 #[tokio::test]
+async fn range_offsets_over_every_key_type() {
+    cases::range_offsets_over_every_key_type(Cpu).await;
+}
+
+#[tokio::test]
 async fn special_floats_in_keys_and_extremes() {
     cases::special_floats_in_keys_and_extremes(Cpu).await;
 }

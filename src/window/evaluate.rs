@@ -29,6 +29,7 @@ use rayon::prelude::*;
 use super::extremes::ExtremeMethod;
 use super::frames::FrameRows;
 use super::layout::Layout;
+use super::range::range_frames;
 use super::spec::{Function, WindowFunction};
 use super::sums::{check_type, SumPrefix};
 
@@ -68,6 +69,11 @@ pub(crate) fn evaluate_partition(
         .zip(&layouts)
         .map(|(function, layout)| prepare(function, &batches, layout))
         .collect::<Result<_>>()?;
+    let value_frames: Vec<Option<FrameRows>> = functions
+        .par_iter()
+        .zip(&layouts)
+        .map(|(function, layout)| value_offset_frames(function, &batches, layout))
+        .collect::<Result<_>>()?;
     let pieces = pieces_of(&batches, rows);
     pieces
         .into_par_iter()
@@ -76,8 +82,20 @@ pub(crate) fn evaluate_partition(
                 .slice(piece.offset, piece.hi - piece.lo)
                 .columns()
                 .to_vec();
-            for ((function, layout), prepared) in functions.iter().zip(&layouts).zip(&prepared) {
-                let column = compute(function, layout, prepared, piece.lo, piece.hi)?;
+            for (((function, layout), prepared), value_frames) in functions
+                .iter()
+                .zip(&layouts)
+                .zip(&prepared)
+                .zip(&value_frames)
+            {
+                let frames = function.reads_frame().then(|| match value_frames {
+                    Some(all) => FrameRows {
+                        starts: all.starts[piece.lo..piece.hi].to_vec(),
+                        ends: all.ends[piece.lo..piece.hi].to_vec(),
+                    },
+                    None => function.frame.rows_between(layout, piece.lo, piece.hi),
+                });
+                let column = compute(function, layout, prepared, frames, piece.lo, piece.hi)?;
                 columns.push(check_type(column, function.output.data_type())?);
             }
             Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
@@ -196,17 +214,40 @@ fn prepare(
     })
 }
 
-/// `function`'s column for rows `lo..hi`.
+/// The frames of every row when `function` reads a `RANGE` frame with a value offset
+/// (found from the `ORDER BY` values, `range.rs`).
+fn value_offset_frames(
+    function: &WindowFunction,
+    batches: &[RecordBatch],
+    layout: &Layout,
+) -> Result<Option<FrameRows>> {
+    if !function.reads_frame() || !function.frame.has_value_offset() {
+        return Ok(None);
+    }
+    let [key] = function.order_by.as_slice() else {
+        return datafusion::common::internal_err!(
+            "gpusort window: a RANGE offset over {} ORDER BY keys",
+            function.order_by.len()
+        );
+    };
+    let values = column_of(batches, &key.expr)?;
+    Ok(Some(range_frames(
+        &function.frame,
+        &values,
+        key.options,
+        layout,
+    )?))
+}
+
+/// `function`'s column for rows `lo..hi`, whose frames are `frames` where it reads them.
 fn compute(
     function: &WindowFunction,
     layout: &Layout,
     prepared: &Prepared,
+    frames: Option<FrameRows>,
     lo: usize,
     hi: usize,
 ) -> Result<ArrayRef> {
-    let frames: Option<FrameRows> = function
-        .reads_frame()
-        .then(|| function.frame.rows_between(layout, lo, hi));
     let output = function.output.data_type();
     match (&function.function, prepared, frames.as_ref()) {
         (Function::Ranking(ranking), _, _) => Ok(ranking.evaluate(layout, lo, hi)),

@@ -13,14 +13,16 @@
 //! Within a window partition frame starts and ends never decrease from one row to the
 //! next, which the sliding computations of `extremes.rs` rely on.
 //!
-//! `RANGE` frames with an offset (`RANGE BETWEEN 5 PRECEDING AND CURRENT ROW`) need the
-//! `ORDER BY` values; they are not computed here, and such windows keep DataFusion's
-//! operator (see `spec.rs`).
+//! `RANGE` frames with a value offset (`RANGE BETWEEN INTERVAL '7' DAY PRECEDING AND
+//! CURRENT ROW`) need the `ORDER BY` values: `range.rs` finds them for a whole input
+//! partition at once.
+
+use datafusion::common::ScalarValue;
 
 use super::layout::{positions, Layout, Position};
 
 /// One end of a frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Bound {
     /// `UNBOUNDED PRECEDING`.
     UnboundedPreceding,
@@ -32,6 +34,18 @@ pub(crate) enum Bound {
     Following(usize),
     /// `UNBOUNDED FOLLOWING`.
     UnboundedFollowing,
+    /// `RANGE` only: `v PRECEDING`, an offset of the `ORDER BY` value (of its type, or an
+    /// interval for dates and timestamps).
+    ValuePreceding(ScalarValue),
+    /// `RANGE` only: `v FOLLOWING`.
+    ValueFollowing(ScalarValue),
+}
+
+impl Bound {
+    /// Whether this end is an offset of the `ORDER BY` value.
+    pub(crate) fn is_value_offset(&self) -> bool {
+        matches!(self, Bound::ValuePreceding(_) | Bound::ValueFollowing(_))
+    }
 }
 
 /// What a frame's offsets count.
@@ -39,14 +53,15 @@ pub(crate) enum Bound {
 pub(crate) enum Units {
     /// Rows.
     Rows,
-    /// Peer groups' values; only unbounded ends and `CURRENT ROW` (the peers) here.
+    /// The `ORDER BY` value: the peers (`CURRENT ROW`), or rows whose value lies within
+    /// an offset of the row's (`range.rs`).
     Range,
     /// Peer groups.
     Groups,
 }
 
 /// A window frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Frame {
     /// What the offsets count.
     pub units: Units,
@@ -75,17 +90,24 @@ impl Frame {
         self.end == Bound::UnboundedFollowing
     }
 
-    /// The rows `start..end` of the frame of the row at `at`.
+    /// Whether an end is an offset of the `ORDER BY` value: the frames are then found
+    /// from the values (`range.rs`), not from positions.
+    pub(crate) fn has_value_offset(&self) -> bool {
+        self.start.is_value_offset() || self.end.is_value_offset()
+    }
+
+    /// The rows `start..end` of the frame of the row at `at`; not for frames with value
+    /// offsets.
     pub(crate) fn rows_of(&self, layout: &Layout, at: &Position) -> (usize, usize) {
         let start = match self.units {
-            Units::Rows => row_bound(at, self.start, false),
-            Units::Range => peer_bound(at, self.start, false),
-            Units::Groups => group_bound(layout, at, self.start, false),
+            Units::Rows => row_bound(at, &self.start, false),
+            Units::Range => peer_bound(at, &self.start, false),
+            Units::Groups => group_bound(layout, at, &self.start, false),
         };
         let end = match self.units {
-            Units::Rows => row_bound(at, self.end, true),
-            Units::Range => peer_bound(at, self.end, true),
-            Units::Groups => group_bound(layout, at, self.end, true),
+            Units::Rows => row_bound(at, &self.end, true),
+            Units::Range => peer_bound(at, &self.end, true),
+            Units::Groups => group_bound(layout, at, &self.end, true),
         };
         let start = start.clamp(at.partition_start, at.partition_end);
         let end = end.clamp(at.partition_start, at.partition_end);
@@ -115,32 +137,37 @@ pub(crate) struct FrameRows {
 }
 
 /// A `ROWS` bound (exclusive when it is the frame's end); may lie outside the partition.
-fn row_bound(at: &Position, bound: Bound, is_end: bool) -> usize {
+fn row_bound(at: &Position, bound: &Bound, is_end: bool) -> usize {
     let past = usize::from(is_end);
-    match bound {
+    match *bound {
         Bound::UnboundedPreceding => at.partition_start,
         Bound::Preceding(n) => (at.row + past).saturating_sub(n),
         Bound::CurrentRow => at.row + past,
         Bound::Following(n) => at.row.saturating_add(n).saturating_add(past),
         Bound::UnboundedFollowing => at.partition_end,
+        Bound::ValuePreceding(_) | Bound::ValueFollowing(_) => {
+            unreachable!("a value offset in a ROWS frame")
+        }
     }
 }
 
-/// A `RANGE` bound without an offset.
-fn peer_bound(at: &Position, bound: Bound, is_end: bool) -> usize {
+/// A `RANGE` bound without an offset (those with one are found in `range.rs`).
+pub(crate) fn peer_bound(at: &Position, bound: &Bound, is_end: bool) -> usize {
     match bound {
         Bound::UnboundedPreceding => at.partition_start,
         Bound::CurrentRow if is_end => at.peer_end,
         Bound::CurrentRow => at.peer_start,
         Bound::UnboundedFollowing => at.partition_end,
-        // Offsets are refused when the window is planned.
-        Bound::Preceding(_) | Bound::Following(_) => unreachable!("RANGE offset"),
+        Bound::Preceding(_)
+        | Bound::Following(_)
+        | Bound::ValuePreceding(_)
+        | Bound::ValueFollowing(_) => unreachable!("a RANGE offset found by position"),
     }
 }
 
 /// A `GROUPS` bound (exclusive when it is the frame's end).
-fn group_bound(layout: &Layout, at: &Position, bound: Bound, is_end: bool) -> usize {
-    let group = match bound {
+fn group_bound(layout: &Layout, at: &Position, bound: &Bound, is_end: bool) -> usize {
+    let group = match *bound {
         Bound::UnboundedPreceding => return at.partition_start,
         Bound::UnboundedFollowing => return at.partition_end,
         Bound::CurrentRow => at.peer_group,
@@ -154,6 +181,9 @@ fn group_bound(layout: &Layout, at: &Position, bound: Bound, is_end: bool) -> us
             Some(g) if g <= at.last_peer_group => g,
             _ => return at.partition_end,
         },
+        Bound::ValuePreceding(_) | Bound::ValueFollowing(_) => {
+            unreachable!("a value offset in a GROUPS frame")
+        }
     };
     match is_end {
         true => layout.peers.end(group),

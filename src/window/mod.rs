@@ -13,6 +13,7 @@
 //! | `evaluate.rs` | one input partition's window columns, piece by piece |
 //! | `layout.rs` | window partition and peer group starts |
 //! | `frames.rs` | each row's frame |
+//! | `range.rs` | `RANGE` frames with value offsets, searched over the `ORDER BY` key |
 //! | `ranking.rs` | `row_number`, `rank`, `dense_rank`, `percent_rank`, `cume_dist`, `ntile` |
 //! | `values.rs` | `lag`, `lead`, `first_value`, `last_value`, `nth_value` |
 //! | `sums.rs` | `sum`, `avg`, `count` by prefix sums |
@@ -25,6 +26,7 @@ mod extremes;
 mod frames;
 mod layout;
 mod plan;
+mod range;
 mod ranking;
 mod scan;
 mod spec;

@@ -3,9 +3,9 @@
 //!
 //! Taken: `row_number`, `rank`, `dense_rank`, `percent_rank`, `cume_dist`, `ntile`, `lag`,
 //! `lead`, `first_value`, `last_value`, `nth_value`, and `sum`, `avg`, `count`, `min`,
-//! `max` over `ROWS` and `GROUPS` frames of any bounds and `RANGE` frames bounded by
-//! `UNBOUNDED` or `CURRENT ROW`. Not taken, each with its reason: `RANGE` offsets,
-//! `IGNORE NULLS`, `DISTINCT`, `FILTER`, other functions, and argument types the sums and
+//! `max` over `ROWS`, `RANGE` and `GROUPS` frames of any bounds (`RANGE` offsets over
+//! integers, floats, decimals, dates and timestamps). Not taken, each with its reason:
+//! other `RANGE` offsets, `IGNORE NULLS`, `DISTINCT`, `FILTER`, other functions, and argument types the sums and
 //! extremes do not cover.
 
 use std::sync::Arc;
@@ -22,6 +22,7 @@ use datafusion::physical_plan::windows::{PlainAggregateWindowExpr, WindowExpr, W
 use super::extremes::Extreme;
 use super::frames::{Bound, Frame, Units};
 use super::layout::incomparable_reason;
+use super::range::offset_unsupported;
 use super::ranking::Ranking;
 use super::values::ValueOf;
 
@@ -69,6 +70,10 @@ impl WindowFunction {
         };
         let frame = frame_of(expr.get_window_frame())
             .map_err(|reason| format!("{}: {reason}", expr.name()))?;
+        if frame.has_value_offset() {
+            range_offsets_reason(&frame, expr.order_by(), input)
+                .map_err(|reason| format!("{}: {reason}", expr.name()))?;
+        }
         for key in expr
             .partition_by()
             .iter()
@@ -270,6 +275,29 @@ fn standard_function(udwf: &WindowUDFExpr, output: &DataType) -> Result<Found, S
     }
 }
 
+/// Why gpusort cannot find `frame`'s value offsets over `order_by`, if it cannot.
+fn range_offsets_reason(
+    frame: &Frame,
+    order_by: &[PhysicalSortExpr],
+    input: &Schema,
+) -> Result<(), String> {
+    let [key] = order_by else {
+        return Err(format!(
+            "a RANGE frame with an offset over {} ORDER BY keys",
+            order_by.len()
+        ));
+    };
+    let data_type = key.expr.data_type(input).map_err(|e| e.to_string())?;
+    for bound in [&frame.start, &frame.end] {
+        if let Bound::ValuePreceding(offset) | Bound::ValueFollowing(offset) = bound {
+            if let Some(reason) = offset_unsupported(&data_type, offset) {
+                return Err(reason);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The frame gpusort computes for `frame`, or why it cannot.
 fn frame_of(frame: &WindowFrame) -> Result<Frame, String> {
     let units = match frame.units {
@@ -290,9 +318,10 @@ fn frame_of(frame: &WindowFrame) -> Result<Frame, String> {
             });
         }
         if units == Units::Range {
-            return Err(format!(
-                "RANGE frame with offset {value} is not computed by gpusort"
-            ));
+            return Ok(match preceding {
+                true => Bound::ValuePreceding(value.clone()),
+                false => Bound::ValueFollowing(value.clone()),
+            });
         }
         let n = match value.cast_to(&DataType::UInt64) {
             Ok(ScalarValue::UInt64(Some(n))) => usize::try_from(n).unwrap_or(usize::MAX),

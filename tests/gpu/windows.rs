@@ -23,6 +23,15 @@ async fn every_function_frame_and_type_over_routed_partitions() {
 
 #[tokio::test]
 #[ignore = "needs a CUDA GPU"]
+async fn range_offsets_over_every_key_type() {
+    if device().is_none() {
+        return;
+    }
+    common::windows::range_offsets_over_every_key_type(Cuda).await;
+}
+
+#[tokio::test]
+#[ignore = "needs a CUDA GPU"]
 async fn long_partitions_cross_pieces() {
     if device().is_none() {
         return;
