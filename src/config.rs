@@ -229,6 +229,10 @@ extensions_options! {
         /// window node (default true); false, or an expression it does not compute: a
         /// DataFusion window operator, as `whole_partition_windows` says.
         pub window_functions: bool, default = true
+        /// A filter that bounds a ranking window (`row_number() <= k`, `rank()`,
+        /// `dense_rank()`) over a gpusort sort lets the sort leave out of each sorted run,
+        /// before it gathers the payload, the rows past `k` in their window partition.
+        pub partition_top: bool, default = true
         /// A window computed directly above a gpusort sort runs as DataFusion's
         /// `WindowAggExec` (a whole partition at once, vectorized) instead of the
         /// row-at-a-time `BoundedWindowAggExec`.
@@ -333,6 +337,7 @@ mod tests {
             "combine_partitions",
             "absorb_repartition",
             "window_functions",
+            "partition_top",
             "whole_partition_windows",
             "window_batch_rows",
             "device_memory_limit",

@@ -28,6 +28,11 @@ async fn range_offsets_over_every_key_type() {
 }
 
 #[tokio::test]
+async fn top_per_partition_keeps_what_the_filter_keeps() {
+    cases::top_per_partition_keeps_what_the_filter_keeps(Cpu).await;
+}
+
+#[tokio::test]
 async fn special_floats_in_keys_and_extremes() {
     cases::special_floats_in_keys_and_extremes(Cpu).await;
 }

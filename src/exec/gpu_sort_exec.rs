@@ -50,6 +50,7 @@ use super::cancel::Cancel;
 use super::combined::{CombinedSort, CombinedSorts};
 use super::hash_routing::HashRouting;
 use super::metrics::SortMetrics;
+use super::partition_top::PartitionTop;
 use super::resources::SortResources;
 use super::run::SortSpec;
 use super::spill::RunSpiller;
@@ -97,6 +98,8 @@ pub struct GpuSortExec {
     routing: Option<Arc<HashRouting>>,
     /// Rows per output batch of a sorted run, when not the session's batch size.
     run_batch_rows: Option<usize>,
+    /// Only each window partition's top rows are needed above (`partition_top.rs`).
+    partition_top: Option<PartitionTop>,
     // How.
     /// Backend, run size, algorithm.
     options: GpuSortOptions,
@@ -125,6 +128,7 @@ impl GpuSortExec {
             jobs: Arc::default(),
             routing: None,
             run_batch_rows: None,
+            partition_top: None,
             input,
             expr,
             fetch,
@@ -172,6 +176,20 @@ impl GpuSortExec {
         self
     }
 
+    /// The same sort, which may leave out of each sorted run the rows past `top` in their
+    /// window partition: for a window whose ranks a filter above bounds. Every row the
+    /// filter keeps is still emitted, with every row before it in its window partition.
+    pub fn with_partition_top(mut self, top: PartitionTop) -> Self {
+        self.partition_top = Some(top);
+        self
+    }
+
+    /// The rows of each window partition it needs to emit, when set by
+    /// [`with_partition_top`](Self::with_partition_top).
+    pub fn partition_top(&self) -> Option<&PartitionTop> {
+        self.partition_top.as_ref()
+    }
+
     /// Rows per output batch of a sorted run, when set by
     /// [`with_run_batch_rows`](Self::with_run_batch_rows).
     pub fn run_batch_rows(&self) -> Option<usize> {
@@ -188,6 +206,7 @@ impl GpuSortExec {
             None => Self::try_new(input, expr, fetch, self.preserve_partitioning, options)?,
         };
         exec.run_batch_rows = self.run_batch_rows;
+        exec.partition_top = self.partition_top;
         Ok(exec)
     }
 
@@ -313,6 +332,9 @@ impl DisplayAs for GpuSortExec {
                 if let Some(rows) = self.run_batch_rows {
                     write!(f, ", run_batch_rows={rows}")?;
                 }
+                if let Some(top) = &self.partition_top {
+                    write!(f, ", partition_top={top}")?;
+                }
                 if let Some(partitions) = self.combined_partitions() {
                     write!(f, ", combined_partitions={partitions}")?;
                 }
@@ -400,6 +422,7 @@ impl ExecutionPlan for GpuSortExec {
         let spec = Arc::new(SortSpec {
             exprs: self.expr.clone(),
             fetch: self.fetch,
+            partition_top: self.partition_top,
             batch_size,
             run_batch_rows: self.run_batch_rows.unwrap_or(batch_size),
             run_rows: self.options.run_rows,

@@ -22,6 +22,7 @@ use datafusion::physical_expr::LexOrdering;
 use super::cancel::Cancel;
 use super::hash_routing::{id_arrays, total_counts, HashRouting};
 use super::metrics::SortMetrics;
+use super::partition_top::{keep_top_rows, PartitionTop};
 use crate::config::AlgorithmChoice;
 use crate::gather::{gather_sorted, PayloadGather, RunRows, Views};
 use crate::keys::{encode_keys, EncodedKeys, KeyColumn};
@@ -37,6 +38,8 @@ pub(super) struct SortSpec {
     pub exprs: LexOrdering,
     /// Emit at most this many rows.
     pub fetch: Option<usize>,
+    /// Keep only each window partition's top rows of a run (`partition_top.rs`).
+    pub partition_top: Option<PartitionTop>,
     /// Rows per output batch of a merge of runs.
     pub batch_size: usize,
     /// Rows per output batch of one sorted run (the batches its gather builds): the
@@ -207,7 +210,7 @@ impl<'a> RunSorter<'a> {
         crate::trace::event(|| format!("  {} rows: keys evaluated", rows.rows()));
         let RunOrder {
             mut permutation,
-            state,
+            mut state,
         } = match self.order_evaluated(&rows, columns, Apart::No, true)? {
             Ordered::Done(order) => order,
             Ordered::Split {
@@ -220,6 +223,15 @@ impl<'a> RunSorter<'a> {
         };
         if let Some(fetch) = spec.fetch {
             permutation.truncate(fetch);
+        }
+        if let Some(top) = &spec.partition_top {
+            let _timer = metrics.gather_time.timer();
+            let _compute = metrics.baseline.elapsed_compute().timer();
+            if keep_top_rows(&rows, &mut permutation, &spec.exprs, top)? {
+                if let Some(state) = state.as_mut() {
+                    state.order_changed();
+                }
+            }
         }
         spec.cancel.check()?;
         let mut payload = {

@@ -414,6 +414,7 @@ mod tests {
         SortSpec {
             exprs: LexOrdering::new(vec![key]).unwrap(),
             fetch,
+            partition_top: None,
             batch_size: 7,
             run_batch_rows: 7,
             run_rows: 1 << 20,

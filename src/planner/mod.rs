@@ -59,7 +59,7 @@ use crate::backend::{resolve_backend, resolve_planning_backend};
 use crate::config::GpuSortConfig;
 use crate::exec::{GpuSortExec, GpuSortOptions, HashRouting};
 use crate::keys::unsupported_reason;
-use crate::window::{windows_over_sorts, WindowDecision, WindowDecline};
+use crate::window::{tops_into_sorts, windows_over_sorts, WindowDecision, WindowDecline};
 use shapes::{merge_over_partition_sorts, sort_over_coalesce, GatheredSort};
 
 mod shapes;
@@ -456,7 +456,10 @@ impl PhysicalOptimizerRule for GpuSortRule {
                 let computes = !self.partition_local;
                 let plan = windows_over_sorts(plan, &settings, computes, &mut windows)?;
                 decisions.extend(windows.into_iter().map(SortDecision::of_window));
-                plan
+                match settings.partition_top {
+                    true => tops_into_sorts(plan)?,
+                    false => plan,
+                }
             }
             false => plan,
         };

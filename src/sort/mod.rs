@@ -18,6 +18,7 @@
 mod cpu;
 mod refine;
 mod run;
+pub(crate) mod runs;
 mod segments;
 
 use std::fmt::Debug;

@@ -8,6 +8,7 @@
 //! | file | concern |
 //! | --- | --- |
 //! | `plan.rs` | which windows over a `GpuSortExec` are replaced, and by what |
+//! | `topn.rs` | a filter on a rank above the window lets the sort drop rows past it |
 //! | `spec.rs` | a DataFusion window expression → a [`spec::WindowFunction`], or why not |
 //! | `exec.rs` | `SortedWindowExec`, the operator |
 //! | `evaluate.rs` | one input partition's window columns, piece by piece |
@@ -31,7 +32,9 @@ mod ranking;
 mod scan;
 mod spec;
 mod sums;
+mod topn;
 mod values;
 
 pub use exec::SortedWindowExec;
 pub(crate) use plan::{windows_over_sorts, WindowDecision, WindowDecline};
+pub(crate) use topn::tops_into_sorts;

@@ -445,6 +445,71 @@ pub async fn range_offsets_over_every_key_type(backend: BackendChoice) {
     }
 }
 
+/// A filter on `row_number()`, `rank()` or `dense_rank()` above the window lets the sort
+/// drop the rows past it in each sorted run (`partition_top` in the plan): the answers are
+/// DataFusion's, over runs much smaller than the input (rows a run keeps but the filter
+/// does not are ranked past `k` by the window above, as the proof in
+/// `exec/partition_top.rs` says), and the sort emits fewer rows than it reads.
+pub async fn top_per_partition_keeps_what_the_filter_keeps(backend: BackendChoice) {
+    let mut rng = StdRng::seed_from_u64(seed() ^ 0x70B);
+    let rows = 6000;
+    let batch = table(rows, &mut rng);
+    for target_partitions in [1, 3] {
+        let (stock, gpu, _) = contexts(backend, target_partitions);
+        register(&[&stock, &gpu], "t", partitions(&batch, 3));
+        gpu.sql("SET gpu_sort.run_rows = 700").await.unwrap();
+        let taken = [
+            "SELECT * FROM (SELECT rid, few, o, row_number() OVER (PARTITION BY few ORDER BY o, rid) AS rn FROM t) WHERE rn <= 3",
+            "SELECT * FROM (SELECT rid, tiny, o, rank() OVER (PARTITION BY tiny ORDER BY o) AS rk FROM t) WHERE rk <= 2",
+            "SELECT * FROM (SELECT rid, few, o, dense_rank() OVER (PARTITION BY few ORDER BY o DESC NULLS FIRST) AS dr FROM t) WHERE dr < 3",
+            "SELECT * FROM (SELECT rid, few, o, dense_rank() OVER w AS dr, rank() OVER w AS rk FROM t WINDOW w AS (PARTITION BY few ORDER BY o)) WHERE rk <= 40",
+            "SELECT * FROM (SELECT rid, few, tiny, row_number() OVER (PARTITION BY few, tiny ORDER BY rid) AS rn FROM t) WHERE 1 >= rn",
+            "SELECT * FROM (SELECT rid, o, row_number() OVER (ORDER BY o, rid) AS rn FROM t) WHERE rn <= 10 AND rid % 2 = 0",
+        ];
+        for sql in taken {
+            let text = plan_text(&physical_plan(&gpu, sql).await.unwrap());
+            assert!(text.contains("partition_top="), "{sql}\n{text}");
+            assert_same_windows(&stock, &gpu, sql, &[], 0.0).await;
+        }
+        let kept = [
+            "SELECT * FROM (SELECT rid, few, o, row_number() OVER (PARTITION BY few ORDER BY o, rid) AS rn, lead(i) OVER (PARTITION BY few ORDER BY o, rid) AS next FROM t) WHERE rn <= 3",
+            "SELECT * FROM (SELECT rid, few, o, row_number() OVER (PARTITION BY few ORDER BY o, rid) AS rn FROM t) WHERE rn > 3",
+            "SELECT * FROM (SELECT rid, few, o, count(*) OVER (PARTITION BY few) AS n, row_number() OVER (PARTITION BY few ORDER BY o, rid) AS rn FROM t) WHERE rn <= 3",
+        ];
+        for sql in kept {
+            let text = plan_text(&physical_plan(&gpu, sql).await.unwrap());
+            assert!(!text.contains("partition_top="), "{sql}\n{text}");
+            assert_same_windows(&stock, &gpu, sql, &[], 0.0).await;
+        }
+        // The sort emits far fewer rows than it reads.
+        let plan = physical_plan(&gpu, taken[0]).await.unwrap();
+        datafusion::physical_plan::collect(Arc::clone(&plan), gpu.task_ctx())
+            .await
+            .unwrap();
+        let emitted = sort_output_rows(&plan);
+        assert!(
+            emitted < rows / 2,
+            "the sort emitted {emitted} of {rows} rows"
+        );
+        gpu.sql("SET gpu_sort.partition_top = false").await.unwrap();
+        let text = plan_text(&physical_plan(&gpu, taken[0]).await.unwrap());
+        assert!(!text.contains("partition_top="), "{text}");
+    }
+}
+
+/// Rows the plan's `GpuSortExec`s emitted.
+fn sort_output_rows(plan: &Arc<dyn datafusion::physical_plan::ExecutionPlan>) -> usize {
+    let own = match plan.name() {
+        "GpuSortExec" => plan.metrics().and_then(|m| m.output_rows()).unwrap_or(0),
+        _ => 0,
+    };
+    own + plan
+        .children()
+        .into_iter()
+        .map(sort_output_rows)
+        .sum::<usize>()
+}
+
 /// Special float values: ±0.0, ±inf and NaN in the arguments and the order key.
 pub async fn special_floats_in_keys_and_extremes(backend: BackendChoice) {
     let values = [

@@ -32,6 +32,15 @@ async fn range_offsets_over_every_key_type() {
 
 #[tokio::test]
 #[ignore = "needs a CUDA GPU"]
+async fn top_per_partition_keeps_what_the_filter_keeps() {
+    if device().is_none() {
+        return;
+    }
+    common::windows::top_per_partition_keeps_what_the_filter_keeps(Cuda).await;
+}
+
+#[tokio::test]
+#[ignore = "needs a CUDA GPU"]
 async fn long_partitions_cross_pieces() {
     if device().is_none() {
         return;
