@@ -70,6 +70,12 @@ WINDOW_QUERIES = {
     f"ORDER BY {SHIP3} ROWS BETWEEN 10 PRECEDING AND CURRENT ROW)",
     "W11": "SELECT l_orderkey, l_linenumber, l_shipdate, sum(l_quantity) OVER "
     "(PARTITION BY l_shipmode ORDER BY l_shipdate) AS w FROM lineitem",
+    "W12": "SELECT l_suppkey, l_orderkey, l_linenumber, l_shipdate, sum(l_extendedprice) OVER "
+    "(PARTITION BY l_suppkey ORDER BY l_shipdate RANGE BETWEEN INTERVAL '30 days' PRECEDING "
+    "AND CURRENT ROW) AS w FROM lineitem",
+    "W13": "SELECT l_orderkey, l_linenumber, l_shipdate, avg(l_quantity) OVER "
+    "(ORDER BY l_shipdate RANGE BETWEEN INTERVAL '7 days' PRECEDING AND CURRENT ROW) AS w "
+    "FROM lineitem",
 }
 QUERIES.update(WINDOW_QUERIES)
 

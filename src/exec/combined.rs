@@ -35,6 +35,7 @@ use datafusion::arrow;
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::memory_pool::MemoryReservation;
+use datafusion::physical_expr::LexOrdering;
 use datafusion::physical_plan::stream::RecordBatchReceiverStream;
 use datafusion::physical_plan::SendableRecordBatchStream;
 use futures::future::{BoxFuture, Shared};
@@ -46,6 +47,7 @@ use super::buffer::{Buffered, Drained, InputBuffer};
 use super::cancel::Cancel;
 use super::hash_routing::HashRouting;
 use super::metrics::SortMetrics;
+use super::partition_top::{PartitionTop, TopCut};
 use super::resources::SortResources;
 use super::run::{Apart, RunSorter, SortSpec};
 use super::spill::MergeMemory;
@@ -300,6 +302,16 @@ fn sort_together(
         }
     };
     trace::event(|| "shared sort: sorted".to_string());
+    let (mut order, mut ranges) = (order, ranges);
+    if let Some(top) = &spec.partition_top {
+        let _timer = metrics.gather_time.timer();
+        let _compute = metrics.baseline.elapsed_compute().timer();
+        if cut_to_tops(&rows, &mut order.permutation, &mut ranges, &spec.exprs, top)? {
+            if let Some(state) = order.state.as_mut() {
+                state.order_changed();
+            }
+        }
+    }
     spec.cancel.check()?;
     let payload = {
         let _timer = metrics.gather_time.timer();
@@ -323,6 +335,28 @@ fn sort_together(
         payload,
         _reservation: reservation,
     })
+}
+
+/// Cuts each partition's part (`ranges`) of the shared order to the rows within a window
+/// partition's top, the parts kept consecutive; `false` when every row stays.
+fn cut_to_tops(
+    rows: &RunRows,
+    permutation: &mut Permutation,
+    ranges: &mut [Range<usize>],
+    exprs: &LexOrdering,
+    top: &PartitionTop,
+) -> Result<bool> {
+    let len = permutation.len();
+    let cut = TopCut::new(rows, exprs, top)?;
+    let mut written = 0;
+    for range in ranges.iter_mut() {
+        let kept = cut.cut(&mut permutation[range.clone()])?;
+        permutation.copy_within(range.start..range.start + kept, written);
+        *range = written..written + kept;
+        written += kept;
+    }
+    permutation.truncate(written);
+    Ok(written < len)
 }
 
 /// Consecutive ranges of the given sizes, from 0.

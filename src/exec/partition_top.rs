@@ -16,9 +16,9 @@
 //! them: the rows kept in every run hold each partition's first `k` rows (its rows of
 //! rank or dense rank up to `k`, ties included) and everything before them in order, so
 //! the window above ranks them as it would rank the whole input, and the filter above
-//! drops the rest. Where a sort does not apply the cut (its runs sorted in pieces, with
-//! hash routing or in one sort of several partitions) it emits every row, which is as
-//! correct.
+//! drops the rest. The cut is made in each sorted run and in each partition's part of a
+//! shared sort of several partitions; a run sorted in pieces (larger than the device)
+//! emits every row, which is as correct.
 
 use std::fmt;
 use std::sync::Arc;
@@ -81,62 +81,84 @@ pub(super) fn keep_top_rows(
     if len <= top.k {
         return Ok(false);
     }
-    let ranks_peers = top.ranking != TopRanking::RowNumber;
-    let keys = top.partition_keys + if ranks_peers { top.order_keys } else { 0 };
-    let sorted = match keys {
-        0 => Vec::new(),
-        _ => sorted_keys(rows, permutation, exprs, keys)?,
-    };
-    // Without `PARTITION BY`, one window partition of every row.
-    let partitions = Runs::of_equal_rows(&sorted[..top.partition_keys], len)?;
-    let peers = match ranks_peers {
-        true => Some(Runs::of_equal_rows(&sorted, len)?),
-        false => None,
-    };
-    // Compacted in place: every kept range lies at or after where it is written.
-    let mut written = 0;
-    let mut keep = |from: usize, to: usize, permutation: &mut Permutation| {
-        permutation.copy_within(from..to, written);
-        written += to - from;
-    };
-    let mut group = 0;
-    for p in 0..partitions.len() {
-        let (start, end) = (partitions.start(p), partitions.end(p));
-        let kept_end = match (&peers, top.ranking) {
-            (None, _) | (_, TopRanking::RowNumber) => end.min(start + top.k),
-            (Some(peers), ranking) => {
-                while peers.end(group) <= start {
-                    group += 1;
-                }
-                let first = group;
-                // Peer groups that start within the partition's first k rows (rank), or
-                // the first k peer groups (dense rank).
-                while group < peers.len() && peers.start(group) < end {
-                    let within = match ranking {
-                        TopRanking::Rank => peers.start(group) - start < top.k,
-                        _ => group - first < top.k,
-                    };
-                    if !within {
-                        break;
-                    }
-                    group += 1;
-                }
-                peers.start(group).min(end).max(start)
-            }
-        };
-        keep(start, kept_end, permutation);
-    }
-    permutation.truncate(written);
-    Ok(written < len)
+    let kept = TopCut::new(rows, exprs, top)?.cut(permutation)?;
+    permutation.truncate(kept);
+    Ok(kept < len)
 }
 
-/// The first `keys` sort keys of the run's rows, in `permutation` order.
-fn sorted_keys(
-    rows: &RunRows,
-    permutation: &[u32],
-    exprs: &LexOrdering,
-    keys: usize,
-) -> Result<Vec<ArrayRef>> {
+/// Cuts sorted orders of one run's rows (the whole run's, or each partition's part of a
+/// shared one) to the rows within a window partition's top.
+pub(super) struct TopCut {
+    top: PartitionTop,
+    /// The run's key columns the cut compares (none without `PARTITION BY` and peers).
+    keys: Option<RunRows>,
+}
+
+impl TopCut {
+    /// Evaluates the keys the cut compares over the rows of `rows`.
+    pub(super) fn new(rows: &RunRows, exprs: &LexOrdering, top: &PartitionTop) -> Result<Self> {
+        let ranks_peers = top.ranking != TopRanking::RowNumber;
+        let count = top.partition_keys + if ranks_peers { top.order_keys } else { 0 };
+        let keys = match count {
+            0 => None,
+            _ => Some(key_rows(rows, exprs, count)?),
+        };
+        Ok(Self { top: *top, keys })
+    }
+
+    /// Compacts `order` (rows of the run in sorted order) so that its first rows are
+    /// those within the top, in order; returns how many.
+    pub(super) fn cut(&self, order: &mut [u32]) -> Result<usize> {
+        let (top, len) = (&self.top, order.len());
+        if len <= top.k {
+            return Ok(len);
+        }
+        let sorted: Vec<ArrayRef> = match &self.keys {
+            Some(keys) => keys.gather(order)?.columns().to_vec(),
+            None => Vec::new(),
+        };
+        // Without `PARTITION BY`, one window partition of every row.
+        let partitions = Runs::of_equal_rows(&sorted[..top.partition_keys], len)?;
+        let peers = match top.ranking {
+            TopRanking::RowNumber => None,
+            _ => Some(Runs::of_equal_rows(&sorted, len)?),
+        };
+        // Compacted in place: every kept range lies at or after where it is written.
+        let mut written = 0;
+        let mut group = 0;
+        for p in 0..partitions.len() {
+            let (start, end) = (partitions.start(p), partitions.end(p));
+            let kept_end = match &peers {
+                None => end.min(start + top.k),
+                Some(peers) => {
+                    while peers.end(group) <= start {
+                        group += 1;
+                    }
+                    let first = group;
+                    // Peer groups that start within the partition's first k rows (rank),
+                    // or the first k peer groups (dense rank).
+                    while group < peers.len() && peers.start(group) < end {
+                        let within = match top.ranking {
+                            TopRanking::Rank => peers.start(group) - start < top.k,
+                            _ => group - first < top.k,
+                        };
+                        if !within {
+                            break;
+                        }
+                        group += 1;
+                    }
+                    peers.start(group).min(end).max(start)
+                }
+            };
+            order.copy_within(start..kept_end, written);
+            written += kept_end - start;
+        }
+        Ok(written)
+    }
+}
+
+/// The first `keys` sort keys of the run's rows, as rows to gather in sorted order.
+fn key_rows(rows: &RunRows, exprs: &LexOrdering, keys: usize) -> Result<RunRows> {
     let batches = rows
         .batches()
         .iter()
@@ -157,6 +179,5 @@ fn sorted_keys(
             )?)
         })
         .collect::<Result<Vec<_>>>()?;
-    let gathered = RunRows::new(batches).gather(permutation)?;
-    Ok(gathered.columns().to_vec())
+    Ok(RunRows::new(batches))
 }

@@ -118,7 +118,12 @@ struct NullBlock {
 impl NullBlock {
     fn of(key: &ArrayRef, at: &Position, nulls_first: bool) -> Self {
         let (start, end) = (at.partition_start, at.partition_end);
-        let count = key.slice(start, end - start).null_count();
+        // The nulls are one run at an end: found by a binary search.
+        let count = match (key.null_count(), nulls_first) {
+            (0, _) => 0,
+            (_, true) => first_where(start, end, |row| key.is_valid(row)) - start,
+            (_, false) => end - first_where(start, end, |row| key.is_null(row)),
+        };
         let (nulls, values) = match nulls_first {
             true => ((start, start + count), (start + count, end)),
             false => ((end - count, end), (start, end - count)),
@@ -129,6 +134,18 @@ impl NullBlock {
             values,
         }
     }
+}
+
+/// The first row in `lo..hi` where `holds`, which holds from some row on (`hi` if none).
+fn first_where(mut lo: usize, mut hi: usize, holds: impl Fn(usize) -> bool) -> usize {
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        match holds(mid) {
+            true => hi = mid,
+            false => lo = mid + 1,
+        }
+    }
+    lo
 }
 
 /// How one end of the frame is found.
@@ -414,36 +431,50 @@ fn targets(key: &ArrayRef, offset: &ScalarValue, adds: bool) -> Result<Vec<Optio
     })
 }
 
-/// Date and timestamp targets: arrow's interval arithmetic over the whole column (the
-/// kernel DataFusion applies to each row); where some row's target falls outside the
-/// type, row by row, as DataFusion does.
+/// Date and timestamp targets: arrow's interval arithmetic (the kernel DataFusion applies
+/// to each row) over chunks of the column in parallel; in a chunk where some row's target
+/// falls outside the type, row by row, as DataFusion does.
 fn temporal_targets(key: &ArrayRef, offset: &ScalarValue, adds: bool) -> Result<Vec<Option<i128>>> {
     let delta = Scalar::new(offset.to_array()?);
-    let whole = match adds {
-        true => add(key, &delta),
-        false => sub(key, &delta),
-    };
-    if let Ok(moved) = whole {
-        let ordinals = ascending_ordinals(&moved)?;
-        return Ok(ordinals.into_iter().map(Some).collect());
-    }
-    (0..key.len())
+    let chunks: Vec<usize> = (0..key.len()).step_by(CHUNK_ROWS).collect();
+    let parts: Vec<Vec<Option<i128>>> = chunks
         .into_par_iter()
-        .map(|row| {
-            if key.is_null(row) {
-                return Ok(None);
-            }
-            let value = ScalarValue::try_from_array(key, row)?;
-            let moved = match adds {
-                true => value.add_checked(offset),
-                false => value.sub_checked(offset),
+        .map(|lo| {
+            let part = key.slice(lo, CHUNK_ROWS.min(key.len() - lo));
+            let whole = match adds {
+                true => add(&part, &delta),
+                false => sub(&part, &delta),
             };
-            match moved {
-                Ok(moved) => Ok(Some(ascending_ordinals(&moved.to_array()?)?[0])),
-                Err(_) => Ok(None),
+            match whole {
+                Ok(moved) => Ok(ascending_ordinals(&moved)?.into_iter().map(Some).collect()),
+                Err(_) => (0..part.len())
+                    .map(|row| temporal_target(&part, row, offset, adds))
+                    .collect(),
             }
         })
-        .collect()
+        .collect::<Result<_>>()?;
+    Ok(parts.concat())
+}
+
+/// One row's date or timestamp target, `None` outside the type (or for a null key).
+fn temporal_target(
+    key: &ArrayRef,
+    row: usize,
+    offset: &ScalarValue,
+    adds: bool,
+) -> Result<Option<i128>> {
+    if key.is_null(row) {
+        return Ok(None);
+    }
+    let value = ScalarValue::try_from_array(key, row)?;
+    let moved = match adds {
+        true => value.add_checked(offset),
+        false => value.sub_checked(offset),
+    };
+    match moved {
+        Ok(moved) => Ok(Some(ascending_ordinals(&moved.to_array()?)?[0])),
+        Err(_) => Ok(None),
+    }
 }
 
 #[cfg(test)]

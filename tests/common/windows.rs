@@ -481,16 +481,30 @@ pub async fn top_per_partition_keeps_what_the_filter_keeps(backend: BackendChoic
             assert!(!text.contains("partition_top="), "{sql}\n{text}");
             assert_same_windows(&stock, &gpu, sql, &[], 0.0).await;
         }
-        // The sort emits far fewer rows than it reads.
-        let plan = physical_plan(&gpu, taken[0]).await.unwrap();
-        datafusion::physical_plan::collect(Arc::clone(&plan), gpu.task_ctx())
-            .await
-            .unwrap();
-        let emitted = sort_output_rows(&plan);
-        assert!(
-            emitted < rows / 2,
-            "the sort emitted {emitted} of {rows} rows"
-        );
+        // The sort emits far fewer rows than it reads: in runs, or in one run of all rows
+        // (with several partitions: one shared sort, routed from a hash repartition or
+        // combined).
+        for settings in [
+            ["SET gpu_sort.run_rows = 700", "SET gpu_sort.absorb_repartition = true"],
+            ["SET gpu_sort.run_rows = 1000000", "SET gpu_sort.absorb_repartition = true"],
+            ["SET gpu_sort.run_rows = 1000000", "SET gpu_sort.absorb_repartition = false"],
+        ] {
+            for setting in settings {
+                gpu.sql(setting).await.unwrap();
+            }
+            let setting = settings.join("; ");
+            let plan = physical_plan(&gpu, taken[0]).await.unwrap();
+            datafusion::physical_plan::collect(Arc::clone(&plan), gpu.task_ctx())
+                .await
+                .unwrap();
+            let emitted = sort_output_rows(&plan);
+            assert!(
+                emitted < rows / 2,
+                "the sort emitted {emitted} of {rows} rows: {setting}\n{}",
+                plan_text(&plan)
+            );
+            assert_same_windows(&stock, &gpu, taken[0], &[], 0.0).await;
+        }
         gpu.sql("SET gpu_sort.partition_top = false").await.unwrap();
         let text = plan_text(&physical_plan(&gpu, taken[0]).await.unwrap());
         assert!(!text.contains("partition_top="), "{text}");

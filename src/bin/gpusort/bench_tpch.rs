@@ -55,7 +55,7 @@ pub struct TpchBench {
 
 /// Window functions and LIMITs over `lineitem` (`--suite windows`): the shapes users run,
 /// and the plain sorts they build on (W0, W9), to set each window beside.
-const WINDOW_QUERIES: [Query; 12] = [
+const WINDOW_QUERIES: [Query; 14] = [
     Query {
         name: "W0",
         sql: "SELECT l_orderkey, l_linenumber, l_shipdate, l_extendedprice FROM lineitem \
@@ -132,6 +132,20 @@ const WINDOW_QUERIES: [Query; 12] = [
         name: "W11",
         sql: "SELECT l_orderkey, l_linenumber, l_shipdate, sum(l_quantity) OVER \
               (PARTITION BY l_shipmode ORDER BY l_shipdate) AS w FROM lineitem",
+        ordered_by: &[],
+    },
+    Query {
+        name: "W12",
+        sql: "SELECT l_suppkey, l_orderkey, l_linenumber, l_shipdate, sum(l_extendedprice) \
+              OVER (PARTITION BY l_suppkey ORDER BY l_shipdate RANGE BETWEEN INTERVAL \
+              '30 days' PRECEDING AND CURRENT ROW) AS w FROM lineitem",
+        ordered_by: &[],
+    },
+    Query {
+        name: "W13",
+        sql: "SELECT l_orderkey, l_linenumber, l_shipdate, avg(l_quantity) OVER \
+              (ORDER BY l_shipdate RANGE BETWEEN INTERVAL '7 days' PRECEDING AND CURRENT \
+              ROW) AS w FROM lineitem",
         ordered_by: &[],
     },
 ];
