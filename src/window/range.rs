@@ -152,12 +152,9 @@ fn first_where(mut lo: usize, mut hi: usize, holds: impl Fn(usize) -> bool) -> u
 enum BoundSearch {
     /// `UNBOUNDED` or `CURRENT ROW`: from the row's position.
     Position(Bound),
-    /// An offset: each row's target as an ordinal, `None` where it falls outside the
+    /// An offset: each row's target as an ordinal, [`OUTSIDE`] where it falls outside the
     /// key's type; `preceding` says which way such a bound collapses.
-    Value {
-        targets: Vec<Option<i128>>,
-        preceding: bool,
-    },
+    Value { targets: Vec<i128>, preceding: bool },
 }
 
 impl BoundSearch {
@@ -169,10 +166,7 @@ impl BoundSearch {
         };
         // PRECEDING subtracts on an ascending key, FOLLOWING on a descending one.
         let adds = preceding == descending;
-        let mut targets = targets(key, offset, adds)?;
-        if descending {
-            targets.par_iter_mut().for_each(|t| *t = t.map(|v| !v));
-        }
+        let targets = targets(key, offset, adds, descending)?;
         Ok(Self::Value { targets, preceding })
     }
 
@@ -196,12 +190,13 @@ impl BoundSearch {
                 false => nulls.nulls.0,
             };
         }
-        let Some(target) = targets[at.row] else {
+        let target = targets[at.row];
+        if target == OUTSIDE {
             return match preceding {
                 true => at.partition_start,
                 false => at.partition_end,
             };
-        };
+        }
         let (lo, hi) = nulls.values;
         let keys = &ordinals[lo..hi];
         lo + match is_end {
@@ -339,14 +334,31 @@ fn offset_value(offset: &ScalarValue) -> Option<i128> {
     })
 }
 
-/// Integer targets `v ± d`, `None` outside `min..=max`; an unsigned key below the offset
-/// on the subtracting side has target 0, as in DataFusion.
+/// A target that falls outside the key's type (and the target of a null key, which is not
+/// searched). No key's ordinal is this low.
+const OUTSIDE: i128 = i128::MIN;
+
+/// A target (`None`: outside the type) as an ordinal in the sort's direction.
+fn encode(target: Option<i128>, descending: bool) -> i128 {
+    match target {
+        None => OUTSIDE,
+        Some(t) => match descending {
+            true => !t,
+            false => t,
+        }
+        .max(OUTSIDE + 1),
+    }
+}
+
+/// Integer targets `v ± d`, outside `min..=max` as [`OUTSIDE`]; an unsigned key below the
+/// offset on the subtracting side has target 0, as in DataFusion.
 fn integer_targets<T: ArrowPrimitiveType>(
     key: &ArrayRef,
     d: i128,
     adds: bool,
     (min, max): (i128, i128),
-) -> Vec<Option<i128>>
+    descending: bool,
+) -> Vec<i128>
 where
     T::Native: Into<i128>,
 {
@@ -358,10 +370,10 @@ where
             let v: i128 = v.into();
             let t = match adds {
                 true => v + d,
-                false if unsigned && v < d => return Some(0),
+                false if unsigned && v < d => 0,
                 false => v - d,
             };
-            (min..=max).contains(&t).then_some(t)
+            encode((min..=max).contains(&t).then_some(t), descending)
         })
         .collect()
 }
@@ -372,26 +384,33 @@ fn float_targets<T: ArrowPrimitiveType>(
     d: T::Native,
     adds: bool,
     ordinal: impl Fn(T::Native) -> i128 + Sync,
-) -> Vec<Option<i128>>
+    descending: bool,
+) -> Vec<i128>
 where
     T::Native: std::ops::Add<Output = T::Native> + std::ops::Sub<Output = T::Native>,
 {
     key.as_primitive::<T>()
         .values()
         .par_iter()
-        .map(|&v| Some(ordinal(if adds { v + d } else { v - d })))
+        .map(|&v| encode(Some(ordinal(if adds { v + d } else { v - d })), descending))
         .collect()
 }
 
-/// Each row's target for `offset` (added when `adds`) as an ascending ordinal, `None`
-/// where it falls outside the key's type (and for null keys, which are not searched).
-fn targets(key: &ArrayRef, offset: &ScalarValue, adds: bool) -> Result<Vec<Option<i128>>> {
+/// Each row's target for `offset` (added when `adds`) as an ordinal in the sort's
+/// direction ([`encode`]).
+fn targets(
+    key: &ArrayRef,
+    offset: &ScalarValue,
+    adds: bool,
+    descending: bool,
+) -> Result<Vec<i128>> {
     macro_rules! int {
         ($t:ty, $native:ty) => {{
             let Some(d) = offset_value(offset) else {
                 return internal_err!("gpusort window: RANGE offset {offset}");
             };
-            integer_targets::<$t>(key, d, adds, (<$native>::MIN.into(), <$native>::MAX.into()))
+            let range = (<$native>::MIN.into(), <$native>::MAX.into());
+            integer_targets::<$t>(key, d, adds, range, descending)
         }};
     }
     Ok(match (key.data_type(), offset) {
@@ -404,10 +423,10 @@ fn targets(key: &ArrayRef, offset: &ScalarValue, adds: bool) -> Result<Vec<Optio
         (DataType::UInt32, _) => int!(UInt32Type, u32),
         (DataType::UInt64, _) => int!(UInt64Type, u64),
         (DataType::Float32, ScalarValue::Float32(Some(d))) => {
-            float_targets::<Float32Type>(key, *d, adds, total_f32)
+            float_targets::<Float32Type>(key, *d, adds, total_f32, descending)
         }
         (DataType::Float64, ScalarValue::Float64(Some(d))) => {
-            float_targets::<Float64Type>(key, *d, adds, total_f64)
+            float_targets::<Float64Type>(key, *d, adds, total_f64, descending)
         }
         (DataType::Decimal128(_, _), _) => {
             let Some(d) = offset_value(offset) else {
@@ -416,14 +435,17 @@ fn targets(key: &ArrayRef, offset: &ScalarValue, adds: bool) -> Result<Vec<Optio
             key.as_primitive::<Decimal128Type>()
                 .values()
                 .par_iter()
-                .map(|&v| match adds {
-                    true => v.checked_add(d),
-                    false => v.checked_sub(d),
+                .map(|&v| {
+                    let t = match adds {
+                        true => v.checked_add(d),
+                        false => v.checked_sub(d),
+                    };
+                    encode(t, descending)
                 })
                 .collect()
         }
         (DataType::Date32 | DataType::Date64 | DataType::Timestamp(_, _), _) => {
-            temporal_targets(key, offset, adds)?
+            temporal_targets(key, offset, adds, descending)?
         }
         (other, _) => {
             return internal_err!("gpusort window: RANGE offset {offset} over a {other} key")
@@ -434,10 +456,15 @@ fn targets(key: &ArrayRef, offset: &ScalarValue, adds: bool) -> Result<Vec<Optio
 /// Date and timestamp targets: arrow's interval arithmetic (the kernel DataFusion applies
 /// to each row) over chunks of the column in parallel; in a chunk where some row's target
 /// falls outside the type, row by row, as DataFusion does.
-fn temporal_targets(key: &ArrayRef, offset: &ScalarValue, adds: bool) -> Result<Vec<Option<i128>>> {
+fn temporal_targets(
+    key: &ArrayRef,
+    offset: &ScalarValue,
+    adds: bool,
+    descending: bool,
+) -> Result<Vec<i128>> {
     let delta = Scalar::new(offset.to_array()?);
     let chunks: Vec<usize> = (0..key.len()).step_by(CHUNK_ROWS).collect();
-    let parts: Vec<Vec<Option<i128>>> = chunks
+    let parts: Vec<Vec<i128>> = chunks
         .into_par_iter()
         .map(|lo| {
             let part = key.slice(lo, CHUNK_ROWS.min(key.len() - lo));
@@ -446,9 +473,17 @@ fn temporal_targets(key: &ArrayRef, offset: &ScalarValue, adds: bool) -> Result<
                 false => sub(&part, &delta),
             };
             match whole {
-                Ok(moved) => Ok(ascending_ordinals(&moved)?.into_iter().map(Some).collect()),
+                Ok(moved) => Ok(ascending_ordinals(&moved)?
+                    .into_iter()
+                    .map(|t| encode(Some(t), descending))
+                    .collect()),
                 Err(_) => (0..part.len())
-                    .map(|row| temporal_target(&part, row, offset, adds))
+                    .map(|row| {
+                        Ok(encode(
+                            temporal_target(&part, row, offset, adds)?,
+                            descending,
+                        ))
+                    })
                     .collect(),
             }
         })

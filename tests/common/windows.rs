@@ -485,9 +485,18 @@ pub async fn top_per_partition_keeps_what_the_filter_keeps(backend: BackendChoic
         // (with several partitions: one shared sort, routed from a hash repartition or
         // combined).
         for settings in [
-            ["SET gpu_sort.run_rows = 700", "SET gpu_sort.absorb_repartition = true"],
-            ["SET gpu_sort.run_rows = 1000000", "SET gpu_sort.absorb_repartition = true"],
-            ["SET gpu_sort.run_rows = 1000000", "SET gpu_sort.absorb_repartition = false"],
+            [
+                "SET gpu_sort.run_rows = 700",
+                "SET gpu_sort.absorb_repartition = true",
+            ],
+            [
+                "SET gpu_sort.run_rows = 1000000",
+                "SET gpu_sort.absorb_repartition = true",
+            ],
+            [
+                "SET gpu_sort.run_rows = 1000000",
+                "SET gpu_sort.absorb_repartition = false",
+            ],
         ] {
             for setting in settings {
                 gpu.sql(setting).await.unwrap();
