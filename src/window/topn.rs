@@ -192,6 +192,10 @@ fn bounded_column(expr: &dyn datafusion::physical_expr::PhysicalExpr) -> Option<
             (c, l, flipped)
         }
     };
+    // An integer bound only: a cast would truncate `rn < 2.5` to `rn < 2`.
+    if !literal.value().data_type().is_integer() {
+        return None;
+    }
     let value = match literal
         .value()
         .cast_to(&datafusion::arrow::datatypes::DataType::UInt64)

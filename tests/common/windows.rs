@@ -349,6 +349,18 @@ pub async fn long_partitions_cross_pieces(backend: BackendChoice) {
             assert_same_windows(&stock, &gpu, &sql, &[2, 3], scale).await;
         }
     }
+    // A RANGE offset over an order key with nulls, its partitions crossing chunks.
+    for by in ["", "PARTITION BY few"] {
+        for direction in ["", "DESC NULLS LAST"] {
+            let w =
+                format!("{by} ORDER BY o {direction} RANGE BETWEEN 3 PRECEDING AND 2 FOLLOWING");
+            let sql = format!(
+                "SELECT rid, sum(i) OVER ({w}), count(f) OVER ({w}), min(d) OVER ({w}), \
+                 max(dt) OVER ({w}) FROM t"
+            );
+            assert_same_windows(&stock, &gpu, &sql, &[], scale).await;
+        }
+    }
 }
 
 /// `RANGE` frames with value offsets over every key type gpusort searches: integers
@@ -432,7 +444,12 @@ pub async fn range_offsets_over_every_key_type(backend: BackendChoice) {
         ),
     ];
     for (key, bounds) in cases {
-        for direction in ["ASC NULLS LAST", "DESC NULLS FIRST", "ASC NULLS FIRST"] {
+        for direction in [
+            "ASC NULLS LAST",
+            "DESC NULLS FIRST",
+            "ASC NULLS FIRST",
+            "DESC NULLS LAST",
+        ] {
             for by in ["", "PARTITION BY few"] {
                 let w = format!("{by} ORDER BY {key} {direction} RANGE BETWEEN {bounds}");
                 let sql = format!(
@@ -465,6 +482,9 @@ pub async fn top_per_partition_keeps_what_the_filter_keeps(backend: BackendChoic
             "SELECT * FROM (SELECT rid, few, o, dense_rank() OVER w AS dr, rank() OVER w AS rk FROM t WINDOW w AS (PARTITION BY few ORDER BY o)) WHERE rk <= 40",
             "SELECT * FROM (SELECT rid, few, tiny, row_number() OVER (PARTITION BY few, tiny ORDER BY rid) AS rn FROM t) WHERE 1 >= rn",
             "SELECT * FROM (SELECT rid, o, row_number() OVER (ORDER BY o, rid) AS rn FROM t) WHERE rn <= 10 AND rid % 2 = 0",
+            // Two windows over different orders are two nodes over two sorts: the filtered
+            // one's sort is cut, the other was computed over every row below it.
+            "SELECT * FROM (SELECT rid, few, o, dense_rank() OVER (PARTITION BY few ORDER BY rid) AS a, dense_rank() OVER (PARTITION BY few ORDER BY o, rid) AS b FROM t) WHERE b <= 2",
         ];
         for sql in taken {
             let text = plan_text(&physical_plan(&gpu, sql).await.unwrap());
@@ -475,6 +495,7 @@ pub async fn top_per_partition_keeps_what_the_filter_keeps(backend: BackendChoic
             "SELECT * FROM (SELECT rid, few, o, row_number() OVER (PARTITION BY few ORDER BY o, rid) AS rn, lead(i) OVER (PARTITION BY few ORDER BY o, rid) AS next FROM t) WHERE rn <= 3",
             "SELECT * FROM (SELECT rid, few, o, row_number() OVER (PARTITION BY few ORDER BY o, rid) AS rn FROM t) WHERE rn > 3",
             "SELECT * FROM (SELECT rid, few, o, count(*) OVER (PARTITION BY few) AS n, row_number() OVER (PARTITION BY few ORDER BY o, rid) AS rn FROM t) WHERE rn <= 3",
+            "SELECT * FROM (SELECT rid, few, o, row_number() OVER (PARTITION BY few ORDER BY o, rid) AS rn FROM t) WHERE rn <= 3 OR rid = 5",
         ];
         for sql in kept {
             let text = plan_text(&physical_plan(&gpu, sql).await.unwrap());
