@@ -19,13 +19,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch};
-use arrow::compute::concat;
 use arrow::datatypes::SchemaRef;
 use datafusion::arrow;
 use datafusion::common::Result;
 use datafusion::physical_expr::PhysicalExpr;
 use rayon::prelude::*;
 
+use super::concat::concat_arrays;
 use super::extremes::ExtremeMethod;
 use super::frames::FrameRows;
 use super::layout::Layout;
@@ -182,13 +182,7 @@ fn column_of(batches: &[RecordBatch], expr: &Arc<dyn PhysicalExpr>) -> Result<Ar
         .iter()
         .map(|batch| expr.evaluate(batch)?.into_array(batch.num_rows()))
         .collect::<Result<_>>()?;
-    match parts.as_slice() {
-        [one] => Ok(Arc::clone(one)),
-        _ => {
-            let refs: Vec<&dyn arrow::array::Array> = parts.iter().map(|p| p.as_ref()).collect();
-            Ok(concat(&refs)?)
-        }
-    }
+    concat_arrays(&parts)
 }
 
 fn prepare(

@@ -11,6 +11,7 @@
 //! | `topn.rs` | a filter on a rank above the window lets the sort drop rows past it |
 //! | `spec.rs` | a DataFusion window expression → a [`spec::WindowFunction`], or why not |
 //! | `exec.rs` | `SortedWindowExec`, the operator |
+//! | `concat.rs` | a column of many batches as one, copied on all cores |
 //! | `evaluate.rs` | one input partition's window columns, piece by piece |
 //! | `layout.rs` | window partition and peer group starts |
 //! | `frames.rs` | each row's frame |
@@ -21,6 +22,7 @@
 //! | `extremes.rs` | `min`, `max` by running scans and monotone deques |
 //! | `scan.rs` | the parallel prefix scan |
 
+mod concat;
 mod evaluate;
 mod exec;
 mod extremes;
