@@ -63,7 +63,7 @@ pub(crate) fn evaluate_partition(
     if rows == 0 {
         return Ok(Vec::new());
     }
-    let layouts = layouts_of(&batches, functions, rows)?;
+    let (layouts, range_keys) = layouts_of(&batches, functions, rows)?;
     let prepared: Vec<Prepared> = functions
         .par_iter()
         .zip(&layouts)
@@ -72,7 +72,8 @@ pub(crate) fn evaluate_partition(
     let value_frames: Vec<Option<FrameRows>> = functions
         .par_iter()
         .zip(&layouts)
-        .map(|(function, layout)| value_offset_frames(function, &batches, layout))
+        .zip(&range_keys)
+        .map(|((function, layout), key)| value_offset_frames(function, key.as_ref(), layout))
         .collect::<Result<_>>()?;
     let pieces = pieces_of(&batches, rows);
     pieces
@@ -135,15 +136,20 @@ fn pieces_of(batches: &[RecordBatch], rows: usize) -> Vec<Piece> {
     pieces
 }
 
-/// The layout each function reads; functions with the same `PARTITION BY` and `ORDER BY`
-/// share one.
+/// A function's `ORDER BY` column, when it reads a `RANGE` frame with a value offset.
+type RangeKey = Option<ArrayRef>;
+
+/// The layout each function reads (functions with the same `PARTITION BY` and `ORDER BY`
+/// share one), and for each function that reads a `RANGE` frame with a value offset its
+/// `ORDER BY` column, evaluated once for both.
 fn layouts_of(
     batches: &[RecordBatch],
     functions: &[WindowFunction],
     rows: usize,
-) -> Result<Vec<Arc<Layout>>> {
-    let mut found: HashMap<String, Arc<Layout>> = HashMap::new();
+) -> Result<(Vec<Arc<Layout>>, Vec<RangeKey>)> {
+    let mut found: HashMap<String, (Arc<Layout>, Vec<ArrayRef>)> = HashMap::new();
     let mut layouts = Vec::with_capacity(functions.len());
+    let mut range_keys = Vec::with_capacity(functions.len());
     for function in functions {
         // Without peers the ORDER BY columns are not read (peers are then the partitions).
         let reads_peers = function.reads_peers();
@@ -151,22 +157,26 @@ fn layouts_of(
             true => format!("{:?} / {:?}", function.partition_by, function.order_by),
             false => format!("{:?}", function.partition_by),
         };
-        if let Some(layout) = found.get(&key) {
-            layouts.push(Arc::clone(layout));
-            continue;
+        if !found.contains_key(&key) {
+            let partition_by = columns_of(batches, &function.partition_by)?;
+            let order_exprs: Vec<_> = match reads_peers {
+                true => function
+                    .order_by
+                    .iter()
+                    .map(|s| Arc::clone(&s.expr))
+                    .collect(),
+                false => Vec::new(),
+            };
+            let order_by = columns_of(batches, &order_exprs)?;
+            let layout = Arc::new(Layout::of(&partition_by, &order_by, rows)?);
+            found.insert(key.clone(), (layout, order_by));
         }
-        let partition_by = columns_of(batches, &function.partition_by)?;
-        let order_exprs: Vec<_> = function
-            .order_by
-            .iter()
-            .map(|s| Arc::clone(&s.expr))
-            .collect();
-        let order_by = columns_of(batches, &order_exprs)?;
-        let layout = Arc::new(Layout::of(&partition_by, &order_by, rows)?);
-        found.insert(key, Arc::clone(&layout));
-        layouts.push(layout);
+        let (layout, order_by) = &found[&key];
+        layouts.push(Arc::clone(layout));
+        let reads_range = function.reads_frame() && function.frame.has_value_offset();
+        range_keys.push(reads_range.then(|| order_by.first().cloned()).flatten());
     }
-    Ok(layouts)
+    Ok((layouts, range_keys))
 }
 
 /// `exprs` evaluated over all `batches`, each one column of all rows.
@@ -209,25 +219,24 @@ fn prepare(
 }
 
 /// The frames of every row when `function` reads a `RANGE` frame with a value offset
-/// (found from the `ORDER BY` values, `range.rs`).
+/// (found from `key`, its `ORDER BY` column: `range.rs`).
 fn value_offset_frames(
     function: &WindowFunction,
-    batches: &[RecordBatch],
+    key: Option<&ArrayRef>,
     layout: &Layout,
 ) -> Result<Option<FrameRows>> {
-    if !function.reads_frame() || !function.frame.has_value_offset() {
+    let Some(values) = key else {
         return Ok(None);
-    }
+    };
     let [key] = function.order_by.as_slice() else {
         return datafusion::common::internal_err!(
             "gpusort window: a RANGE offset over {} ORDER BY keys",
             function.order_by.len()
         );
     };
-    let values = column_of(batches, &key.expr)?;
     Ok(Some(range_frames(
         &function.frame,
-        &values,
+        values,
         key.options,
         layout,
     )?))

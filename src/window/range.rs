@@ -96,8 +96,12 @@ pub(crate) fn range_frames(
                 ends[k] = end.find(&at, &nulls, &ordinals, row_is_null, true);
             }
         });
-    running_max_in_partitions(&mut starts, layout);
-    running_max_in_partitions(&mut ends, layout);
+    // Bounds found by position never move back; only searched ones are raised.
+    for (bound, values) in [(&start, &mut starts), (&end, &mut ends)] {
+        if let BoundSearch::Value { .. } = bound {
+            running_max_in_partitions(values, layout);
+        }
+    }
     ends.par_iter_mut()
         .zip(&starts)
         .for_each(|(end, &start)| *end = (*end).max(start));
