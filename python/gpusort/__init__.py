@@ -169,6 +169,9 @@ def sort_parquet(
     max_rows_per_file: Optional[int] = None,
     row_group_rows: Optional[int] = None,
     spill_compression: Optional[str] = None,
+    spill_dir: Optional[PathLike] = None,
+    max_spill: Optional[Size] = None,
+    union_by_name: bool = False,
     overwrite: bool = False,
     fsync: bool = True,
     backend: Optional[str] = None,
@@ -176,7 +179,12 @@ def sort_parquet(
 ) -> dict:
     """Sorts Parquet or CSV files into Parquet, as ``gpusort sort`` does.
 
-    ``inputs``: files, directories or glob patterns, in input order (ties keep it).
+    ``inputs``: files, directories or glob patterns, in input order (ties keep it: files
+    in the order given, a directory's or a pattern's in sorted path order). A path that
+    names a file is read as that file whatever characters it holds; only a path that
+    names nothing is a glob pattern. Inputs whose columns differ are refused unless
+    ``union_by_name=True`` (columns matched by name, nulls where a file lacks one, types
+    widened only where exact). The output may not be among the inputs.
     ``output``: the Parquet file, or a directory of files with ``max_rows_per_file``; it
     appears only when complete (and is replaced only with ``overwrite=True``). ``by``:
     ``"col [ASC|DESC] [NULLS FIRST|LAST], ..."`` or a list of such items.
@@ -188,7 +196,9 @@ def sort_parquet(
     the output to disk before it is renamed into place (still atomic, but a crash soon
     after may lose it; DuckDB's ``COPY`` does not flush either). ``backend``: ``auto``
     (default: the GPU when usable; inputs of fewer than 100 000 rows sort on the CPU
-    backend without opening the device), ``cuda`` or ``cpu``.
+    backend without opening the device), ``cuda`` or ``cpu``. ``spill_dir``: where to
+    spill (default ``$TMPDIR``); ``max_spill``: the most it may spill (bytes or ``"200G"``;
+    default 90 % of the free space there).
 
     Returns the job's summary (rows, bytes in and out, files, stage times, backend,
     algorithm, peak memory, and the ``summary`` line ``gpusort sort`` prints). Ctrl-C
@@ -211,6 +221,9 @@ def sort_parquet(
             max_rows_per_file=max_rows_per_file,
             row_group_rows=row_group_rows,
             spill_compression=spill_compression,
+            spill_dir=None if spill_dir is None else os.fspath(spill_dir),
+            max_spill=max_spill,
+            union_by_name=union_by_name,
             overwrite=overwrite,
             fsync=fsync,
             backend=backend,

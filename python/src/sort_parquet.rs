@@ -28,6 +28,7 @@ use crate::session::size_in_bytes;
 #[pyo3(signature = (
     inputs, output, by, *, memory_limit = None, compression = None, limit = None,
     max_rows_per_file = None, row_group_rows = None, spill_compression = None,
+    spill_dir = None, max_spill = None, union_by_name = false,
     overwrite = false, fsync = true, backend = None, progress = None
 ))]
 #[allow(clippy::too_many_arguments)]
@@ -42,6 +43,9 @@ pub fn sort_parquet<'py>(
     max_rows_per_file: Option<usize>,
     row_group_rows: Option<usize>,
     spill_compression: Option<String>,
+    spill_dir: Option<std::path::PathBuf>,
+    max_spill: Option<Bound<'py, PyAny>>,
+    union_by_name: bool,
     overwrite: bool,
     fsync: bool,
     backend: Option<String>,
@@ -63,6 +67,11 @@ pub fn sort_parquet<'py>(
         job.spill_compression = SpillCompression::from_str(&spill)
             .map_err(|e| PyValueError::new_err(format!("spill_compression: {e}")))?;
     }
+    job.spill_dir = spill_dir;
+    if let Some(max) = max_spill {
+        job.max_spill = Some(size_in_bytes(&max)? as u64);
+    }
+    job.union_by_name = union_by_name;
     job.overwrite = overwrite;
     job.sync = fsync;
     if let Some(backend) = backend {

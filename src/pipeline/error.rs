@@ -28,6 +28,66 @@ pub enum PipelineError {
     /// A Parquet file whose footer cannot be read.
     #[error("'{}' is not a readable Parquet file: {message}", .path.display())]
     CorruptParquet { path: PathBuf, message: String },
+    /// Inputs whose columns differ, without `--union-by-name`.
+    #[error(
+        "inputs differ in their columns; the first file '{}' has: {columns}\n  {differing}\n\
+         Pass --union-by-name (union_by_name=True in Python) to match columns by name, \
+         missing ones read as nulls",
+        .first.display()
+    )]
+    SchemaMismatch {
+        first: PathBuf,
+        columns: String,
+        differing: String,
+    },
+    /// A column whose types in two files no one type holds exactly (`--union-by-name`).
+    #[error(
+        "column '{column}' is {first_type} in '{}' but {data_type} in '{}', and no type holds \
+         both exactly",
+        .first.display(),
+        .path.display()
+    )]
+    IncompatibleColumn {
+        column: String,
+        first: PathBuf,
+        first_type: DataType,
+        path: PathBuf,
+        data_type: DataType,
+    },
+    /// The output, or where it is written, would be read as an input.
+    #[error(
+        "output '{}' would also be read as an input ('{}', listed from '{spec}'): write the \
+         output elsewhere, or name the inputs without it",
+        .output.display(),
+        .input.display()
+    )]
+    OutputIsInput {
+        output: PathBuf,
+        input: PathBuf,
+        spec: String,
+    },
+    /// Fewer or more rows written than the inputs hold.
+    #[error(
+        "wrote {written} rows where the inputs' footers hold {expected}: the output was not \
+         put in place (this is a bug in gpusort; please report it)"
+    )]
+    RowCountMismatch { written: u64, expected: u64 },
+    /// Spilling needed more disk than allowed.
+    #[error(
+        "the sort needed more than {limit} of spill space in {dir}: raise --max-spill \
+         (max_spill= in Python), give more memory (--memory-limit), or point --spill-dir at \
+         a larger disk; the output was not touched"
+    )]
+    SpillLimit { limit: String, dir: String },
+    /// The spill directory's disk is full.
+    #[error(
+        "the spill directory {dir} ran out of space: point --spill-dir (spill_dir= in Python) \
+         at a larger disk, or give more memory (--memory-limit); the output was not touched"
+    )]
+    SpillDiskFull { dir: String },
+    /// A CSV file whose header or rows cannot be read.
+    #[error("'{}' is not a readable CSV file: {message}", .path.display())]
+    UnreadableCsv { path: PathBuf, message: String },
     /// A `--by` text that does not parse.
     #[error("--by '{text}': {message}")]
     BadOrderBy { text: String, message: String },

@@ -1,6 +1,12 @@
-//! Input paths → the files to read: plain files, directories (searched recursively, hidden
-//! and `_`-prefixed entries skipped) and glob patterns, in the order given (directory
-//! entries and glob matches by name). The order is the input order that ties keep.
+//! Input paths → the files to read, in the order given, which is the order ties keep:
+//!
+//! - a path that names a file or a directory is read as that, literally, whatever
+//!   characters it holds (`run[1].parquet` is that file);
+//! - a directory is searched recursively, its entries in sorted path order, hidden and
+//!   `_`-prefixed entries skipped;
+//! - only a path that names nothing is read as a glob pattern (`*`, `?`, `[..]`); its
+//!   matches come in sorted path order, and `*` does not match a leading `.`;
+//! - a file named twice is read once, where it first came.
 //!
 //! Every Parquet file's footer is read here, so a corrupt file is reported by name before
 //! any work starts; the footers also give the total row count for progress.
@@ -40,6 +46,8 @@ pub struct Inputs {
     pub format: InputFormat,
     /// Every file, in input order, without repeats.
     pub files: Vec<PathBuf>,
+    /// For each file, the input spec (file, directory or pattern) it came from.
+    pub listed_from: Vec<String>,
     /// Rows in all files, when the format records it (Parquet).
     pub rows: Option<u64>,
     /// The largest row group's compressed bytes, when the format has row groups (Parquet):
@@ -55,10 +63,13 @@ pub struct Inputs {
 /// Resolves `specs` (files, directories, globs) and checks the files.
 pub fn resolve_inputs(specs: &[String]) -> Result<Inputs, PipelineError> {
     let mut files: Vec<PathBuf> = Vec::new();
+    let mut listed_from = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for spec in specs {
         for file in expand(spec)? {
-            if !files.contains(&file) {
+            if seen.insert(file.clone()) {
                 files.push(file);
+                listed_from.push(spec.clone());
             }
         }
     }
@@ -98,6 +109,7 @@ pub fn resolve_inputs(specs: &[String]) -> Result<Inputs, PipelineError> {
     Ok(Inputs {
         format,
         files,
+        listed_from,
         rows,
         max_row_group_bytes,
         bytes,
@@ -108,7 +120,11 @@ pub fn resolve_inputs(specs: &[String]) -> Result<Inputs, PipelineError> {
 /// The files one spec names.
 fn expand(spec: &str) -> Result<Vec<PathBuf>, PipelineError> {
     if spec.contains(['*', '?', '[']) && !Path::new(spec).exists() {
-        let matches = glob::glob(spec).map_err(|e| PipelineError::BadPattern {
+        let options = glob::MatchOptions {
+            require_literal_leading_dot: true,
+            ..Default::default()
+        };
+        let matches = glob::glob_with(spec, options).map_err(|e| PipelineError::BadPattern {
             pattern: spec.to_string(),
             message: e.to_string(),
         })?;
@@ -144,7 +160,53 @@ fn expand(spec: &str) -> Result<Vec<PathBuf>, PipelineError> {
     Ok(vec![path])
 }
 
-/// Parquet and CSV files under `dir`, recursively, by name.
+/// Refuses an output that is among the inputs: the output file itself (a second run
+/// of a job writing into the directory it reads would read its first output), or, for a
+/// directory of files, any input inside it. Paths are compared as the file system resolves
+/// them (links followed).
+pub fn check_output_not_input(
+    inputs: &Inputs,
+    output: &Path,
+    directory: bool,
+) -> Result<(), PipelineError> {
+    let Some(output_resolved) = resolved(output) else {
+        return Ok(());
+    };
+    for (file, spec) in inputs.files.iter().zip(&inputs.listed_from) {
+        let Some(input) = resolved(file) else {
+            continue;
+        };
+        let clash = if directory {
+            input.starts_with(&output_resolved)
+        } else {
+            input == output_resolved
+        };
+        if clash {
+            return Err(PipelineError::OutputIsInput {
+                output: output.to_path_buf(),
+                input: file.clone(),
+                spec: spec.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `path` with links and `..` resolved; for a path that does not exist yet, its resolved
+/// directory joined with its name.
+fn resolved(path: &Path) -> Option<PathBuf> {
+    if let Ok(path) = std::fs::canonicalize(path) {
+        return Some(path);
+    }
+    let name = path.file_name()?;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    Some(std::fs::canonicalize(parent).ok()?.join(name))
+}
+
+/// Parquet and CSV files under `dir`, recursively, in sorted path order.
 fn directory_files(dir: &Path) -> Result<Vec<PathBuf>, PipelineError> {
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(PipelineError::io("listing", dir))?

@@ -10,7 +10,11 @@
 //! ```
 //!
 //! - `order_by`: the `--by` text.
-//! - `inputs`: input paths → files.
+//! - `inputs`: input paths → files; the output is never one of them.
+//! - `schemas`: the inputs' columns compared, or merged by name.
+//! - `files_table`: the files as one table, read in input order.
+//! - `spill`: where a job spills and how much.
+//! - `leftovers`: temporary names, and what killed jobs left.
 //! - `output`: the atomic Parquet writer.
 //! - `row_groups`: one Parquet file, columns and row groups encoded in parallel.
 //! - `encodings`: the columns' fallback encodings, and dictionaries given up.
@@ -22,12 +26,16 @@
 
 mod encodings;
 mod error;
+mod files_table;
 mod inputs;
+mod leftovers;
 pub mod memory;
 mod order_by;
 mod output;
 mod progress;
 mod row_groups;
+mod schemas;
+mod spill;
 mod write_memory;
 mod writeback;
 
@@ -38,23 +46,23 @@ use std::time::{Duration, Instant};
 use datafusion::common::config::SpillCompression;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::Column;
+use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::logical_expr::{Expr, SortExpr};
 use datafusion::parquet::basic::Compression;
 use datafusion::physical_plan::{execute_stream, ExecutionPlan};
-use datafusion::prelude::{
-    CsvReadOptions, DataFrame, ParquetReadOptions, SessionConfig, SessionContext,
-};
+use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::StreamExt;
 
 pub use encodings::with_integer_deltas;
 pub use error::PipelineError;
-pub use inputs::{resolve_inputs, InputFormat, Inputs};
+pub use inputs::{check_output_not_input, resolve_inputs, InputFormat, Inputs};
 pub use order_by::{parse_order_by, resolve_columns, SortKey};
 pub use output::{OutputOptions, ParquetOutput, WrittenOutput};
 pub use progress::{Progress, ProgressSnapshot};
+pub use schemas::widen;
 
 use crate::{BackendChoice, GpuSortConfig, GpuSortExec, GpuSortRule, SessionStateBuilderExt};
 
@@ -92,6 +100,16 @@ pub struct SortJob {
     /// compression costs little time and halves the disk a spill takes
     /// (docs/performance.md, session 24).
     pub spill_compression: SpillCompression,
+    /// Match the inputs' columns by name: every column of any file, nulls where a file has
+    /// none, types widened where that is exact (DuckDB's `union_by_name`). Off, inputs
+    /// whose columns differ are refused.
+    pub union_by_name: bool,
+    /// Where spills go (a folder of the job's own is made there); `None`: `$TMPDIR`, or
+    /// `/tmp`.
+    pub spill_dir: Option<PathBuf>,
+    /// The most bytes the job may spill; `None`: 90 % of the free space on the spill
+    /// directory's disk when the job starts.
+    pub max_spill: Option<u64>,
     /// Replace an existing output.
     pub overwrite: bool,
     /// Flush the output to disk before it is renamed into place (default); see
@@ -107,6 +125,10 @@ pub struct SortJob {
     /// would.
     #[doc(hidden)]
     pub inject_write_failure_after: Option<u64>,
+    /// Test hook: the first batch with rows never reaches the writer, as a bug losing rows
+    /// would.
+    #[doc(hidden)]
+    pub inject_lost_batch: bool,
 }
 
 impl SortJob {
@@ -122,11 +144,15 @@ impl SortJob {
             compression: "zstd(1)".into(),
             memory_limit: memory::default_memory_limit(),
             spill_compression: SpillCompression::Lz4Frame,
+            union_by_name: false,
+            spill_dir: None,
+            max_spill: None,
             overwrite: false,
             sync: true,
             backend: BackendChoice::Auto,
             target_partitions: None,
             inject_write_failure_after: None,
+            inject_lost_batch: false,
         }
     }
 }
@@ -209,13 +235,21 @@ impl std::fmt::Display for SortSummary {
     }
 }
 
-/// Runs `job`, publishing live counts in `progress`. On error nothing of the output remains.
+/// Runs `job`, publishing live counts in `progress`. On error nothing of the output remains,
+/// and an output it replaces is untouched.
 pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummary, PipelineError> {
     let started = Instant::now();
     let mut keys = parse_order_by(&job.by)?;
     let output_options = output_options(job)?;
     output_options.check_target()?;
     let inputs = resolve_inputs(&job.inputs)?;
+    check_output_not_input(&inputs, &job.output, job.max_rows_per_file.is_some())?;
+    let spill_root = job.spill_dir.clone().unwrap_or_else(std::env::temp_dir);
+    leftovers::clean(&job.output, &spill_root);
+    let spill_folder = spill::SpillFolder::create(&spill_root)?;
+    let max_spill = job
+        .max_spill
+        .unwrap_or_else(|| spill::default_max_spill(&spill_root));
     let backend = backend_for(job.backend, inputs.rows);
     // Opening the CUDA device (driver, context, kernels, pinned staging) takes 0.3 to 0.4 s
     // in a fresh process, longer than planning and half the scan of 2.3 GiB: it starts now
@@ -264,6 +298,7 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
         pool,
         partitions,
         batch_rows,
+        (spill_folder.path(), max_spill),
         Arc::clone(&rule),
     )?;
     // What the scan fetches is counted in the pool until the sort has read it all.
@@ -272,7 +307,7 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
     if let Some(bytes) = inputs.max_row_group_bytes {
         scan.grow(memory::scan_bytes(pool, bytes, partitions));
     }
-    let input = read_inputs(&ctx, &inputs).await?;
+    let input = files_table::read_files(&ctx, &inputs, job.union_by_name).await?;
     crate::trace::event(|| "plan: inputs registered".to_string());
     let schema = Arc::new(input.schema().as_arrow().clone());
     resolve_columns(&mut keys, &schema)?;
@@ -295,8 +330,29 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
     )?;
     let planned = started.elapsed();
     crate::trace::event(|| "plan: output opened".to_string());
-    let (written, first_batch) =
-        run_and_write(job, &ctx, Arc::clone(&plan), output, scan, progress).await?;
+    // Parquet footers give the rows the output must hold.
+    let expected = inputs
+        .rows
+        .map(|rows| job.limit.map_or(rows, |limit| rows.min(limit as u64)));
+    let (written, first_batch) = run_and_write(
+        job,
+        &ctx,
+        Arc::clone(&plan),
+        output,
+        expected,
+        scan,
+        progress,
+    )
+    .await
+    .map_err(|e| match e {
+        // The sort's errors, not the writer's (its disk may be full too).
+        PipelineError::Execution {
+            stage: "sorting" | "reading and sorting",
+            ref source,
+        } => spill::spill_error(source, &spill_root, max_spill).unwrap_or(e),
+        e => e,
+    })?;
+    drop(spill_folder);
     let (backend, algorithm, sort) = describe_sort(&plan, &rule);
     let done = started.elapsed();
     let first_batch = first_batch.map_or(done, |t| t.duration_since(started));
@@ -374,13 +430,15 @@ fn backend_for(choice: BackendChoice, rows: Option<u64>) -> BackendChoice {
 
 /// The job's session: its memory pool of `pool` bytes (no limit: `None`), its scan in
 /// `partitions` partitions, batches of `batch_rows` rows (unless the environment sets
-/// `DATAFUSION_EXECUTION_BATCH_SIZE`), gpusort's rule on `backend`.
+/// `DATAFUSION_EXECUTION_BATCH_SIZE`), spills into `spill.0` up to `spill.1` bytes,
+/// gpusort's rule on `backend`.
 fn session(
     job: &SortJob,
     backend: BackendChoice,
     pool: Option<usize>,
     partitions: usize,
     batch_rows: usize,
+    spill: (&std::path::Path, u64),
     rule: Arc<GpuSortRule>,
 ) -> Result<SessionContext, PipelineError> {
     let config = GpuSortConfig {
@@ -407,7 +465,10 @@ fn session(
     let options = session_config.options_mut();
     options.optimizer.enable_sort_pushdown = false;
     options.execution.enable_file_stream_work_stealing = false;
-    let mut runtime = RuntimeEnvBuilder::new();
+    let disk = DiskManagerBuilder::default()
+        .with_mode(DiskManagerMode::Directories(vec![spill.0.to_path_buf()]))
+        .with_max_temp_directory_size(spill.1);
+    let mut runtime = RuntimeEnvBuilder::new().with_disk_manager_builder(disk);
     if let Some(pool) = pool {
         runtime = runtime.with_memory_limit(pool, 1.0);
     }
@@ -421,26 +482,6 @@ fn session(
         .with_gpu_sort_rule(config, rule)
         .build();
     Ok(SessionContext::new_with_state(state))
-}
-
-async fn read_inputs(ctx: &SessionContext, inputs: &Inputs) -> Result<DataFrame, PipelineError> {
-    let paths: Vec<String> = inputs
-        .files
-        .iter()
-        .map(|p| std::path::absolute(p).map(|p| p.to_string_lossy().into_owned()))
-        .collect::<Result<_, _>>()
-        .map_err(PipelineError::io("resolving", inputs.files[0].clone()))?;
-    let read = match inputs.format {
-        InputFormat::Parquet => {
-            ctx.read_parquet(paths, ParquetReadOptions::default().file_extension(""))
-                .await
-        }
-        InputFormat::Csv => {
-            ctx.read_csv(paths, CsvReadOptions::new().file_extension(""))
-                .await
-        }
-    };
-    read.map_err(PipelineError::execution("reading inputs"))
 }
 
 fn sort_expr(key: &SortKey) -> SortExpr {
@@ -466,14 +507,16 @@ fn cpu_time() -> String {
 /// The timeline ([`crate::trace`]) marks every this many rows handed to the writer.
 const TRACE_ROWS: usize = 10 << 20;
 
-/// Streams the plan's batches to a writer thread; commits the output when both succeed.
-/// Also returns when the first sorted batch arrived. `scan` (the scan's memory in the pool)
-/// is let go then: the sort has read all its input.
+/// Streams the plan's batches to a writer thread; commits the output when both succeed
+/// and it holds the `expected` rows (when known). Also returns when the first sorted batch
+/// arrived. `scan` (the scan's memory in the pool) is let go then: the sort has read all
+/// its input.
 async fn run_and_write(
     job: &SortJob,
     ctx: &SessionContext,
     plan: Arc<dyn ExecutionPlan>,
     mut output: ParquetOutput,
+    expected: Option<u64>,
     scan: MemoryReservation,
     progress: &Progress,
 ) -> Result<(WrittenOutput, Option<Instant>), PipelineError> {
@@ -507,6 +550,7 @@ async fn run_and_write(
     });
     let mut first_batch = None;
     let mut received = 0;
+    let mut lose_one = job.inject_lost_batch;
     let produced = async {
         let mut stream =
             execute_stream(plan, ctx.task_ctx()).map_err(PipelineError::execution("sorting"))?;
@@ -523,6 +567,10 @@ async fn run_and_write(
             received += batch.num_rows();
             if received / TRACE_ROWS != (received - batch.num_rows()) / TRACE_ROWS {
                 crate::trace::event(|| format!("pipeline: {received} rows sorted"));
+            }
+            if lose_one && batch.num_rows() > 0 {
+                lose_one = false;
+                continue;
             }
             let handing = Instant::now();
             if tx.send(batch).is_err() {
@@ -552,7 +600,17 @@ async fn run_and_write(
     })?;
     produced?;
     crate::trace::event(|| format!("pipeline: written; {}", cpu_time()));
-    let committed = output?.commit()?;
+    let output = output?;
+    if let Some(expected) = expected {
+        if output.rows() != expected {
+            // Dropping the output removes it; an old one stays.
+            return Err(PipelineError::RowCountMismatch {
+                written: output.rows(),
+                expected,
+            });
+        }
+    }
+    let committed = output.commit()?;
     crate::trace::event(|| "pipeline: committed".to_string());
     Ok((committed, first_batch))
 }

@@ -13,7 +13,7 @@
 //! (and other readers) reading it back know it is sorted.
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -28,6 +28,7 @@ use datafusion::parquet::file::properties::WriterProperties;
 
 use super::encodings::with_integer_deltas;
 use super::error::PipelineError;
+use super::leftovers::{parent_dir, temp_sibling};
 use super::order_by::SortKey;
 use super::row_groups::ParallelFileWriter;
 use super::write_memory::WriteMemory;
@@ -192,43 +193,39 @@ impl ParquetOutput {
     }
 
     /// Finishes the last file and moves the output into place: files flushed to disk
-    /// first, then one rename over a file target (atomic: a reader sees the old file or the
-    /// new one), then the directory entry flushed. A directory target (or a file target
-    /// where a directory stands) is moved aside first and removed after.
+    /// first (and, for a directory of files, the directory), then one rename over the
+    /// target (where Linux can swap two names at once, a directory too: a reader sees the
+    /// old output or the new one), then the parent directory's entry flushed. Where the
+    /// names cannot be swapped, an old directory is moved aside first and put back if the
+    /// rename fails. The old output is removed before this returns, whatever happens.
     pub fn commit(mut self) -> Result<WrittenOutput, PipelineError> {
         self.close_file()?;
         self.finish_closing()?;
         let target = self.options.path.clone();
-        let one_rename = self.options.max_rows_per_file.is_none() && !target.is_dir();
-        let replaced = if target.exists() && !one_rename {
-            let old = temp_sibling(&target, "old");
-            std::fs::rename(&target, &old).map_err(PipelineError::io("moving aside", &target))?;
-            Some(old)
-        } else {
-            None
-        };
-        if let Err(e) = rename_over(&self.temp, &target) {
-            if let Some(old) = &replaced {
-                let _ = std::fs::rename(old, &target);
-            }
-            return Err(PipelineError::io("renaming the output into", target)(e));
+        if self.options.sync && self.options.max_rows_per_file.is_some() {
+            sync_directory(&self.temp)
+                .map_err(PipelineError::io("flushing the directory", &self.temp))?;
         }
+        let replaced = replace(&self.temp, &target)?;
         self.committed = true;
         crate::trace::event(|| "output: renamed into place".to_string());
-        if self.options.sync {
-            let parent = parent_dir(&target);
-            File::open(&parent)
-                .and_then(|dir| dir.sync_all())
-                .map_err(PipelineError::io(
-                    "flushing the directory entry of",
-                    &target,
-                ))?;
-            crate::trace::event(|| "output: directory flushed".to_string());
-        }
+        let flushed = if self.options.sync {
+            sync_directory(&parent_dir(&target))
+        } else {
+            Ok(())
+        };
         if let Some(old) = replaced {
             remove_path(&old);
             crate::trace::event(|| "output: the replaced output removed".to_string());
         }
+        flushed.map_err(|e| PipelineError::BadOutput {
+            path: target.clone(),
+            message: format!(
+                "the new output is in place (the old one is removed), but flushing its \
+                 directory entry to disk failed, so a crash now could still lose it: {e}"
+            ),
+        })?;
+        crate::trace::event(|| "output: directory flushed".to_string());
         let files: Vec<PathBuf> = if self.options.max_rows_per_file.is_some() {
             self.file_names.iter().map(|n| target.join(n)).collect()
         } else {
@@ -320,25 +317,26 @@ impl ParquetOutput {
 }
 
 /// Writes what `writer` has left and its footer, then (with `sync`) flushes the file at
-/// `path` to disk.
+/// `path` to disk through the descriptor that wrote it, and closes it, the close's error
+/// checked.
 fn close_and_flush(
     writer: ParallelFileWriter<BufWriter<WritebackFile>>,
     path: &Path,
     sync: bool,
 ) -> Result<(), PipelineError> {
-    writer
+    let file = writer
         .close()
         .map_err(write_error)?
-        .flush()
-        .map_err(PipelineError::io("writing", path))?;
+        .into_inner()
+        .map_err(|e| PipelineError::io("writing", path)(e.into_error()))?;
     crate::trace::event(|| format!("output: {} closed", path.display()));
-    if !sync {
-        return Ok(());
+    file.finish(sync).map_err(PipelineError::io(
+        if sync { "flushing" } else { "closing" },
+        path,
+    ))?;
+    if sync {
+        crate::trace::event(|| format!("output: {} flushed to disk", path.display()));
     }
-    File::open(path)
-        .and_then(|file| file.sync_all())
-        .map_err(PipelineError::io("flushing", path))?;
-    crate::trace::event(|| format!("output: {} flushed to disk", path.display()));
     Ok(())
 }
 
@@ -411,29 +409,6 @@ fn check_writable(schema: &Schema) -> Result<(), PipelineError> {
     Ok(())
 }
 
-fn parent_dir(path: &Path) -> PathBuf {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    }
-}
-
-/// A hidden, unique name beside `path`.
-fn temp_sibling(path: &Path, what: &str) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    parent_dir(path).join(format!(
-        ".{name}.gpusort-{what}-{}-{nanos}",
-        std::process::id()
-    ))
-}
-
 fn remove_path(path: &Path) {
     let _ = if path.is_dir() {
         std::fs::remove_dir_all(path)
@@ -442,33 +417,43 @@ fn remove_path(path: &Path) {
     };
 }
 
-/// Renames `from` to `to`, replacing the file `to` if there is one. Where the file system
-/// swaps two names at once (Linux `renameat2` with `RENAME_EXCHANGE`), the new file and the
-/// old one swap names and the old one is then removed: a plain rename over a file makes
-/// ext4 start writing the new file to disk there and then (its `auto_da_alloc`, meant for
-/// programs that replace files without flushing them), which held an output written with
-/// `--no-fsync` for 0.8 to 1.3 s of 1.8 GB (docs/performance.md, session 29). Either way a
-/// reader of `to` sees the old file or the new one, never neither.
-fn rename_over(from: &Path, to: &Path) -> std::io::Result<()> {
-    #[cfg(target_os = "linux")]
-    if to.is_file() && exchange_names(from, to).is_ok() {
-        // `from` now names what `to` named: a file, unless it changed since the check.
-        if from.is_dir() {
-            let _ = exchange_names(from, to);
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::IsADirectory,
-                "the output became a directory while it was being replaced",
-            ));
-        }
-        if let Err(e) = std::fs::remove_file(from) {
-            log::warn!(
-                "gpusort: the replaced output is left at {}: {e}",
-                from.display()
-            );
-        }
-        return Ok(());
+/// Puts `new` (a finished file or directory) at `target`; where `target` was, returns
+/// where the old output now is (to be removed), or `None`.
+///
+/// Where the file system swaps two names at once (Linux `renameat2` with
+/// `RENAME_EXCHANGE`), the new output and the old one swap names: a reader of `target` sees
+/// one or the other, never neither, for directories too. For files it is also faster: a
+/// plain rename over a file makes ext4 start writing the new file to disk there and then
+/// (its `auto_da_alloc`), which held an output written with `--no-fsync` for 0.8 to 1.3 s
+/// of 1.8 GB (docs/performance.md, session 29).
+fn replace(new: &Path, target: &Path) -> Result<Option<PathBuf>, PipelineError> {
+    if !target.exists() {
+        std::fs::rename(new, target)
+            .map_err(PipelineError::io("renaming the output into", target))?;
+        return Ok(None);
     }
-    std::fs::rename(from, to)
+    #[cfg(target_os = "linux")]
+    if exchange_names(new, target).is_ok() {
+        // `new` now names the old output.
+        return Ok(Some(new.to_path_buf()));
+    }
+    if target.is_file() && new.is_file() {
+        std::fs::rename(new, target)
+            .map_err(PipelineError::io("renaming the output into", target))?;
+        return Ok(None);
+    }
+    let old = temp_sibling(target, "old");
+    std::fs::rename(target, &old).map_err(PipelineError::io("moving aside", target))?;
+    if let Err(e) = std::fs::rename(new, target) {
+        let _ = std::fs::rename(&old, target);
+        return Err(PipelineError::io("renaming the output into", target)(e));
+    }
+    Ok(Some(old))
+}
+
+/// Flushes the entries of the directory `dir` to disk.
+fn sync_directory(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
 }
 
 /// Swaps the names `a` and `b` in one step (both must exist).
@@ -505,17 +490,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn renaming_over_a_file_replaces_it_and_leaves_nothing_behind() {
+    fn replacing_a_file_or_a_directory_leaves_nothing_behind() {
         let dir = tempfile::tempdir().unwrap();
         let (new, target) = (dir.path().join(".new"), dir.path().join("out.parquet"));
         std::fs::write(&new, b"new").unwrap();
         // No file to replace: a plain rename.
-        rename_over(&new, &target).unwrap();
+        assert_eq!(replace(&new, &target).unwrap(), None);
         assert_eq!(std::fs::read(&target).unwrap(), b"new");
         std::fs::write(&new, b"newer").unwrap();
-        rename_over(&new, &target).unwrap();
+        if let Some(old) = replace(&new, &target).unwrap() {
+            assert_eq!(std::fs::read(&old).unwrap(), b"new");
+            remove_path(&old);
+        }
         assert_eq!(std::fs::read(&target).unwrap(), b"newer");
         let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(left.len(), 1, "{left:?}");
+        // Directories.
+        let (new, target) = (dir.path().join(".new-dir"), dir.path().join("out"));
+        for generation in ["one", "two"] {
+            std::fs::create_dir(&new).unwrap();
+            std::fs::write(new.join("part-00000.parquet"), generation).unwrap();
+            if let Some(old) = replace(&new, &target).unwrap() {
+                assert_eq!(
+                    std::fs::read(old.join("part-00000.parquet")).unwrap(),
+                    b"one"
+                );
+                remove_path(&old);
+            }
+            assert_eq!(
+                std::fs::read(target.join("part-00000.parquet")).unwrap(),
+                generation.as_bytes()
+            );
+        }
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(left.len(), 2, "{left:?}");
     }
 }

@@ -20,7 +20,8 @@ pub(super) const WRITEBACK_BYTES: u64 = 32 << 20;
 
 /// A file being written, its bytes sent to disk in the background as they accumulate.
 pub(super) struct WritebackFile {
-    file: File,
+    /// `None` once [`Self::finish`]ed.
+    file: Option<File>,
     /// Adds up the bytes written (shared by the files of one output).
     counted: Arc<AtomicU64>,
     /// Bytes written so far.
@@ -39,13 +40,19 @@ impl WritebackFile {
     /// `writeback` off it is a plain file that counts its bytes.
     pub(super) fn new(file: File, counted: Arc<AtomicU64>, writeback: bool) -> Self {
         Self {
-            file,
+            file: Some(file),
             counted,
             written: 0,
             requested: 0,
             requesting: std::time::Duration::ZERO,
             writeback,
         }
+    }
+
+    fn open(&mut self) -> io::Result<&mut File> {
+        self.file
+            .as_mut()
+            .ok_or_else(|| io::Error::other("gpusort: writing to a finished file"))
     }
 
     /// Requests writeback of what was written since the last request, when that is at
@@ -56,15 +63,48 @@ impl WritebackFile {
             return;
         }
         let started = std::time::Instant::now();
-        start_writeback(&self.file, self.requested, pending);
+        if let Some(file) = &self.file {
+            start_writeback(file, self.requested, pending);
+        }
         self.requesting += started.elapsed();
         self.requested = self.written;
     }
+
+    /// Ends the file: with `sync`, flushed to disk through the descriptor that wrote it
+    /// (an error of any earlier write-back shows there), then closed with the close's own
+    /// error checked (some file systems report a failed write only then).
+    pub(super) fn finish(mut self, sync: bool) -> io::Result<()> {
+        self.request(1);
+        let file = self.file.take().expect("an open file");
+        if sync {
+            file.sync_all()?;
+        }
+        close_checked(file)
+    }
+}
+
+/// Closes `file`, returning the close's error.
+#[cfg(unix)]
+fn close_checked(file: File) -> io::Result<()> {
+    use std::os::fd::IntoRawFd;
+    let fd = file.into_raw_fd();
+    // SAFETY: `fd` came out of a `File` that no longer owns it; it is closed once.
+    if unsafe { libc::close(fd) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(not(unix))]
+fn close_checked(file: File) -> io::Result<()> {
+    drop(file);
+    Ok(())
 }
 
 impl Write for WritebackFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.file.write(buf)?;
+        let n = self.open()?.write(buf)?;
         self.written += n as u64;
         self.counted.fetch_add(n as u64, Ordering::Relaxed);
         self.request(WRITEBACK_BYTES);
@@ -72,7 +112,7 @@ impl Write for WritebackFile {
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.file.flush()
+        self.open()?.flush()
     }
 }
 

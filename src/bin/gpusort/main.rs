@@ -74,7 +74,10 @@ enum Command {
     },
     /// Sort Parquet or CSV files (files, directories, globs) into Parquet.
     Sort {
-        /// Input files, directories or glob patterns, in input order (ties keep it).
+        /// Input files, directories or glob patterns, in input order: ties keep it (files
+        /// in the order given, a directory's or a pattern's in sorted path order). A path
+        /// that names a file is that file, whatever characters it holds; only a path that
+        /// names nothing is a glob pattern.
         #[arg(required = true)]
         inputs: Vec<String>,
         /// Output Parquet file (a directory with --max-rows-per-file).
@@ -102,6 +105,19 @@ enum Command {
         /// Compression of spilled runs: lz4_frame (default), zstd or uncompressed.
         #[arg(long, default_value = "lz4_frame")]
         spill_compression: SpillCompression,
+        /// Where to spill (a folder of the job's own is made there). Default: $TMPDIR, or
+        /// /tmp.
+        #[arg(long)]
+        spill_dir: Option<std::path::PathBuf>,
+        /// The most the job may spill (e.g. 200G). Default: 90 % of the space free on the
+        /// spill directory's disk when the job starts.
+        #[arg(long, value_parser = gpusort::parse_bytes)]
+        max_spill: Option<usize>,
+        /// Match the inputs' columns by name: every column of any file, nulls where a file
+        /// lacks it, types widened where that is exact. Without it, inputs whose columns
+        /// differ are refused.
+        #[arg(long)]
+        union_by_name: bool,
         /// Replace an existing output.
         #[arg(long)]
         overwrite: bool,
@@ -230,6 +246,9 @@ async fn run(cli: Cli) -> i32 {
             compression,
             memory_limit,
             spill_compression,
+            spill_dir,
+            max_spill,
+            union_by_name,
             overwrite,
             no_fsync,
             backend,
@@ -242,6 +261,9 @@ async fn run(cli: Cli) -> i32 {
             job.row_group_rows = row_group_rows;
             job.compression = compression;
             job.spill_compression = spill_compression;
+            job.spill_dir = spill_dir;
+            job.max_spill = max_spill.map(|bytes| bytes as u64);
+            job.union_by_name = union_by_name;
             if memory_limit.is_some() {
                 job.memory_limit = memory_limit;
             }

@@ -1,0 +1,195 @@
+//! A job's temporary names, and what a killed job left under them.
+//!
+//! A job writes its output under `.<name>.gpusort-tmp-<pid>-<nanos>` beside the target,
+//! moves a replaced output aside as `.<name>.gpusort-old-<pid>-<nanos>` where it cannot
+//! swap the two at once, and spills into `gpusort-spill-<pid>-<nanos>` under the spill
+//! directory. It removes all of them when it ends, on error and on SIGINT or SIGTERM too.
+//! SIGKILL, the kernel's OOM killer or a power loss leave them; the next job writing the
+//! same target, or spilling into the same directory, removes those whose process is gone
+//! and warns about those of a process that still runs (another job, left alone).
+
+use std::path::{Path, PathBuf};
+
+use super::spill::SPILL_PREFIX;
+
+/// A hidden, unique name beside `path` for this process's `what` (`tmp`, `old`).
+pub(super) fn temp_sibling(path: &Path, what: &str) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    parent_dir(path).join(format!(
+        ".{name}.gpusort-{what}-{}-{}",
+        std::process::id(),
+        nanos()
+    ))
+}
+
+/// The directory `path` is in (`.` for a bare name).
+pub(super) fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// The current time's nanoseconds, to tell apart names made in one process.
+pub(super) fn nanos() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0)
+}
+
+/// What [`clean`] found.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Cleaned {
+    /// Leftovers of jobs that are gone, now removed.
+    pub(super) removed: Vec<PathBuf>,
+    /// Leftovers of processes that still run, left alone.
+    pub(super) kept: Vec<(PathBuf, u32)>,
+}
+
+/// Removes the leftovers of killed jobs writing `output` or spilling into `spill_root`
+/// (see the module doc), and warns of each one on the log.
+pub(super) fn clean(output: &Path, spill_root: &Path) -> Cleaned {
+    let mut cleaned = Cleaned::default();
+    let name = output
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let output_prefixes = [
+        format!(".{name}.gpusort-tmp-"),
+        format!(".{name}.gpusort-old-"),
+    ];
+    let places: [(PathBuf, Vec<&str>); 2] = [
+        (
+            parent_dir(output),
+            output_prefixes.iter().map(String::as_str).collect(),
+        ),
+        (spill_root.to_path_buf(), vec![SPILL_PREFIX]),
+    ];
+    for (dir, prefixes) in places {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let file_name = entry.file_name().to_string_lossy().into_owned();
+            let Some(pid) = prefixes
+                .iter()
+                .find_map(|p| file_name.strip_prefix(p))
+                .and_then(owner)
+            else {
+                continue;
+            };
+            let path = entry.path();
+            if pid == std::process::id() {
+                continue;
+            }
+            if running(pid) {
+                log::warn!(
+                    "gpusort: left alone {}: process {pid}, which made it, still runs",
+                    path.display()
+                );
+                cleaned.kept.push((path, pid));
+                continue;
+            }
+            let removed = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            match removed {
+                Ok(()) => {
+                    log::warn!(
+                        "gpusort: removed {}, left by a job (process {pid}) that did not finish",
+                        path.display()
+                    );
+                    cleaned.removed.push(path);
+                }
+                Err(e) => log::warn!(
+                    "gpusort: could not remove {}, left by a job (process {pid}) that did not \
+                     finish: {e}",
+                    path.display()
+                ),
+            }
+        }
+    }
+    cleaned
+}
+
+/// The process id in `<pid>-<nanos>`.
+fn owner(rest: &str) -> Option<u32> {
+    let (pid, nanos) = rest.split_once('-')?;
+    nanos.parse::<u32>().ok()?;
+    pid.parse().ok()
+}
+
+/// Whether process `pid` exists (it may belong to another user).
+fn running(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: signal 0 sends nothing; it only checks that the process exists.
+    if unsafe { libc::kill(pid, 0) } == 0 {
+        return true;
+    }
+    std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process id that no process has: a child that has exited and been reaped.
+    fn gone_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        pid
+    }
+
+    #[test]
+    fn leftovers_of_gone_jobs_are_removed_and_of_running_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let spill = dir.path().join("spill");
+        std::fs::create_dir(&spill).unwrap();
+        let output = dir.path().join("out.parquet");
+        let gone = gone_pid();
+        let alive = 1; // init
+        let dead_tmp = dir
+            .path()
+            .join(format!(".out.parquet.gpusort-tmp-{gone}-12"));
+        let dead_old = dir
+            .path()
+            .join(format!(".out.parquet.gpusort-old-{gone}-13"));
+        let live_tmp = dir
+            .path()
+            .join(format!(".out.parquet.gpusort-tmp-{alive}-14"));
+        let other = dir
+            .path()
+            .join(format!(".other.parquet.gpusort-tmp-{gone}-15"));
+        let dead_spill = spill.join(format!("gpusort-spill-{gone}-16"));
+        let unrelated = spill.join("datafusion-abc");
+        std::fs::write(&dead_tmp, b"x").unwrap();
+        std::fs::create_dir(&dead_old).unwrap();
+        std::fs::write(dead_old.join("part-00000.parquet"), b"x").unwrap();
+        std::fs::write(&live_tmp, b"x").unwrap();
+        std::fs::write(&other, b"x").unwrap();
+        std::fs::create_dir(&dead_spill).unwrap();
+        std::fs::write(dead_spill.join("run"), b"x").unwrap();
+        std::fs::create_dir(&unrelated).unwrap();
+        let mut cleaned = clean(&output, &spill);
+        cleaned.removed.sort();
+        let mut expected = vec![dead_tmp.clone(), dead_old.clone(), dead_spill.clone()];
+        expected.sort();
+        assert_eq!(cleaned.removed, expected);
+        assert_eq!(cleaned.kept, vec![(live_tmp.clone(), alive)]);
+        for path in [&dead_tmp, &dead_old, &dead_spill] {
+            assert!(!path.exists(), "{}", path.display());
+        }
+        for path in [&live_tmp, &other, &unrelated] {
+            assert!(path.exists(), "{}", path.display());
+        }
+    }
+}
