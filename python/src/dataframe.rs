@@ -16,7 +16,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
 use crate::arrow_stream::{export_reader, CollectedBatches};
-use crate::blocking::{runtime, wait_for};
+use crate::blocking::{runtime, wait_for, TICK};
 use crate::errors::to_py_err;
 
 /// A query planned by a [`crate::session::PySessionContext`].
@@ -78,29 +78,67 @@ impl PyDataFrame {
         let frame = self.frame.clone();
         let stream =
             wait_for(py, async move { frame.execute_stream().await })?.map_err(to_py_err)?;
-        let reader = BlockingStream { stream };
+        let reader = BlockingStream {
+            schema: stream.schema(),
+            stream: Some(stream),
+        };
         export_reader(py, Box::new(reader), requested_schema.as_ref())
     }
 }
 
 /// A DataFusion stream read by a thread outside the runtime, one batch per `next`.
+///
+/// A batch may take long to come (a sort's first one comes once all its input is sorted):
+/// every [`TICK`] of waiting, Python's signal handlers run. When one raises (Ctrl-C), the
+/// query is dropped (its sort cancelled, its memory and spill files let go) and the stream
+/// ends in an error that says so. An Arrow C stream can carry only a message, so the
+/// consumer raises its own error type (pyarrow: `OSError`) with that message, not
+/// `KeyboardInterrupt`.
 struct BlockingStream {
-    stream: SendableRecordBatchStream,
+    schema: SchemaRef,
+    /// `None` once ended or stopped.
+    stream: Option<SendableRecordBatchStream>,
 }
 
 impl Iterator for BlockingStream {
     type Item = Result<RecordBatch, ArrowError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        // Inside the runtime's context, so operators may spawn their tasks while polled.
+        let stream = self.stream.as_mut()?;
+        // Inside the runtime's context, so operators may spawn their tasks while polled,
+        // and the wait's timer runs.
         let _context = runtime().enter();
-        let next = futures::executor::block_on(self.stream.next())?;
-        Some(next.map_err(|e| ArrowError::ExternalError(Box::new(e))))
+        let mut next = stream.next();
+        let next = loop {
+            let waited = futures::executor::block_on(tokio::time::timeout(TICK, &mut next));
+            if let Ok(next) = waited {
+                break next;
+            }
+            if let Err(raised) = Python::attach(|py| {
+                py.check_signals().map_err(|e| match e.get_type(py).name() {
+                    Ok(name) => name.to_string(),
+                    Err(_) => e.to_string(),
+                })
+            }) {
+                drop(next);
+                self.stream = None;
+                return Some(Err(ArrowError::ExternalError(
+                    format!("gpusort: the query was stopped by a signal ({raised})").into(),
+                )));
+            }
+        };
+        match next {
+            None => {
+                self.stream = None;
+                None
+            }
+            Some(batch) => Some(batch.map_err(|e| ArrowError::ExternalError(Box::new(e)))),
+        }
     }
 }
 
 impl RecordBatchReader for BlockingStream {
     fn schema(&self) -> SchemaRef {
-        self.stream.schema()
+        Arc::clone(&self.schema)
     }
 }

@@ -192,18 +192,20 @@ impl PySessionContext {
 
     /// The backend this session's sorts run on now: `cuda`, `cpu`, or why none is usable
     /// (with `gpu_sort.backend = 'cuda'` and no device).
+    ///
+    /// Opening the device (the first time, a few tenths of a second) runs with the GIL
+    /// released.
     #[getter]
-    fn backend(&self) -> PyResult<String> {
+    fn backend(&self, py: Python<'_>) -> PyResult<String> {
         let settings = session_gpu_sort_config(&self.ctx);
-        resolve_backend(&settings)
-            .map(|backend| backend.name().to_string())
+        py.detach(|| resolve_backend(&settings).map(|backend| backend.name().to_string()))
             .map_err(to_py_err)
     }
 
-    fn __repr__(&self) -> PyResult<String> {
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         Ok(format!(
             "gpusort.SessionContext(backend={})",
-            self.backend()?
+            self.backend(py)?
         ))
     }
 }
@@ -271,16 +273,18 @@ pub fn size_in_bytes(value: &Bound<'_, PyAny>) -> PyResult<usize> {
 }
 
 /// Whether this process can sort on a GPU: `{"gpu": bool, "backend": "cuda" | "cpu",
-/// "reason": why not, or None}`.
+/// "reason": why not, or None}`. Opening the device runs with the GIL released.
 #[pyfunction]
 pub fn gpu_status(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let mut settings = GpuSortConfig::default();
     settings.backend = BackendChoice::Cuda;
     let status = PyDict::new(py);
-    match resolve_backend(&settings) {
+    let resolved =
+        py.detach(|| resolve_backend(&settings).map(|backend| backend.name().to_string()));
+    match resolved {
         Ok(backend) => {
             status.set_item("gpu", true)?;
-            status.set_item("backend", backend.name())?;
+            status.set_item("backend", backend)?;
             status.set_item("reason", py.None())?;
         }
         Err(why) => {

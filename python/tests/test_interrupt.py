@@ -46,6 +46,25 @@ def test_sigint_cancels_a_running_query(ctx):
     assert small.column(0).to_pylist() == [5, 4, 3, 2, 1]
 
 
+def test_sigint_stops_a_stream_before_its_first_batch(ctx):
+    # The sort's first batch comes only once 200 million rows are sorted: seconds later
+    # than the interrupt (and within memory should it not come).
+    query = "SELECT value FROM generate_series(1, 200000000) ORDER BY value DESC"
+    reader = pa.RecordBatchReader.from_stream(ctx.sql(query))
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    started = time.monotonic()
+    timer.start()
+    try:
+        # An Arrow C stream carries a message only: the consumer raises its own error.
+        with pytest.raises(Exception, match=r"stopped by a signal \(KeyboardInterrupt\)"):
+            reader.read_next_batch()
+    finally:
+        timer.cancel()
+    assert time.monotonic() - started < 30
+    small = ctx.sql("SELECT value FROM generate_series(1, 3) ORDER BY value").to_arrow_table()
+    assert small.column(0).to_pylist() == [1, 2, 3]
+
+
 def test_gil_is_released_while_a_query_runs(ctx, table):
     ctx.register_arrow("t", pa.concat_tables([table] * 20))
     done = threading.Event()

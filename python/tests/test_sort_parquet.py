@@ -112,3 +112,36 @@ def test_progress_line_is_drawn_on_stderr_and_cleared(parquet_dir, tmp_path, cap
     err = capsys.readouterr().err
     assert "read " in err and "rows/s" not in err and "/s, " in err
     assert err.endswith("\r\x1b[K"), "the line is cleared at the end"
+
+
+def test_columns_that_differ_are_refused_or_merged_by_name(tmp_path):
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    pq.write_table(pa.table({"k": [3, 1], "x": [30, 10]}), a)
+    pq.write_table(pa.table({"y": ["why"], "k": [2]}), b)
+    out = tmp_path / "out.parquet"
+    with pytest.raises(gpusort.GpuSortError, match="union_by_name=True"):
+        gpusort.sort_parquet([a, b], out, by="k")
+    assert not out.exists()
+    gpusort.sort_parquet([a, b], out, by="k", union_by_name=True)
+    got = pq.read_table(out)
+    assert got.column_names == ["k", "x", "y"]
+    assert got.column("k").to_pylist() == [1, 2, 3]
+    assert got.column("x").to_pylist() == [10, None, 30]
+    assert got.column("y").to_pylist() == [None, "why", None]
+
+
+def test_the_output_is_never_an_input_and_spills_go_where_asked(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    pq.write_table(pa.table({"k": list(range(200_000, 0, -1))}), data / "a.parquet")
+    out = data / "sorted.parquet"
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    gpusort.sort_parquet(data, out, by="k", spill_dir=spill, max_spill="1G")
+    with pytest.raises(gpusort.GpuSortError, match="would also be read as an input"):
+        gpusort.sort_parquet(data, out, by="k", overwrite=True)
+    assert pq.read_table(out).num_rows == 200_000
+    assert list(spill.iterdir()) == []
+    with pytest.raises(gpusort.GpuSortError, match="--spill-dir"):
+        gpusort.sort_parquet(data / "a.parquet", tmp_path / "o.parquet", by="k",
+                             spill_dir=tmp_path / "nowhere")

@@ -9,6 +9,7 @@
 
 use std::ffi::c_void;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use cudarc::driver::result;
@@ -153,6 +154,7 @@ impl Device {
 
     /// Page-locks host memory for this device's context.
     pub fn page_locker(&self) -> ContextPageLocker {
+        note_exit_before_the_driver();
         ContextPageLocker {
             context: self.context,
         }
@@ -370,6 +372,26 @@ impl<T> Drop for PinnedBuffer<T> {
     }
 }
 
+/// Set when the process exits (`exit`, or `main` returning), before the CUDA driver tears
+/// its contexts down: the page-locking thread then stops locking, instead of failing with
+/// `CUDA_ERROR_DEINITIALIZED` and warning at every normal exit.
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn note_exit() {
+    EXITING.store(true, Ordering::SeqCst);
+}
+
+/// Registers [`note_exit`] once. Exit handlers run in reverse order of registration, and
+/// the driver registered its own when it was initialized, before any context existed: this
+/// one runs first.
+fn note_exit_before_the_driver() {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        // SAFETY: registers a function that only stores to an atomic.
+        unsafe { libc::atexit(note_exit) };
+    });
+}
+
 /// Page-locks host memory for one context (`cuMemHostRegister`), from any thread.
 #[derive(Debug)]
 pub struct ContextPageLocker {
@@ -383,13 +405,26 @@ unsafe impl Sync for ContextPageLocker {}
 
 impl PageLocker for ContextPageLocker {
     fn lock(&self, ptr: *mut u8, len: usize) -> bool {
+        if EXITING.load(Ordering::SeqCst) {
+            return false;
+        }
         // SAFETY: the caller owns `len` bytes at `ptr` and keeps them until `unlock`.
         let locked = unsafe {
             result::ctx::set_current(self.context)
                 .and_then(|()| sys::cuMemHostRegister_v2(ptr as *mut c_void, len, 0).result())
         };
-        if let Err(error) = &locked {
-            log::warn!("gpusort: page-locking {len} bytes of host memory failed: {error}");
+        match &locked {
+            // The process is exiting (the check above raced the exit): nothing is lost.
+            Err(error)
+                if EXITING.load(Ordering::SeqCst)
+                    || error.0 == sys::cudaError_enum::CUDA_ERROR_DEINITIALIZED =>
+            {
+                log::debug!("gpusort: page-locking stopped at exit: {error}");
+            }
+            Err(error) => {
+                log::warn!("gpusort: page-locking {len} bytes of host memory failed: {error}")
+            }
+            Ok(()) => {}
         }
         locked.is_ok()
     }

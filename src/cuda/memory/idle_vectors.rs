@@ -72,10 +72,15 @@ impl IdleVectors {
     }
 
     /// Keeps `vector` for a later [`IdleVectors::take`] when it is long enough to be
-    /// worth it; frees the oldest idle vectors to stay within the limits.
+    /// worth it; frees the oldest idle vectors to stay within the limits. A vector is
+    /// counted by its capacity, what it holds: one cut short (to a LIMIT's rows, or to a
+    /// top-N's) to less than a [`MOST_WASTE`]th of its capacity is freed, not kept.
     pub(crate) fn give_back(&self, vector: Vec<u32>) {
-        let bytes = vector.len() * 4;
-        if vector.len() < SMALLEST_KEPT || bytes > self.limit_bytes {
+        let bytes = vector.capacity() * 4;
+        if vector.len() < SMALLEST_KEPT
+            || bytes > self.limit_bytes
+            || vector.capacity() / MOST_WASTE > vector.len()
+        {
             return;
         }
         let mut idle = self.locked();
@@ -97,7 +102,7 @@ impl IdleVectors {
     }
 
     fn bytes(idle: &[Vec<u32>]) -> usize {
-        idle.iter().map(|v| v.len() * 4).sum()
+        idle.iter().map(|v| v.capacity() * 4).sum()
     }
 }
 
@@ -125,6 +130,29 @@ mod tests {
         let fresh = idle.take(4 * N);
         assert_eq!(fresh.len(), 4 * N, "none is long enough: a new one");
         assert_eq!(idle.idle_bytes(), 3 * N * 4);
+    }
+
+    #[test]
+    fn vectors_count_by_capacity_and_one_cut_far_short_is_freed() {
+        let idle = IdleVectors::new(64 * N);
+        let mut cut = vec![1; 8 * N];
+        cut.truncate(N);
+        idle.give_back(cut);
+        assert_eq!(idle.idle_bytes(), 0, "cut to an 8th of its capacity: freed");
+        let mut cut = vec![1; 3 * N];
+        cut.truncate(2 * N);
+        idle.give_back(cut);
+        assert_eq!(idle.idle_bytes(), 3 * N * 4, "counted by its capacity");
+        let small = IdleVectors::new(5 * N * 4);
+        small.give_back(vec![1; 3 * N]);
+        let mut long = vec![1; 4 * N];
+        long.truncate(3 * N);
+        small.give_back(long);
+        assert_eq!(
+            small.idle_bytes(),
+            4 * N * 4,
+            "the oldest freed to stay in the limit"
+        );
     }
 
     #[test]
