@@ -114,6 +114,11 @@ impl Iterator for BlockingStream {
             if let Ok(next) = waited {
                 break next;
             }
+            // Signal handlers run on the main thread only; a consumer on another thread
+            // never takes the GIL here (its caller may hold it while waiting for it).
+            if !on_main_thread() {
+                continue;
+            }
             if let Err(raised) = Python::attach(|py| {
                 py.check_signals().map_err(|e| match e.get_type(py).name() {
                     Ok(name) => name.to_string(),
@@ -135,6 +140,12 @@ impl Iterator for BlockingStream {
             Some(batch) => Some(batch.map_err(|e| ArrowError::ExternalError(Box::new(e)))),
         }
     }
+}
+
+/// Whether the calling thread is the process's first one (Python's main thread).
+fn on_main_thread() -> bool {
+    // SAFETY: both calls only read the caller's ids.
+    unsafe { libc::getpid() == libc::gettid() }
 }
 
 impl RecordBatchReader for BlockingStream {

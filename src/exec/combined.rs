@@ -40,6 +40,7 @@ use datafusion::physical_plan::stream::RecordBatchReceiverStream;
 use datafusion::physical_plan::SendableRecordBatchStream;
 use futures::future::{BoxFuture, Shared};
 use futures::FutureExt;
+use rayon::prelude::*;
 use tokio::sync::mpsc::Sender;
 use tokio::sync::oneshot;
 
@@ -337,8 +338,10 @@ fn sort_together(
     })
 }
 
-/// Cuts each partition's part (`ranges`) of the shared order to the rows within a window
-/// partition's top, the parts kept consecutive; `false` when every row stays.
+/// Cuts each partition's part (`ranges`, consecutive from 0) of the shared order to the
+/// rows within a window partition's top, each part on a core of its own (the cut gathers
+/// and compares its part's keys: one thread did W2's 60 M rows in 0.57 s), then keeps the
+/// parts consecutive; `false` when every row stays.
 fn cut_to_tops(
     rows: &RunRows,
     permutation: &mut Permutation,
@@ -348,9 +351,19 @@ fn cut_to_tops(
 ) -> Result<bool> {
     let len = permutation.len();
     let cut = TopCut::new(rows, exprs, top)?;
+    let mut parts: Vec<&mut [u32]> = Vec::with_capacity(ranges.len());
+    let mut rest: &mut [u32] = &mut permutation[..];
+    for range in ranges.iter() {
+        let (part, tail) = rest.split_at_mut(range.len());
+        parts.push(part);
+        rest = tail;
+    }
+    let kept: Vec<usize> = parts
+        .into_par_iter()
+        .map(|part| cut.cut(part))
+        .collect::<Result<_>>()?;
     let mut written = 0;
-    for range in ranges.iter_mut() {
-        let kept = cut.cut(&mut permutation[range.clone()])?;
+    for (range, kept) in ranges.iter_mut().zip(kept) {
         permutation.copy_within(range.start..range.start + kept, written);
         *range = written..written + kept;
         written += kept;

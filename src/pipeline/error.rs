@@ -68,8 +68,9 @@ pub enum PipelineError {
     },
     /// Fewer or more rows written than the inputs hold.
     #[error(
-        "wrote {written} rows where the inputs' footers hold {expected}: the output was not \
-         put in place (this is a bug in gpusort; please report it)"
+        "wrote {written} rows where {expected} were expected (the inputs' footers, the rows \
+         read, or the rows handed to the writer): the output was not put in place (this is \
+         a bug in gpusort; please report it)"
     )]
     RowCountMismatch { written: u64, expected: u64 },
     /// Spilling needed more disk than allowed.

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::{Column, ScalarValue};
 use datafusion::datasource::file_format::csv::CsvFormat;
@@ -64,7 +64,6 @@ pub(super) async fn read_files(
         .collect::<Result<Vec<_>, _>>()?;
     let schemas = file_schemas(&state, &format, inputs.format, &inputs.files, &files).await?;
     let named: Vec<(PathBuf, SchemaRef)> = inputs.files.iter().cloned().zip(schemas).collect();
-    let schema = common_schema(&named, union_by_name)?;
     let read = |files: Vec<InputFile>, schema: SchemaRef| {
         ctx.read_table(Arc::new(OrderedFiles {
             schema,
@@ -73,32 +72,52 @@ pub(super) async fn read_files(
         }))
         .map_err(PipelineError::execution("reading inputs"))
     };
-    let positional = inputs.format == InputFormat::Csv;
-    let same_columns = named.iter().all(|(_, s)| {
-        s.fields().len() == schema.fields().len()
-            && s.fields()
-                .iter()
-                .zip(schema.fields())
-                .all(|(a, b)| a.name() == b.name())
-    });
-    if !positional || same_columns {
+    if inputs.format == InputFormat::Parquet {
+        let schema = common_schema(&named, union_by_name)?;
         return read(files, schema);
     }
-    // CSV files with other headers: each under its own, its columns taken by name.
+    // CSV: headers compared by name (types are inferred, not stored).
+    let headers: Vec<(PathBuf, SchemaRef)> = named
+        .iter()
+        .map(|(path, schema)| (path.clone(), names_only(schema)))
+        .collect();
+    let same_headers = common_schema(&headers, false);
+    if same_headers.is_ok() || !union_by_name {
+        same_headers?;
+        // One scan, its types inferred over every file as DataFusion does.
+        let joint = infer(&state, &format, inputs.format, &inputs.files[0], &files).await?;
+        return read(files, nulls_as_text(&joint));
+    }
+    let schema = common_schema(&named, true)?;
+    // CSV files with other headers: each under its own, its columns taken by name. A
+    // projection that casts would be spread over partitions by a round-robin repartition
+    // (losing the file's row order): none is planned.
+    ctx.state_ref()
+        .write()
+        .config_mut()
+        .options_mut()
+        .optimizer
+        .enable_round_robin_repartition = false;
     let mut all: Option<DataFrame> = None;
     for (file, (_, own)) in files.into_iter().zip(named) {
-        let columns: Vec<Expr> = schema
+        let columns = schema
             .fields()
             .iter()
             .map(|field| {
-                let value = if own.field_with_name(field.name()).is_ok() {
-                    Expr::Column(Column::new_unqualified(field.name()))
-                } else {
-                    lit(ScalarValue::Null)
+                let value = match own.field_with_name(field.name()) {
+                    Ok(theirs) if theirs.data_type() == field.data_type() => {
+                        Expr::Column(Column::new_unqualified(field.name()))
+                    }
+                    Ok(_) => cast(
+                        Expr::Column(Column::new_unqualified(field.name())),
+                        field.data_type().clone(),
+                    ),
+                    Err(_) => lit(ScalarValue::try_from(field.data_type())?),
                 };
-                cast(value, field.data_type().clone()).alias(field.name())
+                Ok(value.alias(field.name()))
             })
-            .collect();
+            .collect::<Result<Vec<Expr>>>()
+            .map_err(PipelineError::execution("reading inputs"))?;
         let one = read(vec![file], own)?
             .select(columns)
             .map_err(PipelineError::execution("reading inputs"))?;
@@ -110,6 +129,32 @@ pub(super) async fn read_files(
         });
     }
     all.ok_or_else(|| PipelineError::NoInputFiles(String::new()))
+}
+
+/// `schema` with every column `Utf8`: only the names compared.
+fn names_only(schema: &SchemaRef) -> SchemaRef {
+    Arc::new(Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| Field::new(f.name(), DataType::Utf8, true))
+            .collect::<Vec<_>>(),
+    ))
+}
+
+/// A CSV schema whose columns inferred as `Null` (empty in every row looked at, the first
+/// 1,000 by default) read as text: read as `Null`, any value further down would be lost.
+fn nulls_as_text(schema: &SchemaRef) -> SchemaRef {
+    Arc::new(Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| match f.data_type() {
+                DataType::Null => Field::new(f.name(), DataType::Utf8, true),
+                _ => f.as_ref().clone(),
+            })
+            .collect::<Vec<_>>(),
+    ))
 }
 
 /// The format reader with the session's options (CSV: a header row).
@@ -128,7 +173,8 @@ fn file_format(state: &dyn Session, format: InputFormat) -> Arc<dyn FileFormat> 
 }
 
 fn input_file(path: &Path) -> Result<InputFile, PipelineError> {
-    let absolute = std::path::absolute(path).map_err(PipelineError::io("resolving", path))?;
+    // Resolved: object store paths hold no `..`.
+    let absolute = std::fs::canonicalize(path).map_err(PipelineError::io("resolving", path))?;
     let location = StorePath::from_absolute_path(&absolute).map_err(|e| PipelineError::Io {
         action: "naming",
         path: path.to_path_buf(),
@@ -148,25 +194,44 @@ async fn file_schemas(
     paths: &[PathBuf],
     files: &[InputFile],
 ) -> Result<Vec<SchemaRef>, PipelineError> {
-    let store = state
-        .runtime_env()
-        .object_store(ObjectStoreUrl::local_filesystem())
-        .map_err(PipelineError::execution("reading inputs"))?;
     // One file at a time: local footers and headers are read in well under a millisecond
     // each, and `resolve_inputs` has just read every footer (now in the page cache).
     let mut schemas = Vec::with_capacity(files.len());
     for (path, file) in paths.iter().zip(files) {
-        let meta = store
-            .head(&file.location)
-            .await
-            .map_err(|e| unreadable(path, kind, e.into()))?;
-        let schema = format
-            .infer_schema(state, &store, &[meta])
-            .await
-            .map_err(|e| unreadable(path, kind, e))?;
-        schemas.push(schema);
+        let schema = infer(state, format, kind, path, std::slice::from_ref(file)).await?;
+        schemas.push(match kind {
+            InputFormat::Csv => nulls_as_text(&schema),
+            InputFormat::Parquet => schema,
+        });
     }
     Ok(schemas)
+}
+
+/// The schema `format` infers over `files` (`path` names them in errors).
+async fn infer(
+    state: &dyn Session,
+    format: &Arc<dyn FileFormat>,
+    kind: InputFormat,
+    path: &Path,
+    files: &[InputFile],
+) -> Result<SchemaRef, PipelineError> {
+    let store = state
+        .runtime_env()
+        .object_store(ObjectStoreUrl::local_filesystem())
+        .map_err(PipelineError::execution("reading inputs"))?;
+    let mut metas = Vec::with_capacity(files.len());
+    for file in files {
+        metas.push(
+            store
+                .head(&file.location)
+                .await
+                .map_err(|e| unreadable(path, kind, e.into()))?,
+        );
+    }
+    format
+        .infer_schema(state, &store, &metas)
+        .await
+        .map_err(|e| unreadable(path, kind, e))
 }
 
 /// A file whose schema cannot be read, named.

@@ -6,7 +6,8 @@
 //!   `_`-prefixed entries skipped;
 //! - only a path that names nothing is read as a glob pattern (`*`, `?`, `[..]`); its
 //!   matches come in sorted path order, and `*` does not match a leading `.`;
-//! - a file named twice is read once, where it first came.
+//! - a file named twice (however: relative, absolute, through a link) is read once, where
+//!   it first came.
 //!
 //! Every Parquet file's footer is read here, so a corrupt file is reported by name before
 //! any work starts; the footers also give the total row count for progress.
@@ -67,7 +68,9 @@ pub fn resolve_inputs(specs: &[String]) -> Result<Inputs, PipelineError> {
     let mut seen = std::collections::HashSet::new();
     for spec in specs {
         for file in expand(spec)? {
-            if seen.insert(file.clone()) {
+            // The same file however it is named (relative, absolute, `..`, a link).
+            let identity = std::fs::canonicalize(&file).unwrap_or_else(|_| file.clone());
+            if seen.insert(identity) {
                 files.push(file);
                 listed_from.push(spec.clone());
             }

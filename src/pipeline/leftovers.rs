@@ -5,8 +5,14 @@
 //! swap the two at once, and spills into `gpusort-spill-<pid>-<nanos>` under the spill
 //! directory. It removes all of them when it ends, on error and on SIGINT or SIGTERM too.
 //! SIGKILL, the kernel's OOM killer or a power loss leave them; the next job writing the
-//! same target, or spilling into the same directory, removes those whose process is gone
-//! and warns about those of a process that still runs (another job, left alone).
+//! same target, or spilling into the same directory, removes them.
+//!
+//! A job holds an exclusive `flock` on each of them while it lives ([`JobLock`]); the
+//! kernel lets go of it when the process dies, however it dies. A leftover is removed only
+//! when its lock is free and no process of its id runs here; otherwise it belongs to a
+//! job still running (on this host, or on another one sharing the directory) and is left
+//! alone with a warning. A replaced output moved aside by a job killed before it put the
+//! new one in place is moved back, not removed.
 
 use std::path::{Path, PathBuf};
 
@@ -41,13 +47,47 @@ pub(super) fn nanos() -> u32 {
         .unwrap_or(0)
 }
 
+/// An exclusive lock on a job's file or folder, held until dropped (or the process ends).
+#[derive(Debug)]
+pub(super) struct JobLock {
+    _file: std::fs::File,
+}
+
+impl JobLock {
+    /// Locks `path` (a file or a directory), failing at once if another holds it.
+    pub(super) fn hold(path: &Path) -> std::io::Result<Self> {
+        let file = std::fs::File::open(path)?;
+        lock(&file)?;
+        Ok(Self { _file: file })
+    }
+}
+
+#[cfg(unix)]
+fn lock(file: &std::fs::File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: an open descriptor; flock only reads it.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(not(unix))]
+fn lock(_file: &std::fs::File) -> std::io::Result<()> {
+    Ok(())
+}
+
 /// What [`clean`] found.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(super) struct Cleaned {
     /// Leftovers of jobs that are gone, now removed.
     pub(super) removed: Vec<PathBuf>,
-    /// Leftovers of processes that still run, left alone.
+    /// Leftovers of jobs that still run (their lock held, or their process here), left
+    /// alone.
     pub(super) kept: Vec<(PathBuf, u32)>,
+    /// Replaced outputs moved back into place.
+    pub(super) restored: Vec<PathBuf>,
 }
 
 /// Removes the leftovers of killed jobs writing `output` or spilling into `spill_root`
@@ -86,12 +126,34 @@ pub(super) fn clean(output: &Path, spill_root: &Path) -> Cleaned {
             if pid == std::process::id() {
                 continue;
             }
-            if running(pid) {
+            // Held while this loop looks at it, so that no other job takes it meanwhile.
+            let held = JobLock::hold(&path);
+            if held.is_err() || running(pid) {
                 log::warn!(
-                    "gpusort: left alone {}: process {pid}, which made it, still runs",
+                    "gpusort: left alone {}: the job (process {pid}) that made it still runs",
                     path.display()
                 );
                 cleaned.kept.push((path, pid));
+                continue;
+            }
+            if file_name.starts_with(&output_prefixes[1]) && !output.exists() {
+                match std::fs::rename(&path, output) {
+                    Ok(()) => {
+                        log::warn!(
+                            "gpusort: moved {} back to {}: a job (process {pid}) replacing it \
+                             was killed between moving it aside and putting its own output \
+                             in place",
+                            path.display(),
+                            output.display()
+                        );
+                        cleaned.restored.push(output.to_path_buf());
+                    }
+                    Err(e) => log::warn!(
+                        "gpusort: could not move {} back to {}: {e}",
+                        path.display(),
+                        output.display()
+                    ),
+                }
                 continue;
             }
             let removed = if path.is_dir() {
@@ -179,17 +241,50 @@ mod tests {
         std::fs::create_dir(&dead_spill).unwrap();
         std::fs::write(dead_spill.join("run"), b"x").unwrap();
         std::fs::create_dir(&unrelated).unwrap();
+        // The output is in place: a copy moved aside is removed, not moved back.
+        std::fs::write(&output, b"x").unwrap();
+        // A live job's temporary output, locked, is kept though its process is gone.
+        let locked = dir
+            .path()
+            .join(format!(".out.parquet.gpusort-tmp-{gone}-17"));
+        std::fs::write(&locked, b"x").unwrap();
+        let lock = JobLock::hold(&locked).unwrap();
         let mut cleaned = clean(&output, &spill);
+        drop(lock);
+        assert!(locked.exists());
+        cleaned.kept.retain(|(path, _)| path != &locked);
         cleaned.removed.sort();
         let mut expected = vec![dead_tmp.clone(), dead_old.clone(), dead_spill.clone()];
         expected.sort();
         assert_eq!(cleaned.removed, expected);
         assert_eq!(cleaned.kept, vec![(live_tmp.clone(), alive)]);
+        assert!(cleaned.restored.is_empty());
         for path in [&dead_tmp, &dead_old, &dead_spill] {
             assert!(!path.exists(), "{}", path.display());
         }
         for path in [&live_tmp, &other, &unrelated] {
             assert!(path.exists(), "{}", path.display());
         }
+    }
+
+    #[test]
+    fn an_output_moved_aside_by_a_killed_job_is_moved_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = dir.path().join("parts");
+        let gone = gone_pid();
+        let old = dir.path().join(format!(".parts.gpusort-old-{gone}-1"));
+        let tmp = dir.path().join(format!(".parts.gpusort-tmp-{gone}-2"));
+        for folder in [&old, &tmp] {
+            std::fs::create_dir(folder).unwrap();
+        }
+        std::fs::write(old.join("part-00000.parquet"), b"the old output").unwrap();
+        let cleaned = clean(&output, dir.path());
+        assert_eq!(cleaned.restored, vec![output.clone()]);
+        assert_eq!(cleaned.removed, vec![tmp.clone()]);
+        assert_eq!(
+            std::fs::read(output.join("part-00000.parquet")).unwrap(),
+            b"the old output"
+        );
+        assert!(!old.exists() && !tmp.exists());
     }
 }

@@ -246,7 +246,19 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
     check_output_not_input(&inputs, &job.output, job.max_rows_per_file.is_some())?;
     let spill_root = job.spill_dir.clone().unwrap_or_else(std::env::temp_dir);
     leftovers::clean(&job.output, &spill_root);
-    let spill_folder = spill::SpillFolder::create(&spill_root)?;
+    // Where none can be made in the default place (a read-only `$TMPDIR`), a job that never
+    // spills still runs.
+    let spill_folder = match spill::SpillFolder::create(&spill_root) {
+        Ok(folder) => Some(folder),
+        Err(e) if job.spill_dir.is_none() => {
+            log::warn!("gpusort: {e}; a sort that must spill will fail");
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    let spill_path = spill_folder
+        .as_ref()
+        .map_or(spill_root.clone(), |folder| folder.path().to_path_buf());
     let max_spill = job
         .max_spill
         .unwrap_or_else(|| spill::default_max_spill(&spill_root));
@@ -298,7 +310,7 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
         pool,
         partitions,
         batch_rows,
-        (spill_folder.path(), max_spill),
+        (&spill_path, max_spill),
         Arc::clone(&rule),
     )?;
     // What the scan fetches is counted in the pool until the sort has read it all.
@@ -330,7 +342,7 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
     )?;
     let planned = started.elapsed();
     crate::trace::event(|| "plan: output opened".to_string());
-    // Parquet footers give the rows the output must hold.
+    // Parquet footers give the rows the output must hold (CSV: the rows read, once known).
     let expected = inputs
         .rows
         .map(|rows| job.limit.map_or(rows, |limit| rows.min(limit as u64)));
@@ -553,7 +565,8 @@ async fn run_and_write(
     let mut lose_one = job.inject_lost_batch;
     let produced = async {
         let mut stream =
-            execute_stream(plan, ctx.task_ctx()).map_err(PipelineError::execution("sorting"))?;
+            execute_stream(Arc::clone(&plan), ctx.task_ctx())
+                .map_err(PipelineError::execution("sorting"))?;
         let (mut awaiting, mut sending) = (Duration::ZERO, Duration::ZERO);
         let mut asked = Instant::now();
         while let Some(batch) = stream.next().await {
@@ -601,6 +614,10 @@ async fn run_and_write(
     produced?;
     crate::trace::event(|| format!("pipeline: written; {}", cpu_time()));
     let output = output?;
+    let expected = expected.or_else(|| {
+        // Every row read must be written (without a limit).
+        job.limit.is_none().then(|| scanned_rows(&plan)).flatten()
+    });
     if let Some(expected) = expected {
         if output.rows() != expected {
             // Dropping the output removes it; an old one stays.
@@ -613,6 +630,19 @@ async fn run_and_write(
     let committed = output.commit()?;
     crate::trace::event(|| "pipeline: committed".to_string());
     Ok((committed, first_batch))
+}
+
+/// The rows the plan's scans produced (the sum over its leaves), when they count them.
+fn scanned_rows(plan: &Arc<dyn ExecutionPlan>) -> Option<u64> {
+    let mut total = Some(0u64);
+    let _ = plan.apply(|node| {
+        if node.children().is_empty() {
+            let rows = node.metrics().and_then(|m| m.output_rows());
+            total = total.zip(rows).map(|(sum, rows)| sum + rows as u64);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    total
 }
 
 /// The backend, algorithms and operator time of the plan's sort, after it ran.

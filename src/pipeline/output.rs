@@ -23,12 +23,12 @@ use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::execution::memory_pool::MemoryPool;
 use datafusion::parquet::arrow::{ArrowSchemaConverter, ArrowWriter};
 use datafusion::parquet::basic::Compression;
-use datafusion::parquet::file::metadata::SortingColumn;
+use datafusion::parquet::file::metadata::{ParquetMetaDataReader, SortingColumn};
 use datafusion::parquet::file::properties::WriterProperties;
 
 use super::encodings::with_integer_deltas;
 use super::error::PipelineError;
-use super::leftovers::{parent_dir, temp_sibling};
+use super::leftovers::{parent_dir, temp_sibling, JobLock};
 use super::order_by::SortKey;
 use super::row_groups::ParallelFileWriter;
 use super::write_memory::WriteMemory;
@@ -104,6 +104,9 @@ pub struct ParquetOutput {
     properties: WriterProperties,
     /// The temporary file (single-file output) or directory being written.
     temp: PathBuf,
+    /// Held on `temp` while the output lives: a later job does not take it for a killed
+    /// job's leftover.
+    _lock: Option<JobLock>,
     writer: Option<ParallelFileWriter<BufWriter<WritebackFile>>>,
     /// Bytes written to every file so far, for the progress display.
     written_bytes: Arc<AtomicU64>,
@@ -143,13 +146,17 @@ impl ParquetOutput {
         let temp = temp_sibling(&options.path, "tmp");
         if options.max_rows_per_file.is_some() {
             std::fs::create_dir(&temp).map_err(PipelineError::io("creating", &temp))?;
+        } else {
+            File::create(&temp).map_err(PipelineError::io("creating", &temp))?;
         }
+        let lock = JobLock::hold(&temp).ok();
         let mut output = Self {
             memory: Arc::new(WriteMemory::new(pool)),
             options,
             schema,
             properties,
             temp,
+            _lock: lock,
             writer: None,
             written_bytes,
             closing: Vec::new(),
@@ -201,6 +208,7 @@ impl ParquetOutput {
     pub fn commit(mut self) -> Result<WrittenOutput, PipelineError> {
         self.close_file()?;
         self.finish_closing()?;
+        self.check_footers()?;
         let target = self.options.path.clone();
         if self.options.sync && self.options.max_rows_per_file.is_some() {
             sync_directory(&self.temp)
@@ -242,6 +250,29 @@ impl ParquetOutput {
             rows: self.rows,
             bytes,
         })
+    }
+
+    /// The rows the finished files' footers hold must be the rows handed to the writer.
+    fn check_footers(&self) -> Result<(), PipelineError> {
+        let files: Vec<PathBuf> = match self.options.max_rows_per_file {
+            Some(_) => self.file_names.iter().map(|n| self.temp.join(n)).collect(),
+            None => vec![self.temp.clone()],
+        };
+        let mut rows = 0u64;
+        for file in &files {
+            let opened = File::open(file).map_err(PipelineError::io("reading back", file))?;
+            let footer = ParquetMetaDataReader::new()
+                .parse_and_finish(&opened)
+                .map_err(write_error)?;
+            rows += footer.file_metadata().num_rows().max(0) as u64;
+        }
+        if rows != self.rows {
+            return Err(PipelineError::RowCountMismatch {
+                written: rows,
+                expected: self.rows,
+            });
+        }
+        Ok(())
     }
 
     fn open_next_file(&mut self) -> Result<(), PipelineError> {
@@ -443,6 +474,8 @@ fn replace(new: &Path, target: &Path) -> Result<Option<PathBuf>, PipelineError> 
         return Ok(None);
     }
     let old = temp_sibling(target, "old");
+    // Locked while this job moves it: no other job takes it for a leftover meanwhile.
+    let _aside = JobLock::hold(target).ok();
     std::fs::rename(target, &old).map_err(PipelineError::io("moving aside", target))?;
     if let Err(e) = std::fs::rename(new, target) {
         let _ = std::fs::rename(&old, target);

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use datafusion::error::DataFusionError;
 
 use super::error::PipelineError;
-use super::leftovers::nanos;
+use super::leftovers::{nanos, JobLock};
 
 /// The spill folder's name prefix.
 pub(super) const SPILL_PREFIX: &str = "gpusort-spill-";
@@ -20,6 +20,8 @@ pub(super) const SPILL_PREFIX: &str = "gpusort-spill-";
 #[derive(Debug)]
 pub(super) struct SpillFolder {
     path: PathBuf,
+    /// Held while the job lives: no other job removes the folder as a leftover.
+    _lock: Option<JobLock>,
 }
 
 impl SpillFolder {
@@ -34,7 +36,8 @@ impl SpillFolder {
         let path = root.join(format!("{SPILL_PREFIX}{}-{}", std::process::id(), nanos()));
         std::fs::create_dir(&path)
             .map_err(PipelineError::io("creating the spill folder", &path))?;
-        Ok(Self { path })
+        let lock = JobLock::hold(&path).ok();
+        Ok(Self { path, _lock: lock })
     }
 
     /// Where spills go.
