@@ -288,6 +288,54 @@ async fn ties_keep_the_order_the_inputs_are_given_in() {
     }
 }
 
+/// Ties hold where files are large enough (over DataFusion's 10 MiB) for the scan to read
+/// them in byte ranges spread over its partitions.
+#[tokio::test]
+async fn ties_hold_when_files_are_read_in_byte_ranges() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = 1_000_000i64;
+    let paths = [dir.path().join("y.parquet"), dir.path().join("x.parquet")];
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    for (i, path) in paths.iter().enumerate() {
+        // Random bits do not compress: each file holds about 16 MB.
+        let noise: Vec<i64> = (0..rows)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as i64
+            })
+            .collect();
+        write_parquet(
+            path,
+            vec![
+                ("k", ints((0..rows).map(|r| (r * 7919) % 5))),
+                ("src", ints(std::iter::repeat_n(i as i64, rows as usize))),
+                ("row", ints(0..rows)),
+                ("noise", ints(noise)),
+            ],
+        );
+        assert!(std::fs::metadata(path).unwrap().len() > 12 << 20);
+    }
+    let out = dir.path().join("out.parquet");
+    let inputs: Vec<&Path> = paths.iter().map(|p| p.as_path()).collect();
+    let mut sort = job(&inputs, &out, "k");
+    sort.target_partitions = Some(5);
+    sort_files(&sort, &Progress::new()).await.unwrap();
+    let got = read(&out);
+    let (k, src, row) = (
+        column::<Int64Array>(&got, "k"),
+        column::<Int64Array>(&got, "src"),
+        column::<Int64Array>(&got, "row"),
+    );
+    assert_eq!(got.num_rows(), 2 * rows as usize);
+    for i in 1..got.num_rows() {
+        let before = (k.value(i - 1), src.value(i - 1), row.value(i - 1));
+        let here = (k.value(i), src.value(i), row.value(i));
+        assert!(before < here, "row {i}: {before:?} then {here:?}");
+    }
+}
+
 /// Sorting a directory into a file inside it, twice: the second run is refused (it would
 /// read the first output), and the first output stays. So is an output directory that
 /// holds inputs, and a file sorted onto itself.
