@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use common::compare::{assert_same_sort, assert_stable};
 use common::data::{base_values, case_rng, fixed_width_types, make_column, Distribution};
+use common::file_jobs::{files_under, job, listing};
 use common::seed;
 use datafusion::arrow::array::{new_null_array, ArrayRef, Int64Array, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
@@ -20,8 +21,7 @@ use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 use datafusion::physical_plan::displayable;
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
-use gpusort::pipeline::{sort_files, Progress, SortJob};
-use gpusort::BackendChoice;
+use gpusort::pipeline::{sort_files, Progress};
 
 /// Fixed-width types Parquet can store (the others are the unwritable-type case).
 fn writable_types() -> Vec<DataType> {
@@ -128,27 +128,6 @@ async fn datafusion_copy(
     );
     ctx.sql(&sql).await.unwrap().collect().await.unwrap();
     read_parquet(out)
-}
-
-fn job(inputs: &[&Path], output: &Path, by: &str) -> SortJob {
-    let mut job = SortJob::new(
-        inputs.iter().map(|p| p.display().to_string()).collect(),
-        output,
-        by,
-    );
-    job.backend = BackendChoice::Cpu;
-    job.target_partitions = Some(3);
-    job
-}
-
-/// Names in `dir`, sorted (to see leftovers).
-fn listing(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 #[tokio::test]
@@ -598,19 +577,6 @@ fn the_command_line_sorts_and_reports() {
         stderr.starts_with("gpusort: error: unknown column 'zz'"),
         "{stderr}"
     );
-}
-
-/// Every file under `dir`, recursively.
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            files.extend(files_under(&path));
-        }
-        files.push(path);
-    }
-    files
 }
 
 /// `gpusort sort` of `inputs` into `output` by `k0, k1` on the CPU backend under a 16 MiB

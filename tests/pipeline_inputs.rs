@@ -4,18 +4,20 @@
 //! across files given out of alphabetical order, an output among the inputs, the row
 //! count, spill limits and what a killed job left.
 
+mod common;
+
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
+use common::file_jobs::{files_under, job, listing};
 use datafusion::arrow::array::{Array, ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::compute::concat_batches;
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
-use gpusort::pipeline::{sort_files, Progress, SortJob};
-use gpusort::BackendChoice;
+use gpusort::pipeline::{sort_files, Progress};
 
 fn write_parquet(path: &Path, columns: Vec<(&str, ArrayRef)>) {
     let batch = RecordBatch::try_from_iter(columns).unwrap();
@@ -61,25 +63,16 @@ fn texts(values: impl IntoIterator<Item = String>) -> ArrayRef {
     Arc::new(StringArray::from_iter_values(values))
 }
 
-fn job(inputs: &[&Path], output: &Path, by: &str) -> SortJob {
-    let mut job = SortJob::new(
-        inputs.iter().map(|p| p.display().to_string()).collect(),
-        output,
-        by,
+/// `rows` rows of a scattered key `k` and 46 bytes of text each: under a 16 MiB memory
+/// limit, a sort of them spills.
+fn write_spilling_table(path: &Path, rows: i64) {
+    write_parquet(
+        path,
+        vec![
+            ("k", ints((0..rows).map(|r| (r * 7919) % 100_003))),
+            ("pad", texts((0..rows).map(|r| format!("row {r:>40}")))),
+        ],
     );
-    job.backend = BackendChoice::Cpu;
-    job.target_partitions = Some(3);
-    job
-}
-
-/// Names in `dir`, sorted (to see leftovers).
-fn listing(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 fn column<'a, T: 'static>(batch: &'a RecordBatch, name: &str) -> &'a T {
@@ -424,13 +417,7 @@ async fn spills_go_where_and_as_far_as_the_user_says() {
     let dir = tempfile::tempdir().unwrap();
     let a = dir.path().join("a.parquet");
     let rows = 300_000;
-    write_parquet(
-        &a,
-        vec![
-            ("k", ints((0..rows).map(|r| (r * 7919) % 100_003))),
-            ("pad", texts((0..rows).map(|r| format!("row {r:>40}")))),
-        ],
-    );
+    write_spilling_table(&a, rows);
     let spill = dir.path().join("spill");
     std::fs::create_dir(&spill).unwrap();
     let out = dir.path().join("out.parquet");
@@ -528,13 +515,7 @@ fn sigkill_then_one_more_run_leaves_nothing_behind() {
     let dir = tempfile::tempdir().unwrap();
     let a = dir.path().join("a.parquet");
     let rows = 400_000;
-    write_parquet(
-        &a,
-        vec![
-            ("k", ints((0..rows).map(|r| (r * 7919) % 100_003))),
-            ("pad", texts((0..rows).map(|r| format!("row {r:>40}")))),
-        ],
-    );
+    write_spilling_table(&a, rows);
     let spill = dir.path().join("spill");
     std::fs::create_dir(&spill).unwrap();
     let out = dir.path().join("out.parquet");
@@ -592,19 +573,6 @@ fn sigkill_then_one_more_run_leaves_nothing_behind() {
     assert_eq!(listing(&spill), Vec::<String>::new());
     assert_eq!(listing(dir.path()), ["a.parquet", "out.parquet", "spill"]);
     assert_eq!(read(&out).num_rows(), rows as usize);
-}
-
-/// Every file under `dir`, recursively.
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            files.extend(files_under(&path));
-        }
-        files.push(path);
-    }
-    files
 }
 
 /// One file named three ways (relative with `..`, absolute, through a link) is read

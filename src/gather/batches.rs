@@ -131,24 +131,34 @@ fn has_offsets(data_type: &DataType) -> bool {
     }
 }
 
+/// For rows with 32-bit `offsets` into `child`: each row's elements and its share of the
+/// child's sizes.
+fn counted_with_elements(offsets: &[i32], child: &dyn Array) -> Vec<usize> {
+    let ranges = offsets.windows(2).map(|w| (w[0] as usize, w[1] as usize));
+    summed_over(child, ranges)
+        .into_iter()
+        .zip(offsets.windows(2))
+        .map(|(nested, w)| (w[1] - w[0]) as usize + nested)
+        .collect()
+}
+
+/// `child`'s sizes summed over each of `ranges` (of its rows).
+fn summed_over(child: &dyn Array, ranges: impl Iterator<Item = (usize, usize)>) -> Vec<usize> {
+    let mut prefix = vec![0usize];
+    for size in nested_sizes(child) {
+        prefix.push(prefix[prefix.len() - 1] + size);
+    }
+    ranges
+        .map(|(start, end)| prefix[end] - prefix[start])
+        .collect()
+}
+
 /// Each row's list elements and string bytes under 32-bit offsets, summed over levels.
 fn nested_sizes(column: &dyn Array) -> Vec<usize> {
     let rows = column.len();
     if !has_offsets(column.data_type()) {
         return vec![0; rows];
     }
-    // A row's share of a child: the child's sizes summed over the row's range.
-    let ranged = |child: &dyn Array, ranges: &mut dyn Iterator<Item = (usize, usize)>| {
-        let child_sizes = nested_sizes(child);
-        let mut prefix = Vec::with_capacity(child_sizes.len() + 1);
-        prefix.push(0usize);
-        for size in &child_sizes {
-            prefix.push(prefix[prefix.len() - 1] + size);
-        }
-        ranges
-            .map(|(start, end)| prefix[end] - prefix[start])
-            .collect::<Vec<usize>>()
-    };
     match column.data_type() {
         DataType::Utf8 | DataType::Binary => string_offsets(column)
             .windows(2)
@@ -156,39 +166,27 @@ fn nested_sizes(column: &dyn Array) -> Vec<usize> {
             .collect(),
         DataType::List(_) => {
             let list = column.as_list::<i32>();
-            let offsets = list.value_offsets();
-            let mut ranges = offsets.windows(2).map(|w| (w[0] as usize, w[1] as usize));
-            let nested = ranged(list.values().as_ref(), &mut ranges);
-            offsets
-                .windows(2)
-                .zip(nested)
-                .map(|(w, n)| (w[1] - w[0]) as usize + n)
-                .collect()
+            counted_with_elements(list.value_offsets(), list.values().as_ref())
         }
         DataType::Map(..) => {
             let map = column.as_map();
-            let offsets = map.value_offsets();
-            let mut ranges = offsets.windows(2).map(|w| (w[0] as usize, w[1] as usize));
-            let nested = ranged(map.entries(), &mut ranges);
-            offsets
-                .windows(2)
-                .zip(nested)
-                .map(|(w, n)| (w[1] - w[0]) as usize + n)
-                .collect()
+            counted_with_elements(map.value_offsets(), map.entries())
         }
         DataType::LargeList(_) => {
             let list = column.as_list::<i64>();
-            let mut ranges = list
+            let ranges = list
                 .value_offsets()
                 .windows(2)
                 .map(|w| (w[0] as usize, w[1] as usize));
-            ranged(list.values().as_ref(), &mut ranges)
+            summed_over(list.values().as_ref(), ranges)
         }
         DataType::FixedSizeList(_, width) => {
             let list = column.as_fixed_size_list();
             let width = *width as usize;
-            let mut ranges = (0..rows).map(|r| (r * width, (r + 1) * width));
-            ranged(list.values().as_ref(), &mut ranges)
+            summed_over(
+                list.values().as_ref(),
+                (0..rows).map(|r| (r * width, (r + 1) * width)),
+            )
         }
         DataType::Struct(_) => {
             let mut sizes = vec![0; rows];

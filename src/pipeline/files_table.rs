@@ -60,7 +60,9 @@ pub(super) async fn read_files(
     let files = inputs
         .files
         .iter()
-        .map(|path| input_file(path))
+        .zip(&inputs.resolved)
+        .zip(&inputs.file_bytes)
+        .map(|((path, resolved), &bytes)| input_file(path, resolved, bytes))
         .collect::<Result<Vec<_>, _>>()?;
     let schemas = file_schemas(&state, &format, inputs.format, &inputs.files, &files).await?;
     let named: Vec<(PathBuf, SchemaRef)> = inputs.files.iter().cloned().zip(schemas).collect();
@@ -172,17 +174,14 @@ fn file_format(state: &dyn Session, format: InputFormat) -> Arc<dyn FileFormat> 
     }
 }
 
-fn input_file(path: &Path) -> Result<InputFile, PipelineError> {
-    // Resolved: object store paths hold no `..`.
-    let absolute = std::fs::canonicalize(path).map_err(PipelineError::io("resolving", path))?;
-    let location = StorePath::from_absolute_path(&absolute).map_err(|e| PipelineError::Io {
+/// The file `path` (`resolved`: absolute, without `..`, as object store paths must be) of
+/// `bytes`.
+fn input_file(path: &Path, resolved: &Path, bytes: u64) -> Result<InputFile, PipelineError> {
+    let location = StorePath::from_absolute_path(resolved).map_err(|e| PipelineError::Io {
         action: "naming",
         path: path.to_path_buf(),
         source: std::io::Error::other(e),
     })?;
-    let bytes = std::fs::metadata(path)
-        .map_err(PipelineError::io("reading the size of", path))?
-        .len();
     Ok(InputFile { location, bytes })
 }
 

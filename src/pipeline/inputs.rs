@@ -47,31 +47,43 @@ pub struct Inputs {
     pub format: InputFormat,
     /// Every file, in input order, without repeats.
     pub files: Vec<PathBuf>,
+    /// Each file as the file system resolves it (absolute, links and `..` resolved).
+    pub resolved: Vec<PathBuf>,
     /// For each file, the input spec (file, directory or pattern) it came from.
     pub listed_from: Vec<String>,
+    /// Each file's bytes.
+    pub file_bytes: Vec<u64>,
     /// Rows in all files, when the format records it (Parquet).
     pub rows: Option<u64>,
     /// The largest row group's compressed bytes, when the format has row groups (Parquet):
     /// what one scan partition fetches into memory at once.
     pub max_row_group_bytes: Option<u64>,
-    /// Bytes of all files.
-    pub bytes: u64,
     /// The rows' bytes once decoded, when the format records it (Parquet: the row groups'
     /// uncompressed sizes).
     pub decoded_bytes: Option<u64>,
 }
 
+impl Inputs {
+    /// Bytes of all files.
+    pub fn bytes(&self) -> u64 {
+        self.file_bytes.iter().sum()
+    }
+}
+
 /// Resolves `specs` (files, directories, globs) and checks the files.
 pub fn resolve_inputs(specs: &[String]) -> Result<Inputs, PipelineError> {
     let mut files: Vec<PathBuf> = Vec::new();
+    let mut resolved = Vec::new();
     let mut listed_from = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for spec in specs {
         for file in expand(spec)? {
             // The same file however it is named (relative, absolute, `..`, a link).
-            let identity = std::fs::canonicalize(&file).unwrap_or_else(|_| file.clone());
-            if seen.insert(identity) {
+            let identity =
+                std::fs::canonicalize(&file).map_err(PipelineError::io("resolving", &file))?;
+            if seen.insert(identity.clone()) {
                 files.push(file);
+                resolved.push(identity);
                 listed_from.push(spec.clone());
             }
         }
@@ -90,12 +102,14 @@ pub fn resolve_inputs(specs: &[String]) -> Result<Inputs, PipelineError> {
             Some(_) => {}
         }
     }
-    let mut bytes = 0;
-    for file in &files {
-        bytes += std::fs::metadata(file)
-            .map_err(PipelineError::io("reading the size of", file))?
-            .len();
-    }
+    let file_bytes = files
+        .iter()
+        .map(|file| {
+            std::fs::metadata(file)
+                .map(|m| m.len())
+                .map_err(PipelineError::io("reading the size of", file))
+        })
+        .collect::<Result<Vec<u64>, _>>()?;
     let (rows, max_row_group_bytes, decoded_bytes) = match format {
         InputFormat::Parquet => {
             let (mut rows, mut largest, mut decoded) = (0, 0, 0);
@@ -112,10 +126,11 @@ pub fn resolve_inputs(specs: &[String]) -> Result<Inputs, PipelineError> {
     Ok(Inputs {
         format,
         files,
+        resolved,
         listed_from,
+        file_bytes,
         rows,
         max_row_group_bytes,
-        bytes,
         decoded_bytes,
     })
 }
@@ -172,17 +187,15 @@ pub fn check_output_not_input(
     output: &Path,
     directory: bool,
 ) -> Result<(), PipelineError> {
-    let Some(output_resolved) = resolved(output) else {
+    let Some(output_resolved) = resolve(output) else {
         return Ok(());
     };
-    for (file, spec) in inputs.files.iter().zip(&inputs.listed_from) {
-        let Some(input) = resolved(file) else {
-            continue;
-        };
+    let inputs_resolved = inputs.resolved.iter().zip(&inputs.listed_from);
+    for ((input, spec), file) in inputs_resolved.zip(&inputs.files) {
         let clash = if directory {
             input.starts_with(&output_resolved)
         } else {
-            input == output_resolved
+            *input == output_resolved
         };
         if clash {
             return Err(PipelineError::OutputIsInput {
@@ -197,7 +210,7 @@ pub fn check_output_not_input(
 
 /// `path` with links and `..` resolved; for a path that does not exist yet, its resolved
 /// directory joined with its name.
-fn resolved(path: &Path) -> Option<PathBuf> {
+fn resolve(path: &Path) -> Option<PathBuf> {
     if let Ok(path) = std::fs::canonicalize(path) {
         return Some(path);
     }

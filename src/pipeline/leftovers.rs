@@ -20,15 +20,31 @@ use super::spill::SPILL_PREFIX;
 
 /// A hidden, unique name beside `path` for this process's `what` (`tmp`, `old`).
 pub(super) fn temp_sibling(path: &Path, what: &str) -> PathBuf {
+    parent_dir(path).join(format!(
+        "{}{}-{}",
+        sibling_prefix(path, what),
+        std::process::id(),
+        nanos()
+    ))
+}
+
+/// What the names of every job's `what` beside `path` start with (the process id and a
+/// time follow).
+fn sibling_prefix(path: &Path, what: &str) -> String {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    parent_dir(path).join(format!(
-        ".{name}.gpusort-{what}-{}-{}",
-        std::process::id(),
-        nanos()
-    ))
+    format!(".{name}.gpusort-{what}-")
+}
+
+/// Removes the file or directory (with everything in it) at `path`.
+pub(super) fn remove_path(path: &Path) -> std::io::Result<()> {
+    if path.is_dir() {
+        std::fs::remove_dir_all(path)
+    } else {
+        std::fs::remove_file(path)
+    }
 }
 
 /// The directory `path` is in (`.` for a bare name).
@@ -94,19 +110,9 @@ pub(super) struct Cleaned {
 /// (see the module doc), and warns of each one on the log.
 pub(super) fn clean(output: &Path, spill_root: &Path) -> Cleaned {
     let mut cleaned = Cleaned::default();
-    let name = output
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let output_prefixes = [
-        format!(".{name}.gpusort-tmp-"),
-        format!(".{name}.gpusort-old-"),
-    ];
-    let places: [(PathBuf, Vec<&str>); 2] = [
-        (
-            parent_dir(output),
-            output_prefixes.iter().map(String::as_str).collect(),
-        ),
+    let (temp, aside) = (sibling_prefix(output, "tmp"), sibling_prefix(output, "old"));
+    let places = [
+        (parent_dir(output), vec![temp.as_str(), aside.as_str()]),
         (spill_root.to_path_buf(), vec![SPILL_PREFIX]),
     ];
     for (dir, prefixes) in places {
@@ -122,62 +128,61 @@ pub(super) fn clean(output: &Path, spill_root: &Path) -> Cleaned {
             else {
                 continue;
             };
-            let path = entry.path();
-            if pid == std::process::id() {
-                continue;
-            }
-            // Held while this loop looks at it, so that no other job takes it meanwhile.
-            let held = JobLock::hold(&path);
-            if held.is_err() || running(pid) {
-                log::warn!(
-                    "gpusort: left alone {}: the job (process {pid}) that made it still runs",
-                    path.display()
-                );
-                cleaned.kept.push((path, pid));
-                continue;
-            }
-            if file_name.starts_with(&output_prefixes[1]) && !output.exists() {
-                match std::fs::rename(&path, output) {
-                    Ok(()) => {
-                        log::warn!(
-                            "gpusort: moved {} back to {}: a job (process {pid}) replacing it \
-                             was killed between moving it aside and putting its own output \
-                             in place",
-                            path.display(),
-                            output.display()
-                        );
-                        cleaned.restored.push(output.to_path_buf());
-                    }
-                    Err(e) => log::warn!(
-                        "gpusort: could not move {} back to {}: {e}",
-                        path.display(),
-                        output.display()
-                    ),
-                }
-                continue;
-            }
-            let removed = if path.is_dir() {
-                std::fs::remove_dir_all(&path)
-            } else {
-                std::fs::remove_file(&path)
-            };
-            match removed {
-                Ok(()) => {
-                    log::warn!(
-                        "gpusort: removed {}, left by a job (process {pid}) that did not finish",
-                        path.display()
-                    );
-                    cleaned.removed.push(path);
-                }
-                Err(e) => log::warn!(
-                    "gpusort: could not remove {}, left by a job (process {pid}) that did not \
-                     finish: {e}",
-                    path.display()
-                ),
+            if pid != std::process::id() {
+                let moved_aside = file_name.starts_with(&aside);
+                clean_one(entry.path(), pid, moved_aside, output, &mut cleaned);
             }
         }
     }
     cleaned
+}
+
+/// Removes `path`, left by process `pid`, unless its job still runs; an output a killed
+/// job `moved_aside` goes back to `output` where nothing took its place.
+fn clean_one(path: PathBuf, pid: u32, moved_aside: bool, output: &Path, cleaned: &mut Cleaned) {
+    // Held while this looks at it, so that no other job takes it meanwhile.
+    let held = JobLock::hold(&path);
+    if held.is_err() || running(pid) {
+        log::warn!(
+            "gpusort: left alone {}: the job (process {pid}) that made it still runs",
+            path.display()
+        );
+        cleaned.kept.push((path, pid));
+        return;
+    }
+    if moved_aside && !output.exists() {
+        match std::fs::rename(&path, output) {
+            Ok(()) => {
+                log::warn!(
+                    "gpusort: moved {} back to {}: a job (process {pid}) replacing it was \
+                     killed between moving it aside and putting its own output in place",
+                    path.display(),
+                    output.display()
+                );
+                cleaned.restored.push(output.to_path_buf());
+            }
+            Err(e) => log::warn!(
+                "gpusort: could not move {} back to {}: {e}",
+                path.display(),
+                output.display()
+            ),
+        }
+        return;
+    }
+    match remove_path(&path) {
+        Ok(()) => {
+            log::warn!(
+                "gpusort: removed {}, left by a job (process {pid}) that did not finish",
+                path.display()
+            );
+            cleaned.removed.push(path);
+        }
+        Err(e) => log::warn!(
+            "gpusort: could not remove {}, left by a job (process {pid}) that did not \
+             finish: {e}",
+            path.display()
+        ),
+    }
 }
 
 /// The process id in `<pid>-<nanos>`.

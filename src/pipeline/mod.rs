@@ -275,7 +275,7 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
             Some(limit) => rows.min(limit as u64),
             None => rows,
         }),
-        inputs.bytes,
+        inputs.bytes(),
     );
     crate::trace::event(|| {
         format!(
@@ -376,7 +376,7 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
     };
     Ok(SortSummary {
         rows: written.rows,
-        input_bytes: inputs.bytes,
+        input_bytes: inputs.bytes(),
         output: written,
         elapsed: started.elapsed(),
         backend,

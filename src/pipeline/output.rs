@@ -28,7 +28,7 @@ use datafusion::parquet::file::properties::WriterProperties;
 
 use super::encodings::with_integer_deltas;
 use super::error::PipelineError;
-use super::leftovers::{parent_dir, temp_sibling, JobLock};
+use super::leftovers::{parent_dir, remove_path, temp_sibling, JobLock};
 use super::order_by::SortKey;
 use super::row_groups::ParallelFileWriter;
 use super::write_memory::WriteMemory;
@@ -223,7 +223,7 @@ impl ParquetOutput {
             Ok(())
         };
         if let Some(old) = replaced {
-            remove_path(&old);
+            let _ = remove_path(&old);
             crate::trace::event(|| "output: the replaced output removed".to_string());
         }
         flushed.map_err(|e| PipelineError::BadOutput {
@@ -385,7 +385,7 @@ impl Drop for ParquetOutput {
             drop(self.writer.take());
             // Files being closed still write into the temporary output.
             let _ = self.finish_closing();
-            remove_path(&self.temp);
+            let _ = remove_path(&self.temp);
         }
     }
 }
@@ -438,14 +438,6 @@ fn check_writable(schema: &Schema) -> Result<(), PipelineError> {
         }
     }
     Ok(())
-}
-
-fn remove_path(path: &Path) {
-    let _ = if path.is_dir() {
-        std::fs::remove_dir_all(path)
-    } else {
-        std::fs::remove_file(path)
-    };
 }
 
 /// Puts `new` (a finished file or directory) at `target`; where `target` was, returns
@@ -533,7 +525,7 @@ mod tests {
         std::fs::write(&new, b"newer").unwrap();
         if let Some(old) = replace(&new, &target).unwrap() {
             assert_eq!(std::fs::read(&old).unwrap(), b"new");
-            remove_path(&old);
+            let _ = remove_path(&old);
         }
         assert_eq!(std::fs::read(&target).unwrap(), b"newer");
         let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
@@ -548,7 +540,7 @@ mod tests {
                     std::fs::read(old.join("part-00000.parquet")).unwrap(),
                     b"one"
                 );
-                remove_path(&old);
+                let _ = remove_path(&old);
             }
             assert_eq!(
                 std::fs::read(target.join("part-00000.parquet")).unwrap(),
