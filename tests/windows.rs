@@ -51,3 +51,8 @@ async fn unsupported_windows_keep_datafusion_and_say_why() {
 async fn empty_input_and_the_setting() {
     cases::empty_input_and_the_setting(Cpu).await;
 }
+
+#[tokio::test]
+async fn device_window_functions_on_the_host() {
+    cases::device_window_functions(Cpu, false).await;
+}

@@ -29,6 +29,7 @@ mod refine;
 mod runtime;
 mod sort_run;
 mod tuning;
+mod window;
 
 // The device API: what the session (through `backend.rs`), the binary's benchmarks and the
 // GPU tests (`tests/gpu/`) use. The launchers themselves (`Onesweep`, `LocalitySort`,

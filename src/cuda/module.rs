@@ -132,6 +132,43 @@ pub(super) const GATHER: KernelFile = KernelFile {
     ],
 };
 
+/// Window functions over a run's sorted rows.
+pub(super) const WINDOW: KernelFile = KernelFile {
+    name: "window.cu",
+    source: include_str!("../../kernels/window.cu"),
+    entry_points: &[
+        "window_distinct_w1",
+        "window_distinct_w2",
+        "window_distinct_w4",
+        "window_distinct_w8",
+        "window_distinct_w16",
+        "window_load_flags",
+        "window_load_count",
+        "window_load_i8",
+        "window_load_i16",
+        "window_load_i32",
+        "window_load_i64",
+        "window_load_u8",
+        "window_load_u16",
+        "window_load_u32",
+        "window_load_u64",
+        "window_load_d128",
+        "window_scan_reduce_u32",
+        "window_scan_tiles_u32",
+        "window_scan_apply_u32",
+        "window_scan_reduce_u64",
+        "window_scan_tiles_u64",
+        "window_scan_apply_u64",
+        "window_scan_reduce_u128",
+        "window_scan_tiles_u128",
+        "window_scan_apply_u128",
+        "window_starts",
+        "window_ranking",
+        "window_frame_u64",
+        "window_frame_u128",
+    ],
+};
+
 /// The merge sort for nearly sorted keys, and the sortedness probe.
 pub(super) const LOCALITY: KernelFile = KernelFile {
     name: "locality_sort.cu",
@@ -189,6 +226,7 @@ pub(crate) const ALL_KERNELS: &[KernelFile] = &[
     ENCODE,
     REFINE,
     GATHER,
+    WINDOW,
     LOCALITY,
     SEGMENTED,
     SEGMENT_TILES_LARGE,

@@ -41,9 +41,10 @@ use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::host_memory::HostRegions;
 use crate::cuda::memory::transfer::Staging;
 use crate::cuda::module::{arg, launch};
-use crate::cuda::runtime::{disabled_reason, note_gather_failure, CudaRuntime};
+use crate::cuda::runtime::{disabled_reason, note_failure_of, note_gather_failure, CudaRuntime};
+use crate::cuda::window::{compute_windows, SortedColumn, WindowDevice};
 use crate::cuda::tuning::GATHER_THREADS as THREADS;
-use crate::gather::{PayloadGather, PayloadStats, RunRows};
+use crate::gather::{PayloadGather, PayloadStats, RunRows, WindowRequest};
 use crate::sort::RunState;
 
 /// One column of the run, on the device.
@@ -109,6 +110,8 @@ pub(super) struct DevicePayload {
     /// What the session's work may do on the device.
     share: DeviceShare,
     permutation: DeviceBuffer<u32>,
+    /// Rows of the run (the permutation may be longer).
+    rows: usize,
     indices: Vec<usize>,
     columns: Vec<PayloadColumn>,
     stats: PayloadStats,
@@ -176,6 +179,7 @@ impl DevicePayload {
                 runtime: Arc::clone(runtime),
                 share,
                 permutation: device_permutation,
+                rows: n,
                 indices: Vec::new(),
                 columns: Vec::new(),
                 stats,
@@ -284,6 +288,73 @@ impl PayloadGather for DevicePayload {
 
     fn stats(&self) -> PayloadStats {
         self.stats
+    }
+
+    fn windows(&mut self, request: &WindowRequest) -> Result<Option<Vec<ArrayRef>>> {
+        let runtime = Arc::clone(&self.runtime);
+        let started = Instant::now();
+        let computed = runtime.with_lease(LeaseKind::Gather, self.share, |device, staging, lease| {
+            let mut at = WindowDevice {
+                device,
+                staging,
+                regions: &runtime.host_regions,
+                kernels: &runtime.windower,
+            };
+            let rows = self.rows;
+            let computed = compute_windows(&mut at, request, rows, &mut |index| {
+                self.sorted_column(device, index)
+            });
+            self.stats.device_wait += lease.waited;
+            self.stats.device_peak_bytes = self.stats.device_peak_bytes.max(lease.peak_bytes());
+            computed
+        });
+        self.stats.windows += started.elapsed();
+        match computed {
+            Ok(columns) => {
+                if let Some(columns) = &columns {
+                    self.stats.d2h_bytes += columns
+                        .iter()
+                        .map(|c| c.to_data().buffers().iter().map(Buffer::len).sum::<usize>())
+                        .sum::<usize>();
+                }
+                Ok(columns)
+            }
+            Err(error) => {
+                note_failure_of("window", "computing it on the host", &error, self.rows);
+                Ok(None)
+            }
+        }
+    }
+}
+
+impl DevicePayload {
+    /// Column `index` of the run gathered whole, in sorted order, when the device holds it
+    /// as fixed-width values.
+    fn sorted_column(&self, device: &Device, index: usize) -> CudaResult<Option<SortedColumn>> {
+        let Some(at) = self.indices.iter().position(|&i| i == index) else {
+            return Ok(None);
+        };
+        let column = &self.columns[at];
+        let PayloadLayout::Fixed(width) = column.raw.layout else {
+            return Ok(None);
+        };
+        let rows = self.rows;
+        let values = device.alloc::<u8>(rows * width, "window column")?;
+        self.launch_values(device, &column.raw.values, width, 0, &[rows], values.ptr())?;
+        let validity = match &column.raw.validity {
+            Some(bits) => {
+                let out = device.alloc::<u8>(rows.div_ceil(32) * 4, "window column validity")?;
+                self.launch_bits(device, bits, 0, &[rows], out.ptr())?;
+                Some(out)
+            }
+            None => None,
+        };
+        Ok(Some(SortedColumn {
+            values,
+            validity,
+            width,
+            data_type: column.data_type.clone(),
+        }))
     }
 }
 
@@ -616,7 +687,7 @@ impl DevicePayload {
 /// Downloads `src` into host buffers of `sizes` bytes (adding up to its length): slices of
 /// one region of `regions`, reused from earlier windows when one is idle; straight into
 /// it when that region is page-locked, else through the staging buffers.
-fn download_into_buffers(
+pub(super) fn download_into_buffers(
     device: &Device,
     staging: &mut Staging,
     regions: &Arc<HostRegions>,

@@ -23,6 +23,7 @@ use crate::cuda::encode::Encoder;
 use crate::cuda::error::{CudaError, CudaResult};
 use crate::cuda::faults::{self, FaultScope};
 use crate::cuda::gather::Gatherer;
+use crate::cuda::window::Windower;
 use crate::cuda::memory::budget::{DeviceMemoryStats, DeviceShare, Lease, LeaseKind};
 use crate::cuda::memory::device::Device;
 use crate::cuda::memory::host_memory::{idle_limit, HostRegions, PageLocker};
@@ -50,6 +51,8 @@ pub struct CudaRuntime {
     pub encoder: Encoder,
     /// The payload gather kernels.
     pub gatherer: Gatherer,
+    /// Window columns over sorted runs.
+    pub windower: Windower,
     /// The kernels that order the ties of long byte-like keys.
     pub refiner: TieRefiner,
     /// The tuning the kernels were compiled with, read when the runtime opened.
@@ -206,6 +209,7 @@ fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
         let segmented = SegmentedSort::load(&device, &tuning)?;
         let encoder = Encoder::load(&device, &tuning)?;
         let gatherer = Gatherer::load(&device, &tuning)?;
+        let windower = Windower::load(&device, &tuning)?;
         let refiner = TieRefiner::load(&device, &tuning)?;
         let idle = idle_limit(tuning.host_idle_bytes);
         let staging = Mutex::new(Staging::new(&device)?);
@@ -217,6 +221,7 @@ fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
             segmented,
             encoder,
             gatherer,
+            windower,
             refiner,
             staging,
             host_regions: Arc::new(HostRegions::new(idle, page_locker)),

@@ -275,6 +275,12 @@ pub(super) const TIE_STEP_BYTES: usize = 7;
 /// Threads of the gather kernels.
 pub(super) const GATHER_THREADS: u32 = 256;
 
+/// Threads of a window kernel's block (`window.cu`).
+pub(super) const WINDOW_THREADS: u32 = 256;
+/// Consecutive elements each thread of a window prefix scan owns: a tile is
+/// `WINDOW_THREADS × WINDOW_SCAN_ITEMS` elements.
+pub(super) const WINDOW_SCAN_ITEMS: u32 = 16;
+
 /// `-D` options for one kernel file.
 pub(super) type Defines = Vec<(String, String)>;
 
@@ -454,6 +460,10 @@ impl Tuning {
             .chain(named(&fields))
             .collect(),
             "gather.cu" => named(&[("GATHER_THREADS", GATHER_THREADS as u64)]),
+            "window.cu" => named(&[
+                ("WINDOW_THREADS", WINDOW_THREADS as u64),
+                ("WINDOW_SCAN_ITEMS", WINDOW_SCAN_ITEMS as u64),
+            ]),
             other => panic!("no -D options are known for kernel file {other}"),
         };
         values

@@ -51,6 +51,7 @@ use super::combined::{CombinedSort, CombinedSorts};
 use super::hash_routing::HashRouting;
 use super::metrics::SortMetrics;
 use super::partition_top::PartitionTop;
+use crate::gather::WindowRequest;
 use super::resources::SortResources;
 use super::run::SortSpec;
 use super::spill::RunSpiller;
@@ -100,6 +101,10 @@ pub struct GpuSortExec {
     run_batch_rows: Option<usize>,
     /// Only each window partition's top rows are needed above (`partition_top.rs`).
     partition_top: Option<PartitionTop>,
+    /// Window columns the window above asks to have computed where a run's rows are
+    /// (`gather/windows.rs`); handed on only through
+    /// [`execute_with_windows`](Self::execute_with_windows).
+    windows: Option<Arc<WindowRequest>>,
     // How.
     /// Backend, run size, algorithm.
     options: GpuSortOptions,
@@ -129,6 +134,7 @@ impl GpuSortExec {
             routing: None,
             run_batch_rows: None,
             partition_top: None,
+            windows: None,
             input,
             expr,
             fetch,
@@ -190,6 +196,19 @@ impl GpuSortExec {
         self.partition_top.as_ref()
     }
 
+    /// The same sort, which computes `request`'s window columns where a run that is its
+    /// partition's whole output lies (the CUDA device), for the window above; see
+    /// [`execute_with_windows`](Self::execute_with_windows).
+    pub fn with_windows(mut self, request: Arc<WindowRequest>) -> Self {
+        self.windows = Some(request);
+        self
+    }
+
+    /// The window columns set by [`with_windows`](Self::with_windows).
+    pub fn windows(&self) -> Option<&WindowRequest> {
+        self.windows.as_deref()
+    }
+
     /// Rows per output batch of a sorted run, when set by
     /// [`with_run_batch_rows`](Self::with_run_batch_rows).
     pub fn run_batch_rows(&self) -> Option<usize> {
@@ -207,6 +226,7 @@ impl GpuSortExec {
         };
         exec.run_batch_rows = self.run_batch_rows;
         exec.partition_top = self.partition_top;
+        exec.windows = self.windows.clone();
         Ok(exec)
     }
 
@@ -335,6 +355,9 @@ impl DisplayAs for GpuSortExec {
                 if let Some(top) = &self.partition_top {
                     write!(f, ", partition_top={top}")?;
                 }
+                if let Some(windows) = &self.windows {
+                    write!(f, ", device_windows={}", windows.columns.len())?;
+                }
                 if let Some(partitions) = self.combined_partitions() {
                     write!(f, ", combined_partitions={partitions}")?;
                 }
@@ -412,6 +435,42 @@ impl ExecutionPlan for GpuSortExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
+        self.execute_sort(partition, context, None)
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
+    fn fetch(&self) -> Option<usize> {
+        self.fetch
+    }
+
+    fn with_fetch(&self, limit: Option<usize>) -> Option<Arc<dyn ExecutionPlan>> {
+        let exec = self.with_input(Arc::clone(&self.input), limit);
+        exec.ok().map(|e| Arc::new(e) as Arc<dyn ExecutionPlan>)
+    }
+}
+
+impl GpuSortExec {
+    /// [`ExecutionPlan::execute`] for the window above (`SortedWindowExec`): where the
+    /// backend computes the window columns of [`with_windows`](Self::with_windows) for a
+    /// run that is the partition's whole output, its batches carry them after the sort's
+    /// own columns, in the request's schema; the other batches are the sort's.
+    pub fn execute_with_windows(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        self.execute_sort(partition, context, self.windows.clone())
+    }
+
+    fn execute_sort(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+        windows: Option<Arc<WindowRequest>>,
+    ) -> Result<SendableRecordBatchStream> {
         let spiller = RunSpiller::new(
             context.runtime_env(),
             SpillMetrics::new(&self.metrics, partition),
@@ -423,6 +482,7 @@ impl ExecutionPlan for GpuSortExec {
             exprs: self.expr.clone(),
             fetch: self.fetch,
             partition_top: self.partition_top,
+            windows,
             batch_size,
             run_batch_rows: self.run_batch_rows.unwrap_or(batch_size),
             run_rows: self.options.run_rows,
@@ -472,18 +532,5 @@ impl ExecutionPlan for GpuSortExec {
             resources,
         });
         Ok(cancel.on_drop(stream))
-    }
-
-    fn metrics(&self) -> Option<MetricsSet> {
-        Some(self.metrics.clone_inner())
-    }
-
-    fn fetch(&self) -> Option<usize> {
-        self.fetch
-    }
-
-    fn with_fetch(&self, limit: Option<usize>) -> Option<Arc<dyn ExecutionPlan>> {
-        let exec = self.with_input(Arc::clone(&self.input), limit);
-        exec.ok().map(|e| Arc::new(e) as Arc<dyn ExecutionPlan>)
     }
 }

@@ -71,6 +71,8 @@ pub struct SortMetrics {
     pub device_wait_time: Time,
     /// Runs (or pieces) the device could not hold whole, sorted in pieces.
     pub device_splits: Count,
+    /// Rows whose window columns the backend computed where the run was (the device).
+    pub device_window_rows: Count,
 }
 
 impl SortMetrics {
@@ -103,6 +105,7 @@ impl SortMetrics {
             device_peak_bytes: MetricBuilder::new(set).gauge("device_peak_bytes", partition),
             device_wait_time: time("device_wait_time"),
             device_splits: counter("device_splits"),
+            device_window_rows: counter("device_window_rows"),
         }
     }
     /// What a device gather did for a run: bytes and times, and how many of its columns

@@ -24,7 +24,9 @@ use super::hash_routing::{id_arrays, total_counts, HashRouting};
 use super::metrics::SortMetrics;
 use super::partition_top::{keep_top_rows, PartitionTop};
 use crate::config::AlgorithmChoice;
-use crate::gather::{gather_sorted, PayloadGather, RunRows, Views};
+use crate::gather::{
+    append_window_columns, gather_sorted, PayloadGather, RunRows, Views, WindowRequest,
+};
 use crate::keys::{encode_keys, EncodedKeys, KeyColumn};
 use crate::sort::{
     identity, refine_long_ties, segment_starts, Algorithm, KeySort, Permutation, RunState,
@@ -40,6 +42,9 @@ pub(super) struct SortSpec {
     pub fetch: Option<usize>,
     /// Keep only each window partition's top rows of a run (`partition_top.rs`).
     pub partition_top: Option<PartitionTop>,
+    /// Window columns to compute where a run's rows are, for a run that is its
+    /// partition's whole output ([`RunSorter::sort_final_run`]).
+    pub windows: Option<Arc<WindowRequest>>,
     /// Rows per output batch of a merge of runs.
     pub batch_size: usize,
     /// Rows per output batch of one sorted run (the batches its gather builds): the
@@ -192,12 +197,35 @@ impl<'a> RunSorter<'a> {
         self.sort_run_or_stop(batches, &mut emit).map(|_| ())
     }
 
+    /// [`Self::sort_run`] for a run that is its partition's whole output: the spec's
+    /// window columns, when the backend computes them where the run is, are appended to
+    /// each batch (in the request's schema).
+    pub(super) fn sort_final_run(
+        &self,
+        batches: Vec<RecordBatch>,
+        mut emit: impl FnMut(RecordBatch) -> bool,
+    ) -> Result<()> {
+        self.sort_one(batches, &mut emit, self.spec.windows.as_deref())
+            .map(|_| ())
+    }
+
     /// [`Self::sort_run`]; `false` when it stopped early (`emit` asked it to, or a LIMIT
     /// over pieces was reached).
     pub(super) fn sort_run_or_stop(
         &self,
         batches: Vec<RecordBatch>,
         emit: &mut dyn FnMut(RecordBatch) -> bool,
+    ) -> Result<bool> {
+        self.sort_one(batches, emit, None)
+    }
+
+    /// [`Self::sort_run_or_stop`], with the `windows` columns appended where the backend
+    /// computes them.
+    fn sort_one(
+        &self,
+        batches: Vec<RecordBatch>,
+        emit: &mut dyn FnMut(RecordBatch) -> bool,
+        windows: Option<&WindowRequest>,
     ) -> Result<bool> {
         let (spec, metrics) = (self.spec, self.metrics);
         spec.cancel.check()?;
@@ -238,12 +266,43 @@ impl<'a> RunSorter<'a> {
             let _timer = metrics.gather_time.timer();
             self.device_payload(&rows, &permutation, state)
         };
-        let mut open = true;
+        let computed = match (windows, payload.as_deref_mut()) {
+            (Some(request), Some(payload)) => {
+                let _timer = metrics.gather_time.timer();
+                let _compute = metrics.baseline.elapsed_compute().timer();
+                let columns = payload.windows(request)?;
+                if columns.is_some() {
+                    metrics.device_window_rows.add(permutation.len());
+                }
+                columns.map(|columns| (request, columns))
+            }
+            _ => None,
+        };
+        let (mut open, mut offset, mut failed) = (true, 0, None);
         self.gather_rows(&rows, &permutation, payload.as_deref_mut(), |batch| {
+            let batch = match &computed {
+                None => batch,
+                Some((request, columns)) => {
+                    let rows = batch.num_rows();
+                    match append_window_columns(batch, columns, offset, request) {
+                        Ok(batch) => {
+                            offset += rows;
+                            batch
+                        }
+                        Err(error) => {
+                            failed = Some(error);
+                            return false;
+                        }
+                    }
+                }
+            };
             open = emit(batch);
             open
         })?;
-        Ok(open)
+        match failed {
+            Some(error) => Err(error),
+            None => Ok(open),
+        }
     }
 
     /// Sorts the rows of `rows` by the spec's keys, partitions kept `apart`. A run the

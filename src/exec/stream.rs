@@ -140,7 +140,7 @@ async fn sort_run_into(
     cancel
         .blocking(move || {
             let mut blocked = std::time::Duration::ZERO;
-            let sorted = RunSorter::new(&spec, &metrics).sort_run(run, |batch| {
+            let sorted = RunSorter::new(&spec, &metrics).sort_final_run(run, |batch| {
                 metrics.baseline.record_output(batch.num_rows());
                 let sending = std::time::Instant::now();
                 let open = tx.blocking_send(Ok(batch)).is_ok();

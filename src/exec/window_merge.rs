@@ -415,6 +415,7 @@ mod tests {
             exprs: LexOrdering::new(vec![key]).unwrap(),
             fetch,
             partition_top: None,
+            windows: None,
             batch_size: 7,
             run_batch_rows: 7,
             run_rows: 1 << 20,

@@ -16,6 +16,7 @@
 mod batches;
 mod bytes;
 mod columns;
+mod windows;
 
 use std::sync::OnceLock;
 
@@ -28,6 +29,9 @@ use rayon::prelude::*;
 
 pub use bytes::Views;
 pub use columns::{column_gatherer, ColumnGather, RowAt};
+pub use windows::{
+    append_window_columns, FrameEnd, FrameRange, WindowColumn, WindowKind, WindowRequest,
+};
 
 /// Output rows per window when a [`PayloadGather`] takes part.
 pub const DEVICE_WINDOW_ROWS: usize = 1 << 22;
@@ -49,6 +53,13 @@ pub trait PayloadGather: Send {
 
     /// What it did so far.
     fn stats(&self) -> PayloadStats;
+
+    /// The window columns of `request` over every row of the run in sorted order (the
+    /// rows it gathers), computed where the run is; `Ok(None)` when it cannot (the
+    /// window is then computed above, on the host).
+    fn windows(&mut self, _request: &WindowRequest) -> Result<Option<Vec<ArrayRef>>> {
+        Ok(None)
+    }
 }
 
 /// What a [`PayloadGather`] did.

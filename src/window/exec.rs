@@ -52,9 +52,11 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use tokio::sync::mpsc::Sender;
 
+use super::device::device_request;
 use super::evaluate::evaluate_partition;
 use super::layout::Runs;
 use super::spec::WindowFunction;
+use crate::exec::GpuSortExec;
 
 /// Rows buffered before the whole window partitions among them are computed.
 pub(crate) const FLUSH_ROWS: usize = 1 << 22;
@@ -78,6 +80,9 @@ pub struct SortedWindowExec {
     functions: Arc<[WindowFunction]>,
     /// The window expressions, as DataFusion planned them.
     window_expr: Vec<Arc<dyn WindowExpr>>,
+    /// Whether the sort below computes the window columns where its rows are (the
+    /// device), or why not (`device.rs`).
+    device: std::result::Result<(), String>,
     /// Input columns, then one column per function.
     schema: SchemaRef,
     /// The replaced node's properties, emitting once a partition is read.
@@ -109,6 +114,16 @@ impl SortedWindowExec {
         if schema.fields().iter().cloned().collect::<Vec<_>>() != expected {
             return Err("the window's columns differ from what gpusort computes".to_string());
         }
+        let (input, device) = match input.downcast_ref::<GpuSortExec>() {
+            Some(sort) => match device_request(&functions, &input_schema, &schema) {
+                Ok(request) => {
+                    let sort = sort.clone().with_windows(Arc::new(request));
+                    (Arc::new(sort) as Arc<dyn ExecutionPlan>, Ok(()))
+                }
+                Err(reason) => (input, Err(reason)),
+            },
+            None => (input, Err("the input is not a gpusort sort".to_string())),
+        };
         let replaced = replace_children_if_necessary(replaced, vec![Arc::clone(&input)])
             .map_err(|e| e.to_string())?;
         let cache = Arc::new(
@@ -119,6 +134,7 @@ impl SortedWindowExec {
             replaced,
             functions: functions.into(),
             window_expr,
+            device,
             schema,
             cache,
             metrics: ExecutionPlanMetricsSet::new(),
@@ -148,11 +164,18 @@ impl DisplayAs for SortedWindowExec {
             .collect();
         match t {
             DisplayFormatType::TreeRender => write!(f, "select_list={}", names.join(", ")),
-            _ => write!(
-                f,
-                "SortedWindowExec: wdw=[{}], on=all cores",
-                names.join(", ")
-            ),
+            _ => match &self.device {
+                Ok(()) => write!(
+                    f,
+                    "SortedWindowExec: wdw=[{}], on=device where its sort is one run, else all cores",
+                    names.join(", ")
+                ),
+                Err(reason) => write!(
+                    f,
+                    "SortedWindowExec: wdw=[{}], on=all cores (not on the device: {reason})",
+                    names.join(", ")
+                ),
+            },
         }
     }
 }
@@ -214,7 +237,12 @@ impl ExecutionPlan for SortedWindowExec {
         if partition >= self.cache.partitioning.partition_count() {
             return internal_err!("SortedWindowExec has no partition {partition}");
         }
-        let input = self.input.execute(partition, Arc::clone(&context))?;
+        let input = match self.input.downcast_ref::<GpuSortExec>() {
+            Some(sort) if self.device.is_ok() => {
+                sort.execute_with_windows(partition, Arc::clone(&context))?
+            }
+            _ => self.input.execute(partition, Arc::clone(&context))?,
+        };
         let pool = context.memory_pool();
         let reservation =
             MemoryConsumer::new(format!("SortedWindowExec[{partition}]")).register(pool);
@@ -277,6 +305,20 @@ impl WindowTask {
         let mut pending = Pending::default();
         while let Some(batch) = input.next().await {
             let batch = batch?;
+            if batch.num_columns() == self.schema.fields().len() {
+                // The sort computed the window columns where its rows were.
+                if !pending.batches.is_empty() {
+                    return internal_err!(
+                        "SortedWindowExec: window columns computed for part of a partition"
+                    );
+                }
+                let batch = RecordBatch::try_new(Arc::clone(&self.schema), batch.columns().to_vec())?;
+                self.baseline.record_output(batch.num_rows());
+                if tx.send(Ok(batch)).await.is_err() {
+                    return Ok(());
+                }
+                continue;
+            }
             let bytes = batch.get_array_memory_size();
             if reservation.try_grow(bytes).is_err() {
                 // Make room by computing the window partitions held whole.

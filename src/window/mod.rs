@@ -11,6 +11,7 @@
 //! | `topn.rs` | a filter on a rank above the window lets the sort drop rows past it |
 //! | `spec.rs` | a DataFusion window expression → a [`spec::WindowFunction`], or why not |
 //! | `exec.rs` | `SortedWindowExec`, the operator |
+//! | `device.rs` | which functions the sort's backend computes where the rows are (the device) |
 //! | `concat.rs` | a column of many batches as one, copied on all cores |
 //! | `evaluate.rs` | one input partition's window columns, piece by piece |
 //! | `layout.rs` | window partition and peer group starts |
@@ -23,6 +24,7 @@
 //! | `scan.rs` | the parallel prefix scan |
 
 mod concat;
+mod device;
 mod evaluate;
 mod exec;
 mod extremes;

@@ -22,7 +22,9 @@ use datafusion::arrow::array::{
 use datafusion::arrow::compute::{concat_batches, sort_to_indices, take_record_batch};
 use datafusion::arrow::datatypes::{DataType, Field, Float64Type, Schema};
 use datafusion::prelude::{SessionConfig, SessionContext};
-use gpusort::{BackendChoice, GpuSortConfig, GpuSortRule, SessionStateBuilderExt};
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::physical_plan::ExecutionPlan;
+use gpusort::{BackendChoice, GpuSortConfig, GpuSortExec, GpuSortRule, SessionStateBuilderExt};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -149,7 +151,7 @@ async fn assert_same_windows(
     sql: &str,
     float_columns: &[usize],
     scale: f64,
-) {
+) -> Arc<dyn ExecutionPlan> {
     let plan = physical_plan(gpu, sql).await.unwrap();
     let text = plan_text(&plan);
     assert!(
@@ -158,7 +160,7 @@ async fn assert_same_windows(
     );
     let expected = by_rid(stock.sql(sql).await.unwrap().collect().await.unwrap());
     let got = by_rid(
-        datafusion::physical_plan::collect(plan, gpu.task_ctx())
+        datafusion::physical_plan::collect(Arc::clone(&plan), gpu.task_ctx())
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}")),
     );
@@ -172,6 +174,23 @@ async fn assert_same_windows(
             assert_eq!(a, b, "{sql}: column {c} (seed {})", seed());
         }
     }
+    plan
+}
+
+/// Rows whose window columns the sorts of `plan` computed where their runs were.
+fn device_window_rows(plan: &Arc<dyn ExecutionPlan>) -> usize {
+    let mut rows = 0;
+    plan.apply(|node| {
+        if node.downcast_ref::<GpuSortExec>().is_some() {
+            rows += node
+                .metrics()
+                .and_then(|m| m.sum_by_name("device_window_rows"))
+                .map_or(0, |v| v.as_usize());
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .unwrap();
+    rows
 }
 
 fn assert_close(a: &ArrayRef, b: &ArrayRef, scale: f64, sql: &str, c: usize) {
@@ -696,4 +715,58 @@ pub async fn empty_input_and_the_setting(backend: BackendChoice) {
         *counts.entry("rows").or_insert(0) += b.num_rows();
     }
     assert_eq!(counts["rows"], 300);
+}
+
+/// What the CUDA backend computes on the device (`src/window/device.rs`): `count` (and
+/// `count(*)`), `sum` of integers and decimals (all-null arguments included), `row_number`,
+/// `rank` and `dense_rank`, over `ROWS` frames and `RANGE` frames without offsets, without
+/// `PARTITION BY`, over a few large partitions and over thousands of tiny ones, keys with
+/// nulls in both directions. One input partition, so each sort is one run. The results
+/// equal DataFusion's; `on_device` says the device must have computed them (the CUDA
+/// backend), else the host did.
+pub async fn device_window_functions(backend: BackendChoice, on_device: bool) {
+    let mut rng = StdRng::seed_from_u64(seed() ^ 0xD3C);
+    let batch = table(20_000, &mut rng);
+    let (stock, gpu, _) = contexts(backend, 1);
+    register(&[&stock, &gpu], "t", partitions(&batch, 3));
+    let peer_frames = [
+        "",
+        "RANGE BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING",
+        "RANGE BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING",
+    ];
+    let aggregates = "count(i) OVER w, sum(i) OVER w, sum(d) OVER w, count(*) OVER w, \
+                      sum(nul) OVER w, count(d) OVER w, sum(few) OVER w";
+    let mut queries = Vec::new();
+    for partitioning in [Partitioning::None, Partitioning::Few, Partitioning::Tiny] {
+        let by = partitioning.clause();
+        for frame in ROWS_FRAMES {
+            for order in ["ORDER BY o, rid", "ORDER BY o DESC NULLS LAST, rid DESC"] {
+                queries.push(format!(
+                    "SELECT rid, {aggregates}, row_number() OVER w FROM t \
+                     WINDOW w AS ({by} {order} {frame})"
+                ));
+            }
+        }
+        for frame in peer_frames {
+            for order in ["ORDER BY o", "ORDER BY o DESC NULLS LAST", "ORDER BY dt, o"] {
+                queries.push(format!(
+                    "SELECT rid, {aggregates}, rank() OVER w, dense_rank() OVER w FROM t \
+                     WINDOW w AS ({by} {order} {frame})"
+                ));
+            }
+        }
+    }
+    for sql in queries {
+        let plan = assert_same_windows(&stock, &gpu, &sql, &[], 0.0).await;
+        let text = plan_text(&plan);
+        assert!(
+            text.contains("on=device where its sort is one run"),
+            "{sql}\n{text}"
+        );
+        let rows = device_window_rows(&plan);
+        match on_device {
+            true => assert_eq!(rows, batch.num_rows(), "{sql}\n{text}"),
+            false => assert_eq!(rows, 0, "{sql}"),
+        }
+    }
 }

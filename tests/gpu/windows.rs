@@ -83,3 +83,12 @@ async fn empty_input_and_the_setting() {
     }
     common::windows::empty_input_and_the_setting(Cuda).await;
 }
+
+#[tokio::test]
+#[ignore = "needs a CUDA GPU"]
+async fn device_window_functions() {
+    if device().is_none() {
+        return;
+    }
+    common::windows::device_window_functions(Cuda, true).await;
+}

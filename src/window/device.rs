@@ -1,0 +1,252 @@
+//! Which window functions the sort's backend computes where the sorted rows already are
+//! (the CUDA device), described for it as a [`WindowRequest`] over the sort's columns, or
+//! why not.
+//!
+//! Taken: `row_number`, `rank`, `dense_rank`, and `count` and `sum` of integers and
+//! decimals over `ROWS` frames of any bounds and `RANGE` frames without offsets, when
+//! every key and argument is a column of the sort (a cast from a narrower integer of the
+//! same sign included) and every function shares the node's `PARTITION BY` and
+//! `ORDER BY`. Key columns must be of a fixed width of at most 16 bytes. Everything else
+//! is computed on all cores (`evaluate.rs`), with the same results.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Schema, SchemaRef};
+use datafusion::arrow;
+use datafusion::physical_expr::expressions::{CastExpr, Column};
+use datafusion::physical_expr::PhysicalExpr;
+
+use super::frames::{Bound, Frame, Units};
+use super::ranking::Ranking;
+use super::spec::{Function, WindowFunction};
+use crate::gather::{FrameEnd, FrameRange, WindowColumn, WindowKind, WindowRequest};
+
+/// The request for `functions` over a sort of `input` whose window output is `schema`,
+/// or why the device does not compute them.
+pub(crate) fn device_request(
+    functions: &[WindowFunction],
+    input: &Schema,
+    schema: &SchemaRef,
+) -> Result<WindowRequest, String> {
+    let Some(first) = functions.first() else {
+        return Err("no window function".to_string());
+    };
+    let same_keys = functions.iter().all(|f| {
+        same_exprs(&f.partition_by, &first.partition_by)
+            && same_exprs(
+                &f.order_by.iter().map(|s| Arc::clone(&s.expr)).collect::<Vec<_>>(),
+                &first.order_by.iter().map(|s| Arc::clone(&s.expr)).collect::<Vec<_>>(),
+            )
+    });
+    if !same_keys {
+        return Err("the functions differ in PARTITION BY or ORDER BY".to_string());
+    }
+    let key = |expr: &Arc<dyn PhysicalExpr>| -> Result<usize, String> {
+        let column = expr
+            .downcast_ref::<Column>()
+            .ok_or_else(|| format!("key {expr} is not a column"))?;
+        let data_type = input.field(column.index()).data_type();
+        match key_width(data_type) {
+            Some(_) => Ok(column.index()),
+            None => Err(format!("key {expr} is of type {data_type}")),
+        }
+    };
+    let partition_by = first
+        .partition_by
+        .iter()
+        .map(key)
+        .collect::<Result<Vec<_>, _>>()?;
+    let order_by = first
+        .order_by
+        .iter()
+        .map(|s| key(&s.expr))
+        .collect::<Result<Vec<_>, _>>()?;
+    let columns = functions
+        .iter()
+        .map(|f| column_of(f, input).map_err(|reason| format!("{}: {reason}", f.output.name())))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(WindowRequest {
+        partition_by,
+        order_by,
+        columns,
+        schema: Arc::clone(schema),
+    })
+}
+
+/// Bytes of a key value the device compares, for the types it compares.
+fn key_width(data_type: &DataType) -> Option<usize> {
+    let width = match data_type {
+        DataType::FixedSizeBinary(width) => usize::try_from(*width).ok()?,
+        DataType::Boolean => return None,
+        other if other.is_primitive() => other.primitive_width()?,
+        _ => return None,
+    };
+    [1, 2, 4, 8, 16].contains(&width).then_some(width)
+}
+
+fn same_exprs(a: &[Arc<dyn PhysicalExpr>], b: &[Arc<dyn PhysicalExpr>]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.as_ref() == y.as_ref())
+}
+
+/// One function as a device column.
+fn column_of(function: &WindowFunction, input: &Schema) -> Result<WindowColumn, String> {
+    let output = function.output.data_type().clone();
+    let rows_frame = FrameRange {
+        peers: false,
+        start: FrameEnd::UnboundedPreceding,
+        end: FrameEnd::UnboundedFollowing,
+    };
+    let (kind, arg, frame) = match &function.function {
+        Function::Ranking(Ranking::RowNumber) => (WindowKind::RowNumber, None, rows_frame),
+        Function::Ranking(Ranking::Rank) => (WindowKind::Rank, None, rows_frame),
+        Function::Ranking(Ranking::DenseRank) => (WindowKind::DenseRank, None, rows_frame),
+        Function::Count => {
+            let arg = match function.has_constant_argument() {
+                true => None,
+                false => Some(argument(function, input, false)?),
+            };
+            (WindowKind::Count, arg, frame_of(&function.frame)?)
+        }
+        Function::Sum => (
+            WindowKind::Sum,
+            Some(argument(function, input, true)?),
+            frame_of(&function.frame)?,
+        ),
+        other => return Err(format!("{other:?} is computed on the host")),
+    };
+    let expected = match (kind, &output) {
+        (WindowKind::Sum, DataType::Int64 | DataType::UInt64 | DataType::Decimal128(_, _)) => true,
+        (WindowKind::Count, DataType::Int64) => true,
+        (WindowKind::RowNumber | WindowKind::Rank | WindowKind::DenseRank, DataType::UInt64) => {
+            true
+        }
+        _ => false,
+    };
+    if !expected {
+        return Err(format!("an output of type {output}"));
+    }
+    Ok(WindowColumn {
+        kind,
+        arg,
+        frame,
+        output,
+    })
+}
+
+/// The sort's column a function reads: a column, or a cast of one between integers of the
+/// same sign (DataFusion casts `sum`'s narrower integers to 64 bits). For `sum`, the
+/// column must be an integer or a `Decimal128` whose sum is the output type.
+fn argument(function: &WindowFunction, input: &Schema, sum: bool) -> Result<usize, String> {
+    let Some(expr) = function.arg.as_ref() else {
+        return Err("no argument".to_string());
+    };
+    let (column, cast_to) = match expr.downcast_ref::<CastExpr>() {
+        Some(cast) => (cast.expr().downcast_ref::<Column>(), Some(cast.cast_type())),
+        None => (expr.downcast_ref::<Column>(), None),
+    };
+    let Some(column) = column else {
+        return Err(format!("argument {expr} is not a column"));
+    };
+    let data_type = input.field(column.index()).data_type();
+    let output = function.output.data_type();
+    if let Some(to) = cast_to {
+        let widens = (data_type.is_signed_integer() && to == &DataType::Int64)
+            || (data_type.is_unsigned_integer() && to == &DataType::UInt64);
+        if !widens {
+            return Err(format!("argument {expr} casts {data_type} to {to}"));
+        }
+    }
+    if !sum {
+        return Ok(column.index());
+    }
+    let fits = match data_type {
+        t if t.is_signed_integer() => output == &DataType::Int64,
+        t if t.is_unsigned_integer() => output == &DataType::UInt64,
+        DataType::Decimal128(_, scale) => {
+            matches!(output, DataType::Decimal128(_, out_scale) if out_scale == scale)
+        }
+        _ => false,
+    };
+    match fits {
+        true => Ok(column.index()),
+        false => Err(format!("a sum of {data_type} into {output}")),
+    }
+}
+
+/// The frame as the device reads it: `ROWS` of any bounds, or `RANGE` without offsets.
+fn frame_of(frame: &Frame) -> Result<FrameRange, String> {
+    let peers = match frame.units {
+        Units::Rows => false,
+        Units::Range if !frame.has_value_offset() => true,
+        _ => return Err(format!("a {:?} frame with offsets", frame.units)),
+    };
+    let end = |bound: &Bound| -> Result<FrameEnd, String> {
+        Ok(match bound {
+            Bound::UnboundedPreceding => FrameEnd::UnboundedPreceding,
+            Bound::Preceding(n) => FrameEnd::Preceding(*n as u64),
+            Bound::CurrentRow => FrameEnd::CurrentRow,
+            Bound::Following(n) => FrameEnd::Following(*n as u64),
+            Bound::UnboundedFollowing => FrameEnd::UnboundedFollowing,
+            other => return Err(format!("a frame bound {other:?}")),
+        })
+    };
+    if peers
+        && [&frame.start, &frame.end]
+            .iter()
+            .any(|b| matches!(b, Bound::Preceding(_) | Bound::Following(_)))
+    {
+        return Err("a RANGE frame with offsets".to_string());
+    }
+    Ok(FrameRange {
+        peers,
+        start: end(&frame.start)?,
+        end: end(&frame.end)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_of_fixed_width_up_to_16_bytes() {
+        assert_eq!(key_width(&DataType::Int32), Some(4));
+        assert_eq!(key_width(&DataType::Decimal128(15, 2)), Some(16));
+        assert_eq!(key_width(&DataType::Date32), Some(4));
+        assert_eq!(key_width(&DataType::Utf8), None);
+        assert_eq!(key_width(&DataType::Boolean), None);
+        assert_eq!(key_width(&DataType::Decimal256(50, 2)), None);
+    }
+
+    #[test]
+    fn frames_with_offsets_of_peers_stay_on_the_host() {
+        let running = Frame {
+            units: Units::Range,
+            start: Bound::UnboundedPreceding,
+            end: Bound::CurrentRow,
+        };
+        assert_eq!(
+            frame_of(&running),
+            Ok(FrameRange {
+                peers: true,
+                start: FrameEnd::UnboundedPreceding,
+                end: FrameEnd::CurrentRow,
+            })
+        );
+        let groups = Frame {
+            units: Units::Groups,
+            start: Bound::Preceding(1),
+            end: Bound::CurrentRow,
+        };
+        assert!(frame_of(&groups).is_err());
+        let sliding = Frame {
+            units: Units::Rows,
+            start: Bound::Preceding(6),
+            end: Bound::Following(2),
+        };
+        assert_eq!(
+            frame_of(&sliding).map(|f| (f.start, f.end)),
+            Ok((FrameEnd::Preceding(6), FrameEnd::Following(2)))
+        );
+    }
+}
