@@ -229,6 +229,11 @@ extensions_options! {
         /// window node (default true); false, or an expression it does not compute: a
         /// DataFusion window operator, as `whole_partition_windows` says.
         pub window_functions: bool, default = true
+        /// Those window functions are computed on the device where the CUDA backend sorts
+        /// the window's input as one run (`count`, `sum` of integers and decimals,
+        /// `row_number`, `rank`, `dense_rank`, over `ROWS` frames and `RANGE` frames
+        /// without offsets); false: always on all cores.
+        pub device_window_functions: bool, default = true
         /// A filter that bounds a ranking window (`row_number() <= k`, `rank()`,
         /// `dense_rank()`) over a gpusort sort lets the sort leave out of each sorted run,
         /// before it gathers the payload, the rows past `k` in their window partition.
@@ -337,6 +342,7 @@ mod tests {
             "combine_partitions",
             "absorb_repartition",
             "window_functions",
+            "device_window_functions",
             "partition_top",
             "whole_partition_windows",
             "window_batch_rows",

@@ -83,6 +83,8 @@ pub struct SortedWindowExec {
     /// Whether the sort below computes the window columns where its rows are (the
     /// device), or why not (`device.rs`).
     device: std::result::Result<(), String>,
+    /// `gpu_sort.device_window_functions`.
+    device_allowed: bool,
     /// Input columns, then one column per function.
     schema: SchemaRef,
     /// The replaced node's properties, emitting once a partition is read.
@@ -98,6 +100,7 @@ impl SortedWindowExec {
         replaced: Arc<dyn ExecutionPlan>,
         window_expr: Vec<Arc<dyn WindowExpr>>,
         input: Arc<dyn ExecutionPlan>,
+        device_allowed: bool,
     ) -> std::result::Result<Self, String> {
         let input_schema = input.schema();
         let functions: Vec<WindowFunction> = window_expr
@@ -115,6 +118,9 @@ impl SortedWindowExec {
             return Err("the window's columns differ from what gpusort computes".to_string());
         }
         let (input, device) = match input.downcast_ref::<GpuSortExec>() {
+            _ if !device_allowed => {
+                (input, Err("gpu_sort.device_window_functions = false".to_string()))
+            }
             Some(sort) => match device_request(&functions, &input_schema, &schema) {
                 Ok(request) => {
                     let sort = sort.clone().with_windows(Arc::new(request));
@@ -135,6 +141,7 @@ impl SortedWindowExec {
             functions: functions.into(),
             window_expr,
             device,
+            device_allowed,
             schema,
             cache,
             metrics: ExecutionPlanMetricsSet::new(),
@@ -224,8 +231,13 @@ impl ExecutionPlan for SortedWindowExec {
         let [child] = children.try_into().map_err(|_| {
             DataFusionError::Internal("SortedWindowExec takes exactly one child".to_string())
         })?;
-        let exec = Self::try_new(Arc::clone(&self.replaced), self.window_expr.clone(), child)
-            .map_err(DataFusionError::Plan)?;
+        let exec = Self::try_new(
+            Arc::clone(&self.replaced),
+            self.window_expr.clone(),
+            child,
+            self.device_allowed,
+        )
+        .map_err(DataFusionError::Plan)?;
         Ok(Arc::new(exec))
     }
 

@@ -136,6 +136,7 @@ fn window_over_sort(
                 Arc::clone(node),
                 window.window_expr.to_vec(),
                 Arc::new(sort),
+                settings.device_window_functions,
             )
             .map_err(WindowDecline::Unsupported)
         }
