@@ -5,6 +5,8 @@
 //   window_distinct_w{1,2,4,8,16}   flags[i] |= mark where row i differs from row i - 1 on
 //                                   one key column (nulls equal each other; values compare
 //                                   by their bits, as arrow's total order does)
+//   window_mark_rows                flags[rows[k]] |= both marks: rows that start a window
+//                                   partition whatever their keys
 //   window_load_flags               out[i + 1] = whether row i carries a flag bit (row 0
 //                                   always starts a run)
 //   window_load_count               out[i + 1] = whether row i is valid
@@ -106,6 +108,16 @@ DISTINCT_WIDTH(window_distinct_w2, u16)
 DISTINCT_WIDTH(window_distinct_w4, u32)
 DISTINCT_WIDTH(window_distinct_w8, u64)
 DISTINCT_WIDTH(window_distinct_w16, Bytes16)
+
+// Rows that start a window partition whatever their keys (the first rows of the parts of a
+// shared sort, each an output partition of its own).
+extern "C" __global__ void window_mark_rows(const u32* __restrict__ rows, u32 count,
+                                            u8* __restrict__ flags) {
+    const u32 stride = gridDim.x * blockDim.x;
+    for (u32 k = blockIdx.x * blockDim.x + threadIdx.x; k < count; k += stride) {
+        flags[rows[k]] |= 3;
+    }
+}
 
 extern "C" __global__ void window_load_flags(const u8* __restrict__ flags, u32 n, u32 mark,
                                              u32* __restrict__ out) {

@@ -142,6 +142,7 @@ pub(super) const WINDOW: KernelFile = KernelFile {
         "window_distinct_w4",
         "window_distinct_w8",
         "window_distinct_w16",
+        "window_mark_rows",
         "window_load_flags",
         "window_load_count",
         "window_load_i8",

@@ -290,7 +290,11 @@ impl PayloadGather for DevicePayload {
         self.stats
     }
 
-    fn windows(&mut self, request: &WindowRequest) -> Result<Option<Vec<ArrayRef>>> {
+    fn windows(
+        &mut self,
+        request: &WindowRequest,
+        starts: &[usize],
+    ) -> Result<Option<Vec<ArrayRef>>> {
         let runtime = Arc::clone(&self.runtime);
         let started = Instant::now();
         let computed = runtime.with_lease(LeaseKind::Gather, self.share, |device, staging, lease| {
@@ -301,7 +305,7 @@ impl PayloadGather for DevicePayload {
                 kernels: &runtime.windower,
             };
             let rows = self.rows;
-            let computed = compute_windows(&mut at, request, rows, &mut |index| {
+            let computed = compute_windows(&mut at, request, rows, starts, &mut |index| {
                 self.sorted_column(device, index)
             });
             self.stats.device_wait += lease.waited;

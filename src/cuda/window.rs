@@ -54,6 +54,7 @@ struct Scan {
 pub struct Windower {
     _module: Module,
     distinct: [Kernel; 5],
+    mark_rows: Kernel,
     load_flags: Kernel,
     load_count: Kernel,
     /// `window_load_i8 .. i64`, then `u8 .. u64`.
@@ -90,6 +91,7 @@ impl Windower {
                 kernel("window_distinct_w8")?,
                 kernel("window_distinct_w16")?,
             ],
+            mark_rows: kernel("window_mark_rows")?,
             load_flags: kernel("window_load_flags")?,
             load_count: kernel("window_load_count")?,
             load_ints: [
@@ -149,12 +151,13 @@ pub(super) struct WindowDevice<'a> {
 }
 
 /// `request`'s window columns over `rows` sorted rows, whose columns `sorted` puts on the
-/// device in sorted order (`None`: a column it cannot); `None` when a column it needs is
-/// not there.
+/// device in sorted order (`None`: a column it cannot), window partitions also starting at
+/// rows `starts`; `None` when a column it needs is not there.
 pub(super) fn compute_windows(
     at: &mut WindowDevice<'_>,
     request: &WindowRequest,
     rows: usize,
+    starts: &[usize],
     sorted: &mut dyn FnMut(usize) -> CudaResult<Option<SortedColumn>>,
 ) -> CudaResult<Option<Vec<ArrayRef>>> {
     if rows == 0 || rows >= u32::MAX as usize {
@@ -163,6 +166,20 @@ pub(super) fn compute_windows(
     let device = at.device;
     let flags = device.alloc::<u8>(rows, "window flags")?;
     device.zero(&flags)?;
+    let starts: Vec<u32> = starts
+        .iter()
+        .filter(|&&s| s > 0 && s < rows)
+        .map(|&s| s as u32)
+        .collect();
+    if !starts.is_empty() {
+        let marked = at.staging.upload::<u32, _>(device, starts.len(), "window partition starts", |from, out| {
+            out.copy_from_slice(&starts[from..from + out.len()])
+        })?;
+        let (mut src, mut count, mut out) = (marked.ptr(), starts.len() as u32, flags.ptr());
+        let mut params = [arg(&mut src), arg(&mut count), arg(&mut out)];
+        let grid = at.kernels.grid_for(starts.len());
+        launch(device, at.kernels.mark_rows, grid, THREADS, &mut params, starts.len())?;
+    }
     let keys = request
         .partition_by
         .iter()

@@ -50,7 +50,7 @@ use super::hash_routing::HashRouting;
 use super::metrics::SortMetrics;
 use super::partition_top::{PartitionTop, TopCut};
 use super::resources::SortResources;
-use super::run::{Apart, RunSorter, SortSpec};
+use super::run::{Apart, RunSorter, SortSpec, WindowColumns};
 use super::spill::MergeMemory;
 use super::stream::{emit_buffered, OUTPUT_CHANNEL_BATCHES};
 use crate::gather::{PayloadGather, PayloadStats, RunRows};
@@ -140,6 +140,9 @@ struct SortedTogether {
     ranges: Vec<Range<usize>>,
     /// The backend's device gather of the whole permutation, shared by the partitions.
     payload: Option<SharedPayload>,
+    /// Window columns of the whole permutation computed on the device, when asked
+    /// (`SortSpec::windows`); each partition's part starts a window partition.
+    windows: Option<WindowColumns>,
     /// Accounts the buffered rows until every partition is done with them.
     _reservation: MemoryReservation,
 }
@@ -314,11 +317,18 @@ fn sort_together(
         }
     }
     spec.cancel.check()?;
-    let payload = {
+    let mut payload = {
         let _timer = metrics.gather_time.timer();
         sorter.device_payload(&rows, &order.permutation, order.state)
     };
     trace::event(|| "shared sort: payload on the device".to_string());
+    let windows = match &spec.windows {
+        Some(request) => {
+            let starts: Vec<usize> = ranges.iter().map(|r| r.start).collect();
+            sorter.device_windows(payload.as_deref_mut(), request, &starts)?
+        }
+        None => None,
+    };
     let payload = payload.map(|payload| {
         // The partitions record their windows; the uploads are recorded here.
         let mut uploads = payload.stats();
@@ -334,6 +344,7 @@ fn sort_together(
         permutation: order.permutation,
         ranges,
         payload,
+        windows,
         _reservation: reservation,
     })
 }
@@ -432,6 +443,7 @@ impl PartitionOutput {
             permutation,
             ranges,
             payload,
+            windows,
             ..
         } = sorted;
         let range = ranges[self.partition].clone();
@@ -450,6 +462,7 @@ impl PartitionOutput {
             rows,
             &permutation[range.start..end],
             payload.as_mut().map(|p| p as &mut dyn PayloadGather),
+            windows.as_ref().map(|w| w.at(range.start)),
             |batch| {
                 metrics.baseline.record_output(batch.num_rows());
                 tx.blocking_send(Ok(batch)).is_ok()

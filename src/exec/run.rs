@@ -99,6 +99,30 @@ pub(super) fn split_runs(batches: Vec<RecordBatch>, run_rows: usize) -> Vec<Vec<
     runs
 }
 
+/// Window columns computed where a sort's rows were, for every row of its order.
+pub(super) struct WindowColumns {
+    /// What they compute, and the schema of the batches they join.
+    pub request: Arc<WindowRequest>,
+    /// One column per window function, a row per row of the order.
+    pub columns: Vec<ArrayRef>,
+}
+
+impl WindowColumns {
+    /// The columns from row `offset` of the order on.
+    pub(super) fn at(&self, offset: usize) -> WindowsAt<'_> {
+        WindowsAt {
+            columns: self,
+            offset,
+        }
+    }
+}
+
+/// Window columns from one row of their order on: what joins the batches of a slice of it.
+pub(super) struct WindowsAt<'a> {
+    columns: &'a WindowColumns,
+    offset: usize,
+}
+
 /// The sorted order of a run's rows.
 pub(super) struct RunOrder {
     /// Row ids in sorted order.
@@ -266,43 +290,48 @@ impl<'a> RunSorter<'a> {
             let _timer = metrics.gather_time.timer();
             self.device_payload(&rows, &permutation, state)
         };
-        let computed = match (windows, payload.as_deref_mut()) {
-            (Some(request), Some(payload)) => {
-                let _timer = metrics.gather_time.timer();
-                let _compute = metrics.baseline.elapsed_compute().timer();
-                let columns = payload.windows(request)?;
-                if columns.is_some() {
-                    metrics.device_window_rows.add(permutation.len());
-                }
-                columns.map(|columns| (request, columns))
-            }
-            _ => None,
+        let computed = match windows {
+            Some(request) => self.device_windows(payload.as_deref_mut(), request, &[])?,
+            None => None,
         };
-        let (mut open, mut offset, mut failed) = (true, 0, None);
-        self.gather_rows(&rows, &permutation, payload.as_deref_mut(), |batch| {
-            let batch = match &computed {
-                None => batch,
-                Some((request, columns)) => {
-                    let rows = batch.num_rows();
-                    match append_window_columns(batch, columns, offset, request) {
-                        Ok(batch) => {
-                            offset += rows;
-                            batch
-                        }
-                        Err(error) => {
-                            failed = Some(error);
-                            return false;
-                        }
-                    }
-                }
-            };
-            open = emit(batch);
-            open
-        })?;
-        match failed {
-            Some(error) => Err(error),
-            None => Ok(open),
-        }
+        let mut open = true;
+        self.gather_rows(
+            &rows,
+            &permutation,
+            payload.as_deref_mut(),
+            computed.as_ref().map(|c| c.at(0)),
+            |batch| {
+                open = emit(batch);
+                open
+            },
+        )?;
+        Ok(open)
+    }
+
+    /// `request`'s window columns over the rows `payload` gathers, computed on its device
+    /// (window partitions also starting at rows `starts`); `None` where it cannot.
+    pub(super) fn device_windows(
+        &self,
+        payload: Option<&mut (dyn PayloadGather + '_)>,
+        request: &WindowRequest,
+        starts: &[usize],
+    ) -> Result<Option<WindowColumns>> {
+        let Some(payload) = payload else {
+            return Ok(None);
+        };
+        let metrics = self.metrics;
+        let _timer = metrics.gather_time.timer();
+        let _compute = metrics.baseline.elapsed_compute().timer();
+        let columns = payload.windows(request, starts)?;
+        Ok(columns.map(|columns| {
+            metrics
+                .device_window_rows
+                .add(columns.first().map_or(0, |c| c.len()));
+            WindowColumns {
+                request: Arc::new(request.clone()),
+                columns,
+            }
+        }))
     }
 
     /// Sorts the rows of `rows` by the spec's keys, partitions kept `apart`. A run the
@@ -473,28 +502,53 @@ impl<'a> RunSorter<'a> {
     /// Builds the output batches of `permutation` (row ids of `rows`), `payload` gathering
     /// its columns on the device, and hands them, in order, to `emit` (which returns `false`
     /// to stop).
+    /// `windows`: window columns computed for these rows, appended to each batch.
     pub(super) fn gather_rows(
         &self,
         rows: &RunRows,
         permutation: &[u32],
         mut payload: Option<&mut (dyn PayloadGather + '_)>,
+        windows: Option<WindowsAt<'_>>,
         mut emit: impl FnMut(RecordBatch) -> bool,
     ) -> Result<()> {
         let (spec, metrics) = (self.spec, self.metrics);
         spec.cancel.check()?;
         let _timer = metrics.gather_time.timer();
         let _compute = metrics.baseline.elapsed_compute().timer();
+        let (mut offset, mut failed) = (windows.as_ref().map_or(0, |w| w.offset), None);
         let gathered = gather_sorted(
             rows,
             permutation,
             spec.run_batch_rows,
             payload.as_deref_mut(),
-            |batch| !spec.cancel.is_cancelled() && emit(batch),
+            |batch| {
+                let batch = match &windows {
+                    None => batch,
+                    Some(windows) => {
+                        let rows = batch.num_rows();
+                        let columns = &windows.columns.columns;
+                        match append_window_columns(batch, columns, offset, &windows.columns.request) {
+                            Ok(batch) => {
+                                offset += rows;
+                                batch
+                            }
+                            Err(error) => {
+                                failed = Some(error);
+                                return false;
+                            }
+                        }
+                    }
+                };
+                !spec.cancel.is_cancelled() && emit(batch)
+            },
         );
         if let Some(payload) = &payload {
             metrics.record_payload(payload.stats(), payload.columns().len());
         }
-        gathered
+        match failed {
+            Some(error) => Err(error),
+            None => gathered,
+        }
     }
 
     /// The segments to sort within, and how many leading keys they make redundant: the runs

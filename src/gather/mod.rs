@@ -55,9 +55,14 @@ pub trait PayloadGather: Send {
     fn stats(&self) -> PayloadStats;
 
     /// The window columns of `request` over every row of the run in sorted order (the
-    /// rows it gathers), computed where the run is; `Ok(None)` when it cannot (the
-    /// window is then computed above, on the host).
-    fn windows(&mut self, _request: &WindowRequest) -> Result<Option<Vec<ArrayRef>>> {
+    /// rows it gathers), window partitions also starting at rows `starts` (the parts of
+    /// a shared sort), computed where the run is; `Ok(None)` when it cannot (the window
+    /// is then computed above, on the host).
+    fn windows(
+        &mut self,
+        _request: &WindowRequest,
+        _starts: &[usize],
+    ) -> Result<Option<Vec<ArrayRef>>> {
         Ok(None)
     }
 }

@@ -726,9 +726,7 @@ pub async fn empty_input_and_the_setting(backend: BackendChoice) {
 /// backend), else the host did.
 pub async fn device_window_functions(backend: BackendChoice, on_device: bool) {
     let mut rng = StdRng::seed_from_u64(seed() ^ 0xD3C);
-    let batch = table(20_000, &mut rng);
-    let (stock, gpu, _) = contexts(backend, 1);
-    register(&[&stock, &gpu], "t", partitions(&batch, 3));
+    let batch = table(8_000, &mut rng);
     let peer_frames = [
         "",
         "RANGE BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING",
@@ -736,37 +734,43 @@ pub async fn device_window_functions(backend: BackendChoice, on_device: bool) {
     ];
     let aggregates = "count(i) OVER w, sum(i) OVER w, sum(d) OVER w, count(*) OVER w, \
                       sum(nul) OVER w, count(d) OVER w, sum(few) OVER w";
-    let mut queries = Vec::new();
-    for partitioning in [Partitioning::None, Partitioning::Few, Partitioning::Tiny] {
-        let by = partitioning.clause();
-        for frame in ROWS_FRAMES {
-            for order in ["ORDER BY o, rid", "ORDER BY o DESC NULLS LAST, rid DESC"] {
-                queries.push(format!(
-                    "SELECT rid, {aggregates}, row_number() OVER w FROM t \
-                     WINDOW w AS ({by} {order} {frame})"
-                ));
+    // One partition: each sort is one run. Four: PARTITION BY sorts are shared by the
+    // four hash partitions (`combined.rs`), each part its own window partitions.
+    for target_partitions in [1, 4] {
+        let (stock, gpu, _) = contexts(backend, target_partitions);
+        register(&[&stock, &gpu], "t", partitions(&batch, 3));
+        let mut queries = Vec::new();
+        for partitioning in [Partitioning::None, Partitioning::Few, Partitioning::Tiny] {
+            let by = partitioning.clause();
+            for frame in ROWS_FRAMES {
+                for order in ["ORDER BY o, rid", "ORDER BY o DESC NULLS LAST, rid DESC"] {
+                    queries.push(format!(
+                        "SELECT rid, {aggregates}, row_number() OVER w FROM t \
+                         WINDOW w AS ({by} {order} {frame})"
+                    ));
+                }
+            }
+            for frame in peer_frames {
+                for order in ["ORDER BY o", "ORDER BY o DESC NULLS LAST", "ORDER BY dt, o"] {
+                    queries.push(format!(
+                        "SELECT rid, {aggregates}, rank() OVER w, dense_rank() OVER w FROM t \
+                         WINDOW w AS ({by} {order} {frame})"
+                    ));
+                }
             }
         }
-        for frame in peer_frames {
-            for order in ["ORDER BY o", "ORDER BY o DESC NULLS LAST", "ORDER BY dt, o"] {
-                queries.push(format!(
-                    "SELECT rid, {aggregates}, rank() OVER w, dense_rank() OVER w FROM t \
-                     WINDOW w AS ({by} {order} {frame})"
-                ));
+        for sql in queries {
+            let plan = assert_same_windows(&stock, &gpu, &sql, &[], 0.0).await;
+            let text = plan_text(&plan);
+            assert!(
+                text.contains("on=device where its sort is one run"),
+                "{sql}\n{text}"
+            );
+            let rows = device_window_rows(&plan);
+            match on_device {
+                true => assert_eq!(rows, batch.num_rows(), "{sql}\n{text}"),
+                false => assert_eq!(rows, 0, "{sql}"),
             }
-        }
-    }
-    for sql in queries {
-        let plan = assert_same_windows(&stock, &gpu, &sql, &[], 0.0).await;
-        let text = plan_text(&plan);
-        assert!(
-            text.contains("on=device where its sort is one run"),
-            "{sql}\n{text}"
-        );
-        let rows = device_window_rows(&plan);
-        match on_device {
-            true => assert_eq!(rows, batch.num_rows(), "{sql}\n{text}"),
-            false => assert_eq!(rows, 0, "{sql}"),
         }
     }
 }
