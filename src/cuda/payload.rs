@@ -42,8 +42,8 @@ use crate::cuda::memory::host_memory::HostRegions;
 use crate::cuda::memory::transfer::Staging;
 use crate::cuda::module::{arg, launch};
 use crate::cuda::runtime::{disabled_reason, note_failure_of, note_gather_failure, CudaRuntime};
-use crate::cuda::window::{compute_windows, SortedColumn, WindowDevice};
 use crate::cuda::tuning::GATHER_THREADS as THREADS;
+use crate::cuda::window::{compute_windows, SortedColumn, WindowDevice};
 use crate::gather::{PayloadGather, PayloadStats, RunRows, WindowRequest};
 use crate::sort::RunState;
 
@@ -297,21 +297,22 @@ impl PayloadGather for DevicePayload {
     ) -> Result<Option<Vec<ArrayRef>>> {
         let runtime = Arc::clone(&self.runtime);
         let started = Instant::now();
-        let computed = runtime.with_lease(LeaseKind::Gather, self.share, |device, staging, lease| {
-            let mut at = WindowDevice {
-                device,
-                staging,
-                regions: &runtime.host_regions,
-                kernels: &runtime.windower,
-            };
-            let rows = self.rows;
-            let computed = compute_windows(&mut at, request, rows, starts, &mut |index| {
-                self.sorted_column(device, index)
+        let computed =
+            runtime.with_lease(LeaseKind::Gather, self.share, |device, staging, lease| {
+                let mut at = WindowDevice {
+                    device,
+                    staging,
+                    regions: &runtime.host_regions,
+                    kernels: &runtime.windower,
+                };
+                let rows = self.rows;
+                let computed = compute_windows(&mut at, request, rows, starts, &mut |index| {
+                    self.sorted_column(device, index)
+                });
+                self.stats.device_wait += lease.waited;
+                self.stats.device_peak_bytes = self.stats.device_peak_bytes.max(lease.peak_bytes());
+                computed
             });
-            self.stats.device_wait += lease.waited;
-            self.stats.device_peak_bytes = self.stats.device_peak_bytes.max(lease.peak_bytes());
-            computed
-        });
         self.stats.windows += started.elapsed();
         match computed {
             Ok(columns) => {

@@ -23,7 +23,6 @@ use crate::cuda::encode::Encoder;
 use crate::cuda::error::{CudaError, CudaResult};
 use crate::cuda::faults::{self, FaultScope};
 use crate::cuda::gather::Gatherer;
-use crate::cuda::window::Windower;
 use crate::cuda::memory::budget::{DeviceMemoryStats, DeviceShare, Lease, LeaseKind};
 use crate::cuda::memory::device::Device;
 use crate::cuda::memory::host_memory::{idle_limit, HostRegions, PageLocker};
@@ -35,6 +34,7 @@ use crate::cuda::module::is_nvrtc_present;
 use crate::cuda::radix::onesweep::Onesweep;
 use crate::cuda::refine::TieRefiner;
 use crate::cuda::tuning::{switches, Tuning};
+use crate::cuda::window::Windower;
 
 /// The opened device and what is loaded on it; one per process.
 #[derive(Debug)]

@@ -172,13 +172,23 @@ pub(super) fn compute_windows(
         .map(|&s| s as u32)
         .collect();
     if !starts.is_empty() {
-        let marked = at.staging.upload::<u32, _>(device, starts.len(), "window partition starts", |from, out| {
-            out.copy_from_slice(&starts[from..from + out.len()])
-        })?;
+        let marked = at.staging.upload::<u32, _>(
+            device,
+            starts.len(),
+            "window partition starts",
+            |from, out| out.copy_from_slice(&starts[from..from + out.len()]),
+        )?;
         let (mut src, mut count, mut out) = (marked.ptr(), starts.len() as u32, flags.ptr());
         let mut params = [arg(&mut src), arg(&mut count), arg(&mut out)];
         let grid = at.kernels.grid_for(starts.len());
-        launch(device, at.kernels.mark_rows, grid, THREADS, &mut params, starts.len())?;
+        launch(
+            device,
+            at.kernels.mark_rows,
+            grid,
+            THREADS,
+            &mut params,
+            starts.len(),
+        )?;
     }
     let keys = request
         .partition_by
@@ -203,7 +213,14 @@ pub(super) fn compute_windows(
             arg(&mut out),
         ];
         let kernel = at.kernels.distinct[which];
-        launch(device, kernel, at.kernels.grid_for(rows), THREADS, &mut params, rows)?;
+        launch(
+            device,
+            kernel,
+            at.kernels.grid_for(rows),
+            THREADS,
+            &mut params,
+            rows,
+        )?;
     }
     let partitions = runs_of(at, &flags, rows, PARTITION_MARK)?;
     let peers = match request.reads_peers() {
@@ -254,7 +271,14 @@ fn runs_of(
         arg(&mut out),
     ];
     let grid = at.kernels.grid_for(rows);
-    launch(device, at.kernels.load_flags, grid, THREADS, &mut params, rows)?;
+    launch(
+        device,
+        at.kernels.load_flags,
+        grid,
+        THREADS,
+        &mut params,
+        rows,
+    )?;
     scan(at, at.kernels.scan_u32, &ids, rows + 1)?;
     let starts = device.alloc::<u8>(rows * 4, "window run starts")?;
     let (mut src, mut ids_at, mut n, mut mark_arg, mut out) =
@@ -271,20 +295,39 @@ fn runs_of(
 }
 
 /// An inclusive prefix sum of the `len` elements of `data`, in place.
-fn scan(at: &WindowDevice<'_>, kernels: Scan, data: &DeviceBuffer<u8>, len: usize) -> CudaResult<()> {
+fn scan(
+    at: &WindowDevice<'_>,
+    kernels: Scan,
+    data: &DeviceBuffer<u8>,
+    len: usize,
+) -> CudaResult<()> {
     let device = at.device;
     let tile = THREADS as usize * WINDOW_SCAN_ITEMS as usize;
     let tiles = len.div_ceil(tile);
     let totals = device.alloc::<u8>(tiles * kernels.width, "window scan tiles")?;
     let (mut src, mut len_arg, mut sums) = (data.ptr(), len as u64, totals.ptr());
     let mut params = [arg(&mut src), arg(&mut len_arg), arg(&mut sums)];
-    launch(device, kernels.reduce, tiles as u32, THREADS, &mut params, len)?;
+    launch(
+        device,
+        kernels.reduce,
+        tiles as u32,
+        THREADS,
+        &mut params,
+        len,
+    )?;
     let (mut sums, mut count) = (totals.ptr(), tiles as u32);
     let mut params = [arg(&mut sums), arg(&mut count)];
     launch(device, kernels.tiles, 1, THREADS, &mut params, len)?;
     let (mut src, mut len_arg, mut sums) = (data.ptr(), len as u64, totals.ptr());
     let mut params = [arg(&mut src), arg(&mut len_arg), arg(&mut sums)];
-    launch(device, kernels.apply, tiles as u32, THREADS, &mut params, len)
+    launch(
+        device,
+        kernels.apply,
+        tiles as u32,
+        THREADS,
+        &mut params,
+        len,
+    )
 }
 
 /// `row_number`, `rank` or `dense_rank`.
@@ -355,7 +398,14 @@ fn frame_aggregate(
             let counts = device.alloc::<u8>((rows + 1) * 8, "window counts")?;
             let (mut valid, mut n, mut out) = (validity.ptr(), rows as u32, counts.ptr());
             let mut params = [arg(&mut valid), arg(&mut n), arg(&mut out)];
-            launch(device, at.kernels.load_count, grid, THREADS, &mut params, rows)?;
+            launch(
+                device,
+                at.kernels.load_count,
+                grid,
+                THREADS,
+                &mut params,
+                rows,
+            )?;
             scan(at, at.kernels.scan_u64, &counts, rows + 1)?;
             Some(counts)
         }
@@ -388,7 +438,12 @@ fn frame_aggregate(
             let valid = argument.validity.as_ref().map_or(0, |v| v.ptr());
             let (mut values, mut valid, mut n, mut out) =
                 (argument.values.ptr(), valid, rows as u32, prefix.ptr());
-            let mut params = [arg(&mut values), arg(&mut valid), arg(&mut n), arg(&mut out)];
+            let mut params = [
+                arg(&mut values),
+                arg(&mut valid),
+                arg(&mut n),
+                arg(&mut out),
+            ];
             launch(device, load, grid, THREADS, &mut params, rows)?;
             scan(at, scan_kernels, &prefix, rows + 1)?;
             (Some(prefix), width)

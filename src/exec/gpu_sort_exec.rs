@@ -51,13 +51,13 @@ use super::combined::{CombinedSort, CombinedSorts};
 use super::hash_routing::HashRouting;
 use super::metrics::SortMetrics;
 use super::partition_top::PartitionTop;
-use crate::gather::WindowRequest;
 use super::resources::SortResources;
 use super::run::SortSpec;
 use super::spill::RunSpiller;
 use super::stream::{sort_stream, SortTask};
 use crate::config::AlgorithmChoice;
 use crate::gather::Views;
+use crate::gather::WindowRequest;
 use crate::sort::SortBackend;
 
 /// How a `GpuSortExec` sorts: settings taken from `GpuSortConfig` at plan time.

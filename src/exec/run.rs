@@ -527,7 +527,12 @@ impl<'a> RunSorter<'a> {
                     Some(windows) => {
                         let rows = batch.num_rows();
                         let columns = &windows.columns.columns;
-                        match append_window_columns(batch, columns, offset, &windows.columns.request) {
+                        match append_window_columns(
+                            batch,
+                            columns,
+                            offset,
+                            &windows.columns.request,
+                        ) {
                             Ok(batch) => {
                                 offset += rows;
                                 batch

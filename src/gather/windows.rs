@@ -103,5 +103,8 @@ pub fn append_window_columns(
     let rows = batch.num_rows();
     let mut all = batch.columns().to_vec();
     all.extend(columns.iter().map(|c| c.slice(offset, rows)));
-    Ok(RecordBatch::try_new(std::sync::Arc::clone(&request.schema), all)?)
+    Ok(RecordBatch::try_new(
+        std::sync::Arc::clone(&request.schema),
+        all,
+    )?)
 }

@@ -34,8 +34,15 @@ pub(crate) fn device_request(
     let same_keys = functions.iter().all(|f| {
         same_exprs(&f.partition_by, &first.partition_by)
             && same_exprs(
-                &f.order_by.iter().map(|s| Arc::clone(&s.expr)).collect::<Vec<_>>(),
-                &first.order_by.iter().map(|s| Arc::clone(&s.expr)).collect::<Vec<_>>(),
+                &f.order_by
+                    .iter()
+                    .map(|s| Arc::clone(&s.expr))
+                    .collect::<Vec<_>>(),
+                &first
+                    .order_by
+                    .iter()
+                    .map(|s| Arc::clone(&s.expr))
+                    .collect::<Vec<_>>(),
             )
     });
     if !same_keys {
@@ -114,14 +121,17 @@ fn column_of(function: &WindowFunction, input: &Schema) -> Result<WindowColumn, 
         ),
         other => return Err(format!("{other:?} is computed on the host")),
     };
-    let expected = match (kind, &output) {
-        (WindowKind::Sum, DataType::Int64 | DataType::UInt64 | DataType::Decimal128(_, _)) => true,
-        (WindowKind::Count, DataType::Int64) => true,
-        (WindowKind::RowNumber | WindowKind::Rank | WindowKind::DenseRank, DataType::UInt64) => {
-            true
-        }
-        _ => false,
-    };
+    let expected = matches!(
+        (kind, &output),
+        (
+            WindowKind::Sum,
+            DataType::Int64 | DataType::UInt64 | DataType::Decimal128(_, _)
+        ) | (WindowKind::Count, DataType::Int64)
+            | (
+                WindowKind::RowNumber | WindowKind::Rank | WindowKind::DenseRank,
+                DataType::UInt64
+            )
+    );
     if !expected {
         return Err(format!("an output of type {output}"));
     }

@@ -118,9 +118,10 @@ impl SortedWindowExec {
             return Err("the window's columns differ from what gpusort computes".to_string());
         }
         let (input, device) = match input.downcast_ref::<GpuSortExec>() {
-            _ if !device_allowed => {
-                (input, Err("gpu_sort.device_window_functions = false".to_string()))
-            }
+            _ if !device_allowed => (
+                input,
+                Err("gpu_sort.device_window_functions = false".to_string()),
+            ),
             Some(sort) => match device_request(&functions, &input_schema, &schema) {
                 Ok(request) => {
                     let sort = sort.clone().with_windows(Arc::new(request));
@@ -324,7 +325,8 @@ impl WindowTask {
                         "SortedWindowExec: window columns computed for part of a partition"
                     );
                 }
-                let batch = RecordBatch::try_new(Arc::clone(&self.schema), batch.columns().to_vec())?;
+                let batch =
+                    RecordBatch::try_new(Arc::clone(&self.schema), batch.columns().to_vec())?;
                 self.baseline.record_output(batch.num_rows());
                 if tx.send(Ok(batch)).await.is_err() {
                     return Ok(());

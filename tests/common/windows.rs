@@ -21,9 +21,9 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::compute::{concat_batches, sort_to_indices, take_record_batch};
 use datafusion::arrow::datatypes::{DataType, Field, Float64Type, Schema};
-use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::{SessionConfig, SessionContext};
 use gpusort::{BackendChoice, GpuSortConfig, GpuSortExec, GpuSortRule, SessionStateBuilderExt};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
