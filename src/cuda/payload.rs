@@ -296,6 +296,9 @@ impl PayloadGather for DevicePayload {
         starts: &[usize],
     ) -> Result<Option<Vec<ArrayRef>>> {
         let runtime = Arc::clone(&self.runtime);
+        let Some(kernels) = runtime.windower.as_ref() else {
+            return Ok(None);
+        };
         let started = Instant::now();
         let computed =
             runtime.with_lease(LeaseKind::Gather, self.share, |device, staging, lease| {
@@ -303,7 +306,7 @@ impl PayloadGather for DevicePayload {
                     device,
                     staging,
                     regions: &runtime.host_regions,
-                    kernels: &runtime.windower,
+                    kernels,
                 };
                 let rows = self.rows;
                 let computed = compute_windows(&mut at, request, rows, starts, &mut |index| {

@@ -51,8 +51,8 @@ pub struct CudaRuntime {
     pub encoder: Encoder,
     /// The payload gather kernels.
     pub gatherer: Gatherer,
-    /// Window columns over sorted runs.
-    pub windower: Windower,
+    /// Window columns over sorted runs; `None` when its kernels did not load.
+    pub windower: Option<Windower>,
     /// The kernels that order the ties of long byte-like keys.
     pub refiner: TieRefiner,
     /// The tuning the kernels were compiled with, read when the runtime opened.
@@ -209,7 +209,10 @@ fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
         let segmented = SegmentedSort::load(&device, &tuning)?;
         let encoder = Encoder::load(&device, &tuning)?;
         let gatherer = Gatherer::load(&device, &tuning)?;
-        let windower = Windower::load(&device, &tuning)?;
+        // Without its window kernels the device still sorts; windows go to the host.
+        let windower = Windower::load(&device, &tuning)
+            .map_err(|e| log::warn!("gpusort: CUDA window kernels not loaded ({e})"))
+            .ok();
         let refiner = TieRefiner::load(&device, &tuning)?;
         let idle = idle_limit(tuning.host_idle_bytes);
         let staging = Mutex::new(Staging::new(&device)?);

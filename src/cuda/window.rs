@@ -160,7 +160,8 @@ pub(super) fn compute_windows(
     starts: &[usize],
     sorted: &mut dyn FnMut(usize) -> CudaResult<Option<SortedColumn>>,
 ) -> CudaResult<Option<Vec<ArrayRef>>> {
-    if rows == 0 || rows >= u32::MAX as usize {
+    // The kernels index rows in 32 bits, grid-stride loops included.
+    if rows == 0 || rows > (u32::MAX / 2) as usize {
         return Ok(None);
     }
     let device = at.device;

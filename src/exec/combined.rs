@@ -323,11 +323,13 @@ fn sort_together(
     };
     trace::event(|| "shared sort: payload on the device".to_string());
     let windows = match &spec.windows {
-        Some(request) => {
+        // With a limit each part outputs only its first rows, which the columns of the
+        // whole part would not describe: the window above computes them.
+        Some(request) if spec.fetch.is_none() => {
             let starts: Vec<usize> = ranges.iter().map(|r| r.start).collect();
             sorter.device_windows(payload.as_deref_mut(), request, &starts)?
         }
-        None => None,
+        _ => None,
     };
     let payload = payload.map(|payload| {
         // The partitions record their windows; the uploads are recorded here.

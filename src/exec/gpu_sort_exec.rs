@@ -201,6 +201,9 @@ impl GpuSortExec {
     /// [`execute_with_windows`](Self::execute_with_windows).
     pub fn with_windows(mut self, request: Arc<WindowRequest>) -> Self {
         self.windows = Some(request);
+        // Its own shared sorts: one begun by the sort without windows must not hand their
+        // batches to this one's consumers, nor the other way round.
+        self.combined = Arc::default();
         self
     }
 

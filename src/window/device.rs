@@ -167,7 +167,16 @@ fn argument(function: &WindowFunction, input: &Schema, sum: bool) -> Result<usiz
         }
     }
     if !sum {
-        return Ok(column.index());
+        // `count` reads only the validity, gathered with the values.
+        let gathered = match data_type {
+            DataType::FixedSizeBinary(width) => [1, 2, 4, 8, 16, 32].contains(width),
+            DataType::Boolean => false,
+            other => other.is_primitive(),
+        };
+        return match gathered {
+            true => Ok(column.index()),
+            false => Err(format!("a count of {data_type}")),
+        };
     }
     let fits = match data_type {
         t if t.is_signed_integer() => output == &DataType::Int64,

@@ -774,3 +774,24 @@ pub async fn device_window_functions(backend: BackendChoice, on_device: bool) {
         }
     }
 }
+
+/// The device's window kernels over more rows than one pass of their grid and one block of
+/// scan tiles cover (3 M rows), a few large and a million tiny window partitions: sums,
+/// counts and ranks equal DataFusion's, computed on the device.
+pub async fn device_windows_over_many_tiles(backend: BackendChoice) {
+    let mut rng = StdRng::seed_from_u64(seed() ^ 0x3E6);
+    let batch = table(3_000_000, &mut rng);
+    let (stock, gpu, _) = contexts(backend, 1);
+    register(&[&stock, &gpu], "t", partitions(&batch, 3));
+    for sql in [
+        "SELECT rid, sum(d) OVER w, count(i) OVER w, rank() OVER w, dense_rank() OVER w \
+         FROM t WINDOW w AS (PARTITION BY few ORDER BY o)",
+        "SELECT rid, sum(i) OVER w, count(*) OVER w, row_number() OVER w FROM t \
+         WINDOW w AS (ORDER BY o DESC, rid ROWS BETWEEN 5 PRECEDING AND 2 FOLLOWING)",
+        "SELECT rid, sum(d) OVER w, count(d) OVER w, row_number() OVER w FROM t \
+         WINDOW w AS (PARTITION BY tiny ORDER BY o, rid ROWS UNBOUNDED PRECEDING)",
+    ] {
+        let plan = assert_same_windows(&stock, &gpu, sql, &[], 0.0).await;
+        assert_eq!(device_window_rows(&plan), batch.num_rows(), "{sql}");
+    }
+}

@@ -92,3 +92,12 @@ async fn device_window_functions() {
     }
     common::windows::device_window_functions(Cuda, true).await;
 }
+
+#[tokio::test]
+#[ignore = "needs a CUDA GPU"]
+async fn device_windows_over_many_tiles() {
+    if device().is_none() {
+        return;
+    }
+    common::windows::device_windows_over_many_tiles(Cuda).await;
+}
