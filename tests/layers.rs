@@ -50,7 +50,7 @@ const CUDA_LAYERS: &[&[&str]] = &[
     &["memory"],
     &["module"],
     &["columns"],
-    &["radix", "merge", "gather"],
+    &["radix", "merge", "gather", "window"],
     &["encode"],
     &["refine"],
     &["runtime"],

@@ -6,6 +6,7 @@
 //!  dispatch.rs    which device sort a run gets
 //!  runtime.rs     the probe, the opened device and its kernels, failures of the process
 //!  payload.rs     a run's payload gathered on the device (DeviceRun: the run's state)
+//!  window.rs      window columns over a run's sorted rows (kernels and their use)
 //!  encode.rs · refine.rs · gather.rs          key encoding · long-string ties · gather kernels
 //!  tuning.rs                                  launch shapes, thresholds, GPUSORT_* overrides
 //!  radix/ · merge/                            OneSweep · locality and segmented sorts

@@ -24,10 +24,10 @@ use datafusion::arrow;
 
 use crate::cuda::error::CudaResult;
 use crate::cuda::memory::device::{Device, DeviceBuffer};
+use crate::cuda::memory::download::download_into_buffers;
 use crate::cuda::memory::host_memory::HostRegions;
 use crate::cuda::memory::transfer::Staging;
 use crate::cuda::module::{arg, launch, load_module, Kernel, Module, WINDOW};
-use crate::cuda::payload::download_into_buffers;
 use crate::cuda::tuning::{Tuning, WINDOW_SCAN_ITEMS, WINDOW_THREADS as THREADS};
 use crate::gather::{FrameEnd, WindowColumn, WindowKind, WindowRequest};
 

@@ -1,9 +1,10 @@
 //! Memory of the CUDA backend: the device context, stream and buffers; the device memory
 //! budget and the queue for the device; pinned chunked transfers; reused host memory for
-//! gathered windows; idle permutation vectors.
+//! gathered windows, and downloads into it; idle permutation vectors.
 
 pub(super) mod budget;
 pub(super) mod device;
+pub(super) mod download;
 pub(super) mod host_memory;
 pub(super) mod idle_vectors;
 pub(super) mod transfer;
