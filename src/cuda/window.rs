@@ -306,29 +306,17 @@ fn scan(
     let tile = THREADS as usize * WINDOW_SCAN_ITEMS as usize;
     let tiles = len.div_ceil(tile);
     let totals = device.alloc::<u8>(tiles * kernels.width, "window scan tiles")?;
-    let (mut src, mut len_arg, mut sums) = (data.ptr(), len as u64, totals.ptr());
-    let mut params = [arg(&mut src), arg(&mut len_arg), arg(&mut sums)];
-    launch(
-        device,
-        kernels.reduce,
-        tiles as u32,
-        THREADS,
-        &mut params,
-        len,
-    )?;
+    // The per-tile passes over the data: its tiles' totals, then each tile scanned.
+    let over_tiles = |kernel| {
+        let (mut src, mut len_arg, mut sums) = (data.ptr(), len as u64, totals.ptr());
+        let mut params = [arg(&mut src), arg(&mut len_arg), arg(&mut sums)];
+        launch(device, kernel, tiles as u32, THREADS, &mut params, len)
+    };
+    over_tiles(kernels.reduce)?;
     let (mut sums, mut count) = (totals.ptr(), tiles as u32);
     let mut params = [arg(&mut sums), arg(&mut count)];
     launch(device, kernels.tiles, 1, THREADS, &mut params, len)?;
-    let (mut src, mut len_arg, mut sums) = (data.ptr(), len as u64, totals.ptr());
-    let mut params = [arg(&mut src), arg(&mut len_arg), arg(&mut sums)];
-    launch(
-        device,
-        kernels.apply,
-        tiles as u32,
-        THREADS,
-        &mut params,
-        len,
-    )
+    over_tiles(kernels.apply)
 }
 
 /// `row_number`, `rank` or `dense_rank`.

@@ -229,7 +229,7 @@ impl<'a> RunSorter<'a> {
         batches: Vec<RecordBatch>,
         mut emit: impl FnMut(RecordBatch) -> bool,
     ) -> Result<()> {
-        self.sort_one(batches, &mut emit, self.spec.windows.as_deref())
+        self.sort_one(batches, &mut emit, self.spec.windows.as_ref())
             .map(|_| ())
     }
 
@@ -249,7 +249,7 @@ impl<'a> RunSorter<'a> {
         &self,
         batches: Vec<RecordBatch>,
         emit: &mut dyn FnMut(RecordBatch) -> bool,
-        windows: Option<&WindowRequest>,
+        windows: Option<&Arc<WindowRequest>>,
     ) -> Result<bool> {
         let (spec, metrics) = (self.spec, self.metrics);
         spec.cancel.check()?;
@@ -313,7 +313,7 @@ impl<'a> RunSorter<'a> {
     pub(super) fn device_windows(
         &self,
         payload: Option<&mut (dyn PayloadGather + '_)>,
-        request: &WindowRequest,
+        request: &Arc<WindowRequest>,
         starts: &[usize],
     ) -> Result<Option<WindowColumns>> {
         let Some(payload) = payload else {
@@ -328,7 +328,7 @@ impl<'a> RunSorter<'a> {
                 .device_window_rows
                 .add(columns.first().map_or(0, |c| c.len()));
             WindowColumns {
-                request: Arc::new(request.clone()),
+                request: Arc::clone(request),
                 columns,
             }
         }))
