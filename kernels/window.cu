@@ -17,65 +17,20 @@
 //                                   tile's total, the tiles' exclusive prefix (one block),
 //                                   each tile scanned from its prefix
 //   window_starts                   starts[id - 1] = i for the row i that starts run id
-//   window_ranking                  row_number, rank, dense_rank
+//   window_ranking                  row_number, rank, dense_rank, percent_rank, cume_dist,
+//                                   ntile
 //   window_frame_{u64,u128}         sum and count over each row's frame, as differences of
 //                                   the prefix sums; validity as a bitmap (ballot)
+//   window_average_d128             decimal averages from the frames' sums and counts
+//
+// Value functions and min/max are in window_values.cu; what both files share (scans, runs,
+// frames) is in window.cuh.
 //
 // The prefix arrays have n + 1 entries, entry 0 being 0, so that the sum of rows s..e is
 // P[e] - P[s]. Sums wrap (two's complement), as DataFusion's integer and decimal sums do.
-#include "common.cuh"
 
-#if !defined(WINDOW_THREADS) || !defined(WINDOW_SCAN_ITEMS)
-#error "the launch shapes come from src/cuda/tuning.rs as -D options"
-#endif
+#include "window.cuh"
 
-#define SCAN_TILE (WINDOW_THREADS * WINDOW_SCAN_ITEMS)
-
-struct __align__(16) U128 {
-    u64 lo, hi;
-};
-
-__device__ __forceinline__ u32 plus(u32 a, u32 b) { return a + b; }
-__device__ __forceinline__ u64 plus(u64 a, u64 b) { return a + b; }
-__device__ __forceinline__ U128 plus(U128 a, U128 b) {
-    U128 r;
-    r.lo = a.lo + b.lo;
-    r.hi = a.hi + b.hi + (r.lo < a.lo ? 1ull : 0ull);
-    return r;
-}
-__device__ __forceinline__ u64 minus(u64 a, u64 b) { return a - b; }
-__device__ __forceinline__ U128 minus(U128 a, U128 b) {
-    U128 r;
-    r.lo = a.lo - b.lo;
-    r.hi = a.hi - b.hi - (a.lo < b.lo ? 1ull : 0ull);
-    return r;
-}
-template <typename S> __device__ __forceinline__ S zero_of();
-template <> __device__ __forceinline__ u32 zero_of<u32>() { return 0; }
-template <> __device__ __forceinline__ u64 zero_of<u64>() { return 0; }
-template <> __device__ __forceinline__ U128 zero_of<U128>() {
-    U128 z;
-    z.lo = 0;
-    z.hi = 0;
-    return z;
-}
-__device__ __forceinline__ u32 shfl_up(u32 v, u32 o) { return __shfl_up_sync(0xffffffffu, v, o); }
-__device__ __forceinline__ u64 shfl_up(u64 v, u32 o) { return __shfl_up_sync(0xffffffffu, v, o); }
-__device__ __forceinline__ U128 shfl_up(U128 v, u32 o) {
-    U128 r;
-    r.lo = __shfl_up_sync(0xffffffffu, v.lo, o);
-    r.hi = __shfl_up_sync(0xffffffffu, v.hi, o);
-    return r;
-}
-
-// Bit i of a validity bitmap; every row is valid without one.
-__device__ __forceinline__ bool valid_at(const u32* __restrict__ bits, u64 i) {
-    return bits == nullptr || ((bits[i >> 5] >> (i & 31)) & 1u);
-}
-
-struct __align__(16) Bytes16 {
-    u64 lo, hi;
-};
 __device__ __forceinline__ bool same(u8 a, u8 b) { return a == b; }
 __device__ __forceinline__ bool same(u16 a, u16 b) { return a == b; }
 __device__ __forceinline__ bool same(u32 a, u32 b) { return a == b; }
@@ -176,94 +131,6 @@ extern "C" __global__ void window_load_d128(const U128* __restrict__ values,
     }
 }
 
-// The exclusive prefix of one value per thread across the block, and the block's total.
-template <typename S>
-__device__ __forceinline__ S block_exclusive(S mine, S* total) {
-    __shared__ S warp_totals[WINDOW_THREADS / WARP];
-    S inclusive = mine;
-#pragma unroll
-    for (u32 o = 1; o < WARP; o <<= 1) {
-        const S up = shfl_up(inclusive, o);
-        if (lane_id() >= o) inclusive = plus(inclusive, up);
-    }
-    if (lane_id() == WARP - 1) warp_totals[warp_id()] = inclusive;
-    __syncthreads();
-    S before = zero_of<S>();
-    S all = zero_of<S>();
-    for (u32 w = 0; w < WINDOW_THREADS / WARP; ++w) {
-        if (w < warp_id()) before = plus(before, warp_totals[w]);
-        all = plus(all, warp_totals[w]);
-    }
-    __syncthreads();
-    *total = all;
-    // Exclusive within the warp: the inclusive value less this thread's own.
-    S lane_before = shfl_up(inclusive, 1);
-    if (lane_id() == 0) lane_before = zero_of<S>();
-    return plus(before, lane_before);
-}
-
-// Each thread owns WINDOW_SCAN_ITEMS consecutive items of the block's tile.
-template <typename S>
-__device__ __forceinline__ void scan_reduce(const S* __restrict__ data, u64 len,
-                                            S* __restrict__ tile_totals) {
-    const u64 base = (u64)blockIdx.x * SCAN_TILE + (u64)threadIdx.x * WINDOW_SCAN_ITEMS;
-    S mine = zero_of<S>();
-#pragma unroll 4
-    for (u32 k = 0; k < WINDOW_SCAN_ITEMS; ++k) {
-        if (base + k < len) mine = plus(mine, data[base + k]);
-    }
-    S total;
-    block_exclusive(mine, &total);
-    if (threadIdx.x == 0) tile_totals[blockIdx.x] = total;
-}
-
-// One block: the tiles' totals become their exclusive prefixes.
-template <typename S>
-__device__ __forceinline__ void scan_tiles(S* __restrict__ tile_totals, u32 tiles) {
-    S carry = zero_of<S>();
-    for (u32 base = 0; base < tiles; base += WINDOW_THREADS) {
-        const u32 t = base + threadIdx.x;
-        const S mine = t < tiles ? tile_totals[t] : zero_of<S>();
-        S total;
-        const S before = block_exclusive(mine, &total);
-        if (t < tiles) tile_totals[t] = plus(carry, before);
-        carry = plus(carry, total);
-    }
-}
-
-template <typename S>
-__device__ __forceinline__ void scan_apply(S* __restrict__ data, u64 len,
-                                           const S* __restrict__ tile_prefix) {
-    const u64 base = (u64)blockIdx.x * SCAN_TILE + (u64)threadIdx.x * WINDOW_SCAN_ITEMS;
-    S mine = zero_of<S>();
-#pragma unroll 4
-    for (u32 k = 0; k < WINDOW_SCAN_ITEMS; ++k) {
-        if (base + k < len) mine = plus(mine, data[base + k]);
-    }
-    S total;
-    S running = plus(tile_prefix[blockIdx.x], block_exclusive(mine, &total));
-#pragma unroll 4
-    for (u32 k = 0; k < WINDOW_SCAN_ITEMS; ++k) {
-        if (base + k < len) {
-            running = plus(running, data[base + k]);
-            data[base + k] = running;
-        }
-    }
-}
-
-#define SCAN_KERNELS(SUFFIX, S)                                                              \
-    extern "C" __global__ void __launch_bounds__(WINDOW_THREADS)                             \
-        window_scan_reduce_##SUFFIX(const S* __restrict__ data, u64 len, S* __restrict__ totals) { \
-        scan_reduce<S>(data, len, totals);                                                   \
-    }                                                                                        \
-    extern "C" __global__ void __launch_bounds__(WINDOW_THREADS)                             \
-        window_scan_tiles_##SUFFIX(S* __restrict__ totals, u32 tiles) {                      \
-        scan_tiles<S>(totals, tiles);                                                        \
-    }                                                                                        \
-    extern "C" __global__ void __launch_bounds__(WINDOW_THREADS)                             \
-        window_scan_apply_##SUFFIX(S* __restrict__ data, u64 len, const S* __restrict__ prefix) { \
-        scan_apply<S>(data, len, prefix);                                                    \
-    }
 
 SCAN_KERNELS(u32, u32)
 SCAN_KERNELS(u64, u64)
@@ -279,26 +146,12 @@ extern "C" __global__ void window_starts(const u8* __restrict__ flags,
     }
 }
 
-// The runs (window partitions or peer groups) of a run's rows.
-struct Runs {
-    const u32* ids;     // n + 1 entries: ids[i + 1] is row i's run, counted from 1
-    const u32* starts;  // the first row of each run
-};
-
-__device__ __forceinline__ u32 run_start(Runs r, u32 i) { return r.starts[r.ids[i + 1] - 1]; }
-__device__ __forceinline__ u32 run_end(Runs r, u32 i, u32 n) {
-    const u32 id = r.ids[i + 1];
-    return id < r.ids[n] ? r.starts[id] : n;
-}
-
-// kind: 0 row_number, 1 rank, 2 dense_rank.
-extern "C" __global__ void window_ranking(const u32* __restrict__ part_ids,
-                                          const u32* __restrict__ part_starts,
-                                          const u32* __restrict__ peer_ids,
-                                          const u32* __restrict__ peer_starts, u32 n, u32 kind,
+// Ranking functions, from each row's window partition and peer group. kind: 0 row_number,
+// 1 rank, 2 dense_rank, 3 percent_rank, 4 cume_dist (both as f64 bits), 5 ntile(param).
+extern "C" __global__ void window_ranking(RunLayout layout, u32 n, u32 kind, u64 param,
                                           u64* __restrict__ out) {
-    const Runs parts = {part_ids, part_starts};
-    const Runs peers = {peer_ids, peer_starts};
+    const Runs parts = partitions_of(layout);
+    const Runs peers = peers_of(layout);
     const u32 stride = gridDim.x * blockDim.x;
     for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         const u32 first = run_start(parts, i);
@@ -307,58 +160,40 @@ extern "C" __global__ void window_ranking(const u32* __restrict__ part_ids,
             value = (u64)(i - first) + 1;
         } else if (kind == 1) {
             value = (u64)(run_start(peers, i) - first) + 1;
+        } else if (kind == 2) {
+            value = (u64)(layout.peer_ids[i + 1] - layout.peer_ids[first + 1]) + 1;
         } else {
-            value = (u64)(peer_ids[i + 1] - peer_ids[first + 1]) + 1;
+            const u64 rows = (u64)(run_end(parts, i, n) - first);
+            if (kind == 3) {
+                const double rank = (double)(run_start(peers, i) - first);
+                value = (u64)__double_as_longlong(rank / fmax((double)rows - 1.0, 1.0));
+            } else if (kind == 4) {
+                const double upto = (double)(run_end(peers, i, n) - first);
+                value = (u64)__double_as_longlong(upto / (double)rows);
+            } else {
+                // The first rows % param buckets hold one row more, as DataFusion's ntile.
+                const u64 row = (u64)(i - first);
+                const u64 base = rows / param, remainder = rows % param;
+                const u64 large_rows = remainder * (base + 1);
+                value = row < large_rows ? row / (base + 1) + 1
+                                         : remainder + (row - large_rows) / base + 1;
+            }
         }
         out[i] = value;
     }
 }
 
-// Frame ends, as src/window/frames.rs defines them.
-#define BOUND_UNBOUNDED_PRECEDING 0
-#define BOUND_PRECEDING 1
-#define BOUND_CURRENT_ROW 2
-#define BOUND_FOLLOWING 3
-#define BOUND_UNBOUNDED_FOLLOWING 4
-
-// One end of row i's frame (exclusive when `past` is 1), before it is clipped to the
-// window partition [first, last). `peers`: RANGE without offsets (CURRENT ROW is the peer
-// group's start or end).
-__device__ __forceinline__ u64 frame_bound(u32 kind, u64 offset, u32 i, u32 first, u32 last,
-                                           bool peers, Runs peer_runs, u32 n, u32 past) {
-    const u64 row = (u64)i + past;
-    switch (kind) {
-        case BOUND_UNBOUNDED_PRECEDING:
-            return first;
-        case BOUND_PRECEDING:
-            return row > offset ? row - offset : 0;
-        case BOUND_CURRENT_ROW:
-            if (!peers) return row;
-            return past ? run_end(peer_runs, i, n) : run_start(peer_runs, i);
-        case BOUND_FOLLOWING:
-            return row + offset < row ? ~0ull : row + offset;
-        default:
-            return last;
-    }
-}
-
 // Sum (mode 0) or count (mode 1) of the argument over each row's frame. `prefix`: the
 // argument's prefix sums (sum only); `counts`: prefix counts of its valid rows, or null
-// when every row counts. A sum over a frame with no valid row is null.
+// when every row counts. A sum over a frame with no valid row is null. `out_counts`, when
+// given with mode 0, receives the counts too (for averages).
 template <typename S>
-__device__ __forceinline__ void frame_aggregate(const u32* __restrict__ part_ids,
-                                                const u32* __restrict__ part_starts,
-                                                const u32* __restrict__ peer_ids,
-                                                const u32* __restrict__ peer_starts, u32 n,
-                                                u32 start_kind, u64 start_offset, u32 end_kind,
-                                                u64 end_offset, u32 peers, u32 mode,
-                                                const S* __restrict__ prefix,
+__device__ __forceinline__ void frame_aggregate(RunLayout layout, FrameSpec frame, u32 n,
+                                                u32 mode, const S* __restrict__ prefix,
                                                 const u64* __restrict__ counts,
                                                 S* __restrict__ out_sums,
                                                 u64* __restrict__ out_counts,
                                                 u32* __restrict__ out_valid) {
-    const Runs parts = {part_ids, part_starts};
-    const Runs peer_runs = {peer_ids, peer_starts};
     // Every lane of a warp takes the same turns: the bound is a multiple of 32.
     const u64 padded = ((u64)n + WARP - 1) / WARP * WARP;
     const u64 stride = (u64)gridDim.x * blockDim.x;
@@ -366,17 +201,11 @@ __device__ __forceinline__ void frame_aggregate(const u32* __restrict__ part_ids
         bool valid = false;
         if (t < n) {
             const u32 i = (u32)t;
-            const u32 first = run_start(parts, i);
-            const u32 last = run_end(parts, i, n);
-            u64 s = frame_bound(start_kind, start_offset, i, first, last, peers != 0, peer_runs,
-                                n, 0);
-            u64 e = frame_bound(end_kind, end_offset, i, first, last, peers != 0, peer_runs, n, 1);
-            s = min(max(s, (u64)first), (u64)last);
-            e = min(max(e, (u64)first), (u64)last);
-            e = max(e, s);
-            const u64 count = counts != nullptr ? counts[e] - counts[s] : e - s;
+            u32 s, e, first, last;
+            frame_rows(layout, frame, n, i, &s, &e, &first, &last);
+            const u64 count = counts != nullptr ? counts[e] - counts[s] : (u64)(e - s);
+            if (out_counts != nullptr) out_counts[i] = count;
             if (mode == 1) {
-                out_counts[i] = count;
                 valid = true;
             } else {
                 valid = count > 0;
@@ -391,16 +220,69 @@ __device__ __forceinline__ void frame_aggregate(const u32* __restrict__ part_ids
 }
 
 #define FRAME_KERNEL(NAME, S)                                                                \
-    extern "C" __global__ void NAME(                                                         \
-        const u32* __restrict__ part_ids, const u32* __restrict__ part_starts,               \
-        const u32* __restrict__ peer_ids, const u32* __restrict__ peer_starts, u32 n,        \
-        u32 start_kind, u64 start_offset, u32 end_kind, u64 end_offset, u32 peers, u32 mode, \
-        const S* __restrict__ prefix, const u64* __restrict__ counts, S* __restrict__ out_sums, \
-        u64* __restrict__ out_counts, u32* __restrict__ out_valid) {                         \
-        frame_aggregate<S>(part_ids, part_starts, peer_ids, peer_starts, n, start_kind,      \
-                           start_offset, end_kind, end_offset, peers, mode, prefix, counts,  \
-                           out_sums, out_counts, out_valid);                                 \
+    extern "C" __global__ void NAME(RunLayout layout, FrameSpec frame, u32 n, u32 mode,      \
+                                    const S* __restrict__ prefix,                            \
+                                    const u64* __restrict__ counts, S* __restrict__ out_sums, \
+                                    u64* __restrict__ out_counts, u32* __restrict__ out_valid) { \
+        frame_aggregate<S>(layout, frame, n, mode, prefix, counts, out_sums, out_counts,     \
+                           out_valid);                                                       \
     }
 
 FRAME_KERNEL(window_frame_u64, u64)
 FRAME_KERNEL(window_frame_u128, U128)
+
+__device__ __forceinline__ U128 negated(U128 a) { return minus(zero_of<U128>(), a); }
+
+// a < b, unsigned.
+__device__ __forceinline__ bool below(U128 a, U128 b) {
+    return a.hi < b.hi || (a.hi == b.hi && a.lo < b.lo);
+}
+
+// DataFusion's decimal average of each frame: its sum times `multiplier` (the change of
+// scale, checked), divided by its count truncating toward zero, within the output's
+// precision (|value| < `limit`). A frame where DataFusion would fail sets *overflow, and
+// the host recomputes the column (and fails as DataFusion does). Rows with no valid value
+// are left 0 (null by the sums' validity). Counts are below 2^32.
+extern "C" __global__ void window_average_d128(const U128* __restrict__ sums,
+                                               const u64* __restrict__ counts, u32 n,
+                                               u64 multiplier, U128 limit,
+                                               U128* __restrict__ out,
+                                               u32* __restrict__ overflow) {
+    const u32 stride = gridDim.x * blockDim.x;
+    for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const u64 count = counts[i];
+        if (count == 0) {
+            out[i] = zero_of<U128>();
+            continue;
+        }
+        const U128 sum = sums[i];
+        const bool negative = (sum.hi >> 63) != 0;
+        const U128 size = negative ? negated(sum) : sum;
+        // |sum| * multiplier in 192 bits: it must stay below 2^127.
+        const u64 low_hi = __umul64hi(size.lo, multiplier);
+        const u64 high_lo = size.hi * multiplier;
+        const u64 high_hi = __umul64hi(size.hi, multiplier);
+        const u64 hi = low_hi + high_lo;
+        if ((size.hi >> 63) != 0 || high_hi != 0 || hi < low_hi || (hi >> 63) != 0) {
+            *overflow = 1;
+            out[i] = zero_of<U128>();
+            continue;
+        }
+        const u64 lo = size.lo * multiplier;
+        // (hi, lo) / count, 32 bits at a time below the high word (count < 2^32).
+        const u64 q_hi = hi / count;
+        const u64 x1 = ((hi % count) << 32) | (lo >> 32);
+        const u64 q1 = x1 / count;
+        const u64 x0 = ((x1 % count) << 32) | (lo & 0xffffffffull);
+        const u64 q0 = x0 / count;
+        U128 quotient;
+        quotient.lo = (q1 << 32) | q0;
+        quotient.hi = q_hi;
+        if (!below(quotient, limit)) {
+            *overflow = 1;
+            out[i] = zero_of<U128>();
+            continue;
+        }
+        out[i] = negative ? negated(quotient) : quotient;
+    }
+}

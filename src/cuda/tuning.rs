@@ -460,7 +460,7 @@ impl Tuning {
             .chain(named(&fields))
             .collect(),
             "gather.cu" => named(&[("GATHER_THREADS", GATHER_THREADS as u64)]),
-            "window.cu" => named(&[
+            "window.cu" | "window_values.cu" => named(&[
                 ("WINDOW_THREADS", WINDOW_THREADS as u64),
                 ("WINDOW_SCAN_ITEMS", WINDOW_SCAN_ITEMS as u64),
             ]),

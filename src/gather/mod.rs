@@ -30,7 +30,8 @@ use rayon::prelude::*;
 pub use bytes::Views;
 pub use columns::{column_gatherer, ColumnGather, RowAt};
 pub use windows::{
-    append_window_columns, FrameEnd, FrameRange, WindowColumn, WindowKind, WindowRequest,
+    append_window_columns, ordered_of, FrameEnd, FrameRange, Ordered, WindowColumn, WindowKind,
+    WindowRequest,
 };
 
 /// Output rows per window when a [`PayloadGather`] takes part.

@@ -22,10 +22,66 @@ pub enum WindowKind {
     Rank,
     /// `dense_rank()`.
     DenseRank,
+    /// `percent_rank()`.
+    PercentRank,
+    /// `cume_dist()`.
+    CumeDist,
+    /// `ntile(n)`, `n ≥ 1`.
+    Ntile(u64),
     /// `count(arg)`, or `count(*)` without an argument.
     Count,
     /// `sum(arg)`: integers in wrapping 64-bit, decimals in wrapping 128-bit arithmetic.
     Sum,
+    /// `avg(arg)` of a `Decimal128`, as DataFusion's decimal average.
+    Avg,
+    /// `min(arg)` over the frame.
+    Min,
+    /// `max(arg)` over the frame.
+    Max,
+    /// `lag(arg, back, default)`, or `lead` with `back` negated: the value `back` rows
+    /// before, within the window partition, else the column's `default`.
+    Shifted {
+        /// Rows back (negative: ahead).
+        back: i64,
+    },
+    /// `first_value(arg)` of the frame.
+    First,
+    /// `last_value(arg)` of the frame.
+    Last,
+    /// `nth_value(arg, n)` of the frame (from its end when `n < 0`; `n = 0`: null).
+    Nth(i64),
+}
+
+/// How `min` and `max` order the values of a type, by their width in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ordered {
+    /// Two's complement integers (dates, times, timestamps, durations, decimals).
+    Signed(usize),
+    /// Unsigned integers.
+    Unsigned(usize),
+    /// IEEE floats, in their total order.
+    Float(usize),
+}
+
+/// How `min` and `max` of `data_type` order its values, for the types a device compares.
+pub fn ordered_of(data_type: &DataType) -> Option<Ordered> {
+    use DataType::*;
+    Some(match data_type {
+        Int8
+        | Int16
+        | Int32
+        | Int64
+        | Date32
+        | Date64
+        | Time32(_)
+        | Time64(_)
+        | Timestamp(_, _)
+        | Duration(_)
+        | Decimal128(_, _) => Ordered::Signed(data_type.primitive_width()?),
+        UInt8 | UInt16 | UInt32 | UInt64 => Ordered::Unsigned(data_type.primitive_width()?),
+        Float32 | Float64 => Ordered::Float(data_type.primitive_width()?),
+        _ => return None,
+    })
 }
 
 /// One end of a frame, as `src/window/frames.rs` defines it (no value offsets).
@@ -54,6 +110,26 @@ pub struct FrameRange {
     pub end: FrameEnd,
 }
 
+impl FrameRange {
+    /// The most rows a frame can hold when both ends are row offsets or the current row
+    /// (0: every frame is empty); `None` for unbounded or peer frames.
+    pub fn most_rows(&self) -> Option<u64> {
+        if self.peers {
+            return None;
+        }
+        let at = |end: FrameEnd| -> Option<i128> {
+            match end {
+                FrameEnd::Preceding(n) => Some(-i128::from(n)),
+                FrameEnd::CurrentRow => Some(0),
+                FrameEnd::Following(n) => Some(i128::from(n)),
+                _ => None,
+            }
+        };
+        let length = at(self.end)? - at(self.start)? + 1;
+        Some(u64::try_from(length.max(0)).unwrap_or(u64::MAX))
+    }
+}
+
 /// One window column.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WindowColumn {
@@ -61,11 +137,16 @@ pub struct WindowColumn {
     pub kind: WindowKind,
     /// The sort's column it reads (`count(*)` and ranking functions read none).
     pub arg: Option<usize>,
-    /// The frame of `Count` and `Sum`.
+    /// The frame of the functions that read one.
     pub frame: FrameRange,
-    /// Its type: `UInt64` (ranks), `Int64` (counts, sums of signed integers), `UInt64`
-    /// (sums of unsigned integers) or `Decimal128` (sums of decimals).
+    /// Its type: `UInt64` (ranks, `ntile`), `Float64` (`percent_rank`, `cume_dist`),
+    /// `Int64` (counts, sums of signed integers), `UInt64` (sums of unsigned integers),
+    /// `Decimal128` (sums and averages of decimals), or the argument's (value functions,
+    /// `min`, `max`).
     pub output: DataType,
+    /// `Shifted`'s default where the row shifted to is outside the partition: the value's
+    /// little-endian bytes in the argument's width (`None`: null).
+    pub default: Option<Vec<u8>>,
 }
 
 /// The window columns of one window node, over the columns of the sort below it.
@@ -85,9 +166,12 @@ impl WindowRequest {
     /// Whether a column reads peer groups (rows equal on every key).
     pub fn reads_peers(&self) -> bool {
         self.columns.iter().any(|c| match c.kind {
-            WindowKind::Rank | WindowKind::DenseRank => true,
-            WindowKind::RowNumber => false,
-            WindowKind::Count | WindowKind::Sum => c.frame.peers,
+            WindowKind::Rank
+            | WindowKind::DenseRank
+            | WindowKind::PercentRank
+            | WindowKind::CumeDist => true,
+            WindowKind::RowNumber | WindowKind::Ntile(_) | WindowKind::Shifted { .. } => false,
+            _ => c.frame.peers,
         })
     }
 }

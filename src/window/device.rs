@@ -2,12 +2,20 @@
 //! (the CUDA device), described for it as a [`WindowRequest`] over the sort's columns, or
 //! why not.
 //!
-//! Taken: `row_number`, `rank`, `dense_rank`, and `count` and `sum` of integers and
-//! decimals over `ROWS` frames of any bounds and `RANGE` frames without offsets, when
-//! every key and argument is a column of the sort (a cast from a narrower integer of the
-//! same sign included) and every function shares the node's `PARTITION BY` and
-//! `ORDER BY`. Key columns must be of a fixed width of at most 16 bytes. Everything else
-//! is computed on all cores (`evaluate.rs`), with the same results.
+//! Taken, over `ROWS` frames of any bounds and `RANGE` frames without offsets:
+//! - the ranking functions;
+//! - `count`, and `sum` of integers and decimals (a cast from a narrower integer of the
+//!   same sign included), `avg` of decimals;
+//! - `min` and `max` of integers, floats, decimals, dates, times and timestamps, over
+//!   frames that start at the partition's first row, end at its last, or hold a bounded
+//!   number of rows;
+//! - `lag`, `lead`, `first_value`, `last_value` and `nth_value` of values 1 to 16 bytes
+//!   wide.
+//!
+//! Every key and argument must be a column of the sort, and every function must share the
+//! node's `PARTITION BY` and `ORDER BY`. Key columns must be of a fixed width of at most
+//! 16 bytes. Everything else is computed on all cores (`evaluate.rs`), with the same
+//! results.
 
 use std::sync::Arc;
 
@@ -16,10 +24,14 @@ use datafusion::arrow;
 use datafusion::physical_expr::expressions::{CastExpr, Column};
 use datafusion::physical_expr::PhysicalExpr;
 
+use datafusion::common::ScalarValue;
+
+use super::extremes::Extreme;
 use super::frames::{Bound, Frame, Units};
 use super::ranking::Ranking;
 use super::spec::{Function, WindowFunction};
-use crate::gather::{FrameEnd, FrameRange, WindowColumn, WindowKind, WindowRequest};
+use super::values::ValueOf;
+use crate::gather::{ordered_of, FrameEnd, FrameRange, WindowColumn, WindowKind, WindowRequest};
 
 /// The request for `functions` over a sort of `input` whose window output is `schema`,
 /// or why the device does not compute them.
@@ -103,10 +115,19 @@ fn column_of(function: &WindowFunction, input: &Schema) -> Result<WindowColumn, 
         start: FrameEnd::UnboundedPreceding,
         end: FrameEnd::UnboundedFollowing,
     };
+    let mut default = None;
     let (kind, arg, frame) = match &function.function {
-        Function::Ranking(Ranking::RowNumber) => (WindowKind::RowNumber, None, rows_frame),
-        Function::Ranking(Ranking::Rank) => (WindowKind::Rank, None, rows_frame),
-        Function::Ranking(Ranking::DenseRank) => (WindowKind::DenseRank, None, rows_frame),
+        Function::Ranking(ranking) => {
+            let kind = match *ranking {
+                Ranking::RowNumber => WindowKind::RowNumber,
+                Ranking::Rank => WindowKind::Rank,
+                Ranking::DenseRank => WindowKind::DenseRank,
+                Ranking::PercentRank => WindowKind::PercentRank,
+                Ranking::CumeDist => WindowKind::CumeDist,
+                Ranking::Ntile(n) => WindowKind::Ntile(n),
+            };
+            (kind, None, rows_frame)
+        }
         Function::Count => {
             let arg = match function.has_constant_argument() {
                 true => None,
@@ -119,19 +140,72 @@ fn column_of(function: &WindowFunction, input: &Schema) -> Result<WindowColumn, 
             Some(argument(function, input, true)?),
             frame_of(&function.frame)?,
         ),
-        other => return Err(format!("{other:?} is computed on the host")),
+        Function::Avg => {
+            let (index, data_type) = plain_argument(function, input)?;
+            if !matches!(data_type, DataType::Decimal128(_, _)) {
+                return Err(format!("an avg of {data_type}"));
+            }
+            (WindowKind::Avg, Some(index), frame_of(&function.frame)?)
+        }
+        Function::Extreme(extreme) => {
+            let (index, data_type) = plain_argument(function, input)?;
+            if ordered_of(data_type).is_none() {
+                return Err(format!("a min or max of {data_type}"));
+            }
+            let frame = frame_of(&function.frame)?;
+            let read = frame.start == FrameEnd::UnboundedPreceding
+                || frame.end == FrameEnd::UnboundedFollowing
+                || frame.most_rows().is_some();
+            if !read {
+                return Err("a min or max over peer groups inside the partition".to_string());
+            }
+            let kind = match extreme {
+                Extreme::Min => WindowKind::Min,
+                Extreme::Max => WindowKind::Max,
+            };
+            (kind, Some(index), frame)
+        }
+        Function::Value(value) => {
+            let (index, data_type) = plain_argument(function, input)?;
+            if value_width(data_type).is_none() {
+                return Err(format!("a value of {data_type}"));
+            }
+            let (kind, frame) = match value {
+                ValueOf::Shifted {
+                    back,
+                    default: value,
+                } => {
+                    default = default_bytes(value, data_type)?;
+                    (WindowKind::Shifted { back: *back }, rows_frame)
+                }
+                ValueOf::First => (WindowKind::First, frame_of(&function.frame)?),
+                ValueOf::Last => (WindowKind::Last, frame_of(&function.frame)?),
+                ValueOf::Nth(n) => (WindowKind::Nth(*n), frame_of(&function.frame)?),
+            };
+            (kind, Some(index), frame)
+        }
     };
-    let expected = matches!(
-        (kind, &output),
+    let argument_type = arg.map(|index| input.field(index).data_type());
+    let expected = match (kind, &output) {
+        (WindowKind::Sum, DataType::Int64 | DataType::UInt64 | DataType::Decimal128(_, _)) => true,
+        (WindowKind::Avg, DataType::Decimal128(_, _)) => true,
+        (WindowKind::Count, DataType::Int64) => true,
         (
-            WindowKind::Sum,
-            DataType::Int64 | DataType::UInt64 | DataType::Decimal128(_, _)
-        ) | (WindowKind::Count, DataType::Int64)
-            | (
-                WindowKind::RowNumber | WindowKind::Rank | WindowKind::DenseRank,
-                DataType::UInt64
-            )
-    );
+            WindowKind::RowNumber | WindowKind::Rank | WindowKind::DenseRank | WindowKind::Ntile(_),
+            DataType::UInt64,
+        ) => true,
+        (WindowKind::PercentRank | WindowKind::CumeDist, DataType::Float64) => true,
+        (
+            WindowKind::Min
+            | WindowKind::Max
+            | WindowKind::Shifted { .. }
+            | WindowKind::First
+            | WindowKind::Last
+            | WindowKind::Nth(_),
+            output,
+        ) => argument_type == Some(output),
+        _ => false,
+    };
     if !expected {
         return Err(format!("an output of type {output}"));
     }
@@ -140,7 +214,58 @@ fn column_of(function: &WindowFunction, input: &Schema) -> Result<WindowColumn, 
         arg,
         frame,
         output,
+        default,
     })
+}
+
+/// The sort's column a function reads as it is (no cast), and its type.
+fn plain_argument<'a>(
+    function: &WindowFunction,
+    input: &'a Schema,
+) -> Result<(usize, &'a DataType), String> {
+    let Some(expr) = function.arg.as_ref() else {
+        return Err("no argument".to_string());
+    };
+    match expr.downcast_ref::<Column>() {
+        Some(column) => Ok((column.index(), input.field(column.index()).data_type())),
+        None => Err(format!("argument {expr} is not a column")),
+    }
+}
+
+/// Bytes of a value the device copies between rows, for the types it copies.
+fn value_width(data_type: &DataType) -> Option<usize> {
+    let width = match data_type {
+        DataType::FixedSizeBinary(width) => usize::try_from(*width).ok()?,
+        DataType::Boolean => return None,
+        other if other.is_primitive() => other.primitive_width()?,
+        _ => return None,
+    };
+    [1, 2, 4, 8, 16].contains(&width).then_some(width)
+}
+
+/// `lag`'s or `lead`'s default as the argument type's little-endian bytes (`None`: null).
+fn default_bytes(value: &ScalarValue, data_type: &DataType) -> Result<Option<Vec<u8>>, String> {
+    if value.is_null() {
+        return Ok(None);
+    }
+    let width = value_width(data_type).ok_or_else(|| format!("a default of {data_type}"))?;
+    let array = value
+        .cast_to(data_type)
+        .and_then(|v| v.to_array_of_size(1))
+        .map_err(|e| format!("default {value}: {e}"))?;
+    let data = array.to_data();
+    if data.null_count() > 0 {
+        return Ok(None);
+    }
+    let Some(buffer) = data.buffers().first() else {
+        return Err(format!("default {value}: no values"));
+    };
+    let at = data.offset() * width;
+    buffer
+        .as_slice()
+        .get(at..at + width)
+        .map(|bytes| Some(bytes.to_vec()))
+        .ok_or_else(|| format!("default {value}: short values"))
 }
 
 /// The sort's column a function reads: a column, or a cast of one between integers of the

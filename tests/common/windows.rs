@@ -718,8 +718,10 @@ pub async fn empty_input_and_the_setting(backend: BackendChoice) {
 }
 
 /// What the CUDA backend computes on the device (`src/window/device.rs`): `count` (and
-/// `count(*)`), `sum` of integers and decimals (all-null arguments included), `row_number`,
-/// `rank` and `dense_rank`, over `ROWS` frames and `RANGE` frames without offsets, without
+/// `count(*)`), `sum` of integers and decimals and `avg` of decimals (all-null arguments
+/// included), `min` and `max` of integers, decimals, dates and floats, `first_value`,
+/// `last_value`, `nth_value`, `lag` and `lead` (with and without defaults), and every
+/// ranking function, over `ROWS` frames and `RANGE` frames without offsets, without
 /// `PARTITION BY`, over a few large partitions and over thousands of tiny ones, keys with
 /// nulls in both directions. One input partition, so each sort is one run. The results
 /// equal DataFusion's; `on_device` says the device must have computed them (the CUDA
@@ -733,7 +735,13 @@ pub async fn device_window_functions(backend: BackendChoice, on_device: bool) {
         "RANGE BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING",
     ];
     let aggregates = "count(i) OVER w, sum(i) OVER w, sum(d) OVER w, count(*) OVER w, \
-                      sum(nul) OVER w, count(d) OVER w, sum(few) OVER w";
+                      sum(nul) OVER w, count(d) OVER w, sum(few) OVER w, avg(d) OVER w, \
+                      min(i) OVER w, max(d) OVER w, min(dt) OVER w, max(f) OVER w, \
+                      max(nul) OVER w";
+    // Functions of one row's value, for orders without ties only.
+    let values = "first_value(i) OVER w, last_value(d) OVER w, nth_value(dt, 2) OVER w, \
+                  first_value(nul) OVER w, lag(i) OVER w, lead(d, 2) OVER w, \
+                  lag(i, 3, -7) OVER w, lag(dt, 2) OVER w, lead(i, 1, 5) OVER w";
     // One partition: each sort is one run. Four: PARTITION BY sorts are shared by the
     // four hash partitions (`combined.rs`), each part its own window partitions.
     for target_partitions in [1, 4] {
@@ -745,15 +753,16 @@ pub async fn device_window_functions(backend: BackendChoice, on_device: bool) {
             for frame in ROWS_FRAMES {
                 for order in ["ORDER BY o, rid", "ORDER BY o DESC NULLS LAST, rid DESC"] {
                     queries.push(format!(
-                        "SELECT rid, {aggregates}, row_number() OVER w FROM t \
-                         WINDOW w AS ({by} {order} {frame})"
+                        "SELECT rid, {aggregates}, row_number() OVER w, ntile(3) OVER w, \
+                         {values} FROM t WINDOW w AS ({by} {order} {frame})"
                     ));
                 }
             }
             for frame in peer_frames {
                 for order in ["ORDER BY o", "ORDER BY o DESC NULLS LAST", "ORDER BY dt, o"] {
                     queries.push(format!(
-                        "SELECT rid, {aggregates}, rank() OVER w, dense_rank() OVER w FROM t \
+                        "SELECT rid, {aggregates}, rank() OVER w, dense_rank() OVER w, \
+                         percent_rank() OVER w, cume_dist() OVER w FROM t \
                          WINDOW w AS ({by} {order} {frame})"
                     ));
                 }
@@ -777,7 +786,8 @@ pub async fn device_window_functions(backend: BackendChoice, on_device: bool) {
 
 /// The device's window kernels over more rows than one pass of their grid and one block of
 /// scan tiles cover (3 M rows), a few large and a million tiny window partitions: sums,
-/// counts and ranks equal DataFusion's, computed on the device.
+/// counts, averages, extremes (sparse tables and running scans both ways), values and
+/// ranks equal DataFusion's, computed on the device.
 pub async fn device_windows_over_many_tiles(backend: BackendChoice) {
     let mut rng = StdRng::seed_from_u64(seed() ^ 0x3E6);
     let batch = table(3_000_000, &mut rng);
@@ -790,6 +800,16 @@ pub async fn device_windows_over_many_tiles(backend: BackendChoice) {
          WINDOW w AS (ORDER BY o DESC, rid ROWS BETWEEN 5 PRECEDING AND 2 FOLLOWING)",
         "SELECT rid, sum(d) OVER w, count(d) OVER w, row_number() OVER w FROM t \
          WINDOW w AS (PARTITION BY tiny ORDER BY o, rid ROWS UNBOUNDED PRECEDING)",
+        "SELECT rid, min(i) OVER w, max(d) OVER w, avg(d) OVER w, lag(d) OVER w, \
+         nth_value(i, 3) OVER w FROM t \
+         WINDOW w AS (PARTITION BY few ORDER BY o, rid ROWS BETWEEN 20 PRECEDING AND 3 FOLLOWING)",
+        "SELECT rid, max(i) OVER w, min(d) OVER w, cume_dist() OVER w, ntile(7) OVER w \
+         FROM t WINDOW w AS (ORDER BY o DESC)",
+        "SELECT rid, first_value(dt) OVER w, lead(i, 2, 0) OVER w FROM t \
+         WINDOW w AS (ORDER BY o DESC, rid)",
+        "SELECT rid, min(f) OVER w, max(dt) OVER w, last_value(i) OVER w, \
+         percent_rank() OVER w FROM t \
+         WINDOW w AS (PARTITION BY few ORDER BY o, rid RANGE BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING)",
     ] {
         let plan = assert_same_windows(&stock, &gpu, sql, &[], 0.0).await;
         assert_eq!(device_window_rows(&plan), batch.num_rows(), "{sql}");

@@ -1,24 +1,30 @@
-//! The kernels of `kernels/window.cu` and the window columns they compute over a run's
-//! sorted rows on the device ([`compute_windows`]), for `DevicePayload::windows`
-//! (`payload.rs`).
+//! The kernels of `kernels/window.cu` and `kernels/window_values.cu`, and the window
+//! columns they compute over a run's sorted rows on the device ([`compute_windows`]), for
+//! `DevicePayload::windows` (`payload.rs`).
 //!
 //! ```text
 //!  key columns, gathered in sorted order ─► flags: row starts a window partition / peer group
 //!  flags ─► inclusive scans ─► each row's run id; the runs' first rows (scatter)
-//!  per column:  row_number / rank / dense_rank  from the run starts
-//!               count / sum over the frame      differences of prefix sums (scanned here)
+//!  per column:  ranking functions                from the run starts   (aggregates.rs)
+//!               count / sum / avg over the frame differences of prefix sums
+//!               lag .. nth_value                 another row's value   (values.rs)
+//!               min / max over the frame         sparse table or running minimum
 //!  ─► downloaded once, whole, into host buffers the output batches slice
 //! ```
 //!
-//! Results equal the host's (`src/window/`): ranks from the same runs, and wrapping
-//! integer and decimal sums, whose differences of wrapped prefixes are exact. The columns
-//! are downloaded whole before the first batch is emitted, so a device failure later in
-//! the run's gather cannot leave a batch without them.
+//! Results equal the host's (`src/window/`): ranks from the same runs, wrapping integer
+//! and decimal sums, whose differences of wrapped prefixes are exact, DataFusion's decimal
+//! averages, and extremes in the same total order. The columns are downloaded whole
+//! before the first batch is emitted, so a device failure later in the run's gather cannot
+//! leave a batch without them.
+
+mod aggregates;
+mod values;
 
 use std::sync::Arc;
 
 use arrow::array::{make_array, ArrayData, ArrayRef};
-use arrow::buffer::{BooleanBuffer, Buffer, NullBuffer};
+use arrow::buffer::{Buffer, NullBuffer};
 use arrow::datatypes::DataType;
 use datafusion::arrow;
 
@@ -27,9 +33,9 @@ use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::download::download_into_buffers;
 use crate::cuda::memory::host_memory::HostRegions;
 use crate::cuda::memory::transfer::Staging;
-use crate::cuda::module::{arg, launch, load_module, Kernel, Module, WINDOW};
+use crate::cuda::module::{arg, launch, load_module, Kernel, Module, WINDOW, WINDOW_VALUES};
 use crate::cuda::tuning::{Tuning, WINDOW_SCAN_ITEMS, WINDOW_THREADS as THREADS};
-use crate::gather::{FrameEnd, WindowColumn, WindowKind, WindowRequest};
+use crate::gather::{FrameEnd, FrameRange, WindowKind, WindowRequest};
 
 /// Key widths with a comparison kernel of their own, in the order of [`Windower::distinct`].
 const KEY_WIDTHS: [usize; 5] = [1, 2, 4, 8, 16];
@@ -53,6 +59,7 @@ struct Scan {
 #[derive(Debug)]
 pub struct Windower {
     _module: Module,
+    _values_module: Module,
     distinct: [Kernel; 5],
     mark_rows: Kernel,
     load_flags: Kernel,
@@ -67,6 +74,20 @@ pub struct Windower {
     ranking: Kernel,
     frame_u64: Kernel,
     frame_u128: Kernel,
+    average_d128: Kernel,
+    /// `window_value_w1 .. w16`, in the order of [`KEY_WIDTHS`].
+    value: [Kernel; 5],
+    /// `window_key_*` and `window_unkey_*`, in the order of [`values::ORDERED`].
+    key: [Kernel; 11],
+    unkey: [Kernel; 11],
+    sparse_u64: Kernel,
+    sparse_u128: Kernel,
+    segments_u64: Kernel,
+    segments_u128: Kernel,
+    scan_seg_u64: Scan,
+    scan_seg_u128: Scan,
+    extreme_u64: Kernel,
+    extreme_u128: Kernel,
     grid: u32,
 }
 
@@ -74,14 +95,24 @@ impl Windower {
     /// Compiles (or takes from the cache) and loads the kernels for `device`.
     pub fn load(device: &Device, tuning: &Tuning) -> CudaResult<Self> {
         let module = load_module(WINDOW, device.arch, tuning)?;
+        let values_module = load_module(WINDOW_VALUES, device.arch, tuning)?;
         let kernel = |name| module.kernel(name);
-        let scan = |suffix: &str, width| -> CudaResult<Scan> {
+        let value_kernel = |name: &str| values_module.kernel(name);
+        let scan_in = |module: &Module, suffix: &str, width| -> CudaResult<Scan> {
             Ok(Scan {
                 reduce: module.kernel(&format!("window_scan_reduce_{suffix}"))?,
                 tiles: module.kernel(&format!("window_scan_tiles_{suffix}"))?,
                 apply: module.kernel(&format!("window_scan_apply_{suffix}"))?,
                 width,
             })
+        };
+        let scan = |suffix: &str, width| scan_in(&module, suffix, width);
+        let each = |prefix: &str| -> CudaResult<[Kernel; 11]> {
+            let mut kernels = Vec::with_capacity(11);
+            for name in values::ORDERED {
+                kernels.push(value_kernel(&format!("{prefix}_{name}"))?);
+            }
+            Ok(kernels.try_into().expect("eleven ordered types"))
         };
         Ok(Self {
             distinct: [
@@ -112,8 +143,27 @@ impl Windower {
             ranking: kernel("window_ranking")?,
             frame_u64: kernel("window_frame_u64")?,
             frame_u128: kernel("window_frame_u128")?,
+            average_d128: kernel("window_average_d128")?,
+            value: [
+                value_kernel("window_value_w1")?,
+                value_kernel("window_value_w2")?,
+                value_kernel("window_value_w4")?,
+                value_kernel("window_value_w8")?,
+                value_kernel("window_value_w16")?,
+            ],
+            key: each("window_key")?,
+            unkey: each("window_unkey")?,
+            sparse_u64: value_kernel("window_sparse_u64")?,
+            sparse_u128: value_kernel("window_sparse_u128")?,
+            segments_u64: value_kernel("window_segments_u64")?,
+            segments_u128: value_kernel("window_segments_u128")?,
+            scan_seg_u64: scan_in(&values_module, "seg_u64", 16)?,
+            scan_seg_u128: scan_in(&values_module, "seg_u128", 32)?,
+            extreme_u64: value_kernel("window_extreme_u64")?,
+            extreme_u128: value_kernel("window_extreme_u128")?,
             grid: device.sm_count * 16,
             _module: module,
+            _values_module: values_module,
         })
     }
 
@@ -140,6 +190,66 @@ pub(super) struct SortedColumn {
 struct Runs {
     ids: DeviceBuffer<u8>,
     starts: DeviceBuffer<u8>,
+}
+
+/// The window partitions and peer groups, as the kernels' `RunLayout` parameter
+/// (`kernels/window.cuh`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct RunLayout {
+    part_ids: u64,
+    part_starts: u64,
+    peer_ids: u64,
+    peer_starts: u64,
+}
+
+impl RunLayout {
+    fn of(partitions: &Runs, peers: &Runs) -> Self {
+        Self {
+            part_ids: partitions.ids.ptr(),
+            part_starts: partitions.starts.ptr(),
+            peer_ids: peers.ids.ptr(),
+            peer_starts: peers.starts.ptr(),
+        }
+    }
+}
+
+/// A frame, as the kernels' `FrameSpec` parameter (`kernels/window.cuh`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct FrameSpec {
+    start_offset: u64,
+    end_offset: u64,
+    start_kind: u32,
+    end_kind: u32,
+    peers: u32,
+    pad: u32,
+}
+
+impl FrameSpec {
+    fn of(frame: FrameRange) -> Self {
+        let (start_kind, start_offset) = bound(frame.start);
+        let (end_kind, end_offset) = bound(frame.end);
+        Self {
+            start_offset,
+            end_offset,
+            start_kind,
+            end_kind,
+            peers: u32::from(frame.peers),
+            pad: 0,
+        }
+    }
+}
+
+/// The frame kernel's code and offset for one end of a frame.
+fn bound(end: FrameEnd) -> (u32, u64) {
+    match end {
+        FrameEnd::UnboundedPreceding => (0, 0),
+        FrameEnd::Preceding(n) => (1, n),
+        FrameEnd::CurrentRow => (2, 0),
+        FrameEnd::Following(n) => (3, n),
+        FrameEnd::UnboundedFollowing => (4, 0),
+    }
 }
 
 /// What the columns are computed with: the device, its kernels, and where they go.
@@ -230,6 +340,7 @@ pub(super) fn compute_windows(
     };
     drop(flags);
     let peers = peers.as_ref().unwrap_or(&partitions);
+    let layout = RunLayout::of(&partitions, peers);
     let mut out = Vec::with_capacity(request.columns.len());
     for column in &request.columns {
         let arg = match column.arg {
@@ -239,18 +350,33 @@ pub(super) fn compute_windows(
             },
             None => None,
         };
+        let frame = FrameSpec::of(column.frame);
         let array = match column.kind {
-            WindowKind::RowNumber | WindowKind::Rank | WindowKind::DenseRank => {
-                ranking(at, column.kind, &partitions, peers, rows)?
+            WindowKind::RowNumber
+            | WindowKind::Rank
+            | WindowKind::DenseRank
+            | WindowKind::PercentRank
+            | WindowKind::CumeDist
+            | WindowKind::Ntile(_) => Some(aggregates::ranking(at, column, layout, rows)?),
+            WindowKind::Count | WindowKind::Sum | WindowKind::Avg => {
+                aggregates::frame_aggregate(at, column, arg.as_ref(), layout, frame, rows)?
             }
-            WindowKind::Count | WindowKind::Sum => {
-                match frame_aggregate(at, column, arg.as_ref(), &partitions, peers, rows)? {
-                    Some(array) => array,
-                    None => return Ok(None),
-                }
-            }
+            WindowKind::Shifted { .. }
+            | WindowKind::First
+            | WindowKind::Last
+            | WindowKind::Nth(_) => match arg.as_ref() {
+                Some(arg) => values::value_of(at, column, arg, layout, frame, rows)?,
+                None => None,
+            },
+            WindowKind::Min | WindowKind::Max => match arg.as_ref() {
+                Some(arg) => values::extreme(at, column, arg, &partitions, layout, frame, rows)?,
+                None => None,
+            },
         };
-        out.push(array);
+        match array {
+            Some(array) => out.push(array),
+            None => return Ok(None),
+        }
     }
     Ok(Some(out))
 }
@@ -319,182 +445,31 @@ fn scan(
     over_tiles(kernels.apply)
 }
 
-/// `row_number`, `rank` or `dense_rank`.
-fn ranking(
+/// Prefix counts of the valid rows of `argument` (`rows + 1` entries, entry 0 being 0),
+/// when some row is null.
+fn valid_counts(
     at: &mut WindowDevice<'_>,
-    kind: WindowKind,
-    partitions: &Runs,
-    peers: &Runs,
-    rows: usize,
-) -> CudaResult<ArrayRef> {
-    let device = at.device;
-    let out = device.alloc::<u8>(rows * 8, "window ranks")?;
-    let (mut part_ids, mut part_starts, mut peer_ids, mut peer_starts) = (
-        partitions.ids.ptr(),
-        partitions.starts.ptr(),
-        peers.ids.ptr(),
-        peers.starts.ptr(),
-    );
-    let (mut n, mut kind_arg, mut dst) = (
-        rows as u32,
-        match kind {
-            WindowKind::RowNumber => 0u32,
-            WindowKind::Rank => 1,
-            _ => 2,
-        },
-        out.ptr(),
-    );
-    let mut params = [
-        arg(&mut part_ids),
-        arg(&mut part_starts),
-        arg(&mut peer_ids),
-        arg(&mut peer_starts),
-        arg(&mut n),
-        arg(&mut kind_arg),
-        arg(&mut dst),
-    ];
-    let grid = at.kernels.grid_for(rows);
-    launch(device, at.kernels.ranking, grid, THREADS, &mut params, rows)?;
-    let values = download(at, &out, rows * 8)?;
-    array_of(DataType::UInt64, rows, values, None)
-}
-
-/// The frame kernel's code and offset for one end of a frame.
-fn bound(end: FrameEnd) -> (u32, u64) {
-    match end {
-        FrameEnd::UnboundedPreceding => (0, 0),
-        FrameEnd::Preceding(n) => (1, n),
-        FrameEnd::CurrentRow => (2, 0),
-        FrameEnd::Following(n) => (3, n),
-        FrameEnd::UnboundedFollowing => (4, 0),
-    }
-}
-
-/// `count` or `sum` over each row's frame; `None` for an argument type it does not sum.
-fn frame_aggregate(
-    at: &mut WindowDevice<'_>,
-    column: &WindowColumn,
     argument: Option<&SortedColumn>,
-    partitions: &Runs,
-    peers: &Runs,
     rows: usize,
-) -> CudaResult<Option<ArrayRef>> {
+) -> CudaResult<Option<DeviceBuffer<u8>>> {
+    let Some(validity) = argument.and_then(|a| a.validity.as_ref()) else {
+        return Ok(None);
+    };
     let device = at.device;
+    let counts = device.alloc::<u8>((rows + 1) * 8, "window counts")?;
+    let (mut valid, mut n, mut out) = (validity.ptr(), rows as u32, counts.ptr());
+    let mut params = [arg(&mut valid), arg(&mut n), arg(&mut out)];
     let grid = at.kernels.grid_for(rows);
-    // Prefix counts of the valid rows, when some row is null.
-    let counts = match argument.and_then(|a| a.validity.as_ref()) {
-        Some(validity) => {
-            let counts = device.alloc::<u8>((rows + 1) * 8, "window counts")?;
-            let (mut valid, mut n, mut out) = (validity.ptr(), rows as u32, counts.ptr());
-            let mut params = [arg(&mut valid), arg(&mut n), arg(&mut out)];
-            launch(
-                device,
-                at.kernels.load_count,
-                grid,
-                THREADS,
-                &mut params,
-                rows,
-            )?;
-            scan(at, at.kernels.scan_u64, &counts, rows + 1)?;
-            Some(counts)
-        }
-        None => None,
-    };
-    let sum = column.kind == WindowKind::Sum;
-    // Prefix sums of the argument, and their width.
-    let (prefix, width) = match (sum, argument) {
-        (false, _) => (None, 8),
-        (true, None) => return Ok(None),
-        (true, Some(argument)) => {
-            let (load, width, scan_kernels) = match &argument.data_type {
-                DataType::Decimal128(_, _) => (at.kernels.load_d128, 16, at.kernels.scan_u128),
-                t => {
-                    let bytes = t.primitive_width().unwrap_or(0);
-                    let Some(slot) = [1, 2, 4, 8].iter().position(|&w| w == bytes) else {
-                        return Ok(None);
-                    };
-                    let slot = if t.is_signed_integer() {
-                        slot
-                    } else if t.is_unsigned_integer() {
-                        4 + slot
-                    } else {
-                        return Ok(None);
-                    };
-                    (at.kernels.load_ints[slot], 8, at.kernels.scan_u64)
-                }
-            };
-            let prefix = device.alloc::<u8>((rows + 1) * width, "window prefix sums")?;
-            let valid = argument.validity.as_ref().map_or(0, |v| v.ptr());
-            let (mut values, mut valid, mut n, mut out) =
-                (argument.values.ptr(), valid, rows as u32, prefix.ptr());
-            let mut params = [
-                arg(&mut values),
-                arg(&mut valid),
-                arg(&mut n),
-                arg(&mut out),
-            ];
-            launch(device, load, grid, THREADS, &mut params, rows)?;
-            scan(at, scan_kernels, &prefix, rows + 1)?;
-            (Some(prefix), width)
-        }
-    };
-    let out = device.alloc::<u8>(rows * width, "window frame values")?;
-    let words = rows.div_ceil(32);
-    let validity = match sum {
-        true => Some(device.alloc::<u8>(words * 4, "window frame validity")?),
-        false => None,
-    };
-    let (start_kind, start_offset) = bound(column.frame.start);
-    let (end_kind, end_offset) = bound(column.frame.end);
-    let (mut part_ids, mut part_starts, mut peer_ids, mut peer_starts) = (
-        partitions.ids.ptr(),
-        partitions.starts.ptr(),
-        peers.ids.ptr(),
-        peers.starts.ptr(),
-    );
-    let (mut n, mut start_kind, mut start_offset, mut end_kind, mut end_offset) =
-        (rows as u32, start_kind, start_offset, end_kind, end_offset);
-    let (mut peers_arg, mut mode) = (u32::from(column.frame.peers), u32::from(!sum));
-    let mut prefix_at = prefix.as_ref().map_or(0, |p| p.ptr());
-    let mut counts_at = counts.as_ref().map_or(0, |c| c.ptr());
-    let (mut sums_at, mut counts_out) = match sum {
-        true => (out.ptr(), 0),
-        false => (0, out.ptr()),
-    };
-    let mut valid_at = validity.as_ref().map_or(0, |v| v.ptr());
-    let mut params = [
-        arg(&mut part_ids),
-        arg(&mut part_starts),
-        arg(&mut peer_ids),
-        arg(&mut peer_starts),
-        arg(&mut n),
-        arg(&mut start_kind),
-        arg(&mut start_offset),
-        arg(&mut end_kind),
-        arg(&mut end_offset),
-        arg(&mut peers_arg),
-        arg(&mut mode),
-        arg(&mut prefix_at),
-        arg(&mut counts_at),
-        arg(&mut sums_at),
-        arg(&mut counts_out),
-        arg(&mut valid_at),
-    ];
-    let kernel = match width {
-        16 => at.kernels.frame_u128,
-        _ => at.kernels.frame_u64,
-    };
-    let frame_grid = at.kernels.grid_for(rows.next_multiple_of(32));
-    launch(device, kernel, frame_grid, THREADS, &mut params, rows)?;
-    let values = download(at, &out, rows * width)?;
-    let nulls = match &validity {
-        Some(validity) => {
-            let bits = download(at, validity, words * 4)?;
-            Some(NullBuffer::new(BooleanBuffer::new(bits, 0, rows))).filter(|n| n.null_count() > 0)
-        }
-        None => None,
-    };
-    array_of(column.output.clone(), rows, values, nulls).map(Some)
+    launch(
+        device,
+        at.kernels.load_count,
+        grid,
+        THREADS,
+        &mut params,
+        rows,
+    )?;
+    scan(at, at.kernels.scan_u64, &counts, rows + 1)?;
+    Ok(Some(counts))
 }
 
 /// The first `bytes` bytes of `src` in one host buffer.

@@ -1,0 +1,227 @@
+// window.cuh: device code shared by the window kernel files (window.cu, window_values.cu):
+// 128-bit sums, validity bits, the block-wide prefix scans (three passes over tiles, for
+// any associative combine `plus`), the runs of a run's sorted rows (window partitions and
+// peer groups), and each row's frame.
+#pragma once
+#include "common.cuh"
+
+#if !defined(WINDOW_THREADS) || !defined(WINDOW_SCAN_ITEMS)
+#error "the launch shapes come from src/cuda/tuning.rs as -D options"
+#endif
+
+#define SCAN_TILE (WINDOW_THREADS * WINDOW_SCAN_ITEMS)
+
+struct __align__(16) U128 {
+    u64 lo, hi;
+};
+
+__device__ __forceinline__ u32 plus(u32 a, u32 b) { return a + b; }
+__device__ __forceinline__ u64 plus(u64 a, u64 b) { return a + b; }
+__device__ __forceinline__ U128 plus(U128 a, U128 b) {
+    U128 r;
+    r.lo = a.lo + b.lo;
+    r.hi = a.hi + b.hi + (r.lo < a.lo ? 1ull : 0ull);
+    return r;
+}
+__device__ __forceinline__ u64 minus(u64 a, u64 b) { return a - b; }
+__device__ __forceinline__ U128 minus(U128 a, U128 b) {
+    U128 r;
+    r.lo = a.lo - b.lo;
+    r.hi = a.hi - b.hi - (a.lo < b.lo ? 1ull : 0ull);
+    return r;
+}
+template <typename S> __device__ __forceinline__ S zero_of();
+template <> __device__ __forceinline__ u32 zero_of<u32>() { return 0; }
+template <> __device__ __forceinline__ u64 zero_of<u64>() { return 0; }
+template <> __device__ __forceinline__ U128 zero_of<U128>() {
+    U128 z;
+    z.lo = 0;
+    z.hi = 0;
+    return z;
+}
+__device__ __forceinline__ u32 shfl_up(u32 v, u32 o) { return __shfl_up_sync(0xffffffffu, v, o); }
+__device__ __forceinline__ u64 shfl_up(u64 v, u32 o) { return __shfl_up_sync(0xffffffffu, v, o); }
+__device__ __forceinline__ U128 shfl_up(U128 v, u32 o) {
+    U128 r;
+    r.lo = __shfl_up_sync(0xffffffffu, v.lo, o);
+    r.hi = __shfl_up_sync(0xffffffffu, v.hi, o);
+    return r;
+}
+
+// Bit i of a validity bitmap; every row is valid without one.
+__device__ __forceinline__ bool valid_at(const u32* __restrict__ bits, u64 i) {
+    return bits == nullptr || ((bits[i >> 5] >> (i & 31)) & 1u);
+}
+
+struct __align__(16) Bytes16 {
+    u64 lo, hi;
+};
+
+// The exclusive prefix of one value per thread across the block, and the block's total.
+template <typename S>
+__device__ __forceinline__ S block_exclusive(S mine, S* total) {
+    __shared__ S warp_totals[WINDOW_THREADS / WARP];
+    S inclusive = mine;
+#pragma unroll
+    for (u32 o = 1; o < WARP; o <<= 1) {
+        const S up = shfl_up(inclusive, o);
+        if (lane_id() >= o) inclusive = plus(up, inclusive);
+    }
+    if (lane_id() == WARP - 1) warp_totals[warp_id()] = inclusive;
+    __syncthreads();
+    S before = zero_of<S>();
+    S all = zero_of<S>();
+    for (u32 w = 0; w < WINDOW_THREADS / WARP; ++w) {
+        if (w < warp_id()) before = plus(before, warp_totals[w]);
+        all = plus(all, warp_totals[w]);
+    }
+    __syncthreads();
+    *total = all;
+    // Exclusive within the warp: the inclusive value less this thread's own.
+    S lane_before = shfl_up(inclusive, 1);
+    if (lane_id() == 0) lane_before = zero_of<S>();
+    return plus(before, lane_before);
+}
+
+// Each thread owns WINDOW_SCAN_ITEMS consecutive items of the block's tile.
+template <typename S>
+__device__ __forceinline__ void scan_reduce(const S* __restrict__ data, u64 len,
+                                            S* __restrict__ tile_totals) {
+    const u64 base = (u64)blockIdx.x * SCAN_TILE + (u64)threadIdx.x * WINDOW_SCAN_ITEMS;
+    S mine = zero_of<S>();
+#pragma unroll 4
+    for (u32 k = 0; k < WINDOW_SCAN_ITEMS; ++k) {
+        if (base + k < len) mine = plus(mine, data[base + k]);
+    }
+    S total;
+    block_exclusive(mine, &total);
+    if (threadIdx.x == 0) tile_totals[blockIdx.x] = total;
+}
+
+// One block: the tiles' totals become their exclusive prefixes.
+template <typename S>
+__device__ __forceinline__ void scan_tiles(S* __restrict__ tile_totals, u32 tiles) {
+    S carry = zero_of<S>();
+    for (u32 base = 0; base < tiles; base += WINDOW_THREADS) {
+        const u32 t = base + threadIdx.x;
+        const S mine = t < tiles ? tile_totals[t] : zero_of<S>();
+        S total;
+        const S before = block_exclusive(mine, &total);
+        if (t < tiles) tile_totals[t] = plus(carry, before);
+        carry = plus(carry, total);
+    }
+}
+
+template <typename S>
+__device__ __forceinline__ void scan_apply(S* __restrict__ data, u64 len,
+                                           const S* __restrict__ tile_prefix) {
+    const u64 base = (u64)blockIdx.x * SCAN_TILE + (u64)threadIdx.x * WINDOW_SCAN_ITEMS;
+    S mine = zero_of<S>();
+#pragma unroll 4
+    for (u32 k = 0; k < WINDOW_SCAN_ITEMS; ++k) {
+        if (base + k < len) mine = plus(mine, data[base + k]);
+    }
+    S total;
+    S running = plus(tile_prefix[blockIdx.x], block_exclusive(mine, &total));
+#pragma unroll 4
+    for (u32 k = 0; k < WINDOW_SCAN_ITEMS; ++k) {
+        if (base + k < len) {
+            running = plus(running, data[base + k]);
+            data[base + k] = running;
+        }
+    }
+}
+
+#define SCAN_KERNELS(SUFFIX, S)                                                              \
+    extern "C" __global__ void __launch_bounds__(WINDOW_THREADS)                             \
+        window_scan_reduce_##SUFFIX(const S* __restrict__ data, u64 len, S* __restrict__ totals) { \
+        scan_reduce<S>(data, len, totals);                                                   \
+    }                                                                                        \
+    extern "C" __global__ void __launch_bounds__(WINDOW_THREADS)                             \
+        window_scan_tiles_##SUFFIX(S* __restrict__ totals, u32 tiles) {                      \
+        scan_tiles<S>(totals, tiles);                                                        \
+    }                                                                                        \
+    extern "C" __global__ void __launch_bounds__(WINDOW_THREADS)                             \
+        window_scan_apply_##SUFFIX(S* __restrict__ data, u64 len, const S* __restrict__ prefix) { \
+        scan_apply<S>(data, len, prefix);                                                    \
+    }
+
+// The runs (window partitions or peer groups) of a run's rows.
+struct Runs {
+    const u32* ids;     // n + 1 entries: ids[i + 1] is row i's run, counted from 1
+    const u32* starts;  // the first row of each run
+};
+
+__device__ __forceinline__ u32 run_start(Runs r, u32 i) { return r.starts[r.ids[i + 1] - 1]; }
+__device__ __forceinline__ u32 run_end(Runs r, u32 i, u32 n) {
+    const u32 id = r.ids[i + 1];
+    return id < r.ids[n] ? r.starts[id] : n;
+}
+
+// The window partitions and peer groups of a run's rows, as one kernel parameter
+// (`RunLayout` in src/cuda/window.rs).
+struct RunLayout {
+    const u32* part_ids;
+    const u32* part_starts;
+    const u32* peer_ids;
+    const u32* peer_starts;
+};
+
+__device__ __forceinline__ Runs partitions_of(RunLayout l) { return Runs{l.part_ids, l.part_starts}; }
+__device__ __forceinline__ Runs peers_of(RunLayout l) { return Runs{l.peer_ids, l.peer_starts}; }
+
+// Frame ends, as src/window/frames.rs defines them.
+#define BOUND_UNBOUNDED_PRECEDING 0
+#define BOUND_PRECEDING 1
+#define BOUND_CURRENT_ROW 2
+#define BOUND_FOLLOWING 3
+#define BOUND_UNBOUNDED_FOLLOWING 4
+
+// One end of row i's frame (exclusive when `past` is 1), before it is clipped to the
+// window partition [first, last). `peers`: RANGE without offsets (CURRENT ROW is the peer
+// group's start or end).
+__device__ __forceinline__ u64 frame_bound(u32 kind, u64 offset, u32 i, u32 first, u32 last,
+                                           bool peers, Runs peer_runs, u32 n, u32 past) {
+    const u64 row = (u64)i + past;
+    switch (kind) {
+        case BOUND_UNBOUNDED_PRECEDING:
+            return first;
+        case BOUND_PRECEDING:
+            return row > offset ? row - offset : 0;
+        case BOUND_CURRENT_ROW:
+            if (!peers) return row;
+            return past ? run_end(peer_runs, i, n) : run_start(peer_runs, i);
+        case BOUND_FOLLOWING:
+            return row + offset < row ? ~0ull : row + offset;
+        default:
+            return last;
+    }
+}
+
+// A frame's two ends, as one kernel parameter (`FrameSpec` in src/cuda/window.rs).
+struct FrameSpec {
+    u64 start_offset;
+    u64 end_offset;
+    u32 start_kind;
+    u32 end_kind;
+    u32 peers;  // RANGE without offsets: CURRENT ROW is the row's peer group
+    u32 pad;
+};
+
+// Row i's frame [*s, *e) clipped to its window partition [*first, *last); *e >= *s.
+__device__ __forceinline__ void frame_rows(RunLayout layout, FrameSpec f, u32 n, u32 i, u32* s,
+                                           u32* e, u32* first, u32* last) {
+    const Runs parts = partitions_of(layout);
+    const Runs peer_runs = peers_of(layout);
+    const u32 lo = run_start(parts, i);
+    const u32 hi = run_end(parts, i, n);
+    u64 a = frame_bound(f.start_kind, f.start_offset, i, lo, hi, f.peers != 0, peer_runs, n, 0);
+    u64 b = frame_bound(f.end_kind, f.end_offset, i, lo, hi, f.peers != 0, peer_runs, n, 1);
+    a = min(max(a, (u64)lo), (u64)hi);
+    b = min(max(b, (u64)lo), (u64)hi);
+    b = max(a, b);
+    *s = (u32)a;
+    *e = (u32)b;
+    *first = lo;
+    *last = hi;
+}
