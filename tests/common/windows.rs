@@ -803,9 +803,9 @@ pub async fn device_windows_over_many_tiles(backend: BackendChoice) {
         "SELECT rid, min(i) OVER w, max(d) OVER w, avg(d) OVER w, lag(d) OVER w, \
          nth_value(i, 3) OVER w FROM t \
          WINDOW w AS (PARTITION BY few ORDER BY o, rid ROWS BETWEEN 20 PRECEDING AND 3 FOLLOWING)",
-        "SELECT rid, max(i) OVER w, min(d) OVER w, cume_dist() OVER w, ntile(7) OVER w \
-         FROM t WINDOW w AS (ORDER BY o DESC)",
-        "SELECT rid, first_value(dt) OVER w, lead(i, 2, 0) OVER w FROM t \
+        "SELECT rid, max(i) OVER w, min(d) OVER w, cume_dist() OVER w FROM t \
+         WINDOW w AS (ORDER BY o DESC)",
+        "SELECT rid, first_value(dt) OVER w, lead(i, 2, 0) OVER w, ntile(7) OVER w FROM t \
          WINDOW w AS (ORDER BY o DESC, rid)",
         "SELECT rid, min(f) OVER w, max(dt) OVER w, last_value(i) OVER w, \
          percent_rank() OVER w FROM t \
