@@ -22,6 +22,8 @@
 //   window_frame_{u64,u128}         sum and count over each row's frame, as differences of
 //                                   the prefix sums; validity as a bitmap (ballot)
 //   window_average_d128             decimal averages from the frames' sums and counts
+//   window_range_bound_w{1,2,4,8}   one end of each row's RANGE frame with an offset: a
+//                                   binary search for its target within the partition
 //
 // Value functions and min/max are in window_values.cu; what both files share (scans, runs,
 // frames) is in window.cuh.
@@ -286,3 +288,117 @@ extern "C" __global__ void window_average_d128(const U128* __restrict__ sums,
         out[i] = negative ? negated(quotient) : quotient;
     }
 }
+
+// ---- RANGE frames with value offsets ----
+
+// How one end of a RANGE frame with an offset is searched (`RangeSearch` in
+// src/cuda/window/range.rs). Keys are unsigned in ascending value order (signed values
+// with the sign bit flipped); min_key..=max_key is the range of the key's type.
+struct RangeSearch {
+    u64 offset;
+    u64 min_key;
+    u64 max_key;
+    u32 adds;         // the target is the key plus the offset (else minus)
+    u32 preceding;    // a target outside the type collapses to the partition's start
+    u32 is_end;       // the bound is the first row past the target (else the first reaching it)
+    u32 descending;   // the rows are sorted descending
+    u32 nulls_first;  // a partition's null keys come first (else last)
+    u32 is_signed;    // two's complement keys
+    u32 clamps;       // an unsigned key below the offset has target 0 (DataFusion's rule)
+    u32 pad;
+};
+
+template <typename T>
+__device__ __forceinline__ u64 ordered_key(T raw, u32 is_signed) {
+    const u64 v = (u64)raw;
+    if (!is_signed) return v;
+    const u32 shift = 64 - 8 * sizeof(T);
+    return (u64)(((long long)(v << shift)) >> shift) ^ 0x8000000000000000ull;
+}
+
+// The first row in [lo, hi) where `holds`, which holds from some row on (hi if none).
+template <typename P>
+__device__ __forceinline__ u32 first_where(u32 lo, u32 hi, P holds) {
+    while (lo < hi) {
+        const u32 mid = lo + (hi - lo) / 2;
+        if (holds(mid)) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    return lo;
+}
+
+// Each row's bound for one end of a RANGE frame with an offset, as src/window/range.rs
+// finds it: a null key's frame is its partition's nulls; a target outside the key's type
+// collapses; else a binary search over the partition's keys. Written bit-inverted with
+// whether the row starts a partition, for the running maximum that follows.
+template <typename T>
+__device__ __forceinline__ void range_bound(RunLayout layout, u32 n, const T* __restrict__ keys,
+                                            const u32* __restrict__ valid, RangeSearch r,
+                                            SegU64* __restrict__ out) {
+    const Runs parts = partitions_of(layout);
+    const u32 stride = gridDim.x * blockDim.x;
+    for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const u32 first = run_start(parts, i);
+        const u32 last = run_end(parts, i, n);
+        // The partition's keys [lo, hi), its nulls the rest.
+        u32 lo = first, hi = last;
+        if (valid != nullptr) {
+            if (r.nulls_first) {
+                lo = first_where(first, last, [&](u32 row) { return valid_at(valid, row); });
+            } else {
+                hi = first_where(first, last, [&](u32 row) { return !valid_at(valid, row); });
+            }
+        }
+        u32 bound;
+        if (!valid_at(valid, i)) {
+            const u32 nulls_lo = r.nulls_first ? first : hi;
+            const u32 nulls_hi = r.nulls_first ? lo : last;
+            bound = r.is_end ? nulls_hi : nulls_lo;
+        } else {
+            const u64 key = ordered_key<T>(keys[i], r.is_signed);
+            bool outside = key < r.min_key || key > r.max_key;
+            u64 target = 0;
+            if (!outside) {
+                if (r.adds) {
+                    outside = r.offset > r.max_key - key;
+                    target = key + r.offset;
+                } else if (key - r.min_key < r.offset) {
+                    outside = !r.clamps;
+                    target = r.min_key;
+                } else {
+                    target = key - r.offset;
+                }
+            }
+            if (outside) {
+                bound = r.preceding ? first : last;
+            } else {
+                const u64 goal = r.descending ? ~target : target;
+                bound = first_where(lo, hi, [&](u32 row) {
+                    const u64 k = ordered_key<T>(keys[row], r.is_signed);
+                    const u64 at = r.descending ? ~k : k;
+                    return r.is_end ? at > goal : at >= goal;
+                });
+            }
+        }
+        SegU64 g;
+        g.key = ~(u64)bound;
+        g.head = layout.part_ids[i + 1] != layout.part_ids[i] ? 1u : 0u;
+        g.pad = 0;
+        out[i] = g;
+    }
+}
+
+#define RANGE_BOUND(NAME, T)                                                                 \
+    extern "C" __global__ void NAME(RunLayout layout, u32 n, const T* __restrict__ keys,     \
+                                    const u32* __restrict__ valid, RangeSearch search,       \
+                                    SegU64* __restrict__ out) {                              \
+        range_bound<T>(layout, n, keys, valid, search, out);                                 \
+    }
+
+RANGE_BOUND(window_range_bound_w1, u8)
+RANGE_BOUND(window_range_bound_w2, u16)
+RANGE_BOUND(window_range_bound_w4, u32)
+RANGE_BOUND(window_range_bound_w8, u64)

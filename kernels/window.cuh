@@ -146,6 +146,78 @@ __device__ __forceinline__ void scan_apply(S* __restrict__ data, u64 len,
         scan_apply<S>(data, len, prefix);                                                    \
     }
 
+__device__ __forceinline__ u64 least(u64 a, u64 b) { return a < b ? a : b; }
+__device__ __forceinline__ U128 least(U128 a, U128 b) {
+    return (a.hi < b.hi || (a.hi == b.hi && a.lo <= b.lo)) ? a : b;
+}
+__device__ __forceinline__ u64 inverted(u64 k) { return ~k; }
+__device__ __forceinline__ U128 inverted(U128 k) {
+    U128 r;
+    r.lo = ~k.lo;
+    r.hi = ~k.hi;
+    return r;
+}
+__device__ __forceinline__ U128 all_ones() {
+    U128 r;
+    r.lo = ~0ull;
+    r.hi = ~0ull;
+    return r;
+}
+
+// A key with whether its row starts a segment: the running minimum restarts there.
+struct __align__(16) SegU64 {
+    u64 key;
+    u32 head;
+    u32 pad;
+};
+struct __align__(16) SegU128 {
+    U128 key;
+    u32 head;
+    u32 pad[3];
+};
+__device__ __forceinline__ SegU64 plus(SegU64 a, SegU64 b) {
+    SegU64 r;
+    r.key = b.head ? b.key : least(a.key, b.key);
+    r.head = a.head | b.head;
+    r.pad = 0;
+    return r;
+}
+__device__ __forceinline__ SegU128 plus(SegU128 a, SegU128 b) {
+    SegU128 r;
+    r.key = b.head ? b.key : least(a.key, b.key);
+    r.head = a.head | b.head;
+    r.pad[0] = r.pad[1] = r.pad[2] = 0;
+    return r;
+}
+template <> __device__ __forceinline__ SegU64 zero_of<SegU64>() {
+    SegU64 z;
+    z.key = ~0ull;
+    z.head = 0;
+    z.pad = 0;
+    return z;
+}
+template <> __device__ __forceinline__ SegU128 zero_of<SegU128>() {
+    SegU128 z;
+    z.key = all_ones();
+    z.head = 0;
+    z.pad[0] = z.pad[1] = z.pad[2] = 0;
+    return z;
+}
+__device__ __forceinline__ SegU64 shfl_up(SegU64 v, u32 o) {
+    SegU64 r;
+    r.key = __shfl_up_sync(0xffffffffu, v.key, o);
+    r.head = __shfl_up_sync(0xffffffffu, v.head, o);
+    r.pad = 0;
+    return r;
+}
+__device__ __forceinline__ SegU128 shfl_up(SegU128 v, u32 o) {
+    SegU128 r;
+    r.key = shfl_up(v.key, o);
+    r.head = __shfl_up_sync(0xffffffffu, v.head, o);
+    r.pad[0] = r.pad[1] = r.pad[2] = 0;
+    return r;
+}
+
 // The runs (window partitions or peer groups) of a run's rows.
 struct Runs {
     const u32* ids;     // n + 1 entries: ids[i + 1] is row i's run, counted from 1
@@ -176,6 +248,10 @@ __device__ __forceinline__ Runs peers_of(RunLayout l) { return Runs{l.peer_ids, 
 #define BOUND_CURRENT_ROW 2
 #define BOUND_FOLLOWING 3
 #define BOUND_UNBOUNDED_FOLLOWING 4
+// A RANGE offset's bound, searched beforehand (window_range_bound_*): `offset` is the
+// address of each row's bound, bit-inverted in a SegU64 (a running minimum of them is the
+// running maximum of the bounds).
+#define BOUND_SEARCHED 5
 
 // One end of row i's frame (exclusive when `past` is 1), before it is clipped to the
 // window partition [first, last). `peers`: RANGE without offsets (CURRENT ROW is the peer
@@ -193,6 +269,8 @@ __device__ __forceinline__ u64 frame_bound(u32 kind, u64 offset, u32 i, u32 firs
             return past ? run_end(peer_runs, i, n) : run_start(peer_runs, i);
         case BOUND_FOLLOWING:
             return row + offset < row ? ~0ull : row + offset;
+        case BOUND_SEARCHED:
+            return (u32)~((const SegU64*)offset)[i].key;
         default:
             return last;
     }

@@ -96,24 +96,6 @@ VALUE_WIDTH(window_value_w16, Bytes16)
 
 // ---- min and max ----
 
-__device__ __forceinline__ u64 least(u64 a, u64 b) { return a < b ? a : b; }
-__device__ __forceinline__ U128 least(U128 a, U128 b) {
-    return (a.hi < b.hi || (a.hi == b.hi && a.lo <= b.lo)) ? a : b;
-}
-__device__ __forceinline__ u64 inverted(u64 k) { return ~k; }
-__device__ __forceinline__ U128 inverted(U128 k) {
-    U128 r;
-    r.lo = ~k.lo;
-    r.hi = ~k.hi;
-    return r;
-}
-__device__ __forceinline__ U128 all_ones() {
-    U128 r;
-    r.lo = ~0ull;
-    r.hi = ~0ull;
-    return r;
-}
-
 // Order-preserving keys of one type, and back.
 #define SIGNED_KEYS(SUFFIX, T, UT, BITS)                                                     \
     __device__ __forceinline__ u64 key_of_##SUFFIX(T v) {                                    \
@@ -222,60 +204,6 @@ extern "C" __global__ void window_sparse_u64(u64* __restrict__ table, u32 n, u32
 }
 extern "C" __global__ void window_sparse_u128(U128* __restrict__ table, u32 n, u32 level) {
     sparse_level<U128>(table, n, level);
-}
-
-// A key with whether its row starts a segment: the running minimum restarts there.
-struct __align__(16) SegU64 {
-    u64 key;
-    u32 head;
-    u32 pad;
-};
-struct __align__(16) SegU128 {
-    U128 key;
-    u32 head;
-    u32 pad[3];
-};
-__device__ __forceinline__ SegU64 plus(SegU64 a, SegU64 b) {
-    SegU64 r;
-    r.key = b.head ? b.key : least(a.key, b.key);
-    r.head = a.head | b.head;
-    r.pad = 0;
-    return r;
-}
-__device__ __forceinline__ SegU128 plus(SegU128 a, SegU128 b) {
-    SegU128 r;
-    r.key = b.head ? b.key : least(a.key, b.key);
-    r.head = a.head | b.head;
-    r.pad[0] = r.pad[1] = r.pad[2] = 0;
-    return r;
-}
-template <> __device__ __forceinline__ SegU64 zero_of<SegU64>() {
-    SegU64 z;
-    z.key = ~0ull;
-    z.head = 0;
-    z.pad = 0;
-    return z;
-}
-template <> __device__ __forceinline__ SegU128 zero_of<SegU128>() {
-    SegU128 z;
-    z.key = all_ones();
-    z.head = 0;
-    z.pad[0] = z.pad[1] = z.pad[2] = 0;
-    return z;
-}
-__device__ __forceinline__ SegU64 shfl_up(SegU64 v, u32 o) {
-    SegU64 r;
-    r.key = __shfl_up_sync(0xffffffffu, v.key, o);
-    r.head = __shfl_up_sync(0xffffffffu, v.head, o);
-    r.pad = 0;
-    return r;
-}
-__device__ __forceinline__ SegU128 shfl_up(SegU128 v, u32 o) {
-    SegU128 r;
-    r.key = shfl_up(v.key, o);
-    r.head = __shfl_up_sync(0xffffffffu, v.head, o);
-    r.pad[0] = r.pad[1] = r.pad[2] = 0;
-    return r;
 }
 
 SCAN_KERNELS(seg_u64, SegU64)

@@ -56,3 +56,8 @@ async fn empty_input_and_the_setting() {
 async fn device_window_functions_on_the_host() {
     cases::device_window_functions(Cpu, false).await;
 }
+
+#[tokio::test]
+async fn device_range_offsets_on_the_host() {
+    cases::device_range_offsets(Cpu, false).await;
+}

@@ -169,6 +169,10 @@ pub(super) const WINDOW: KernelFile = KernelFile {
         "window_frame_u64",
         "window_frame_u128",
         "window_average_d128",
+        "window_range_bound_w1",
+        "window_range_bound_w2",
+        "window_range_bound_w4",
+        "window_range_bound_w8",
     ],
 };
 

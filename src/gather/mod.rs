@@ -30,8 +30,8 @@ use rayon::prelude::*;
 pub use bytes::Views;
 pub use columns::{column_gatherer, ColumnGather, RowAt};
 pub use windows::{
-    append_window_columns, ordered_of, FrameEnd, FrameRange, Ordered, WindowColumn, WindowKind,
-    WindowRequest,
+    append_window_columns, ordered_of, FrameEnd, FrameRange, Ordered, RangeKey, WindowColumn,
+    WindowKind, WindowRequest,
 };
 
 /// Output rows per window when a [`PayloadGather`] takes part.

@@ -84,7 +84,7 @@ pub fn ordered_of(data_type: &DataType) -> Option<Ordered> {
     })
 }
 
-/// One end of a frame, as `src/window/frames.rs` defines it (no value offsets).
+/// One end of a frame, as `src/window/frames.rs` defines it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FrameEnd {
     /// `UNBOUNDED PRECEDING`.
@@ -97,12 +97,35 @@ pub enum FrameEnd {
     Following(u64),
     /// `UNBOUNDED FOLLOWING`.
     UnboundedFollowing,
+    /// `RANGE` `n PRECEDING`: the rows whose key is within `n` (in the key's units, see
+    /// [`RangeKey`]) before the row's.
+    ValuePreceding(u64),
+    /// `RANGE` `n FOLLOWING`.
+    ValueFollowing(u64),
+}
+
+/// The `ORDER BY` key of `RANGE` frames with offsets, as a device searches it: integers
+/// (dates as days), compared as `i128`s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RangeKey {
+    /// Two's complement values (else unsigned).
+    pub signed: bool,
+    /// The values of the key's type: a key or target outside `min..=max` falls outside it
+    /// (the target's bound collapses, as DataFusion's arithmetic fails there).
+    pub min: i128,
+    /// See `min`.
+    pub max: i128,
+    /// Sorted descending.
+    pub descending: bool,
+    /// Null keys first in each window partition.
+    pub nulls_first: bool,
 }
 
 /// A frame of rows, or (`peers`) a `RANGE` frame without offsets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameRange {
-    /// `CURRENT ROW` means the row's peer group (`RANGE`), not the row (`ROWS`).
+    /// `CURRENT ROW` means the row's peer group (`RANGE`), not the row (`ROWS`); value
+    /// offsets are `RANGE`'s.
     pub peers: bool,
     /// Where it starts.
     pub start: FrameEnd,
@@ -158,6 +181,8 @@ pub struct WindowRequest {
     pub order_by: Vec<usize>,
     /// The columns, in output order.
     pub columns: Vec<WindowColumn>,
+    /// The one `ORDER BY` key, when a column's frame is a `RANGE` with offsets.
+    pub range_key: Option<RangeKey>,
     /// The sort's columns then the window columns.
     pub schema: SchemaRef,
 }

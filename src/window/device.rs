@@ -31,7 +31,9 @@ use super::frames::{Bound, Frame, Units};
 use super::ranking::Ranking;
 use super::spec::{Function, WindowFunction};
 use super::values::ValueOf;
-use crate::gather::{ordered_of, FrameEnd, FrameRange, WindowColumn, WindowKind, WindowRequest};
+use crate::gather::{
+    ordered_of, FrameEnd, FrameRange, RangeKey, WindowColumn, WindowKind, WindowRequest,
+};
 
 /// The request for `functions` over a sort of `input` whose window output is `schema`,
 /// or why the device does not compute them.
@@ -80,16 +82,92 @@ pub(crate) fn device_request(
         .iter()
         .map(|s| key(&s.expr))
         .collect::<Result<Vec<_>, _>>()?;
+    let offsets = functions.iter().any(|f| f.frame.has_value_offset());
+    let range_key = match (offsets, first.order_by.as_slice()) {
+        (false, _) => None,
+        (true, [key]) => {
+            let data_type = key.expr.data_type(input).map_err(|e| e.to_string())?;
+            let (signed, min, max) = range_of(&data_type)
+                .ok_or_else(|| format!("a RANGE frame offset over a {data_type} key"))?;
+            Some(RangeKey {
+                signed,
+                min,
+                max,
+                descending: key.options.descending,
+                nulls_first: key.options.nulls_first,
+            })
+        }
+        (true, _) => return Err("a RANGE frame offset over several keys".to_string()),
+    };
+    let key_type = match &first.order_by[..] {
+        [key] => key.expr.data_type(input).ok(),
+        _ => None,
+    };
     let columns = functions
         .iter()
-        .map(|f| column_of(f, input).map_err(|reason| format!("{}: {reason}", f.output.name())))
+        .map(|f| {
+            column_of(f, input, key_type.as_ref())
+                .map_err(|reason| format!("{}: {reason}", f.output.name()))
+        })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(WindowRequest {
         partition_by,
         order_by,
         columns,
+        range_key,
         schema: Arc::clone(schema),
     })
+}
+
+/// The first and last days arrow's date arithmetic takes (chrono's `NaiveDate` range, as
+/// days since 1970-01-01): beyond them, DataFusion's `RANGE` target of a date falls
+/// outside its type.
+const DATE32_DAYS: (i128, i128) = (-96_465_292, 95_026_236);
+
+/// Whether a `RANGE` key of `data_type` is signed, and its values' range, for the keys a
+/// device searches: integers and dates.
+fn range_of(data_type: &DataType) -> Option<(bool, i128, i128)> {
+    use DataType::*;
+    Some(match data_type {
+        Int8 => (true, i8::MIN.into(), i8::MAX.into()),
+        Int16 => (true, i16::MIN.into(), i16::MAX.into()),
+        Int32 => (true, i32::MIN.into(), i32::MAX.into()),
+        Int64 => (true, i64::MIN.into(), i64::MAX.into()),
+        UInt8 => (false, 0, u8::MAX.into()),
+        UInt16 => (false, 0, u16::MAX.into()),
+        UInt32 => (false, 0, u32::MAX.into()),
+        UInt64 => (false, 0, u64::MAX.into()),
+        Date32 => (true, DATE32_DAYS.0, DATE32_DAYS.1),
+        _ => return None,
+    })
+}
+
+/// A `RANGE` offset in the key's units: an integer of the key's type, or whole days for a
+/// date key.
+fn offset_units(offset: &ScalarValue, key: &DataType) -> Result<u64, String> {
+    let value: Option<i128> = match (key, offset) {
+        (DataType::Date32, ScalarValue::IntervalMonthDayNano(Some(v)))
+            if v.months == 0 && v.nanoseconds == 0 =>
+        {
+            Some(v.days.into())
+        }
+        (DataType::Date32, ScalarValue::IntervalDayTime(Some(v))) if v.milliseconds == 0 => {
+            Some(v.days.into())
+        }
+        (DataType::Date32, _) => None,
+        (_, ScalarValue::Int8(v)) => v.map(i128::from),
+        (_, ScalarValue::Int16(v)) => v.map(i128::from),
+        (_, ScalarValue::Int32(v)) => v.map(i128::from),
+        (_, ScalarValue::Int64(v)) => v.map(i128::from),
+        (_, ScalarValue::UInt8(v)) => v.map(i128::from),
+        (_, ScalarValue::UInt16(v)) => v.map(i128::from),
+        (_, ScalarValue::UInt32(v)) => v.map(i128::from),
+        (_, ScalarValue::UInt64(v)) => v.map(i128::from),
+        _ => None,
+    };
+    value
+        .and_then(|v| u64::try_from(v).ok())
+        .ok_or_else(|| format!("a RANGE frame offset {offset} over a {key} key"))
 }
 
 /// Bytes of a key value the device compares, for the types it compares.
@@ -107,8 +185,13 @@ fn same_exprs(a: &[Arc<dyn PhysicalExpr>], b: &[Arc<dyn PhysicalExpr>]) -> bool 
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.as_ref() == y.as_ref())
 }
 
-/// One function as a device column.
-fn column_of(function: &WindowFunction, input: &Schema) -> Result<WindowColumn, String> {
+/// One function as a device column; `key` is the type of the one `ORDER BY` key.
+fn column_of(
+    function: &WindowFunction,
+    input: &Schema,
+    key: Option<&DataType>,
+) -> Result<WindowColumn, String> {
+    let frame_of = |frame: &Frame| frame_of(frame, key);
     let output = function.output.data_type().clone();
     let rows_frame = FrameRange {
         peers: false,
@@ -317,12 +400,20 @@ fn argument(function: &WindowFunction, input: &Schema, sum: bool) -> Result<usiz
     }
 }
 
-/// The frame as the device reads it: `ROWS` of any bounds, or `RANGE` without offsets.
-fn frame_of(frame: &Frame) -> Result<FrameRange, String> {
+/// The frame as the device reads it: `ROWS` of any bounds, or `RANGE`, with offsets over
+/// an integer or date `key` (the one `ORDER BY` key's type).
+fn frame_of(frame: &Frame, key: Option<&DataType>) -> Result<FrameRange, String> {
     let peers = match frame.units {
         Units::Rows => false,
-        Units::Range if !frame.has_value_offset() => true,
-        _ => return Err(format!("a {:?} frame with offsets", frame.units)),
+        Units::Range => true,
+        Units::Groups => return Err("a GROUPS frame".to_string()),
+    };
+    let offset = |value: &ScalarValue| -> Result<u64, String> {
+        match key {
+            Some(key) if peers && range_of(key).is_some() => offset_units(value, key),
+            Some(key) => Err(format!("a RANGE frame offset over a {key} key")),
+            None => Err("a RANGE frame offset without one ORDER BY key".to_string()),
+        }
     };
     let end = |bound: &Bound| -> Result<FrameEnd, String> {
         Ok(match bound {
@@ -331,7 +422,8 @@ fn frame_of(frame: &Frame) -> Result<FrameRange, String> {
             Bound::CurrentRow => FrameEnd::CurrentRow,
             Bound::Following(n) => FrameEnd::Following(*n as u64),
             Bound::UnboundedFollowing => FrameEnd::UnboundedFollowing,
-            other => return Err(format!("a frame bound {other:?}")),
+            Bound::ValuePreceding(value) => FrameEnd::ValuePreceding(offset(value)?),
+            Bound::ValueFollowing(value) => FrameEnd::ValueFollowing(offset(value)?),
         })
     };
     if peers
@@ -353,6 +445,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_date_range_is_arrows() {
+        use arrow::datatypes::Date32Type;
+        let (first, last) = (DATE32_DAYS.0 as i32, DATE32_DAYS.1 as i32);
+        assert!(Date32Type::to_naive_date_opt(first).is_some());
+        assert!(Date32Type::to_naive_date_opt(first - 1).is_none());
+        assert!(Date32Type::to_naive_date_opt(last).is_some());
+        assert!(Date32Type::to_naive_date_opt(last + 1).is_none());
+    }
+
+    #[test]
     fn keys_of_fixed_width_up_to_16_bytes() {
         assert_eq!(key_width(&DataType::Int32), Some(4));
         assert_eq!(key_width(&DataType::Decimal128(15, 2)), Some(16));
@@ -370,7 +472,7 @@ mod tests {
             end: Bound::CurrentRow,
         };
         assert_eq!(
-            frame_of(&running),
+            frame_of(&running, None),
             Ok(FrameRange {
                 peers: true,
                 start: FrameEnd::UnboundedPreceding,
@@ -382,14 +484,14 @@ mod tests {
             start: Bound::Preceding(1),
             end: Bound::CurrentRow,
         };
-        assert!(frame_of(&groups).is_err());
+        assert!(frame_of(&groups, None).is_err());
         let sliding = Frame {
             units: Units::Rows,
             start: Bound::Preceding(6),
             end: Bound::Following(2),
         };
         assert_eq!(
-            frame_of(&sliding).map(|f| (f.start, f.end)),
+            frame_of(&sliding, None).map(|f| (f.start, f.end)),
             Ok((FrameEnd::Preceding(6), FrameEnd::Following(2)))
         );
     }

@@ -784,6 +784,105 @@ pub async fn device_window_functions(backend: BackendChoice, on_device: bool) {
     }
 }
 
+/// `RANGE` frames with offsets over integer and date keys, which the CUDA backend searches
+/// on the device: keys at the ends of `Int8`'s and `UInt8`'s ranges (targets outside the
+/// type collapse), nulls first and last, both directions, one and several window
+/// partitions, frames before, around and after the row. The results equal DataFusion's;
+/// `on_device` says the device must have computed them.
+pub async fn device_range_offsets(backend: BackendChoice, on_device: bool) {
+    let mut rng = StdRng::seed_from_u64(seed() ^ 0x2A17);
+    let rows = 2500;
+    let null = |rng: &mut StdRng| rng.random_bool(0.08);
+    let int8: Int8Array = (0..rows)
+        .map(|_| (!null(&mut rng)).then(|| rng.random_range(-128..=127i16) as i8))
+        .collect();
+    let uint8: UInt8Array = (0..rows)
+        .map(|_| (!null(&mut rng)).then(|| rng.random_range(0..=255u16) as u8))
+        .collect();
+    let date: Date32Array = (0..rows)
+        .map(|_| (!null(&mut rng)).then(|| rng.random_range(10_950..11_400)))
+        .collect();
+    let x: Int64Array = (0..rows)
+        .map(|_| (!null(&mut rng)).then(|| rng.random_range(-1000..1000)))
+        .collect();
+    let d = Decimal128Array::from(
+        (0..rows)
+            .map(|_| (!null(&mut rng)).then(|| rng.random_range(-99_999i128..99_999)))
+            .collect::<Vec<_>>(),
+    )
+    .with_precision_and_scale(10, 2)
+    .unwrap();
+    let batch = RecordBatch::try_from_iter(vec![
+        (
+            "rid",
+            Arc::new(Int64Array::from_iter_values(0..rows as i64)) as ArrayRef,
+        ),
+        (
+            "few",
+            Arc::new(Int32Array::from_iter_values(
+                (0..rows).map(|_| rng.random_range(0..4)),
+            )) as ArrayRef,
+        ),
+        ("k8", Arc::new(int8) as ArrayRef),
+        ("ku8", Arc::new(uint8) as ArrayRef),
+        ("kdt", Arc::new(date) as ArrayRef),
+        ("x", Arc::new(x) as ArrayRef),
+        ("d", Arc::new(d) as ArrayRef),
+    ])
+    .unwrap();
+    // (key, frame, whether a frame end is unbounded: min and max read it too)
+    let cases = [
+        ("k8", "5 PRECEDING AND 10 FOLLOWING", false),
+        ("k8", "100 PRECEDING AND 50 PRECEDING", false),
+        ("k8", "UNBOUNDED PRECEDING AND 3 PRECEDING", true),
+        ("k8", "20 FOLLOWING AND 120 FOLLOWING", false),
+        ("ku8", "7 PRECEDING AND 3 FOLLOWING", false),
+        ("ku8", "2 FOLLOWING AND UNBOUNDED FOLLOWING", true),
+        (
+            "kdt",
+            "INTERVAL '30 days' PRECEDING AND INTERVAL '3 days' FOLLOWING",
+            false,
+        ),
+        ("kdt", "INTERVAL '7' DAY PRECEDING AND CURRENT ROW", false),
+        ("kdt", "CURRENT ROW AND INTERVAL '10' DAY FOLLOWING", false),
+    ];
+    for target_partitions in [1, 3] {
+        let (stock, gpu, _) = contexts(backend, target_partitions);
+        register(&[&stock, &gpu], "t", partitions(&batch, 3));
+        for (key, bounds, unbounded) in cases {
+            for direction in [
+                "ASC NULLS LAST",
+                "DESC NULLS FIRST",
+                "ASC NULLS FIRST",
+                "DESC NULLS LAST",
+            ] {
+                for by in ["", "PARTITION BY few"] {
+                    let extremes = match unbounded {
+                        true => ", min(x) OVER w, max(d) OVER w",
+                        false => "",
+                    };
+                    let sql = format!(
+                        "SELECT rid, count(x) OVER w, sum(x) OVER w, count(*) OVER w, \
+                         sum(d) OVER w, avg(d) OVER w{extremes} FROM t WINDOW w AS \
+                         ({by} ORDER BY {key} {direction} RANGE BETWEEN {bounds})"
+                    );
+                    let plan = assert_same_windows(&stock, &gpu, &sql, &[], 0.0).await;
+                    let text = plan_text(&plan);
+                    assert!(
+                        text.contains("on=device where its sort is one run"),
+                        "{sql}\n{text}"
+                    );
+                    let on = device_window_rows(&plan);
+                    match on_device {
+                        true => assert_eq!(on, rows, "{sql}\n{text}"),
+                        false => assert_eq!(on, 0, "{sql}"),
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The device's window kernels over more rows than one pass of their grid and one block of
 /// scan tiles cover (3 M rows), a few large and a million tiny window partitions: sums,
 /// counts, averages, extremes (sparse tables and running scans both ways), values and
@@ -810,6 +909,9 @@ pub async fn device_windows_over_many_tiles(backend: BackendChoice) {
         "SELECT rid, min(f) OVER w, max(dt) OVER w, last_value(i) OVER w, \
          percent_rank() OVER w FROM t \
          WINDOW w AS (PARTITION BY few ORDER BY o, rid RANGE BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING)",
+        "SELECT rid, sum(d) OVER w, count(i) OVER w, avg(d) OVER w FROM t WINDOW w AS \
+         (PARTITION BY few ORDER BY dt RANGE BETWEEN INTERVAL '20' DAY PRECEDING AND \
+         INTERVAL '2' DAY FOLLOWING)",
     ] {
         let plan = assert_same_windows(&stock, &gpu, sql, &[], 0.0).await;
         assert_eq!(device_window_rows(&plan), batch.num_rows(), "{sql}");

@@ -101,3 +101,12 @@ async fn device_windows_over_many_tiles() {
     }
     common::windows::device_windows_over_many_tiles(Cuda).await;
 }
+
+#[tokio::test]
+#[ignore = "needs a CUDA GPU"]
+async fn device_range_offsets() {
+    if device().is_none() {
+        return;
+    }
+    common::windows::device_range_offsets(Cuda, true).await;
+}

@@ -19,6 +19,7 @@
 //! leave a batch without them.
 
 mod aggregates;
+mod range;
 mod values;
 
 use std::sync::Arc;
@@ -88,6 +89,8 @@ pub struct Windower {
     scan_seg_u128: Scan,
     extreme_u64: Kernel,
     extreme_u128: Kernel,
+    /// `window_range_bound_w1 .. w8`.
+    range_bound: [Kernel; 4],
     grid: u32,
 }
 
@@ -161,6 +164,12 @@ impl Windower {
             scan_seg_u128: scan_in(&values_module, "seg_u128", 32)?,
             extreme_u64: value_kernel("window_extreme_u64")?,
             extreme_u128: value_kernel("window_extreme_u128")?,
+            range_bound: [
+                kernel("window_range_bound_w1")?,
+                kernel("window_range_bound_w2")?,
+                kernel("window_range_bound_w4")?,
+                kernel("window_range_bound_w8")?,
+            ],
             grid: device.sm_count * 16,
             _module: module,
             _values_module: values_module,
@@ -227,9 +236,10 @@ struct FrameSpec {
 }
 
 impl FrameSpec {
-    fn of(frame: FrameRange) -> Self {
-        let (start_kind, start_offset) = bound(frame.start);
-        let (end_kind, end_offset) = bound(frame.end);
+    /// `frame`, its `RANGE` offsets' bounds searched into `searched` (start, end).
+    fn of(frame: FrameRange, searched: [Option<&DeviceBuffer<u8>>; 2]) -> Self {
+        let (start_kind, start_offset) = bound(frame.start, searched[0]);
+        let (end_kind, end_offset) = bound(frame.end, searched[1]);
         Self {
             start_offset,
             end_offset,
@@ -241,14 +251,20 @@ impl FrameSpec {
     }
 }
 
-/// The frame kernel's code and offset for one end of a frame.
-fn bound(end: FrameEnd) -> (u32, u64) {
-    match end {
-        FrameEnd::UnboundedPreceding => (0, 0),
-        FrameEnd::Preceding(n) => (1, n),
-        FrameEnd::CurrentRow => (2, 0),
-        FrameEnd::Following(n) => (3, n),
-        FrameEnd::UnboundedFollowing => (4, 0),
+/// The frame kernels' code and offset for one end of a frame (`kernels/window.cuh`); a
+/// `RANGE` offset's is the address of its bounds, `searched`.
+fn bound(end: FrameEnd, searched: Option<&DeviceBuffer<u8>>) -> (u32, u64) {
+    match (end, searched) {
+        (FrameEnd::UnboundedPreceding, _) => (0, 0),
+        (FrameEnd::Preceding(n), _) => (1, n),
+        (FrameEnd::CurrentRow, _) => (2, 0),
+        (FrameEnd::Following(n), _) => (3, n),
+        (FrameEnd::UnboundedFollowing, _) => (4, 0),
+        (FrameEnd::ValuePreceding(_) | FrameEnd::ValueFollowing(_), Some(bounds)) => {
+            (5, bounds.ptr())
+        }
+        // Not searched: an empty frame (the request is refused before this).
+        (FrameEnd::ValuePreceding(_) | FrameEnd::ValueFollowing(_), None) => (0, 0),
     }
 }
 
@@ -350,7 +366,30 @@ pub(super) fn compute_windows(
             },
             None => None,
         };
-        let frame = FrameSpec::of(column.frame);
+        let mut searched = [None, None];
+        for (slot, end) in [column.frame.start, column.frame.end]
+            .into_iter()
+            .enumerate()
+        {
+            if !matches!(
+                end,
+                FrameEnd::ValuePreceding(_) | FrameEnd::ValueFollowing(_)
+            ) {
+                continue;
+            }
+            let (Some(range), Some(&key)) = (&request.range_key, request.order_by.first()) else {
+                return Ok(None);
+            };
+            let Some(key) = sorted(key)? else {
+                return Ok(None);
+            };
+            let is_end = slot == 1;
+            match range::searched_bound(at, range, &key, layout, end, is_end, rows)? {
+                Some(bounds) => searched[slot] = Some(bounds),
+                None => return Ok(None),
+            }
+        }
+        let frame = FrameSpec::of(column.frame, [searched[0].as_ref(), searched[1].as_ref()]);
         let array = match column.kind {
             WindowKind::RowNumber
             | WindowKind::Rank
