@@ -143,7 +143,9 @@ fn clean_one(path: PathBuf, pid: u32, moved_aside: bool, output: &Path, cleaned:
     // Held while this looks at it, so that no other job takes it meanwhile.
     let held = JobLock::hold(&path);
     if held.is_err() || running(pid) {
-        log::warn!(
+        // Another job's files while it runs: expected when jobs run at once, so not a
+        // warning (a job's stderr stays clean of other jobs' doings).
+        log::info!(
             "gpusort: left alone {}: the job (process {pid}) that made it still runs",
             path.display()
         );
