@@ -1,5 +1,5 @@
 // window.cu: window functions computed on the device over a run's sorted rows (launched by
-// src/cuda/window.rs), so that a window over a gpusort sort reads its arguments where the
+// src/cuda/window/), so that a window over a gpusort sort reads its arguments where the
 // device gather already put them.
 //
 //   window_distinct_w{1,2,4,8,16}   flags[i] |= mark where row i differs from row i - 1 on

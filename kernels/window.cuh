@@ -231,7 +231,7 @@ __device__ __forceinline__ u32 run_end(Runs r, u32 i, u32 n) {
 }
 
 // The window partitions and peer groups of a run's rows, as one kernel parameter
-// (`RunLayout` in src/cuda/window.rs).
+// (`RunLayout` in src/cuda/window/mod.rs).
 struct RunLayout {
     const u32* part_ids;
     const u32* part_starts;
@@ -276,7 +276,7 @@ __device__ __forceinline__ u64 frame_bound(u32 kind, u64 offset, u32 i, u32 firs
     }
 }
 
-// A frame's two ends, as one kernel parameter (`FrameSpec` in src/cuda/window.rs).
+// A frame's two ends, as one kernel parameter (`FrameSpec` in src/cuda/window/mod.rs).
 struct FrameSpec {
     u64 start_offset;
     u64 end_offset;

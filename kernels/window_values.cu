@@ -1,5 +1,5 @@
 // window_values.cu: window functions that pick one row's value, computed on the device over
-// a run's sorted rows (launched by src/cuda/window.rs): lag, lead, first_value,
+// a run's sorted rows (launched by src/cuda/window/): lag, lead, first_value,
 // last_value, nth_value, and min and max over frames.
 //
 //   window_value_w{1,2,4,8,16}      the value of another row (lag/lead: of the partition;

@@ -47,6 +47,11 @@ pub(crate) fn device_request(
     };
     let same_keys = functions.iter().all(|f| {
         same_exprs(&f.partition_by, &first.partition_by)
+            && f.order_by.len() == first.order_by.len()
+            && f.order_by
+                .iter()
+                .zip(&first.order_by)
+                .all(|(a, b)| a.options == b.options)
             && same_exprs(
                 &f.order_by
                     .iter()
@@ -254,6 +259,12 @@ fn column_of(
                 return Err(format!("a value of {data_type}"));
             }
             let (kind, frame) = match value {
+                // The kernels shift rows in 64-bit arithmetic.
+                ValueOf::Shifted { back, .. } | ValueOf::Nth(back)
+                    if back.unsigned_abs() >= 1 << 62 =>
+                {
+                    return Err(format!("an offset of {back} rows"));
+                }
                 ValueOf::Shifted {
                     back,
                     default: value,
