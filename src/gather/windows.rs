@@ -133,7 +133,22 @@ pub struct FrameRange {
     pub end: FrameEnd,
 }
 
+impl FrameEnd {
+    /// Whether this end is a `RANGE` offset of the key's value.
+    pub fn is_value_offset(&self) -> bool {
+        matches!(
+            self,
+            FrameEnd::ValuePreceding(_) | FrameEnd::ValueFollowing(_)
+        )
+    }
+}
+
 impl FrameRange {
+    /// Whether an end is a `RANGE` offset of the key's value.
+    pub fn has_value_offset(&self) -> bool {
+        self.start.is_value_offset() || self.end.is_value_offset()
+    }
+
     /// The most rows a frame can hold when both ends are row offsets or the current row
     /// (0: every frame is empty); `None` for unbounded or peer frames.
     pub fn most_rows(&self) -> Option<u64> {

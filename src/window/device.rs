@@ -175,7 +175,8 @@ fn offset_units(offset: &ScalarValue, key: &DataType) -> Result<u64, String> {
         .ok_or_else(|| format!("a RANGE frame offset {offset} over a {key} key"))
 }
 
-/// Bytes of a key value the device compares, for the types it compares.
+/// Bytes of a fixed-width value the device compares (keys) or copies between rows
+/// (`lag` .. `nth_value`), for the types it takes.
 fn key_width(data_type: &DataType) -> Option<usize> {
     let width = match data_type {
         DataType::FixedSizeBinary(width) => usize::try_from(*width).ok()?,
@@ -255,7 +256,7 @@ fn column_of(
         }
         Function::Value(value) => {
             let (index, data_type) = plain_argument(function, input)?;
-            if value_width(data_type).is_none() {
+            if key_width(data_type).is_none() {
                 return Err(format!("a value of {data_type}"));
             }
             let (kind, frame) = match value {
@@ -326,23 +327,12 @@ fn plain_argument<'a>(
     }
 }
 
-/// Bytes of a value the device copies between rows, for the types it copies.
-fn value_width(data_type: &DataType) -> Option<usize> {
-    let width = match data_type {
-        DataType::FixedSizeBinary(width) => usize::try_from(*width).ok()?,
-        DataType::Boolean => return None,
-        other if other.is_primitive() => other.primitive_width()?,
-        _ => return None,
-    };
-    [1, 2, 4, 8, 16].contains(&width).then_some(width)
-}
-
 /// `lag`'s or `lead`'s default as the argument type's little-endian bytes (`None`: null).
 fn default_bytes(value: &ScalarValue, data_type: &DataType) -> Result<Option<Vec<u8>>, String> {
     if value.is_null() {
         return Ok(None);
     }
-    let width = value_width(data_type).ok_or_else(|| format!("a default of {data_type}"))?;
+    let width = key_width(data_type).ok_or_else(|| format!("a default of {data_type}"))?;
     let array = value
         .cast_to(data_type)
         .and_then(|v| v.to_array_of_size(1))

@@ -2,13 +2,12 @@
 //! `sum` and `avg` over frames (`kernels/window.cu`).
 
 use arrow::array::ArrayRef;
-use arrow::buffer::{BooleanBuffer, NullBuffer};
 use arrow::datatypes::DataType;
 use datafusion::arrow;
 
 use super::{
-    array_of, download, scan, valid_counts, FrameSpec, RunLayout, SortedColumn, WindowDevice,
-    THREADS,
+    array_of, download, nulls_of, scan, valid_counts, FrameSpec, RunLayout, SortedColumn,
+    WindowDevice, THREADS,
 };
 use crate::cuda::error::CudaResult;
 use crate::cuda::memory::device::DeviceBuffer;
@@ -147,10 +146,7 @@ pub(super) fn frame_aggregate(
         _ => download(at, &out, rows * width)?,
     };
     let nulls = match &validity {
-        Some(validity) => {
-            let bits = download(at, validity, words * 4)?;
-            Some(NullBuffer::new(BooleanBuffer::new(bits, 0, rows))).filter(|n| n.null_count() > 0)
-        }
+        Some(validity) => nulls_of(at, validity, rows)?,
         None => None,
     };
     array_of(column.output.clone(), rows, values, nulls).map(Some)

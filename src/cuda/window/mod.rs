@@ -25,7 +25,7 @@ mod values;
 use std::sync::Arc;
 
 use arrow::array::{make_array, ArrayData, ArrayRef};
-use arrow::buffer::{Buffer, NullBuffer};
+use arrow::buffer::{BooleanBuffer, Buffer, NullBuffer};
 use arrow::datatypes::DataType;
 use datafusion::arrow;
 
@@ -263,8 +263,10 @@ fn bound(end: FrameEnd, searched: Option<&DeviceBuffer<u8>>) -> (u32, u64) {
         (FrameEnd::ValuePreceding(_) | FrameEnd::ValueFollowing(_), Some(bounds)) => {
             (5, bounds.ptr())
         }
-        // Not searched: an empty frame (the request is refused before this).
-        (FrameEnd::ValuePreceding(_) | FrameEnd::ValueFollowing(_), None) => (0, 0),
+        // Not searched: `compute_windows` searches every offset before it builds a frame.
+        (FrameEnd::ValuePreceding(_) | FrameEnd::ValueFollowing(_), None) => {
+            unreachable!("a RANGE offset's bounds are searched first")
+        }
     }
 }
 
@@ -357,34 +359,48 @@ pub(super) fn compute_windows(
     drop(flags);
     let peers = peers.as_ref().unwrap_or(&partitions);
     let layout = RunLayout::of(&partitions, peers);
-    let mut out = Vec::with_capacity(request.columns.len());
-    for column in &request.columns {
-        let arg = match column.arg {
-            Some(index) => match sorted(index)? {
-                Some(arg) => Some(arg),
-                None => return Ok(None),
-            },
-            None => None,
-        };
+    // The `RANGE` key, gathered once for every searched bound.
+    let searches = request.columns.iter().any(|c| c.frame.has_value_offset());
+    let range_key = match (searches, &request.range_key, request.order_by.first()) {
+        (false, _, _) => None,
+        (true, Some(range), Some(&key)) => match sorted(key)? {
+            Some(key) => Some((range, key)),
+            None => return Ok(None),
+        },
+        (true, _, _) => return Ok(None),
+    };
+    // Columns taken by argument, so that each argument is gathered once (and only one is
+    // held at a time); the arrays go back to their places.
+    let mut order: Vec<usize> = (0..request.columns.len()).collect();
+    order.sort_by_key(|&c| request.columns[c].arg);
+    let mut current: Option<(usize, SortedColumn)> = None;
+    let mut out: Vec<Option<ArrayRef>> = vec![None; request.columns.len()];
+    for c in order {
+        let column = &request.columns[c];
+        if let Some(index) = column.arg {
+            if current.as_ref().map(|(i, _)| *i) != Some(index) {
+                // The last argument is freed before the next is gathered.
+                drop(current.take());
+                match sorted(index)? {
+                    Some(arg) => current = Some((index, arg)),
+                    None => return Ok(None),
+                }
+            }
+        }
+        let arg = current
+            .as_ref()
+            .filter(|(i, _)| column.arg == Some(*i))
+            .map(|(_, arg)| arg);
         let mut searched = [None, None];
         for (slot, end) in [column.frame.start, column.frame.end]
             .into_iter()
             .enumerate()
         {
-            if !matches!(
-                end,
-                FrameEnd::ValuePreceding(_) | FrameEnd::ValueFollowing(_)
-            ) {
+            let Some((range, key)) = range_key.as_ref().filter(|_| end.is_value_offset()) else {
                 continue;
-            }
-            let (Some(range), Some(&key)) = (&request.range_key, request.order_by.first()) else {
-                return Ok(None);
-            };
-            let Some(key) = sorted(key)? else {
-                return Ok(None);
             };
             let is_end = slot == 1;
-            match range::searched_bound(at, range, &key, layout, end, is_end, rows)? {
+            match range::searched_bound(at, range, key, layout, end, is_end, rows)? {
                 Some(bounds) => searched[slot] = Some(bounds),
                 None => return Ok(None),
             }
@@ -398,26 +414,26 @@ pub(super) fn compute_windows(
             | WindowKind::CumeDist
             | WindowKind::Ntile(_) => Some(aggregates::ranking(at, column, layout, rows)?),
             WindowKind::Count | WindowKind::Sum | WindowKind::Avg => {
-                aggregates::frame_aggregate(at, column, arg.as_ref(), layout, frame, rows)?
+                aggregates::frame_aggregate(at, column, arg, layout, frame, rows)?
             }
             WindowKind::Shifted { .. }
             | WindowKind::First
             | WindowKind::Last
-            | WindowKind::Nth(_) => match arg.as_ref() {
+            | WindowKind::Nth(_) => match arg {
                 Some(arg) => values::value_of(at, column, arg, layout, frame, rows)?,
                 None => None,
             },
-            WindowKind::Min | WindowKind::Max => match arg.as_ref() {
+            WindowKind::Min | WindowKind::Max => match arg {
                 Some(arg) => values::extreme(at, column, arg, &partitions, layout, frame, rows)?,
                 None => None,
             },
         };
         match array {
-            Some(array) => out.push(array),
+            Some(array) => out[c] = Some(array),
             None => return Ok(None),
         }
     }
-    Ok(Some(out))
+    Ok(out.into_iter().collect())
 }
 
 /// The runs whose first rows carry `mark` in `flags`.
@@ -509,6 +525,16 @@ fn valid_counts(
     )?;
     scan(at, at.kernels.scan_u64, &counts, rows + 1)?;
     Ok(Some(counts))
+}
+
+/// The validity bitmap of `rows` rows, downloaded; `None` when no row is null.
+fn nulls_of(
+    at: &mut WindowDevice<'_>,
+    validity: &DeviceBuffer<u8>,
+    rows: usize,
+) -> CudaResult<Option<NullBuffer>> {
+    let bits = download(at, validity, rows.div_ceil(32) * 4)?;
+    Ok(Some(NullBuffer::new(BooleanBuffer::new(bits, 0, rows))).filter(|n| n.null_count() > 0))
 }
 
 /// The first `bytes` bytes of `src` in one host buffer.

@@ -10,12 +10,11 @@
 //!   restarts at each partition (a segmented prefix scan), read at the frame's far end.
 
 use arrow::array::ArrayRef;
-use arrow::buffer::{BooleanBuffer, NullBuffer};
 use datafusion::arrow;
 
 use super::{
-    array_of, download, scan, valid_counts, FrameSpec, RunLayout, Runs, SortedColumn, WindowDevice,
-    KEY_WIDTHS, THREADS,
+    array_of, download, nulls_of, scan, valid_counts, FrameSpec, RunLayout, Runs, SortedColumn,
+    WindowDevice, KEY_WIDTHS, THREADS,
 };
 use crate::cuda::error::CudaResult;
 use crate::cuda::memory::device::DeviceBuffer;
@@ -280,14 +279,4 @@ pub(super) fn extreme(
     let host_values = download(at, &values, rows * width)?;
     let nulls = nulls_of(at, &validity, rows)?;
     array_of(column.output.clone(), rows, host_values, nulls).map(Some)
-}
-
-/// The validity bitmap of `rows` rows, downloaded; `None` when no row is null.
-fn nulls_of(
-    at: &mut WindowDevice<'_>,
-    validity: &DeviceBuffer<u8>,
-    rows: usize,
-) -> CudaResult<Option<NullBuffer>> {
-    let bits = download(at, validity, rows.div_ceil(32) * 4)?;
-    Ok(Some(NullBuffer::new(BooleanBuffer::new(bits, 0, rows))).filter(|n| n.null_count() > 0))
 }
