@@ -22,6 +22,12 @@
 //   window_frame_{u64,u128}         sum and count over each row's frame, as differences of
 //                                   the prefix sums; validity as a bitmap (ballot)
 //   window_average_d128             decimal averages from the frames' sums and counts
+//   window_load_float_{i8..i64,u8..u64,f32,f64}
+//                                   out[i + 1] = row i's value as a double-double (0 if
+//                                   null); a NaN or infinity sets *non_finite
+//   window_scan_*_dd                double-double prefix sums
+//   window_frame_dd                 float sum or average over each row's frame, rounded
+//                                   from the difference of two double-double prefixes
 //   window_range_bound_w{1,2,4,8}   one end of each row's RANGE frame with an offset: a
 //                                   binary search for its target within the partition
 //
@@ -286,6 +292,117 @@ extern "C" __global__ void window_average_d128(const U128* __restrict__ sums,
             continue;
         }
         out[i] = negative ? negated(quotient) : quotient;
+    }
+}
+
+// ---- float sums: double-double prefix sums ----
+//
+// As src/window/sums.rs on the host: a frame's sum is P[e] - P[s] rounded to f64, with
+// about 106 significant bits in the prefixes, so cancellation across a long partition
+// costs nothing visible. Non-finite values are not summed here: a column that holds one
+// (or whose prefixes overflow) sets *non_finite, and the host computes it.
+
+struct __align__(16) DD {
+    double hi, lo;
+};
+
+// a + b and its rounding error (Knuth's two-sum), in round-to-nearest without contraction.
+__device__ __forceinline__ void two_sum(double a, double b, double* sum, double* error) {
+    const double s = __dadd_rn(a, b);
+    const double b_part = __dsub_rn(s, a);
+    *sum = s;
+    *error = __dadd_rn(__dsub_rn(a, __dsub_rn(s, b_part)), __dsub_rn(b, b_part));
+}
+
+__device__ __forceinline__ DD plus(DD a, DD b) {
+    double sum, error;
+    two_sum(a.hi, b.hi, &sum, &error);
+    error = __dadd_rn(__dadd_rn(error, a.lo), b.lo);
+    DD r;
+    r.hi = __dadd_rn(sum, error);
+    r.lo = __dsub_rn(error, __dsub_rn(r.hi, sum));
+    return r;
+}
+template <> __device__ __forceinline__ DD zero_of<DD>() {
+    DD z;
+    z.hi = 0.0;
+    z.lo = 0.0;
+    return z;
+}
+__device__ __forceinline__ DD shfl_up(DD v, u32 o) {
+    DD r;
+    r.hi = __shfl_up_sync(0xffffffffu, v.hi, o);
+    r.lo = __shfl_up_sync(0xffffffffu, v.lo, o);
+    return r;
+}
+
+SCAN_KERNELS(dd, DD)
+
+// Integers convert to the nearest double, as arrow's cast to Float64 does.
+#define LOAD_FLOAT(NAME, T)                                                                  \
+    extern "C" __global__ void NAME(const T* __restrict__ values, const u32* __restrict__ valid, \
+                                    u32 n, DD* __restrict__ out, u32* __restrict__ non_finite) { \
+        const u32 stride = gridDim.x * blockDim.x;                                           \
+        for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {            \
+            if (i == 0) out[0] = zero_of<DD>();                                              \
+            double x = valid_at(valid, i) ? (double)values[i] : 0.0;                         \
+            if (!isfinite(x)) {                                                              \
+                *non_finite = 1;                                                             \
+                x = 0.0;                                                                     \
+            }                                                                                \
+            DD v;                                                                            \
+            v.hi = x;                                                                        \
+            v.lo = 0.0;                                                                      \
+            out[i + 1] = v;                                                                  \
+        }                                                                                    \
+    }
+
+LOAD_FLOAT(window_load_float_i8, signed char)
+LOAD_FLOAT(window_load_float_i16, short)
+LOAD_FLOAT(window_load_float_i32, int)
+LOAD_FLOAT(window_load_float_i64, long long)
+LOAD_FLOAT(window_load_float_u8, u8)
+LOAD_FLOAT(window_load_float_u16, u16)
+LOAD_FLOAT(window_load_float_u32, u32)
+LOAD_FLOAT(window_load_float_u64, u64)
+LOAD_FLOAT(window_load_float_f32, float)
+LOAD_FLOAT(window_load_float_f64, double)
+
+// The sum (average 0) or average (1) of each row's frame, as the host computes it: the
+// rounded difference of the prefixes, divided by the count of valid rows for averages.
+// A frame with no valid row is null (and 0). A prefix that is not finite (the column's
+// sums overflow) sets *non_finite.
+extern "C" __global__ void window_frame_dd(RunLayout layout, FrameSpec frame, u32 n,
+                                           u32 average, const DD* __restrict__ prefix,
+                                           const u64* __restrict__ counts,
+                                           double* __restrict__ out,
+                                           u32* __restrict__ out_valid,
+                                           u32* __restrict__ non_finite) {
+    const u64 padded = ((u64)n + WARP - 1) / WARP * WARP;
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    for (u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x; t < padded; t += stride) {
+        bool valid = false;
+        if (t < n) {
+            const u32 i = (u32)t;
+            u32 s, e, first, last;
+            frame_rows(layout, frame, n, i, &s, &e, &first, &last);
+            const u64 count = counts != nullptr ? counts[e] - counts[s] : (u64)(e - s);
+            valid = count > 0;
+            double value = 0.0;
+            if (valid) {
+                const DD upto = prefix[e];
+                DD before = prefix[s];
+                if (!isfinite(upto.hi) || !isfinite(before.hi)) *non_finite = 1;
+                before.hi = -before.hi;
+                before.lo = -before.lo;
+                const DD d = plus(upto, before);
+                value = __dadd_rn(d.hi, d.lo);
+                if (average) value = __ddiv_rn(value, (double)count);
+            }
+            out[i] = value;
+        }
+        const u32 word = __ballot_sync(0xffffffffu, valid);
+        if (lane_id() == 0) out_valid[t / WARP] = word;
     }
 }
 

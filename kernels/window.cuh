@@ -252,9 +252,14 @@ __device__ __forceinline__ Runs peers_of(RunLayout l) { return Runs{l.peer_ids, 
 // address of each row's bound, bit-inverted in a SegU64 (a running minimum of them is the
 // running maximum of the bounds).
 #define BOUND_SEARCHED 5
+// A GROUPS offset: `offset` peer groups before (6) or after (7) the row's, within its
+// window partition (a group before the partition's first makes the frame start, or end,
+// at the partition's start; one after its last, at the partition's end).
+#define BOUND_GROUPS_PRECEDING 6
+#define BOUND_GROUPS_FOLLOWING 7
 
 // One end of row i's frame (exclusive when `past` is 1), before it is clipped to the
-// window partition [first, last). `peers`: RANGE without offsets (CURRENT ROW is the peer
+// window partition [first, last). `peers`: RANGE or GROUPS (CURRENT ROW is the peer
 // group's start or end).
 __device__ __forceinline__ u64 frame_bound(u32 kind, u64 offset, u32 i, u32 first, u32 last,
                                            bool peers, Runs peer_runs, u32 n, u32 past) {
@@ -271,6 +276,20 @@ __device__ __forceinline__ u64 frame_bound(u32 kind, u64 offset, u32 i, u32 firs
             return row + offset < row ? ~0ull : row + offset;
         case BOUND_SEARCHED:
             return (u32)~((const SegU64*)offset)[i].key;
+        case BOUND_GROUPS_PRECEDING:
+        case BOUND_GROUPS_FOLLOWING: {
+            const u64 group = peer_runs.ids[i + 1];
+            u64 target;
+            if (kind == BOUND_GROUPS_PRECEDING) {
+                if (group - peer_runs.ids[first + 1] < offset) return first;
+                target = group - offset;
+            } else {
+                if (peer_runs.ids[last] - group < offset) return last;
+                target = group + offset;
+            }
+            if (!past) return peer_runs.starts[target - 1];
+            return target < peer_runs.ids[n] ? peer_runs.starts[target] : n;
+        }
         default:
             return last;
     }
@@ -282,7 +301,7 @@ struct FrameSpec {
     u64 end_offset;
     u32 start_kind;
     u32 end_kind;
-    u32 peers;  // RANGE without offsets: CURRENT ROW is the row's peer group
+    u32 peers;  // RANGE or GROUPS: CURRENT ROW is the row's peer group
     u32 pad;
 };
 

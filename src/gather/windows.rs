@@ -30,9 +30,11 @@ pub enum WindowKind {
     Ntile(u64),
     /// `count(arg)`, or `count(*)` without an argument.
     Count,
-    /// `sum(arg)`: integers in wrapping 64-bit, decimals in wrapping 128-bit arithmetic.
+    /// `sum(arg)`: integers in wrapping 64-bit, decimals in wrapping 128-bit arithmetic,
+    /// floats (output `Float64`) in double-double.
     Sum,
-    /// `avg(arg)` of a `Decimal128`, as DataFusion's decimal average.
+    /// `avg(arg)`: of a `Decimal128` as DataFusion's decimal average, else (output
+    /// `Float64`) the float sum over the count.
     Avg,
     /// `min(arg)` over the frame.
     Min,
@@ -102,6 +104,10 @@ pub enum FrameEnd {
     ValuePreceding(u64),
     /// `RANGE` `n FOLLOWING`.
     ValueFollowing(u64),
+    /// `GROUPS` `n PRECEDING`: the peer group `n` groups before the row's.
+    GroupsPreceding(u64),
+    /// `GROUPS` `n FOLLOWING`.
+    GroupsFollowing(u64),
 }
 
 /// The `ORDER BY` key of `RANGE` frames with offsets, as a device searches it: integers
@@ -121,11 +127,11 @@ pub struct RangeKey {
     pub nulls_first: bool,
 }
 
-/// A frame of rows, or (`peers`) a `RANGE` frame without offsets.
+/// A frame of rows, or (`peers`) a `RANGE` or `GROUPS` frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameRange {
-    /// `CURRENT ROW` means the row's peer group (`RANGE`), not the row (`ROWS`); value
-    /// offsets are `RANGE`'s.
+    /// `CURRENT ROW` means the row's peer group (`RANGE`, `GROUPS`), not the row (`ROWS`);
+    /// value offsets are `RANGE`'s, group offsets `GROUPS`'.
     pub peers: bool,
     /// Where it starts.
     pub start: FrameEnd,
@@ -179,7 +185,8 @@ pub struct WindowColumn {
     pub frame: FrameRange,
     /// Its type: `UInt64` (ranks, `ntile`), `Float64` (`percent_rank`, `cume_dist`),
     /// `Int64` (counts, sums of signed integers), `UInt64` (sums of unsigned integers),
-    /// `Decimal128` (sums and averages of decimals), or the argument's (value functions,
+    /// `Decimal128` (sums and averages of decimals), `Float64` (float sums, averages of
+    /// integers and floats), or the argument's (value functions,
     /// `min`, `max`).
     pub output: DataType,
     /// `Shifted`'s default where the row shifted to is outside the partition: the value's

@@ -2,10 +2,12 @@
 //! (the CUDA device), described for it as a [`WindowRequest`] over the sort's columns, or
 //! why not.
 //!
-//! Taken, over `ROWS` frames of any bounds and `RANGE` frames without offsets:
+//! Taken, over `ROWS` frames of any bounds, `GROUPS` frames, and `RANGE` frames without
+//! offsets or with offsets over one integer, date or timestamp key:
 //! - the ranking functions;
 //! - `count`, and `sum` of integers and decimals (a cast from a narrower integer of the
-//!   same sign included), `avg` of decimals;
+//!   same sign included), `avg` of decimals; float `sum` and `avg` of integers and floats
+//!   (in double-double, as the host sums them);
 //! - `min` and `max` of integers, floats, decimals, dates, times and timestamps, over
 //!   frames that start at the partition's first row, end at its last, or hold a bounded
 //!   number of rows;
@@ -19,7 +21,7 @@
 
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow;
 use datafusion::physical_expr::expressions::{CastExpr, Column};
 use datafusion::physical_expr::PhysicalExpr;
@@ -129,10 +131,44 @@ pub(crate) fn device_request(
 /// outside its type.
 const DATE32_DAYS: (i128, i128) = (-96_465_292, 95_026_236);
 
+/// The first and last timestamps arrow's interval arithmetic takes, in seconds (chrono's
+/// `NaiveDateTime` range): `-262143-01-01T00:00:00` and `+262142-12-31T23:59:59`.
+const TIMESTAMP_SECONDS: (i128, i128) = (DATE32_DAYS.0 * 86_400, DATE32_DAYS.1 * 86_400 + 86_399);
+
+/// Units of a timestamp in one second.
+fn units_per_second(unit: &TimeUnit) -> i128 {
+    match unit {
+        TimeUnit::Second => 1,
+        TimeUnit::Millisecond => 1_000,
+        TimeUnit::Microsecond => 1_000_000,
+        TimeUnit::Nanosecond => 1_000_000_000,
+    }
+}
+
+/// The values of a timestamp of `unit` that arrow's interval arithmetic takes: chrono's
+/// range in that unit, within `i64`.
+fn timestamp_range(unit: &TimeUnit) -> (i128, i128) {
+    let per_second = units_per_second(unit);
+    let (first, last) = TIMESTAMP_SECONDS;
+    (
+        (first * per_second).max(i64::MIN.into()),
+        (last * per_second + per_second - 1).min(i64::MAX.into()),
+    )
+}
+
+/// Whether a timestamp's time zone adds days as fixed lengths of time (none, or UTC).
+fn fixed_days(zone: Option<&str>) -> bool {
+    matches!(zone, None | Some("UTC" | "+00:00" | "Z"))
+}
+
 /// Whether a `RANGE` key of `data_type` is signed, and its values' range, for the keys a
-/// device searches: integers and dates.
+/// device searches: integers, dates, and timestamps without a time zone (or in UTC).
 fn range_of(data_type: &DataType) -> Option<(bool, i128, i128)> {
     use DataType::*;
+    if let Timestamp(unit, zone) = data_type {
+        let (min, max) = timestamp_range(unit);
+        return fixed_days(zone.as_deref()).then_some((true, min, max));
+    }
     Some(match data_type {
         Int8 => (true, i8::MIN.into(), i8::MAX.into()),
         Int16 => (true, i16::MIN.into(), i16::MAX.into()),
@@ -147,10 +183,12 @@ fn range_of(data_type: &DataType) -> Option<(bool, i128, i128)> {
     })
 }
 
-/// A `RANGE` offset in the key's units: an integer of the key's type, or whole days for a
-/// date key.
+/// A `RANGE` offset in the key's units: an integer of the key's type, whole days for a
+/// date key, or days and a whole number of the key's units (parts of one sign) for a
+/// timestamp.
 fn offset_units(offset: &ScalarValue, key: &DataType) -> Result<u64, String> {
     let value: Option<i128> = match (key, offset) {
+        (DataType::Timestamp(unit, _), _) => timestamp_offset(offset, unit),
         (DataType::Date32, ScalarValue::IntervalMonthDayNano(Some(v)))
             if v.months == 0 && v.nanoseconds == 0 =>
         {
@@ -173,6 +211,25 @@ fn offset_units(offset: &ScalarValue, key: &DataType) -> Result<u64, String> {
     value
         .and_then(|v| u64::try_from(v).ok())
         .ok_or_else(|| format!("a RANGE frame offset {offset} over a {key} key"))
+}
+
+/// A `RANGE` offset over a timestamp of `unit` as a count of units, when it is days and a
+/// whole number of units (no months), both not negative: arrow then adds it as one fixed
+/// length of time, its steps never leaving the range where the whole stays in it.
+fn timestamp_offset(offset: &ScalarValue, unit: &TimeUnit) -> Option<i128> {
+    let (days, nanoseconds): (i128, i128) = match offset {
+        ScalarValue::IntervalMonthDayNano(Some(v)) if v.months == 0 => {
+            (v.days.into(), v.nanoseconds.into())
+        }
+        ScalarValue::IntervalDayTime(Some(v)) => {
+            (v.days.into(), i128::from(v.milliseconds) * 1_000_000)
+        }
+        _ => return None,
+    };
+    let per_second = units_per_second(unit);
+    let unit_nanoseconds = 1_000_000_000 / per_second;
+    let whole = days >= 0 && nanoseconds >= 0 && nanoseconds % unit_nanoseconds == 0;
+    whole.then(|| days * 86_400 * per_second + nanoseconds / unit_nanoseconds)
 }
 
 /// Bytes of a fixed-width value the device compares (keys) or copies between rows
@@ -224,9 +281,19 @@ fn column_of(
             };
             (WindowKind::Count, arg, frame_of(&function.frame)?)
         }
+        Function::Sum if output == DataType::Float64 => (
+            WindowKind::Sum,
+            Some(float_argument(function, input)?),
+            frame_of(&function.frame)?,
+        ),
         Function::Sum => (
             WindowKind::Sum,
             Some(argument(function, input, true)?),
+            frame_of(&function.frame)?,
+        ),
+        Function::Avg if output == DataType::Float64 => (
+            WindowKind::Avg,
+            Some(float_argument(function, input)?),
             frame_of(&function.frame)?,
         ),
         Function::Avg => {
@@ -282,8 +349,11 @@ fn column_of(
     };
     let argument_type = arg.map(|index| input.field(index).data_type());
     let expected = match (kind, &output) {
-        (WindowKind::Sum, DataType::Int64 | DataType::UInt64 | DataType::Decimal128(_, _)) => true,
-        (WindowKind::Avg, DataType::Decimal128(_, _)) => true,
+        (
+            WindowKind::Sum,
+            DataType::Int64 | DataType::UInt64 | DataType::Decimal128(_, _) | DataType::Float64,
+        ) => true,
+        (WindowKind::Avg, DataType::Decimal128(_, _) | DataType::Float64) => true,
         (WindowKind::Count, DataType::Int64) => true,
         (
             WindowKind::RowNumber | WindowKind::Rank | WindowKind::DenseRank | WindowKind::Ntile(_),
@@ -352,10 +422,8 @@ fn default_bytes(value: &ScalarValue, data_type: &DataType) -> Result<Option<Vec
         .ok_or_else(|| format!("default {value}: short values"))
 }
 
-/// The sort's column a function reads: a column, or a cast of one between integers of the
-/// same sign (DataFusion casts `sum`'s narrower integers to 64 bits). For `sum`, the
-/// column must be an integer or a `Decimal128` whose sum is the output type.
-fn argument(function: &WindowFunction, input: &Schema, sum: bool) -> Result<usize, String> {
+/// A function's argument as a column of the sort and the type it is cast to, if it is.
+fn cast_column(function: &WindowFunction) -> Result<(&Column, Option<&DataType>), String> {
     let Some(expr) = function.arg.as_ref() else {
         return Err("no argument".to_string());
     };
@@ -363,9 +431,33 @@ fn argument(function: &WindowFunction, input: &Schema, sum: bool) -> Result<usiz
         Some(cast) => (cast.expr().downcast_ref::<Column>(), Some(cast.cast_type())),
         None => (expr.downcast_ref::<Column>(), None),
     };
-    let Some(column) = column else {
-        return Err(format!("argument {expr} is not a column"));
-    };
+    match column {
+        Some(column) => Ok((column, cast_to)),
+        None => Err(format!("argument {expr} is not a column")),
+    }
+}
+
+/// The sort's column a float `sum` or `avg` reads: an integer or float column, or its
+/// cast to `Float64` (DataFusion's coercion of their arguments), which the device converts
+/// as arrow's cast does.
+fn float_argument(function: &WindowFunction, input: &Schema) -> Result<usize, String> {
+    let (column, cast_to) = cast_column(function)?;
+    let data_type = input.field(column.index()).data_type();
+    let source =
+        data_type.is_integer() || matches!(data_type, DataType::Float32 | DataType::Float64);
+    match (source, cast_to) {
+        (true, None | Some(DataType::Float64)) => Ok(column.index()),
+        (_, Some(to)) => Err(format!("a float sum of {data_type} cast to {to}")),
+        (false, None) => Err(format!("a float sum of {data_type}")),
+    }
+}
+
+/// The sort's column a function reads: a column, or a cast of one between integers of the
+/// same sign (DataFusion casts `sum`'s narrower integers to 64 bits). For `sum`, the
+/// column must be an integer or a `Decimal128` whose sum is the output type.
+fn argument(function: &WindowFunction, input: &Schema, sum: bool) -> Result<usize, String> {
+    let (column, cast_to) = cast_column(function)?;
+    let expr = function.arg.as_ref().expect("an argument");
     let data_type = input.field(column.index()).data_type();
     let output = function.output.data_type();
     if let Some(to) = cast_to {
@@ -401,17 +493,16 @@ fn argument(function: &WindowFunction, input: &Schema, sum: bool) -> Result<usiz
     }
 }
 
-/// The frame as the device reads it: `ROWS` of any bounds, or `RANGE`, with offsets over
-/// an integer or date `key` (the one `ORDER BY` key's type).
+/// The frame as the device reads it: `ROWS` or `GROUPS` of any bounds, or `RANGE`, with
+/// offsets over an integer, date or timestamp `key` (the one `ORDER BY` key's type).
 fn frame_of(frame: &Frame, key: Option<&DataType>) -> Result<FrameRange, String> {
-    let peers = match frame.units {
-        Units::Rows => false,
-        Units::Range => true,
-        Units::Groups => return Err("a GROUPS frame".to_string()),
-    };
+    let peers = frame.units != Units::Rows;
+    let groups = frame.units == Units::Groups;
     let offset = |value: &ScalarValue| -> Result<u64, String> {
         match key {
-            Some(key) if peers && range_of(key).is_some() => offset_units(value, key),
+            Some(key) if frame.units == Units::Range && range_of(key).is_some() => {
+                offset_units(value, key)
+            }
             Some(key) => Err(format!("a RANGE frame offset over a {key} key")),
             None => Err("a RANGE frame offset without one ORDER BY key".to_string()),
         }
@@ -419,6 +510,8 @@ fn frame_of(frame: &Frame, key: Option<&DataType>) -> Result<FrameRange, String>
     let end = |bound: &Bound| -> Result<FrameEnd, String> {
         Ok(match bound {
             Bound::UnboundedPreceding => FrameEnd::UnboundedPreceding,
+            Bound::Preceding(n) if groups => FrameEnd::GroupsPreceding(*n as u64),
+            Bound::Following(n) if groups => FrameEnd::GroupsFollowing(*n as u64),
             Bound::Preceding(n) => FrameEnd::Preceding(*n as u64),
             Bound::CurrentRow => FrameEnd::CurrentRow,
             Bound::Following(n) => FrameEnd::Following(*n as u64),
@@ -427,7 +520,7 @@ fn frame_of(frame: &Frame, key: Option<&DataType>) -> Result<FrameRange, String>
             Bound::ValueFollowing(value) => FrameEnd::ValueFollowing(offset(value)?),
         })
     };
-    if peers
+    if frame.units == Units::Range
         && [&frame.start, &frame.end]
             .iter()
             .any(|b| matches!(b, Bound::Preceding(_) | Bound::Following(_)))
@@ -456,6 +549,63 @@ mod tests {
     }
 
     #[test]
+    fn the_timestamp_ranges_are_arrows() {
+        use arrow::array::temporal_conversions::as_datetime;
+        use arrow::datatypes::{
+            TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+            TimestampSecondType,
+        };
+        fn check<T: arrow::datatypes::ArrowPrimitiveType>(unit: TimeUnit) {
+            let (first, last) = timestamp_range(&unit);
+            let (first, last) = (first as i64, last as i64);
+            assert!(as_datetime::<T>(first).is_some(), "{unit:?}");
+            assert!(as_datetime::<T>(last).is_some(), "{unit:?}");
+            if first > i64::MIN {
+                assert!(as_datetime::<T>(first - 1).is_none(), "{unit:?}");
+            }
+            if last < i64::MAX {
+                assert!(as_datetime::<T>(last + 1).is_none(), "{unit:?}");
+            }
+        }
+        check::<TimestampSecondType>(TimeUnit::Second);
+        check::<TimestampMillisecondType>(TimeUnit::Millisecond);
+        check::<TimestampMicrosecondType>(TimeUnit::Microsecond);
+        check::<TimestampNanosecondType>(TimeUnit::Nanosecond);
+    }
+
+    #[test]
+    fn timestamp_offsets_in_the_keys_units() {
+        use arrow::datatypes::IntervalMonthDayNano;
+        let day_and_a_second =
+            ScalarValue::IntervalMonthDayNano(Some(IntervalMonthDayNano::new(0, 1, 1_000_000_000)));
+        assert_eq!(
+            timestamp_offset(&day_and_a_second, &TimeUnit::Second),
+            Some(86_401)
+        );
+        assert_eq!(
+            timestamp_offset(&day_and_a_second, &TimeUnit::Microsecond),
+            Some(86_401_000_000)
+        );
+        let half_a_second =
+            ScalarValue::IntervalMonthDayNano(Some(IntervalMonthDayNano::new(0, 0, 500_000_000)));
+        assert_eq!(timestamp_offset(&half_a_second, &TimeUnit::Second), None);
+        assert_eq!(
+            timestamp_offset(&half_a_second, &TimeUnit::Millisecond),
+            Some(500)
+        );
+        let a_month = ScalarValue::IntervalMonthDayNano(Some(IntervalMonthDayNano::new(1, 0, 0)));
+        assert_eq!(timestamp_offset(&a_month, &TimeUnit::Second), None);
+        let mixed = ScalarValue::IntervalMonthDayNano(Some(IntervalMonthDayNano::new(0, 1, -1)));
+        assert_eq!(timestamp_offset(&mixed, &TimeUnit::Nanosecond), None);
+        assert!(range_of(&DataType::Timestamp(TimeUnit::Second, Some("UTC".into()))).is_some());
+        assert!(range_of(&DataType::Timestamp(
+            TimeUnit::Second,
+            Some("Europe/Paris".into())
+        ))
+        .is_none());
+    }
+
+    #[test]
     fn keys_of_fixed_width_up_to_16_bytes() {
         assert_eq!(key_width(&DataType::Int32), Some(4));
         assert_eq!(key_width(&DataType::Decimal128(15, 2)), Some(16));
@@ -466,7 +616,7 @@ mod tests {
     }
 
     #[test]
-    fn frames_with_offsets_of_peers_stay_on_the_host() {
+    fn frames_of_rows_peers_and_groups() {
         let running = Frame {
             units: Units::Range,
             start: Bound::UnboundedPreceding,
@@ -485,7 +635,14 @@ mod tests {
             start: Bound::Preceding(1),
             end: Bound::CurrentRow,
         };
-        assert!(frame_of(&groups, None).is_err());
+        assert_eq!(
+            frame_of(&groups, None),
+            Ok(FrameRange {
+                peers: true,
+                start: FrameEnd::GroupsPreceding(1),
+                end: FrameEnd::CurrentRow,
+            })
+        );
         let sliding = Frame {
             units: Units::Rows,
             start: Bound::Preceding(6),

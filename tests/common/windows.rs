@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, Date32Array, Decimal128Array, Float64Array, Int32Array, Int64Array,
-    Int8Array, RecordBatch, TimestampMicrosecondArray, UInt8Array,
+    Int8Array, RecordBatch, TimestampMicrosecondArray, TimestampSecondArray, UInt8Array,
 };
 use datafusion::arrow::compute::{concat_batches, sort_to_indices, take_record_batch};
 use datafusion::arrow::datatypes::{DataType, Field, Float64Type, Schema};
@@ -718,10 +718,11 @@ pub async fn empty_input_and_the_setting(backend: BackendChoice) {
 }
 
 /// What the CUDA backend computes on the device (`src/window/device.rs`): `count` (and
-/// `count(*)`), `sum` of integers and decimals and `avg` of decimals (all-null arguments
-/// included), `min` and `max` of integers, decimals, dates and floats, `first_value`,
-/// `last_value`, `nth_value`, `lag` and `lead` (with and without defaults), and every
-/// ranking function, over `ROWS` frames and `RANGE` frames without offsets, without
+/// `count(*)`), `sum` of integers, decimals and floats, `avg` of decimals, floats and
+/// integers (all-null arguments included), `min` and `max` of integers, decimals, dates
+/// and floats, `first_value`, `last_value`, `nth_value`, `lag` and `lead` (with and
+/// without defaults), and every ranking function, over `ROWS` frames, `RANGE` frames
+/// without offsets and `GROUPS` frames, without
 /// `PARTITION BY`, over a few large partitions and over thousands of tiny ones, keys with
 /// nulls in both directions. One input partition, so each sort is one run. The results
 /// equal DataFusion's; `on_device` says the device must have computed them (the CUDA
@@ -742,6 +743,26 @@ pub async fn device_window_functions(backend: BackendChoice, on_device: bool) {
     let values = "first_value(i) OVER w, last_value(d) OVER w, nth_value(dt, 2) OVER w, \
                   first_value(nul) OVER w, lag(i) OVER w, lead(d, 2) OVER w, \
                   lag(i, 3, -7) OVER w, lag(dt, 2) OVER w, lead(i, 1, 5) OVER w";
+    // Float sums and averages (of floats and of integers) lead each query: columns 1 to 3,
+    // compared within the float bound.
+    let floats = "sum(f) OVER w, avg(f) OVER w, avg(i) OVER w";
+    let scale = float_scale(&batch);
+    // GROUPS frames: extremes only where one end is unbounded.
+    let group_frames = [
+        ("GROUPS BETWEEN 1 PRECEDING AND 2 FOLLOWING", ""),
+        ("GROUPS BETWEEN 3 PRECEDING AND 1 PRECEDING", ""),
+        ("GROUPS BETWEEN 1 FOLLOWING AND 3 FOLLOWING", ""),
+        (
+            "GROUPS BETWEEN 2 FOLLOWING AND UNBOUNDED FOLLOWING",
+            ", min(i) OVER w, max(f) OVER w",
+        ),
+        (
+            "GROUPS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING",
+            ", max(d) OVER w, min(dt) OVER w",
+        ),
+    ];
+    let group_aggregates = "count(i) OVER w, sum(i) OVER w, sum(d) OVER w, count(*) OVER w, \
+                            sum(nul) OVER w, avg(d) OVER w, avg(nul) OVER w";
     // One partition: each sort is one run. Four: PARTITION BY sorts are shared by the
     // four hash partitions (`combined.rs`), each part its own window partitions.
     for target_partitions in [1, 4] {
@@ -753,23 +774,31 @@ pub async fn device_window_functions(backend: BackendChoice, on_device: bool) {
             for frame in ROWS_FRAMES {
                 for order in ["ORDER BY o, rid", "ORDER BY o DESC NULLS LAST, rid DESC"] {
                     queries.push(format!(
-                        "SELECT rid, {aggregates}, row_number() OVER w, ntile(3) OVER w, \
-                         {values} FROM t WINDOW w AS ({by} {order} {frame})"
+                        "SELECT rid, {floats}, {aggregates}, row_number() OVER w, \
+                         ntile(3) OVER w, {values} FROM t WINDOW w AS ({by} {order} {frame})"
                     ));
                 }
             }
             for frame in peer_frames {
                 for order in ["ORDER BY o", "ORDER BY o DESC NULLS LAST", "ORDER BY dt, o"] {
                     queries.push(format!(
-                        "SELECT rid, {aggregates}, rank() OVER w, dense_rank() OVER w, \
-                         percent_rank() OVER w, cume_dist() OVER w FROM t \
-                         WINDOW w AS ({by} {order} {frame})"
+                        "SELECT rid, {floats}, {aggregates}, rank() OVER w, \
+                         dense_rank() OVER w, percent_rank() OVER w, cume_dist() OVER w \
+                         FROM t WINDOW w AS ({by} {order} {frame})"
+                    ));
+                }
+            }
+            for (frame, extremes) in group_frames {
+                for order in ["ORDER BY o", "ORDER BY o DESC NULLS LAST"] {
+                    queries.push(format!(
+                        "SELECT rid, {floats}, {group_aggregates}{extremes}, rank() OVER w \
+                         FROM t WINDOW w AS ({by} {order} {frame})"
                     ));
                 }
             }
         }
         for sql in queries {
-            let plan = assert_same_windows(&stock, &gpu, &sql, &[], 0.0).await;
+            let plan = assert_same_windows(&stock, &gpu, &sql, &[1, 2, 3], scale).await;
             let text = plan_text(&plan);
             assert!(
                 text.contains("on=device where its sort is one run"),
@@ -784,9 +813,9 @@ pub async fn device_window_functions(backend: BackendChoice, on_device: bool) {
     }
 }
 
-/// `RANGE` frames with offsets over integer and date keys, which the CUDA backend searches
-/// on the device: keys at the ends of `Int8`'s and `UInt8`'s ranges (targets outside the
-/// type collapse), nulls first and last, both directions, one and several window
+/// `RANGE` frames with offsets over integer, date and timestamp keys, which the CUDA
+/// backend searches on the device: keys at the ends of `Int8`'s and `UInt8`'s ranges and
+/// of the timestamps arrow's interval arithmetic takes (targets outside them collapse), nulls first and last, both directions, one and several window
 /// partitions, frames before, around and after the row. The results equal DataFusion's;
 /// `on_device` says the device must have computed them.
 pub async fn device_range_offsets(backend: BackendChoice, on_device: bool) {
@@ -801,6 +830,26 @@ pub async fn device_range_offsets(backend: BackendChoice, on_device: bool) {
         .collect();
     let date: Date32Array = (0..rows)
         .map(|_| (!null(&mut rng)).then(|| rng.random_range(10_950..11_400)))
+        .collect();
+    // Seconds around 2000, and a few at the ends of the range arrow's interval arithmetic
+    // takes (chrono's), where targets fall outside it.
+    const LAST_SECOND: i64 = 8_210_266_876_799;
+    const FIRST_SECOND: i64 = -8_334_601_228_800;
+    let seconds: TimestampSecondArray = (0..rows)
+        .map(|_| {
+            (!null(&mut rng)).then(|| match rng.random_range(0..20) {
+                0 => LAST_SECOND - rng.random_range(0..400_000),
+                1 => FIRST_SECOND + rng.random_range(0..400_000),
+                _ => 946_684_800 + rng.random_range(0..2_000_000),
+            })
+        })
+        .collect();
+    // Microseconds over a few days, with ties.
+    let micros: TimestampMicrosecondArray = (0..rows)
+        .map(|_| {
+            (!null(&mut rng))
+                .then(|| 946_684_800_000_000 + rng.random_range(0..400i64) * 900_000_000)
+        })
         .collect();
     let x: Int64Array = (0..rows)
         .map(|_| (!null(&mut rng)).then(|| rng.random_range(-1000..1000)))
@@ -826,6 +875,8 @@ pub async fn device_range_offsets(backend: BackendChoice, on_device: bool) {
         ("k8", Arc::new(int8) as ArrayRef),
         ("ku8", Arc::new(uint8) as ArrayRef),
         ("kdt", Arc::new(date) as ArrayRef),
+        ("ks", Arc::new(seconds) as ArrayRef),
+        ("kus", Arc::new(micros.with_timezone("UTC")) as ArrayRef),
         ("x", Arc::new(x) as ArrayRef),
         ("d", Arc::new(d) as ArrayRef),
     ])
@@ -845,6 +896,31 @@ pub async fn device_range_offsets(backend: BackendChoice, on_device: bool) {
         ),
         ("kdt", "INTERVAL '7' DAY PRECEDING AND CURRENT ROW", false),
         ("kdt", "CURRENT ROW AND INTERVAL '10' DAY FOLLOWING", false),
+        (
+            "ks",
+            "INTERVAL '3 days' PRECEDING AND INTERVAL '1 hour' FOLLOWING",
+            false,
+        ),
+        (
+            "ks",
+            "INTERVAL '90' SECOND PRECEDING AND CURRENT ROW",
+            false,
+        ),
+        (
+            "ks",
+            "INTERVAL '2' DAY FOLLOWING AND UNBOUNDED FOLLOWING",
+            true,
+        ),
+        (
+            "kus",
+            "INTERVAL '1 hour 30 minutes' PRECEDING AND INTERVAL '0.5' SECOND FOLLOWING",
+            false,
+        ),
+        (
+            "kus",
+            "UNBOUNDED PRECEDING AND INTERVAL '1' DAY PRECEDING",
+            true,
+        ),
     ];
     for target_partitions in [1, 3] {
         let (stock, gpu, _) = contexts(backend, target_partitions);

@@ -1,5 +1,7 @@
 //! Window columns from the runs and from prefix sums: the ranking functions, and `count`,
-//! `sum` and `avg` over frames (`kernels/window.cu`).
+//! `sum` and `avg` over frames (`kernels/window.cu`): integers and decimals in wrapping
+//! arithmetic, floats (and averages of integers) in double-double, as `src/window/sums.rs`
+//! computes them on the host.
 
 use arrow::array::ArrayRef;
 use arrow::datatypes::DataType;
@@ -57,10 +59,13 @@ pub(super) fn frame_aggregate(
     frame: FrameSpec,
     rows: usize,
 ) -> CudaResult<Option<ArrayRef>> {
+    let sum = matches!(column.kind, WindowKind::Sum | WindowKind::Avg);
+    if sum && column.output == DataType::Float64 {
+        return float_aggregate(at, column, argument, layout, frame, rows);
+    }
     let device = at.device;
     let grid = at.kernels.grid_for(rows);
     let counts = valid_counts(at, argument, rows)?;
-    let sum = matches!(column.kind, WindowKind::Sum | WindowKind::Avg);
     // Prefix sums of the argument, and their width.
     let (prefix, width) = match (sum, argument) {
         (false, _) => (None, 8),
@@ -150,6 +155,99 @@ pub(super) fn frame_aggregate(
         None => None,
     };
     array_of(column.output.clone(), rows, values, nulls).map(Some)
+}
+
+/// Float `sum` or `avg` (`Float64`) over each row's frame, from double-double prefix sums
+/// of the argument converted to `f64`; `None` for an argument type the kernels do not
+/// convert, or a column holding a NaN or an infinity (the host counts those apart), or
+/// whose sums overflow.
+fn float_aggregate(
+    at: &mut WindowDevice<'_>,
+    column: &WindowColumn,
+    argument: Option<&SortedColumn>,
+    layout: RunLayout,
+    frame: FrameSpec,
+    rows: usize,
+) -> CudaResult<Option<ArrayRef>> {
+    let Some(argument) = argument else {
+        return Ok(None);
+    };
+    let source = match argument.data_type {
+        DataType::Int8 => 0,
+        DataType::Int16 => 1,
+        DataType::Int32 => 2,
+        DataType::Int64 => 3,
+        DataType::UInt8 => 4,
+        DataType::UInt16 => 5,
+        DataType::UInt32 => 6,
+        DataType::UInt64 => 7,
+        DataType::Float32 => 8,
+        DataType::Float64 => 9,
+        _ => return Ok(None),
+    };
+    let device = at.device;
+    let counts = valid_counts(at, Some(argument), rows)?;
+    let non_finite = device.alloc::<u8>(4, "window float check")?;
+    device.zero(&non_finite)?;
+    let prefix = device.alloc::<u8>((rows + 1) * 16, "window float prefix sums")?;
+    let valid = argument.validity.as_ref().map_or(0, |v| v.ptr());
+    let (mut values, mut valid, mut n, mut out, mut flag) = (
+        argument.values.ptr(),
+        valid,
+        rows as u32,
+        prefix.ptr(),
+        non_finite.ptr(),
+    );
+    let mut params = [
+        arg(&mut values),
+        arg(&mut valid),
+        arg(&mut n),
+        arg(&mut out),
+        arg(&mut flag),
+    ];
+    let grid = at.kernels.grid_for(rows);
+    let load = at.kernels.load_floats[source];
+    launch(device, load, grid, THREADS, &mut params, rows)?;
+    scan(at, at.kernels.scan_dd, &prefix, rows + 1)?;
+    let out = device.alloc::<u8>(rows * 8, "window float values")?;
+    let validity = device.alloc::<u8>(rows.div_ceil(32) * 4, "window float validity")?;
+    let (mut layout, mut frame, mut n) = (layout, frame, rows as u32);
+    let mut average = u32::from(column.kind == WindowKind::Avg);
+    let (mut prefix_at, mut counts_at, mut out_at, mut valid_at, mut flag) = (
+        prefix.ptr(),
+        counts.as_ref().map_or(0, |c| c.ptr()),
+        out.ptr(),
+        validity.ptr(),
+        non_finite.ptr(),
+    );
+    let mut params = [
+        arg(&mut layout),
+        arg(&mut frame),
+        arg(&mut n),
+        arg(&mut average),
+        arg(&mut prefix_at),
+        arg(&mut counts_at),
+        arg(&mut out_at),
+        arg(&mut valid_at),
+        arg(&mut flag),
+    ];
+    let frame_grid = at.kernels.grid_for(rows.next_multiple_of(32));
+    launch(
+        device,
+        at.kernels.frame_dd,
+        frame_grid,
+        THREADS,
+        &mut params,
+        rows,
+    )?;
+    drop(prefix);
+    let flag = download(at, &non_finite, 4)?;
+    if flag.as_slice().iter().any(|&b| b != 0) {
+        return Ok(None);
+    }
+    let values = download(at, &out, rows * 8)?;
+    let nulls = nulls_of(at, &validity, rows)?;
+    array_of(DataType::Float64, rows, values, nulls).map(Some)
 }
 
 /// DataFusion's decimal averages of the frames' `sums` and `counts`, in the column's

@@ -6,7 +6,8 @@
 //!  key columns, gathered in sorted order ─► flags: row starts a window partition / peer group
 //!  flags ─► inclusive scans ─► each row's run id; the runs' first rows (scatter)
 //!  per column:  ranking functions                from the run starts   (aggregates.rs)
-//!               count / sum / avg over the frame differences of prefix sums
+//!               count / sum / avg over the frame differences of prefix sums (floats in
+//!                                                double-double)
 //!               lag .. nth_value                 another row's value   (values.rs)
 //!               min / max over the frame         sparse table or running minimum
 //!  ─► downloaded once, whole, into host buffers the output batches slice
@@ -40,6 +41,12 @@ use crate::gather::{FrameEnd, FrameRange, WindowKind, WindowRequest};
 
 /// Key widths with a comparison kernel of their own, in the order of [`Windower::distinct`].
 const KEY_WIDTHS: [usize; 5] = [1, 2, 4, 8, 16];
+
+/// The argument types `window_load_float_*` convert to doubles, in the order of their
+/// kernels.
+const FLOAT_SOURCES: [&str; 10] = [
+    "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f32", "f64",
+];
 
 /// Flag bit of a row that starts a window partition (and so a peer group).
 const PARTITION_MARK: u32 = 1;
@@ -76,6 +83,10 @@ pub struct Windower {
     frame_u64: Kernel,
     frame_u128: Kernel,
     average_d128: Kernel,
+    /// `window_load_float_i8 .. i64`, `u8 .. u64`, then `f32` and `f64`.
+    load_floats: [Kernel; 10],
+    scan_dd: Scan,
+    frame_dd: Kernel,
     /// `window_value_w1 .. w16`, in the order of [`KEY_WIDTHS`].
     value: [Kernel; 5],
     /// `window_key_*` and `window_unkey_*`, in the order of [`values::ORDERED`].
@@ -147,6 +158,15 @@ impl Windower {
             frame_u64: kernel("window_frame_u64")?,
             frame_u128: kernel("window_frame_u128")?,
             average_d128: kernel("window_average_d128")?,
+            load_floats: {
+                let mut kernels = Vec::with_capacity(10);
+                for name in FLOAT_SOURCES {
+                    kernels.push(module.kernel(&format!("window_load_float_{name}"))?);
+                }
+                kernels.try_into().expect("ten float sources")
+            },
+            scan_dd: scan("dd", 16)?,
+            frame_dd: kernel("window_frame_dd")?,
             value: [
                 value_kernel("window_value_w1")?,
                 value_kernel("window_value_w2")?,
@@ -260,6 +280,8 @@ fn bound(end: FrameEnd, searched: Option<&DeviceBuffer<u8>>) -> (u32, u64) {
         (FrameEnd::CurrentRow, _) => (2, 0),
         (FrameEnd::Following(n), _) => (3, n),
         (FrameEnd::UnboundedFollowing, _) => (4, 0),
+        (FrameEnd::GroupsPreceding(n), _) => (6, n),
+        (FrameEnd::GroupsFollowing(n), _) => (7, n),
         (FrameEnd::ValuePreceding(_) | FrameEnd::ValueFollowing(_), Some(bounds)) => {
             (5, bounds.ptr())
         }
