@@ -222,6 +222,14 @@ impl PayloadGather for DevicePayload {
         &self.indices
     }
 
+    fn retain_columns(&mut self, keep: &[usize]) {
+        let kept: Vec<bool> = self.indices.iter().map(|i| keep.contains(i)).collect();
+        let mut flags = kept.iter();
+        self.columns
+            .retain(|_| *flags.next().expect("a flag per column"));
+        self.indices.retain(|i| keep.contains(i));
+    }
+
     fn gather(&mut self, start: usize, batch_rows: &[usize]) -> Result<Option<Vec<Vec<ArrayRef>>>> {
         let rows: usize = batch_rows.iter().sum();
         let runtime = Arc::clone(&self.runtime);

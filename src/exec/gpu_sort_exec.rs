@@ -207,6 +207,14 @@ impl GpuSortExec {
         self
     }
 
+    /// This sort without window columns.
+    pub fn without_windows(mut self) -> Self {
+        if self.windows.take().is_some() {
+            self.combined = Arc::default();
+        }
+        self
+    }
+
     /// The window columns set by [`with_windows`](Self::with_windows).
     pub fn windows(&self) -> Option<&WindowRequest> {
         self.windows.as_deref()

@@ -25,7 +25,7 @@ use super::metrics::SortMetrics;
 use super::partition_top::{keep_top_rows, PartitionTop};
 use crate::config::AlgorithmChoice;
 use crate::gather::{
-    append_window_columns, gather_sorted, PayloadGather, RunRows, Views, WindowRequest,
+    append_window_columns, gather_sorted_columns, PayloadGather, RunRows, Views, WindowRequest,
 };
 use crate::keys::{encode_keys, EncodedKeys, KeyColumn};
 use crate::sort::{
@@ -502,7 +502,8 @@ impl<'a> RunSorter<'a> {
     /// Builds the output batches of `permutation` (row ids of `rows`), `payload` gathering
     /// its columns on the device, and hands them, in order, to `emit` (which returns `false`
     /// to stop).
-    /// `windows`: window columns computed for these rows, appended to each batch.
+    /// `windows`: window columns computed for these rows, appended to each batch (after
+    /// the columns their request keeps).
     pub(super) fn gather_rows(
         &self,
         rows: &RunRows,
@@ -516,11 +517,16 @@ impl<'a> RunSorter<'a> {
         let _timer = metrics.gather_time.timer();
         let _compute = metrics.baseline.elapsed_compute().timer();
         let (mut offset, mut failed) = (windows.as_ref().map_or(0, |w| w.offset), None);
-        let gathered = gather_sorted(
+        // With window columns, only the sort's columns the window's consumer reads.
+        let keep = windows
+            .as_ref()
+            .and_then(|w| w.columns.request.keep.as_deref());
+        let gathered = gather_sorted_columns(
             rows,
             permutation,
             spec.run_batch_rows,
             payload.as_deref_mut(),
+            keep,
             |batch| {
                 let batch = match &windows {
                     None => batch,

@@ -18,7 +18,7 @@ mod bytes;
 mod columns;
 mod windows;
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use arrow::array::{Array, ArrayRef, RecordBatch, RecordBatchOptions, UInt32Array};
 use arrow::compute::{concat, take};
@@ -31,7 +31,7 @@ pub use bytes::Views;
 pub use columns::{column_gatherer, ColumnGather, RowAt};
 pub use windows::{
     append_window_columns, ordered_of, FrameEnd, FrameRange, Ordered, RangeKey, WindowColumn,
-    WindowKind, WindowRequest,
+    WindowKind, WindowRequest, DEVICE_WINDOWS_KEY,
 };
 
 /// Output rows per window when a [`PayloadGather`] takes part.
@@ -54,6 +54,10 @@ pub trait PayloadGather: Send {
 
     /// What it did so far.
     fn stats(&self) -> PayloadStats;
+
+    /// Gathers only those of its columns that are in `keep` from now on (the others were
+    /// needed where the run is only, for window columns).
+    fn retain_columns(&mut self, _keep: &[usize]) {}
 
     /// The window columns of `request` over every row of the run in sorted order (the
     /// rows it gathers), window partitions also starting at rows `starts` (the parts of
@@ -195,7 +199,24 @@ impl RunRows {
     /// window whole partitions) has its other columns gathered in pieces on all cores and
     /// concatenated.
     pub fn gather_with(&self, ids: &[u32], ready: Vec<Option<ArrayRef>>) -> Result<RecordBatch> {
-        let missing: Vec<usize> = (0..ready.len()).filter(|&c| ready[c].is_none()).collect();
+        let all: Vec<usize> = (0..ready.len()).collect();
+        self.gather_projected(ids, ready, &all, self.batches[0].schema())
+    }
+
+    /// [`RunRows::gather_with`] for columns `keep` only, in that order: a batch of `schema`
+    /// (theirs).
+    fn gather_projected(
+        &self,
+        ids: &[u32],
+        mut ready: Vec<Option<ArrayRef>>,
+        keep: &[usize],
+        schema: SchemaRef,
+    ) -> Result<RecordBatch> {
+        let missing: Vec<usize> = keep
+            .iter()
+            .copied()
+            .filter(|&c| ready[c].is_none())
+            .collect();
         let mut gathered = if missing.is_empty() {
             Vec::new()
         } else if ids.len() <= PIECE_ROWS {
@@ -213,16 +234,15 @@ impl RunRows {
                 .collect::<Result<Vec<_>>>()?
         }
         .into_iter();
-        let columns = ready
-            .into_iter()
-            .map(|ready| match ready {
+        let columns = keep
+            .iter()
+            .map(|&c| match ready[c].take() {
                 Some(array) => array,
                 None => gathered
                     .next()
                     .expect("one gathered array per missing column"),
             })
             .collect();
-        let schema: SchemaRef = self.batches[0].schema();
         let options = RecordBatchOptions::new().with_row_count(Some(ids.len()));
         Ok(RecordBatch::try_new_with_options(
             schema, columns, &options,
@@ -272,11 +292,28 @@ pub fn gather_sorted(
     payload: Option<&mut (dyn PayloadGather + '_)>,
     emit: impl FnMut(RecordBatch) -> bool,
 ) -> Result<()> {
+    gather_sorted_columns(rows, permutation, batch_size, payload, None, emit)
+}
+
+/// [`gather_sorted`] of the columns `keep` only, in that order (`None`: every column);
+/// the payload is told to gather no others.
+pub fn gather_sorted_columns(
+    rows: &RunRows,
+    permutation: &[u32],
+    batch_size: usize,
+    mut payload: Option<&mut (dyn PayloadGather + '_)>,
+    keep: Option<&[usize]>,
+    emit: impl FnMut(RecordBatch) -> bool,
+) -> Result<()> {
+    if let (Some(payload), Some(keep)) = (payload.as_deref_mut(), keep) {
+        payload.retain_columns(keep);
+    }
     gather_in_windows(
         rows,
         permutation,
         batch_size,
         payload,
+        keep,
         DEVICE_WINDOW_ROWS,
         batches::OFFSET_BYTES,
         emit,
@@ -293,15 +330,23 @@ pub fn gather_sorted(
 ///  payload:  gather 0 │ gather 1          │ gather 2          │ ...
 ///  here:              │ build + emit 0    │ build + emit 1    │ ...
 /// ```
+#[allow(clippy::too_many_arguments)]
 fn gather_in_windows<'p, 'g: 'p>(
     rows: &RunRows,
     permutation: &[u32],
     batch_size: usize,
     payload: Option<&'p mut (dyn PayloadGather + 'g)>,
+    keep: Option<&[usize]>,
     device_window: usize,
     offset_bytes: usize,
     mut emit: impl FnMut(RecordBatch) -> bool,
 ) -> Result<()> {
+    if rows.rows() == 0 {
+        return Ok(());
+    }
+    let all: Vec<usize> = (0..rows.num_columns()).collect();
+    let keep = keep.unwrap_or(&all);
+    let schema = Arc::new(rows.batches[0].schema().project(keep)?);
     let batch_size = batch_size.max(1);
     let window_rows = match payload {
         Some(_) => device_window.max(batch_size),
@@ -355,7 +400,7 @@ fn gather_in_windows<'p, 'g: 'p>(
             let batches: Vec<Result<RecordBatch>> = ids
                 .into_par_iter()
                 .zip(ready)
-                .map(|(ids, ready)| rows.gather_with(ids, ready))
+                .map(|(ids, ready)| rows.gather_projected(ids, ready, keep, Arc::clone(&schema)))
                 .collect();
             crate::trace::event(|| format!("  window {w}: batches built"));
             let emitting = std::time::Instant::now();
@@ -568,10 +613,19 @@ mod tests {
             fail_at: usize::MAX,
         };
         let mut emitted = 0;
-        gather_in_windows(&rows, &[], 4, Some(&mut payload), 8, usize::MAX, |_| {
-            emitted += 1;
-            true
-        })
+        gather_in_windows(
+            &rows,
+            &[],
+            4,
+            Some(&mut payload),
+            None,
+            8,
+            usize::MAX,
+            |_| {
+                emitted += 1;
+                true
+            },
+        )
         .unwrap();
         assert_eq!((emitted, payload.windows), (0, 0));
     }
@@ -591,6 +645,7 @@ mod tests {
                 &permutation[..998],
                 30,
                 payload,
+                None,
                 window,
                 usize::MAX,
                 |b| {
@@ -644,7 +699,7 @@ mod tests {
             };
             let offered = with_payload.then_some(&mut payload as &mut dyn PayloadGather);
             let mut out = Vec::new();
-            gather_in_windows(&rows, &permutation, 300, offered, 500, 1000, |b| {
+            gather_in_windows(&rows, &permutation, 300, offered, None, 500, 1000, |b| {
                 out.push(b);
                 true
             })

@@ -205,9 +205,16 @@ pub struct WindowRequest {
     pub columns: Vec<WindowColumn>,
     /// The one `ORDER BY` key, when a column's frame is a `RANGE` with offsets.
     pub range_key: Option<RangeKey>,
-    /// The sort's columns then the window columns.
+    /// The sort's columns that its batches carry when the window columns join them, in
+    /// order (`None`: all of them); the others are read where the run is only.
+    pub keep: Option<Vec<usize>>,
+    /// The sort's columns (those kept) then the window columns, with the metadata key
+    /// [`DEVICE_WINDOWS_KEY`] that marks the batches that carry them.
     pub schema: SchemaRef,
 }
+
+/// Metadata key of the schema of a sort's batches that carry window columns.
+pub const DEVICE_WINDOWS_KEY: &str = "gpusort.window_columns";
 
 impl WindowRequest {
     /// Whether a column reads peer groups (rows equal on every key).

@@ -21,7 +21,7 @@
 
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, Schema, SchemaRef, TimeUnit};
+use arrow::datatypes::{DataType, FieldRef, Schema, TimeUnit};
 use datafusion::arrow;
 use datafusion::physical_expr::expressions::{CastExpr, Column};
 use datafusion::physical_expr::PhysicalExpr;
@@ -35,14 +35,15 @@ use super::spec::{Function, WindowFunction};
 use super::values::ValueOf;
 use crate::gather::{
     ordered_of, FrameEnd, FrameRange, RangeKey, WindowColumn, WindowKind, WindowRequest,
+    DEVICE_WINDOWS_KEY,
 };
 
-/// The request for `functions` over a sort of `input` whose window output is `schema`,
-/// or why the device does not compute them.
+/// The request for `functions` over a sort of `input` whose window output keeps the
+/// input columns `keep` (`None`: all), or why the device does not compute them.
 pub(crate) fn device_request(
     functions: &[WindowFunction],
     input: &Schema,
-    schema: &SchemaRef,
+    keep: Option<&[usize]>,
 ) -> Result<WindowRequest, String> {
     let Some(first) = functions.first() else {
         return Err("no window function".to_string());
@@ -117,12 +118,28 @@ pub(crate) fn device_request(
                 .map_err(|reason| format!("{}: {reason}", f.output.name()))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let kept: Vec<FieldRef> = match keep {
+        Some(keep) => keep
+            .iter()
+            .map(|&c| Arc::clone(&input.fields()[c]))
+            .collect(),
+        None => input.fields().to_vec(),
+    };
+    let fields = kept
+        .into_iter()
+        .chain(functions.iter().map(|f| Arc::clone(&f.output)));
+    let mut metadata = input.metadata().clone();
+    metadata.insert(DEVICE_WINDOWS_KEY.to_string(), "true".to_string());
     Ok(WindowRequest {
         partition_by,
         order_by,
         columns,
         range_key,
-        schema: Arc::clone(schema),
+        keep: keep.map(<[usize]>::to_vec),
+        schema: Arc::new(Schema::new_with_metadata(
+            fields.collect::<Vec<_>>(),
+            metadata,
+        )),
     })
 }
 

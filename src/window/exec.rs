@@ -37,6 +37,8 @@ use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{internal_err, DataFusionError, Result};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit, MemoryReservation};
 use datafusion::execution::TaskContext;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::projection::ProjectionMapping;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr_common::sort_expr::OrderingRequirements;
 use datafusion::physical_plan::execution_plan::EmissionType;
@@ -47,7 +49,8 @@ use datafusion::physical_plan::stream::RecordBatchReceiverStream;
 use datafusion::physical_plan::windows::WindowExpr;
 use datafusion::physical_plan::{
     replace_children_if_necessary, DisplayAs, DisplayFormatType, ExecutionPlan,
-    InputDistributionRequirements, PlanProperties, SendableRecordBatchStream,
+    ExecutionPlanProperties, InputDistributionRequirements, PlanProperties,
+    SendableRecordBatchStream,
 };
 use futures::StreamExt;
 use tokio::sync::mpsc::Sender;
@@ -57,6 +60,7 @@ use super::evaluate::evaluate_partition;
 use super::layout::Runs;
 use super::spec::WindowFunction;
 use crate::exec::GpuSortExec;
+use crate::gather::DEVICE_WINDOWS_KEY;
 
 /// Rows buffered before the whole window partitions among them are computed.
 pub(crate) const FLUSH_ROWS: usize = 1 << 22;
@@ -85,7 +89,13 @@ pub struct SortedWindowExec {
     device: std::result::Result<(), String>,
     /// `gpu_sort.device_window_functions`.
     device_allowed: bool,
-    /// Input columns, then one column per function.
+    /// The input columns its output keeps, in order (`None`: all): those its consumer
+    /// reads. The sort below hands only these on when it computes the window columns.
+    keep: Option<Vec<usize>>,
+    /// Input columns, then one column per function: what the functions are computed
+    /// over on all cores.
+    full_schema: SchemaRef,
+    /// The kept input columns, then one column per function.
     schema: SchemaRef,
     /// The replaced node's properties, emitting once a partition is read.
     cache: Arc<PlanProperties>,
@@ -101,6 +111,7 @@ impl SortedWindowExec {
         window_expr: Vec<Arc<dyn WindowExpr>>,
         input: Arc<dyn ExecutionPlan>,
         device_allowed: bool,
+        keep: Option<Vec<usize>>,
     ) -> std::result::Result<Self, String> {
         let input_schema = input.schema();
         let functions: Vec<WindowFunction> = window_expr
@@ -117,12 +128,22 @@ impl SortedWindowExec {
         if schema.fields().iter().cloned().collect::<Vec<_>>() != expected {
             return Err("the window's columns differ from what gpusort computes".to_string());
         }
+        if let Some(keep) = &keep {
+            let in_order = keep.windows(2).all(|w| w[0] < w[1]);
+            if !in_order
+                || keep
+                    .last()
+                    .is_some_and(|&c| c >= input_schema.fields().len())
+            {
+                return Err(format!("kept columns {keep:?} out of order or range"));
+            }
+        }
         let (input, device) = match input.downcast_ref::<GpuSortExec>() {
             _ if !device_allowed => (
                 input,
                 Err("gpu_sort.device_window_functions = false".to_string()),
             ),
-            Some(sort) => match device_request(&functions, &input_schema, &schema) {
+            Some(sort) => match device_request(&functions, &input_schema, keep.as_deref()) {
                 Ok(request) => {
                     let sort = sort.clone().with_windows(Arc::new(request));
                     (Arc::new(sort) as Arc<dyn ExecutionPlan>, Ok(()))
@@ -133,9 +154,17 @@ impl SortedWindowExec {
         };
         let replaced = replace_children_if_necessary(replaced, vec![Arc::clone(&input)])
             .map_err(|e| e.to_string())?;
-        let cache = Arc::new(
-            PlanProperties::clone(replaced.properties()).with_emission_type(EmissionType::Final),
-        );
+        let full_schema = schema;
+        let (schema, properties) = match &keep {
+            None => (
+                Arc::clone(&full_schema),
+                PlanProperties::clone(replaced.properties()),
+            ),
+            Some(keep) => {
+                kept_properties(&replaced, keep, functions.len()).map_err(|e| e.to_string())?
+            }
+        };
+        let cache = Arc::new(properties.with_emission_type(EmissionType::Final));
         Ok(Self {
             input,
             replaced,
@@ -143,10 +172,34 @@ impl SortedWindowExec {
             window_expr,
             device,
             device_allowed,
+            keep,
+            full_schema,
             schema,
             cache,
             metrics: ExecutionPlanMetricsSet::new(),
         })
+    }
+
+    /// This window with only the input columns `keep` (in order) in its output, the
+    /// window columns after them; `Err` says why not.
+    pub(crate) fn keeping(&self, keep: Vec<usize>) -> std::result::Result<Self, String> {
+        let sort = match self.input.downcast_ref::<GpuSortExec>() {
+            // The sort as it was before this window's request joined it.
+            Some(sort) => Arc::new(sort.clone().without_windows()) as Arc<dyn ExecutionPlan>,
+            None => Arc::clone(&self.input),
+        };
+        Self::try_new(
+            Arc::clone(&self.replaced),
+            self.window_expr.clone(),
+            sort,
+            self.device_allowed,
+            Some(keep),
+        )
+    }
+
+    /// The input columns its output keeps (`None`: all of them).
+    pub fn kept_columns(&self) -> Option<&[usize]> {
+        self.keep.as_deref()
     }
 
     /// The window expressions it computes.
@@ -170,17 +223,27 @@ impl DisplayAs for SortedWindowExec {
                 format!("{}: frame {frame}", e.name())
             })
             .collect();
+        let kept = match &self.keep {
+            Some(keep) => format!(
+                ", keeps {} of {} input columns",
+                keep.len(),
+                self.full_schema.fields().len() - self.functions.len()
+            ),
+            None => String::new(),
+        };
         match t {
             DisplayFormatType::TreeRender => write!(f, "select_list={}", names.join(", ")),
             _ => match &self.device {
                 Ok(()) => write!(
                     f,
-                    "SortedWindowExec: wdw=[{}], on=device where its sort is one run, else all cores",
+                    "SortedWindowExec: wdw=[{}], on=device where its sort is one run, else all \
+                     cores{kept}",
                     names.join(", ")
                 ),
                 Err(reason) => write!(
                     f,
-                    "SortedWindowExec: wdw=[{}], on=all cores (not on the device: {reason})",
+                    "SortedWindowExec: wdw=[{}], on=all cores (not on the device: \
+                     {reason}){kept}",
                     names.join(", ")
                 ),
             },
@@ -237,6 +300,7 @@ impl ExecutionPlan for SortedWindowExec {
             self.window_expr.clone(),
             child,
             self.device_allowed,
+            self.keep.clone(),
         )
         .map_err(DataFusionError::Plan)?;
         Ok(Arc::new(exec))
@@ -264,9 +328,18 @@ impl ExecutionPlan for SortedWindowExec {
             MemoryLimit::Finite(limit) => limit / (FLUSH_SHARE_OF_LIMIT * partitions).max(1),
             MemoryLimit::Infinite | MemoryLimit::Unknown => usize::MAX,
         };
+        let input_columns = self.full_schema.fields().len() - self.functions.len();
+        let output_columns = self.keep.as_ref().map(|keep| {
+            keep.iter()
+                .copied()
+                .chain(input_columns..self.full_schema.fields().len())
+                .collect()
+        });
         let task = WindowTask {
             flush_bytes,
             functions: Arc::clone(&self.functions),
+            full_schema: Arc::clone(&self.full_schema),
+            output_columns,
             schema: Arc::clone(&self.schema),
             baseline: BaselineMetrics::new(&self.metrics, partition),
             window_time: MetricBuilder::new(&self.metrics).subset_time("window_time", partition),
@@ -288,6 +361,11 @@ struct WindowTask {
     /// Buffered bytes at which the whole window partitions held are computed.
     flush_bytes: usize,
     functions: Arc<[WindowFunction]>,
+    /// The input's columns and the window columns, as computed on all cores.
+    full_schema: SchemaRef,
+    /// The columns of `full_schema` in the output (`None`: all).
+    output_columns: Option<Vec<usize>>,
+    /// The output's.
     schema: SchemaRef,
     baseline: BaselineMetrics,
     window_time: Time,
@@ -318,8 +396,9 @@ impl WindowTask {
         let mut pending = Pending::default();
         while let Some(batch) = input.next().await {
             let batch = batch?;
-            if batch.num_columns() == self.schema.fields().len() {
-                // The sort computed the window columns where its rows were.
+            if batch.schema().metadata().contains_key(DEVICE_WINDOWS_KEY) {
+                // The sort computed the window columns where its rows were, and handed on
+                // only the columns kept.
                 if !pending.batches.is_empty() {
                     return internal_err!(
                         "SortedWindowExec: window columns computed for part of a partition"
@@ -393,13 +472,26 @@ impl WindowTask {
         let batches: Vec<RecordBatch> = done.into_iter().map(|(b, _)| b).collect();
         let timer = self.window_time.clone();
         let functions = Arc::clone(&self.functions);
-        let schema = Arc::clone(&self.schema);
+        let full_schema = Arc::clone(&self.full_schema);
         let output = tokio::task::spawn_blocking(move || {
             let _timing = timer.timer();
-            evaluate_partition(batches, &functions, &schema)
+            evaluate_partition(batches, &functions, &full_schema)
         })
         .await
         .map_err(|e| DataFusionError::External(Box::new(e)))??;
+        let output = match &self.output_columns {
+            None => output,
+            Some(columns) => output
+                .into_iter()
+                .map(|batch| {
+                    let kept = columns
+                        .iter()
+                        .map(|&c| Arc::clone(batch.column(c)))
+                        .collect();
+                    RecordBatch::try_new(Arc::clone(&self.schema), kept)
+                })
+                .collect::<std::result::Result<Vec<_>, _>>()?,
+        };
         reservation.shrink(released.min(reservation.size()));
         for batch in output {
             self.baseline.record_output(batch.num_rows());
@@ -410,6 +502,44 @@ impl WindowTask {
         }
         Ok(())
     }
+}
+
+/// The schema and properties of `replaced` (a window whose last `functions` columns are
+/// its window columns) when its output keeps only the input columns `keep` before them:
+/// those of a projection of them.
+fn kept_properties(
+    replaced: &Arc<dyn ExecutionPlan>,
+    keep: &[usize],
+    functions: usize,
+) -> Result<(SchemaRef, PlanProperties)> {
+    let full = replaced.schema();
+    let inputs = full.fields().len() - functions;
+    let columns: Vec<usize> = keep
+        .iter()
+        .copied()
+        .chain(inputs..full.fields().len())
+        .collect();
+    let schema = Arc::new(full.project(&columns)?);
+    let exprs = columns.iter().map(|&c| {
+        let name = full.field(c).name().clone();
+        (
+            Arc::new(Column::new(&name, c)) as Arc<dyn PhysicalExpr>,
+            name,
+        )
+    });
+    let mapping = ProjectionMapping::try_new(exprs, &full)?;
+    let input_properties = replaced.equivalence_properties();
+    let equivalences = input_properties.project(&mapping, Arc::clone(&schema));
+    let partitioning = replaced
+        .output_partitioning()
+        .project(&mapping, input_properties);
+    let properties = PlanProperties::new(
+        equivalences,
+        partitioning,
+        replaced.pipeline_behavior(),
+        replaced.boundedness(),
+    );
+    Ok((schema, properties))
 }
 
 /// Where the pending batches split before their last window partition (which may go on

@@ -23,10 +23,15 @@
 //! copy again (arrow's concatenation of a single batch is a slice). `SortedWindowExec`
 //! never concatenates its input batches, and takes batches of 128 Ki rows.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::Result;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::utils::collect_columns;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 use datafusion::physical_plan::windows::{BoundedWindowAggExec, WindowAggExec, WindowExpr};
 use datafusion::physical_plan::{displayable, ExecutionPlan, InputOrderMode};
 
@@ -69,13 +74,77 @@ pub(crate) fn windows_over_sorts(
     decisions: &mut Vec<WindowDecision>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     Ok(plan
-        .transform_up(
-            |node| match window_over_sort(&node, settings, computes, decisions)? {
-                Some(window) => Ok(Transformed::yes(window)),
+        .transform_up(|node| {
+            if let Some(window) = window_over_sort(&node, settings, computes, decisions)? {
+                return Ok(Transformed::yes(window));
+            }
+            match projection_over_window(&node)? {
+                Some(projection) => Ok(Transformed::yes(projection)),
                 None => Ok(Transformed::no(node)),
-            },
-        )?
+            }
+        })?
         .data)
+}
+
+/// `node` rebuilt when it is a projection over a `SortedWindowExec` that reads some of the
+/// window's input columns only: the window then keeps just those it reads, so that a sort
+/// computing the window columns on its device never downloads the others.
+fn projection_over_window(node: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let Some(projection) = node.downcast_ref::<ProjectionExec>() else {
+        return Ok(None);
+    };
+    let Some(window) = projection.input().downcast_ref::<SortedWindowExec>() else {
+        return Ok(None);
+    };
+    if window.kept_columns().is_some() {
+        return Ok(None);
+    }
+    let inputs = window.input().schema().fields().len();
+    let read: BTreeSet<usize> = projection
+        .expr()
+        .iter()
+        .flat_map(|p| collect_columns(&p.expr))
+        .map(|c| c.index())
+        .filter(|&c| c < inputs)
+        .collect();
+    if read.len() == inputs {
+        return Ok(None);
+    }
+    let keep: Vec<usize> = read.into_iter().collect();
+    let Ok(pruned) = window.keeping(keep.clone()) else {
+        return Ok(None);
+    };
+    // Column i of the window's old output is column `moved(i)` of the new one.
+    let moved = |c: usize| match keep.binary_search(&c) {
+        Ok(at) => at,
+        Err(_) => keep.len() + (c - inputs),
+    };
+    let exprs = projection
+        .expr()
+        .iter()
+        .map(|p| {
+            let expr = Arc::clone(&p.expr)
+                .transform_down(|e| match e.downcast_ref::<Column>() {
+                    Some(column) => Ok(Transformed::yes(Arc::new(Column::new(
+                        column.name(),
+                        moved(column.index()),
+                    ))
+                        as Arc<dyn PhysicalExpr>)),
+                    None => Ok(Transformed::no(e)),
+                })?
+                .data;
+            Ok(ProjectionExpr {
+                expr,
+                alias: p.alias.clone(),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let rebuilt = ProjectionExec::try_new(exprs, Arc::new(pruned))?;
+    // The same columns, as the consumers above were planned against.
+    if rebuilt.schema() != projection.schema() {
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(rebuilt)))
 }
 
 /// A window node over a sorted input: its expressions, input and whether it streams.
@@ -137,6 +206,7 @@ fn window_over_sort(
                 window.window_expr.to_vec(),
                 Arc::new(sort),
                 settings.device_window_functions,
+                None,
             )
             .map_err(WindowDecline::Unsupported)
         }

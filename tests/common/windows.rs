@@ -804,6 +804,9 @@ pub async fn device_window_functions(backend: BackendChoice, on_device: bool) {
                 text.contains("on=device where its sort is one run"),
                 "{sql}\n{text}"
             );
+            // The query reads `rid` only of the window's input columns: the sort hands on
+            // only that one with the window columns.
+            assert!(text.contains(", keeps 1 of "), "{sql}\n{text}");
             let rows = device_window_rows(&plan);
             match on_device {
                 true => assert_eq!(rows, batch.num_rows(), "{sql}\n{text}"),
