@@ -331,7 +331,11 @@ fn sort_together(
         }
         _ => None,
     };
-    let payload = payload.map(|payload| {
+    let payload = payload.map(|mut payload| {
+        // With window columns, the parts hand on only the columns their request keeps.
+        if let Some(keep) = windows.as_ref().and_then(|w| w.request.keep.as_deref()) {
+            payload.retain_columns(keep);
+        }
         // The partitions record their windows; the uploads are recorded here.
         let mut uploads = payload.stats();
         uploads.windows = Duration::ZERO;
@@ -517,4 +521,8 @@ impl PayloadGather for PartitionPayload<'_> {
     fn stats(&self) -> PayloadStats {
         self.stats
     }
+
+    // The shared gatherer keeps the columns of the windows' request (see `sort_together`):
+    // every part's request is the same.
+    fn retain_columns(&mut self, _keep: &[usize]) {}
 }
