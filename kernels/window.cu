@@ -422,8 +422,36 @@ struct RangeSearch {
     u32 nulls_first;  // a partition's null keys come first (else last)
     u32 is_signed;    // two's complement keys
     u32 clamps;       // an unsigned key below the offset has target 0 (DataFusion's rule)
-    u32 pad;
+    u32 is_float;     // IEEE keys (their bits): targets in the key's precision, compared in
+                      // total order; `offset` holds the offset's bits
 };
+
+// A float key's bits as an unsigned key in IEEE total order.
+__device__ __forceinline__ u64 total_key(u8 bits) { return bits; }
+__device__ __forceinline__ u64 total_key(u16 bits) { return bits; }
+__device__ __forceinline__ u64 total_key(u32 bits) {
+    return (u64)(bits ^ ((bits >> 31) ? 0xffffffffu : 0x80000000u));
+}
+__device__ __forceinline__ u64 total_key(u64 bits) {
+    return bits ^ ((bits >> 63) ? ~0ull : 0x8000000000000000ull);
+}
+
+// A float key moved by the offset in its own precision, as the host's arithmetic gives it:
+// a NaN stays itself (quieted), as x86 and ARM propagate it; ±inf stays.
+__device__ __forceinline__ u8 float_moved(u8 bits, u64 offset, u32 adds) { return bits; }
+__device__ __forceinline__ u16 float_moved(u16 bits, u64 offset, u32 adds) { return bits; }
+__device__ __forceinline__ u32 float_moved(u32 bits, u64 offset, u32 adds) {
+    const float v = __uint_as_float(bits);
+    if (isnan(v)) return bits | 0x00400000u;
+    const float d = __uint_as_float((u32)offset);
+    return __float_as_uint(adds ? __fadd_rn(v, d) : __fsub_rn(v, d));
+}
+__device__ __forceinline__ u64 float_moved(u64 bits, u64 offset, u32 adds) {
+    const double v = __longlong_as_double((long long)bits);
+    if (isnan(v)) return bits | 0x0008000000000000ull;
+    const double d = __longlong_as_double((long long)offset);
+    return (u64)__double_as_longlong(adds ? __dadd_rn(v, d) : __dsub_rn(v, d));
+}
 
 template <typename T>
 __device__ __forceinline__ u64 ordered_key(T raw, u32 is_signed) {
@@ -449,7 +477,8 @@ __device__ __forceinline__ u32 first_where(u32 lo, u32 hi, P holds) {
 
 // Each row's bound for one end of a RANGE frame with an offset, as src/window/range.rs
 // finds it: a null key's frame is its partition's nulls; a target outside the key's type
-// collapses; else a binary search over the partition's keys. Written bit-inverted with
+// collapses (floats never fall outside: they reach ±inf); else a binary search over the
+// partition's keys. Written bit-inverted with
 // whether the row starts a partition, for the running maximum that follows.
 template <typename T>
 __device__ __forceinline__ void range_bound(RunLayout layout, u32 n, const T* __restrict__ keys,
@@ -475,10 +504,12 @@ __device__ __forceinline__ void range_bound(RunLayout layout, u32 n, const T* __
             const u32 nulls_hi = r.nulls_first ? lo : last;
             bound = r.is_end ? nulls_hi : nulls_lo;
         } else {
-            const u64 key = ordered_key<T>(keys[i], r.is_signed);
-            bool outside = key < r.min_key || key > r.max_key;
+            const u64 key = r.is_float ? total_key(keys[i]) : ordered_key<T>(keys[i], r.is_signed);
+            bool outside = !r.is_float && (key < r.min_key || key > r.max_key);
             u64 target = 0;
-            if (!outside) {
+            if (r.is_float) {
+                target = total_key(float_moved(keys[i], r.offset, r.adds));
+            } else if (!outside) {
                 if (r.adds) {
                     outside = r.offset > r.max_key - key;
                     target = key + r.offset;
@@ -494,7 +525,8 @@ __device__ __forceinline__ void range_bound(RunLayout layout, u32 n, const T* __
             } else {
                 const u64 goal = r.descending ? ~target : target;
                 bound = first_where(lo, hi, [&](u32 row) {
-                    const u64 k = ordered_key<T>(keys[row], r.is_signed);
+                    const u64 k = r.is_float ? total_key(keys[row])
+                                             : ordered_key<T>(keys[row], r.is_signed);
                     const u64 at = r.descending ? ~k : k;
                     return r.is_end ? at > goal : at >= goal;
                 });

@@ -100,7 +100,7 @@ pub enum FrameEnd {
     /// `UNBOUNDED FOLLOWING`.
     UnboundedFollowing,
     /// `RANGE` `n PRECEDING`: the rows whose key is within `n` (in the key's units, see
-    /// [`RangeKey`]) before the row's.
+    /// [`RangeKey`]; for a float key, the offset's bits) before the row's.
     ValuePreceding(u64),
     /// `RANGE` `n FOLLOWING`.
     ValueFollowing(u64),
@@ -111,11 +111,14 @@ pub enum FrameEnd {
 }
 
 /// The `ORDER BY` key of `RANGE` frames with offsets, as a device searches it: integers
-/// (dates as days), compared as `i128`s.
+/// (dates as days, timestamps in their unit), compared as `i128`s, or floats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RangeKey {
     /// Two's complement values (else unsigned).
     pub signed: bool,
+    /// IEEE floats: targets in the key's precision (never outside its type), compared in
+    /// total order; an offset is its value's bits ([`FrameEnd::ValuePreceding`]).
+    pub float: bool,
     /// The values of the key's type: a key or target outside `min..=max` falls outside it
     /// (the target's bound collapses, as DataFusion's arithmetic fails there).
     pub min: i128,

@@ -99,6 +99,7 @@ pub(crate) fn device_request(
                 .ok_or_else(|| format!("a RANGE frame offset over a {data_type} key"))?;
             Some(RangeKey {
                 signed,
+                float: matches!(data_type, DataType::Float32 | DataType::Float64),
                 min,
                 max,
                 descending: key.options.descending,
@@ -179,9 +180,13 @@ fn fixed_days(zone: Option<&str>) -> bool {
 }
 
 /// Whether a `RANGE` key of `data_type` is signed, and its values' range, for the keys a
-/// device searches: integers, dates, and timestamps without a time zone (or in UTC).
+/// device searches: integers, dates, timestamps without a time zone (or in UTC), and
+/// floats (whose targets never leave their type: the range is every key).
 fn range_of(data_type: &DataType) -> Option<(bool, i128, i128)> {
     use DataType::*;
+    if matches!(data_type, Float32 | Float64) {
+        return Some((false, 0, u64::MAX.into()));
+    }
     if let Timestamp(unit, zone) = data_type {
         let (min, max) = timestamp_range(unit);
         return fixed_days(zone.as_deref()).then_some((true, min, max));
@@ -201,11 +206,19 @@ fn range_of(data_type: &DataType) -> Option<(bool, i128, i128)> {
 }
 
 /// A `RANGE` offset in the key's units: an integer of the key's type, whole days for a
-/// date key, or days and a whole number of the key's units (parts of one sign) for a
-/// timestamp.
+/// date key, days and a whole number of the key's units (parts of one sign) for a
+/// timestamp, or a float key's offset's bits (finite, not negative).
 fn offset_units(offset: &ScalarValue, key: &DataType) -> Result<u64, String> {
     let value: Option<i128> = match (key, offset) {
         (DataType::Timestamp(unit, _), _) => timestamp_offset(offset, unit),
+        // A float offset as its bits, when finite and not negative.
+        (DataType::Float32, ScalarValue::Float32(Some(d))) if d.is_finite() && *d >= 0.0 => {
+            Some(d.to_bits().into())
+        }
+        (DataType::Float64, ScalarValue::Float64(Some(d))) if d.is_finite() && *d >= 0.0 => {
+            Some(d.to_bits().into())
+        }
+        (DataType::Float32 | DataType::Float64, _) => None,
         (DataType::Date32, ScalarValue::IntervalMonthDayNano(Some(v)))
             if v.months == 0 && v.nanoseconds == 0 =>
         {

@@ -16,8 +16,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, Date32Array, Decimal128Array, Float64Array, Int32Array, Int64Array,
-    Int8Array, RecordBatch, TimestampMicrosecondArray, TimestampSecondArray, UInt8Array,
+    Array, ArrayRef, AsArray, Date32Array, Decimal128Array, Float32Array, Float64Array, Int32Array,
+    Int64Array, Int8Array, RecordBatch, TimestampMicrosecondArray, TimestampSecondArray,
+    UInt8Array,
 };
 use datafusion::arrow::compute::{concat_batches, sort_to_indices, take_record_batch};
 use datafusion::arrow::datatypes::{DataType, Field, Float64Type, Schema};
@@ -816,9 +817,10 @@ pub async fn device_window_functions(backend: BackendChoice, on_device: bool) {
     }
 }
 
-/// `RANGE` frames with offsets over integer, date and timestamp keys, which the CUDA
-/// backend searches on the device: keys at the ends of `Int8`'s and `UInt8`'s ranges and
-/// of the timestamps arrow's interval arithmetic takes (targets outside them collapse), nulls first and last, both directions, one and several window
+/// `RANGE` frames with offsets over integer, date, timestamp and float keys, which the
+/// CUDA backend searches on the device: keys at the ends of `Int8`'s and `UInt8`'s ranges
+/// and of the timestamps arrow's interval arithmetic takes (targets outside them
+/// collapse), floats with NaNs of both signs, infinities and zeros, nulls first and last, both directions, one and several window
 /// partitions, frames before, around and after the row. The results equal DataFusion's;
 /// `on_device` says the device must have computed them.
 pub async fn device_range_offsets(backend: BackendChoice, on_device: bool) {
@@ -846,6 +848,25 @@ pub async fn device_range_offsets(backend: BackendChoice, on_device: bool) {
                 _ => 946_684_800 + rng.random_range(0..2_000_000),
             })
         })
+        .collect();
+    // Floats with ties and every special value (NaN of both signs, infinities, zeros).
+    let specials = [
+        0.0,
+        -0.0,
+        f64::NAN,
+        -f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+    ];
+    let float = |rng: &mut StdRng| {
+        (!rng.random_bool(0.08)).then(|| match rng.random_range(0..10) {
+            0 => specials[rng.random_range(0..specials.len())],
+            _ => (rng.random_range(-400..400) as f64) / 8.0,
+        })
+    };
+    let floats: Float64Array = (0..rows).map(|_| float(&mut rng)).collect();
+    let floats32: Float32Array = (0..rows)
+        .map(|_| float(&mut rng).map(|v| v as f32))
         .collect();
     // Microseconds over a few days, with ties.
     let micros: TimestampMicrosecondArray = (0..rows)
@@ -879,6 +900,8 @@ pub async fn device_range_offsets(backend: BackendChoice, on_device: bool) {
         ("ku8", Arc::new(uint8) as ArrayRef),
         ("kdt", Arc::new(date) as ArrayRef),
         ("ks", Arc::new(seconds) as ArrayRef),
+        ("kf", Arc::new(floats) as ArrayRef),
+        ("kf32", Arc::new(floats32) as ArrayRef),
         ("kus", Arc::new(micros.with_timezone("UTC")) as ArrayRef),
         ("x", Arc::new(x) as ArrayRef),
         ("d", Arc::new(d) as ArrayRef),
@@ -924,6 +947,9 @@ pub async fn device_range_offsets(backend: BackendChoice, on_device: bool) {
             "UNBOUNDED PRECEDING AND INTERVAL '1' DAY PRECEDING",
             true,
         ),
+        ("kf", "1.5 PRECEDING AND 0.5 FOLLOWING", false),
+        ("kf", "CURRENT ROW AND 4 FOLLOWING", false),
+        ("kf32", "2.25 PRECEDING AND 0.125 PRECEDING", false),
     ];
     for target_partitions in [1, 3] {
         let (stock, gpu, _) = contexts(backend, target_partitions);

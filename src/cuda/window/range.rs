@@ -1,6 +1,7 @@
 //! `RANGE` frames with value offsets on the device (`window_range_bound_*` in
 //! `kernels/window.cu`): each row's bound is a binary search for its target (its key plus
-//! or minus the offset) within its window partition, as `src/window/range.rs` finds it on
+//! or minus the offset; floats in their own precision, compared in total order) within its
+//! window partition, as `src/window/range.rs` finds it on
 //! the host, then raised to the largest bound before it in the partition (a segmented
 //! running maximum: DataFusion searches each bound from the row before's, so a bound never
 //! moves back). The frame kernels read the result (`BOUND_SEARCHED`).
@@ -25,7 +26,7 @@ struct RangeSearch {
     nulls_first: u32,
     is_signed: u32,
     clamps: u32,
-    pad: u32,
+    is_float: u32,
 }
 
 /// `value` as the kernels' unsigned key in ascending order.
@@ -67,8 +68,8 @@ pub(super) fn searched_bound(
         descending: u32::from(range.descending),
         nulls_first: u32::from(range.nulls_first),
         is_signed: u32::from(range.signed),
-        clamps: u32::from(!range.signed),
-        pad: 0,
+        clamps: u32::from(!range.signed && !range.float),
+        is_float: u32::from(range.float),
     };
     let device = at.device;
     let kernels = at.kernels.scan_seg_u64;
