@@ -3,7 +3,7 @@
 //! why not.
 //!
 //! Taken, over `ROWS` frames of any bounds, `GROUPS` frames, and `RANGE` frames without
-//! offsets or with offsets over one integer, date or timestamp key:
+//! offsets or with offsets over one integer, date, timestamp or float key:
 //! - the ranking functions;
 //! - `count`, and `sum` of integers and decimals (a cast from a narrower integer of the
 //!   same sign included), `avg` of decimals; float `sum` and `avg` of integers and floats
