@@ -202,29 +202,14 @@ __device__ __forceinline__ void frame_aggregate(RunLayout layout, FrameSpec fram
                                                 S* __restrict__ out_sums,
                                                 u64* __restrict__ out_counts,
                                                 u32* __restrict__ out_valid) {
-    // Every lane of a warp takes the same turns: the bound is a multiple of 32.
-    const u64 padded = ((u64)n + WARP - 1) / WARP * WARP;
-    const u64 stride = (u64)gridDim.x * blockDim.x;
-    for (u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x; t < padded; t += stride) {
-        bool valid = false;
-        if (t < n) {
-            const u32 i = (u32)t;
-            u32 s, e, first, last;
-            frame_rows(layout, frame, n, i, &s, &e, &first, &last);
-            const u64 count = counts != nullptr ? counts[e] - counts[s] : (u64)(e - s);
-            if (out_counts != nullptr) out_counts[i] = count;
-            if (mode == 1) {
-                valid = true;
-            } else {
-                valid = count > 0;
-                out_sums[i] = valid ? minus(prefix[e], prefix[s]) : zero_of<S>();
-            }
-        }
-        if (out_valid != nullptr) {
-            const u32 word = __ballot_sync(0xffffffffu, valid);
-            if (lane_id() == 0) out_valid[t / WARP] = word;
-        }
-    }
+    each_frame(layout, frame, n, counts, out_valid,
+               [&](u32 i, u32 s, u32 e, u32, u32, u64 count) {
+                   if (out_counts != nullptr) out_counts[i] = count;
+                   if (mode == 1) return true;
+                   const bool valid = count > 0;
+                   out_sums[i] = valid ? minus(prefix[e], prefix[s]) : zero_of<S>();
+                   return valid;
+               });
 }
 
 #define FRAME_KERNEL(NAME, S)                                                                \
@@ -378,32 +363,22 @@ extern "C" __global__ void window_frame_dd(RunLayout layout, FrameSpec frame, u3
                                            double* __restrict__ out,
                                            u32* __restrict__ out_valid,
                                            u32* __restrict__ non_finite) {
-    const u64 padded = ((u64)n + WARP - 1) / WARP * WARP;
-    const u64 stride = (u64)gridDim.x * blockDim.x;
-    for (u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x; t < padded; t += stride) {
-        bool valid = false;
-        if (t < n) {
-            const u32 i = (u32)t;
-            u32 s, e, first, last;
-            frame_rows(layout, frame, n, i, &s, &e, &first, &last);
-            const u64 count = counts != nullptr ? counts[e] - counts[s] : (u64)(e - s);
-            valid = count > 0;
-            double value = 0.0;
-            if (valid) {
-                const DD upto = prefix[e];
-                DD before = prefix[s];
-                if (!isfinite(upto.hi) || !isfinite(before.hi)) *non_finite = 1;
-                before.hi = -before.hi;
-                before.lo = -before.lo;
-                const DD d = plus(upto, before);
-                value = __dadd_rn(d.hi, d.lo);
-                if (average) value = __ddiv_rn(value, (double)count);
-            }
-            out[i] = value;
-        }
-        const u32 word = __ballot_sync(0xffffffffu, valid);
-        if (lane_id() == 0) out_valid[t / WARP] = word;
-    }
+    each_frame(layout, frame, n, counts, out_valid,
+               [&](u32 i, u32 s, u32 e, u32, u32, u64 count) {
+                   double value = 0.0;
+                   if (count > 0) {
+                       const DD upto = prefix[e];
+                       DD before = prefix[s];
+                       if (!isfinite(upto.hi) || !isfinite(before.hi)) *non_finite = 1;
+                       before.hi = -before.hi;
+                       before.lo = -before.lo;
+                       const DD d = plus(upto, before);
+                       value = __dadd_rn(d.hi, d.lo);
+                       if (average) value = __ddiv_rn(value, (double)count);
+                   }
+                   out[i] = value;
+                   return count > 0;
+               });
 }
 
 // ---- RANGE frames with value offsets ----

@@ -322,3 +322,31 @@ __device__ __forceinline__ void frame_rows(RunLayout layout, FrameSpec f, u32 n,
     *first = lo;
     *last = hi;
 }
+
+// Row i's frame for every row: calls body(i, s, e, first, last, count), where [s, e) is
+// the frame clipped to its window partition [first, last) and `count` its valid rows
+// (`counts`: prefix counts of the valid rows, or null when every row counts), and writes
+// what body returns, whether row i's result is valid, as a validity bitmap to
+// `out_valid` (when given). Every lane of a warp takes the same turns (the bound is a
+// multiple of 32), so that each bitmap word is one ballot.
+template <typename F>
+__device__ __forceinline__ void each_frame(RunLayout layout, FrameSpec frame, u32 n,
+                                           const u64* __restrict__ counts,
+                                           u32* __restrict__ out_valid, F body) {
+    const u64 padded = ((u64)n + WARP - 1) / WARP * WARP;
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    for (u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x; t < padded; t += stride) {
+        bool valid = false;
+        if (t < n) {
+            const u32 i = (u32)t;
+            u32 s, e, first, last;
+            frame_rows(layout, frame, n, i, &s, &e, &first, &last);
+            const u64 count = counts != nullptr ? counts[e] - counts[s] : (u64)(e - s);
+            valid = body(i, s, e, first, last, count);
+        }
+        if (out_valid != nullptr) {
+            const u32 word = __ballot_sync(0xffffffffu, valid);
+            if (lane_id() == 0) out_valid[t / WARP] = word;
+        }
+    }
+}

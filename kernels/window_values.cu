@@ -42,40 +42,30 @@ __device__ __forceinline__ void frame_value(RunLayout layout, FrameSpec frame, u
                                             const u32* __restrict__ valid, u64 default_lo,
                                             u64 default_hi, u32 has_default,
                                             T* __restrict__ out, u32* __restrict__ out_valid) {
-    const u64 padded = ((u64)n + WARP - 1) / WARP * WARP;
-    const u64 stride = (u64)gridDim.x * blockDim.x;
-    for (u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x; t < padded; t += stride) {
-        bool is_valid = false;
-        if (t < n) {
-            const u32 i = (u32)t;
-            u32 s, e, first, last;
-            frame_rows(layout, frame, n, i, &s, &e, &first, &last);
-            long long row = -1;
-            if (kind == 0) {
-                const long long at = (long long)i - param;
-                if (at >= (long long)first && at < (long long)last) row = at;
-            } else if (s < e) {
-                if (kind == 1) {
-                    row = s;
-                } else if (kind == 2) {
-                    row = (long long)e - 1;
-                } else if (param > 0 && param <= (long long)(e - s)) {
-                    row = (long long)s + param - 1;
-                } else if (param < 0 && -param <= (long long)(e - s)) {
-                    row = (long long)e + param;
-                }
-            }
-            if (row >= 0) {
-                out[i] = values[row];
-                is_valid = valid_at(valid, (u64)row);
-            } else {
-                out[i] = from_bits<T>(default_lo, default_hi);
-                is_valid = kind == 0 && has_default != 0;
-            }
-        }
-        const u32 word = __ballot_sync(0xffffffffu, is_valid);
-        if (lane_id() == 0) out_valid[t / WARP] = word;
-    }
+    each_frame(layout, frame, n, nullptr, out_valid,
+               [&](u32 i, u32 s, u32 e, u32 first, u32 last, u64) {
+                   long long row = -1;
+                   if (kind == 0) {
+                       const long long at = (long long)i - param;
+                       if (at >= (long long)first && at < (long long)last) row = at;
+                   } else if (s < e) {
+                       if (kind == 1) {
+                           row = s;
+                       } else if (kind == 2) {
+                           row = (long long)e - 1;
+                       } else if (param > 0 && param <= (long long)(e - s)) {
+                           row = (long long)s + param - 1;
+                       } else if (param < 0 && -param <= (long long)(e - s)) {
+                           row = (long long)e + param;
+                       }
+                   }
+                   if (row >= 0) {
+                       out[i] = values[row];
+                       return valid_at(valid, (u64)row);
+                   }
+                   out[i] = from_bits<T>(default_lo, default_hi);
+                   return kind == 0 && has_default != 0;
+               });
 }
 
 #define VALUE_WIDTH(NAME, T)                                                                 \
@@ -251,31 +241,21 @@ __device__ __forceinline__ void frame_extreme(RunLayout layout, FrameSpec frame,
                                               const K* __restrict__ table, u32 levels,
                                               const G* __restrict__ running, u32 from_end,
                                               K* __restrict__ out, u32* __restrict__ out_valid) {
-    const u64 padded = ((u64)n + WARP - 1) / WARP * WARP;
-    const u64 stride = (u64)gridDim.x * blockDim.x;
-    for (u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x; t < padded; t += stride) {
-        bool valid = false;
-        if (t < n) {
-            const u32 i = (u32)t;
-            u32 s, e, first, last;
-            frame_rows(layout, frame, n, i, &s, &e, &first, &last);
-            const u64 count = counts != nullptr ? counts[e] - counts[s] : (u64)(e - s);
-            valid = count > 0;
-            K key = zero_of<K>();
-            if (valid) {
-                if (running != nullptr) {
-                    key = from_end ? running[n - 1 - s].key : running[e - 1].key;
-                } else {
-                    const u32 level = 31 - __clz(e - s);
-                    const K* row = table + (u64)min(level, levels - 1) * n;
-                    key = least(row[s], row[e - (1u << level)]);
-                }
-            }
-            out[i] = key;
-        }
-        const u32 word = __ballot_sync(0xffffffffu, valid);
-        if (lane_id() == 0) out_valid[t / WARP] = word;
-    }
+    each_frame(layout, frame, n, counts, out_valid,
+               [&](u32 i, u32 s, u32 e, u32, u32, u64 count) {
+                   K key = zero_of<K>();
+                   if (count > 0) {
+                       if (running != nullptr) {
+                           key = from_end ? running[n - 1 - s].key : running[e - 1].key;
+                       } else {
+                           const u32 level = 31 - __clz(e - s);
+                           const K* row = table + (u64)min(level, levels - 1) * n;
+                           key = least(row[s], row[e - (1u << level)]);
+                       }
+                   }
+                   out[i] = key;
+                   return count > 0;
+               });
 }
 
 extern "C" __global__ void window_extreme_u64(RunLayout layout, FrameSpec frame, u32 n,
