@@ -76,6 +76,9 @@ WINDOW_QUERIES = {
     "W13": "SELECT l_orderkey, l_linenumber, l_shipdate, avg(l_quantity) OVER "
     "(ORDER BY l_shipdate RANGE BETWEEN INTERVAL '7 days' PRECEDING AND CURRENT ROW) AS w "
     "FROM lineitem",
+    "W14": "SELECT l_suppkey, l_orderkey, l_linenumber, l_shipdate, l_quantity, "
+    "l_extendedprice, l_discount FROM lineitem "
+    "ORDER BY l_suppkey, l_shipdate, l_orderkey, l_linenumber",
 }
 QUERIES.update(WINDOW_QUERIES)
 

@@ -54,8 +54,9 @@ pub struct TpchBench {
 }
 
 /// Window functions and LIMITs over `lineitem` (`--suite windows`): the shapes users run,
-/// and the plain sorts they build on (W0, W9), to set each window beside.
-const WINDOW_QUERIES: [Query; 14] = [
+/// and the plain sorts they build on (W0, W9, W14: W10's seven columns), to set each
+/// window beside.
+const WINDOW_QUERIES: [Query; 15] = [
     Query {
         name: "W0",
         sql: "SELECT l_orderkey, l_linenumber, l_shipdate, l_extendedprice FROM lineitem \
@@ -147,6 +148,13 @@ const WINDOW_QUERIES: [Query; 14] = [
               (ORDER BY l_shipdate RANGE BETWEEN INTERVAL '7 days' PRECEDING AND CURRENT \
               ROW) AS w FROM lineitem",
         ordered_by: &[],
+    },
+    Query {
+        name: "W14",
+        sql: "SELECT l_suppkey, l_orderkey, l_linenumber, l_shipdate, l_quantity, \
+              l_extendedprice, l_discount FROM lineitem \
+              ORDER BY l_suppkey, l_shipdate, l_orderkey, l_linenumber",
+        ordered_by: &["l_suppkey", "l_shipdate", "l_orderkey", "l_linenumber"],
     },
 ];
 
