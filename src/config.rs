@@ -13,8 +13,118 @@
 use std::fmt;
 use std::str::FromStr;
 
-use datafusion::common::config::ConfigExtension;
-use datafusion::common::{config_field, extensions_options, DataFusionError};
+use datafusion::common::config::{
+    ConfigEntry, ConfigExtension, ConfigField, ExtensionOptions, Visit,
+};
+use datafusion::common::{config_field, DataFusionError};
+
+/// Declares the settings struct as DataFusion's `extensions_options!` does (defaults, `SET`
+/// by key), except that its entries carry their full names (`gpu_sort.enabled`): DataFusion
+/// lists an extension's entries as they come, and `SHOW gpu_sort.enabled`, `SHOW ALL` and
+/// `information_schema.df_settings` look settings up by full name. `set` takes a key with
+/// or without the prefix, so that whatever copies settings by their entries (a distributed
+/// engine's headers) sets them back.
+macro_rules! gpu_sort_settings {
+    (
+        $(#[doc = $struct_doc:tt])*
+        $vis:vis struct $name:ident {
+            $(
+            $(#[doc = $doc:tt])*
+            $field_vis:vis $field:ident : $field_type:ty, default = $default:expr
+            )*
+        }
+    ) => {
+        $(#[doc = $struct_doc])*
+        #[derive(Debug, Clone)]
+        #[non_exhaustive]
+        $vis struct $name {
+            $(
+            $(#[doc = $doc])*
+            $field_vis $field: $field_type,
+            )*
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                Self { $($field: $default),* }
+            }
+        }
+
+        impl ConfigField for $name {
+            fn set(&mut self, key: &str, value: &str) -> datafusion::common::Result<()> {
+                let key = key
+                    .strip_prefix(<$name as ConfigExtension>::PREFIX)
+                    .and_then(|rest| rest.strip_prefix('.'))
+                    .unwrap_or(key);
+                let (key, rest) = key.split_once('.').unwrap_or((key, ""));
+                match key {
+                    $(stringify!($field) => self.$field.set(rest, value),)*
+                    _ => Err(DataFusionError::Configuration(format!(
+                        "no setting gpu_sort.{key}; the settings are: {}",
+                        [$(stringify!($field)),*].join(", ")
+                    ))),
+                }
+            }
+
+            fn visit<V: Visit>(&self, v: &mut V, key_prefix: &str, _description: &'static str) {
+                $(
+                let key = match key_prefix {
+                    "" => stringify!($field).to_string(),
+                    prefix => format!("{prefix}.{}", stringify!($field)),
+                };
+                self.$field.visit(v, &key, concat!($($doc),*).trim());
+                )*
+            }
+        }
+
+        impl ExtensionOptions for $name {
+            fn as_any(&self) -> &dyn std::any::Any {
+                self
+            }
+
+            fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+                self
+            }
+
+            fn cloned(&self) -> Box<dyn ExtensionOptions> {
+                Box::new(self.clone())
+            }
+
+            fn set(&mut self, key: &str, value: &str) -> datafusion::common::Result<()> {
+                ConfigField::set(self, key, value)
+            }
+
+            fn entries(&self) -> Vec<ConfigEntry> {
+                struct Entries(Vec<ConfigEntry>);
+                impl Visit for Entries {
+                    fn some<V: fmt::Display>(
+                        &mut self,
+                        key: &str,
+                        value: V,
+                        description: &'static str,
+                    ) {
+                        self.0.push(ConfigEntry {
+                            key: key.to_string(),
+                            value: Some(value.to_string()),
+                            description,
+                        })
+                    }
+
+                    fn none(&mut self, key: &str, description: &'static str) {
+                        self.0.push(ConfigEntry {
+                            key: key.to_string(),
+                            value: None,
+                            description,
+                        })
+                    }
+                }
+                let mut entries = Entries(Vec::new());
+                ConfigField::visit(self, &mut entries, <$name as ConfigExtension>::PREFIX, "");
+                entries.0
+            }
+        }
+    };
+}
 
 /// Which sort backend the operator uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -186,7 +296,7 @@ pub(crate) const DEFAULT_TOPK_MIN_FETCH: usize = 1_000;
 /// Default rows per device run: 2^28 rows of up to 256 key bits fit any lent GPU.
 pub(crate) const DEFAULT_RUN_ROWS: usize = 1 << 28;
 
-extensions_options! {
+gpu_sort_settings! {
     /// Settings of the gpusort operator, under the `gpu_sort` prefix.
     pub struct GpuSortConfig {
         /// Replace DataFusion's sorts by `GpuSortExec` (default true).
@@ -278,17 +388,41 @@ impl GpuSortConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use datafusion::common::config::ExtensionOptions;
 
     #[test]
     fn parses_every_choice_and_rejects_unknown() {
         let mut config = GpuSortConfig::default();
-        config.set("backend", "CPU").unwrap();
+        ExtensionOptions::set(&mut config, "backend", "CPU").unwrap();
         assert_eq!(config.backend, BackendChoice::Cpu);
-        config.set("algorithm", "locality").unwrap();
+        ExtensionOptions::set(&mut config, "algorithm", "locality").unwrap();
         assert_eq!(config.algorithm, AlgorithmChoice::Locality);
-        let err = config.set("backend", "tpu").unwrap_err().to_string();
+        let err = ExtensionOptions::set(&mut config, "backend", "tpu")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("expected one of: auto, cuda, cpu"), "{err}");
+    }
+
+    #[test]
+    fn set_takes_keys_with_or_without_the_prefix() {
+        let mut config = GpuSortConfig::default();
+        ExtensionOptions::set(&mut config, "min_rows", "7").unwrap();
+        assert_eq!(config.min_rows, 7);
+        ExtensionOptions::set(&mut config, "gpu_sort.min_rows", "9").unwrap();
+        assert_eq!(config.min_rows, 9);
+        // Every entry sets back to its own value.
+        for entry in GpuSortConfig::forced_cpu().entries() {
+            let value = entry.value.unwrap_or_default();
+            ExtensionOptions::set(&mut config, &entry.key, &value).unwrap();
+        }
+        assert_eq!(
+            format!("{config:?}"),
+            format!("{:?}", GpuSortConfig::forced_cpu())
+        );
+        let err = ExtensionOptions::set(&mut config, "gpu_sort.min_row", "1").unwrap_err();
+        assert!(
+            err.to_string().contains("no setting gpu_sort.min_row"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -308,15 +442,14 @@ mod tests {
     fn device_memory_limits_as_share_or_size() {
         let mut config = GpuSortConfig::default();
         assert_eq!(config.device_memory_limit.bytes_of(1000, 0.8), 800);
-        config.set("device_memory_limit", "25%").unwrap();
+        ExtensionOptions::set(&mut config, "device_memory_limit", "25%").unwrap();
         assert_eq!(config.device_memory_limit.bytes_of(1000, 0.8), 250);
-        config.set("device_memory_limit", "2K").unwrap();
+        ExtensionOptions::set(&mut config, "device_memory_limit", "2K").unwrap();
         assert_eq!(config.device_memory_limit, DeviceMemoryLimit::Bytes(2048));
         assert_eq!(config.device_memory_limit.bytes_of(1000, 0.8), 1000);
         assert_eq!(config.device_memory_limit.to_string(), "2048");
         for bad in ["150%", "lots", "0"] {
-            let err = config
-                .set("device_memory_limit", bad)
+            let err = ExtensionOptions::set(&mut config, "device_memory_limit", bad)
                 .unwrap_err()
                 .to_string();
             assert!(err.contains("gpu_sort.device_memory_limit"), "{err}");
@@ -324,11 +457,12 @@ mod tests {
     }
 
     #[test]
-    fn entries_list_every_setting() {
-        let keys: Vec<String> = GpuSortConfig::default()
-            .entries()
+    fn entries_list_every_setting_by_its_full_name() {
+        let entries = GpuSortConfig::default().entries();
+        assert!(entries.iter().all(|e| !e.description.is_empty()));
+        let keys: Vec<String> = entries
             .into_iter()
-            .map(|e| e.key)
+            .map(|e| e.key.strip_prefix("gpu_sort.").unwrap_or("").to_string())
             .collect();
         for key in [
             "enabled",

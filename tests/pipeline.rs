@@ -767,3 +767,36 @@ async fn copy_through_gpusort_sql_uses_the_operator() {
         "COPY through gpusort sql",
     );
 }
+
+#[test]
+fn the_command_line_shows_the_settings() {
+    let run = Command::new(env!("CARGO_BIN_EXE_gpusort"))
+        .args([
+            "sql",
+            "SET gpu_sort.min_rows = 4321; SHOW gpu_sort.min_rows; SHOW ALL",
+            "--backend",
+            "cpu",
+            "--max-rows",
+            "1000",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("gpu_sort.min_rows"))
+        .unwrap_or_else(|| panic!("no gpu_sort.min_rows in {stdout}"));
+    assert!(line.contains("4321"), "{line}");
+    for name in [
+        "gpu_sort.enabled",
+        "gpu_sort.device_memory_limit",
+        "datafusion.execution.batch_size",
+    ] {
+        assert!(stdout.contains(name), "{name} missing from {stdout}");
+    }
+}

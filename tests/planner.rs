@@ -1,11 +1,11 @@
 //! Planner tests: which sorts `GpuSortRule` replaces, the reason for each one it keeps,
-//! SQL `SET gpu_sort.*`, and memory released after queries.
+//! SQL `SET gpu_sort.*` and `SHOW`, and memory released after queries.
 
 mod common;
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Int32Array, Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::array::{Array, Int32Array, Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::datasource::MemTable;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
@@ -263,6 +263,78 @@ async fn settings_are_visible_and_validated_in_sql() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("expected one of"), "{err}");
+}
+
+/// The (name, value) rows of `sql`, whose first two columns are strings.
+async fn name_values(ctx: &SessionContext, sql: &str) -> Vec<(String, String)> {
+    let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+    let mut rows = Vec::new();
+    for batch in batches {
+        let column =
+            |i: usize| datafusion::arrow::compute::cast(batch.column(i), &DataType::Utf8).unwrap();
+        let (names, values) = (column(0), column(1));
+        let names = names.as_any().downcast_ref::<StringArray>().unwrap();
+        let values = values.as_any().downcast_ref::<StringArray>().unwrap();
+        for row in 0..batch.num_rows() {
+            let value = values.is_valid(row).then(|| values.value(row).to_string());
+            rows.push((names.value(row).to_string(), value.unwrap_or_default()));
+        }
+    }
+    rows
+}
+
+#[tokio::test]
+async fn settings_are_listed_where_datafusion_lists_its_own() {
+    let rule = Arc::new(GpuSortRule::new());
+    let state = SessionStateBuilder::new()
+        .with_config(SessionConfig::new().with_information_schema(true))
+        .with_default_features()
+        .with_gpu_sort_rule(GpuSortConfig::default(), rule)
+        .build();
+    let ctx = SessionContext::new_with_state(state);
+    ctx.sql("SET gpu_sort.device_memory_limit = '50%'")
+        .await
+        .unwrap();
+    let shown = name_values(&ctx, "SHOW gpu_sort.device_memory_limit").await;
+    let expected = (
+        "gpu_sort.device_memory_limit".to_string(),
+        "50%".to_string(),
+    );
+    assert_eq!(shown, [expected]);
+    let verbose = result_text(&ctx, "SHOW gpu_sort.min_rows VERBOSE").await;
+    assert!(verbose.contains("keep DataFusion's sort"), "{verbose}");
+    // Every setting, with its value, in SHOW ALL and in information_schema.df_settings.
+    let all = name_values(&ctx, "SHOW ALL").await;
+    let listed = name_values(
+        &ctx,
+        "SELECT name, value FROM information_schema.df_settings WHERE name LIKE 'gpu_sort.%'",
+    )
+    .await;
+    let mut config = GpuSortConfig::default();
+    config.device_memory_limit = gpusort::DeviceMemoryLimit::Share(0.5);
+    let entries: Vec<(String, String)> =
+        datafusion::common::config::ExtensionOptions::entries(&config)
+            .into_iter()
+            .map(|e| (e.key, e.value.unwrap_or_default()))
+            .collect();
+    assert!(entries.len() >= 16, "{entries:?}");
+    assert_eq!(listed.len(), entries.len(), "{listed:?}");
+    for entry in &entries {
+        assert!(
+            all.contains(entry),
+            "{entry:?} missing from SHOW ALL: {all:?}"
+        );
+        assert!(
+            listed.contains(entry),
+            "{entry:?} missing from df_settings: {listed:?}"
+        );
+    }
+    let err = ctx
+        .sql("SHOW gpu_sort.no_such_setting")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("gpu_sort.no_such_setting"), "{err}");
 }
 
 #[tokio::test]

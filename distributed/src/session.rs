@@ -13,7 +13,8 @@
 
 use std::sync::Arc;
 
-use datafusion::common::Result;
+use datafusion::common::{DataFusionError, Result};
+use datafusion::config::ExtensionOptions;
 use datafusion::execution::{SessionState, SessionStateBuilder};
 use datafusion_distributed::{DistributedExt, Worker, WorkerQueryContext};
 use gpusort::{GpuSortConfig, GpuSortRule};
@@ -61,10 +62,38 @@ impl DistributedGpuSortExt for SessionStateBuilder {
     }
 
     fn with_gpu_sort_worker(self, headers: &HeaderMap) -> Result<Self> {
-        Ok(self
-            .with_distributed_option_extension_from_headers::<GpuSortConfig>(headers)?
-            .with_distributed_user_codec(GpuSortCodec))
+        let mut builder =
+            self.with_distributed_option_extension_from_headers::<GpuSortConfig>(headers)?;
+        if let Some(config) = builder
+            .config()
+            .as_mut()
+            .and_then(|c| c.options_mut().extensions.get_mut::<GpuSortConfig>())
+        {
+            set_from_headers(config, headers)?;
+        }
+        Ok(builder.with_distributed_user_codec(GpuSortCodec))
     }
+}
+
+/// Sets each `gpu_sort.*` setting that `headers` carry. datafusion-distributed names a
+/// setting's header after the extension's prefix and the setting's entry key; gpusort's
+/// entry keys are full names (`gpu_sort.min_rows`, as `SHOW` lists them), so the header
+/// ends in `gpu_sort.gpu_sort.min_rows`, which datafusion-distributed's own reading skips.
+fn set_from_headers(config: &mut GpuSortConfig, headers: &HeaderMap) -> Result<()> {
+    for entry in config.entries() {
+        let sent = headers.iter().find(|(name, _)| {
+            let name = name.as_str();
+            name.strip_suffix(entry.key.as_str())
+                .is_some_and(|head| head.ends_with('.') || head.ends_with('-'))
+        });
+        if let Some((_, value)) = sent {
+            let value = value.to_str().map_err(|e| {
+                DataFusionError::Configuration(format!("header of {}: {e}", entry.key))
+            })?;
+            ExtensionOptions::set(config, &entry.key, value)?;
+        }
+    }
+    Ok(())
 }
 
 /// The session of one query on a worker: the one datafusion-distributed prepared, with
@@ -78,4 +107,25 @@ pub async fn gpu_sort_worker_session(ctx: WorkerQueryContext) -> Result<SessionS
 /// `tonic::transport::Server::builder().add_service(worker.into_worker_server())`.
 pub fn gpu_sort_worker() -> Worker {
     Worker::from_session_builder(gpu_sort_worker_session)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn headers_set_the_settings_they_name_and_no_other() {
+        let mut headers = HeaderMap::new();
+        let name = "x-datafusion-distributed-config-gpu_sort.gpu_sort.device_gather_min_rows";
+        headers.insert(
+            http::HeaderName::from_static(name),
+            HeaderValue::from_static("5"),
+        );
+        let mut config = GpuSortConfig::default();
+        let min_rows = config.min_rows;
+        set_from_headers(&mut config, &headers).unwrap();
+        assert_eq!(config.device_gather_min_rows, 5);
+        assert_eq!(config.min_rows, min_rows);
+    }
 }

@@ -12,7 +12,6 @@ use std::sync::Arc;
 
 use arrow::array::{RecordBatch, RecordBatchReader};
 use datafusion::catalog::MemTable;
-use datafusion::config::{ConfigExtension, ExtensionOptions};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionConfig, SessionContext};
@@ -168,18 +167,9 @@ impl PySessionContext {
     /// options are `None`.
     fn settings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let state = self.ctx.state();
-        let options = state.config().options();
         let dict = PyDict::new(py);
-        // DataFusion lists extensions' entries without their prefix: name ours in full.
-        for entry in options.entries() {
-            if entry.key.starts_with("datafusion.") {
-                dict.set_item(entry.key, entry.value)?;
-            }
-        }
-        let gpu_sort = session_gpu_sort_config(&self.ctx);
-        for entry in ExtensionOptions::entries(&gpu_sort) {
-            let key = format!("{}.{}", GpuSortConfig::PREFIX, entry.key);
-            dict.set_item(key, entry.value)?;
+        for entry in state.config().options().entries() {
+            dict.set_item(entry.key, entry.value)?;
         }
         Ok(dict)
     }

@@ -109,6 +109,18 @@ def test_settings_round_trip(ctx):
     assert ctx.gpu_in_use == (ctx.backend == "cuda")
 
 
+def test_settings_are_shown_as_datafusion_shows_its_own(ctx):
+    ctx.sql("SET gpu_sort.device_memory_limit = '50%'")
+    shown = ctx.sql("SHOW gpu_sort.device_memory_limit").to_arrow_table().to_pylist()
+    assert shown == [{"name": "gpu_sort.device_memory_limit", "value": "50%"}]
+    listed = {
+        row["name"]: row["value"] for row in ctx.sql("SHOW ALL").to_arrow_table().to_pylist()
+    }
+    ours = {k: v for k, v in ctx.settings().items() if k.startswith("gpu_sort.")}
+    assert len(ours) >= 16
+    assert {k: listed.get(k) for k in ours} == ours
+
+
 def test_gpu_status_says_why_not():
     status = gpusort.gpu_status()
     assert set(status) == {"gpu", "backend", "reason"}

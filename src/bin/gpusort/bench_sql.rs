@@ -411,11 +411,7 @@ async fn apply(ctx: &SessionContext, changes: &[Change]) -> Result<Vec<Change>> 
         match change {
             Change::Setting(name, value) => {
                 let entries = ctx.state().config_options().entries();
-                // Extension settings (gpu_sort.*) list their keys without the prefix.
-                let listed = |key: &str| {
-                    key == name || name.split_once('.').is_some_and(|(_, rest)| rest == key)
-                };
-                let Some(old) = entries.iter().find(|e| listed(&e.key)) else {
+                let Some(old) = entries.iter().find(|e| &e.key == name) else {
                     return exec_err!("--variant: no setting {name}");
                 };
                 let old = old.value.clone().unwrap_or_default();
