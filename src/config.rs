@@ -340,9 +340,9 @@ gpu_sort_settings! {
         /// DataFusion window operator, as `whole_partition_windows` says.
         pub window_functions: bool, default = true
         /// Those window functions are computed on the device where the CUDA backend sorts
-        /// the window's input as one run (`count`, `sum` of integers and decimals,
-        /// `row_number`, `rank`, `dense_rank`, over `ROWS` frames and `RANGE` frames
-        /// without offsets); false: always on all cores.
+        /// the window's input as one run (ranks, values, and `count`, `sum`, `avg`, `min`,
+        /// `max` over `ROWS`, `GROUPS` and most `RANGE` frames: docs/settings.md); false:
+        /// always on all cores.
         pub device_window_functions: bool, default = true
         /// A filter that bounds a ranking window (`row_number() <= k`, `rank()`,
         /// `dense_rank()`) over a gpusort sort lets the sort leave out of each sorted run,

@@ -1,17 +1,33 @@
 //! gpusort: sorting for Apache DataFusion on an NVIDIA GPU.
 //!
 //! One line turns it on; every `ORDER BY`, window sort and `COPY ... ORDER BY` of the
-//! session then runs through [`GpuSortExec`]:
+//! session then runs through [`GpuSortExec`], on the GPU where one is usable and on
+//! gpusort's CPU backend where none is:
 //!
-//! ```no_run
+//! ```
 //! use datafusion::execution::SessionStateBuilder;
+//! use datafusion::prelude::SessionContext;
 //! use gpusort::{GpuSortConfig, SessionStateBuilderExt};
 //!
+//! # #[tokio::main]
+//! # async fn main() -> datafusion::common::Result<()> {
 //! let state = SessionStateBuilder::new()
 //!     .with_default_features()
 //!     .with_gpu_sort(GpuSortConfig::default())
 //!     .build();
-//! let ctx = datafusion::prelude::SessionContext::new_with_state(state);
+//! let ctx = SessionContext::new_with_state(state);
+//!
+//! let sql = "SELECT value % 7 AS k, value FROM generate_series(1, 200000) \
+//!            ORDER BY k DESC, value";
+//! let plan = ctx.sql(&format!("EXPLAIN {sql}")).await?.collect().await?;
+//! let plan = datafusion::arrow::util::pretty::pretty_format_batches(&plan)?.to_string();
+//! assert!(plan.contains("GpuSortExec"), "{plan}");
+//!
+//! let batches = ctx.sql(sql).await?.collect().await?;
+//! let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+//! assert_eq!(rows, 200_000);
+//! # Ok(())
+//! # }
 //! ```
 //!
 //! Pipeline of one sort: `planner` (rule) → `exec` (operator: buffer, runs) → `keys`

@@ -283,6 +283,34 @@ async fn name_values(ctx: &SessionContext, sql: &str) -> Vec<(String, String)> {
     rows
 }
 
+#[test]
+fn settings_doc_lists_every_setting() {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/settings.md")).unwrap();
+    // Rows of its table: | `gpu_sort.name` | `default` | meaning |
+    let documented: Vec<(String, String)> = doc
+        .lines()
+        .filter_map(|line| {
+            let mut cells = line.split(" | ");
+            let name = cells.next()?.strip_prefix("| `")?.strip_suffix('`')?;
+            let default = cells.next()?.strip_prefix('`')?.strip_suffix('`')?;
+            Some((name.to_string(), default.to_string()))
+        })
+        .collect();
+    let settings: Vec<(String, String)> =
+        datafusion::common::config::ExtensionOptions::entries(&GpuSortConfig::default())
+            .into_iter()
+            .map(|e| (e.key, e.value.unwrap_or_default()))
+            .collect();
+    for setting in &settings {
+        assert!(
+            documented.contains(setting),
+            "{setting:?} is not in docs/settings.md as `name` | `default`: {documented:?}"
+        );
+    }
+    assert_eq!(documented.len(), settings.len(), "{documented:?}");
+}
+
 #[tokio::test]
 async fn settings_are_listed_where_datafusion_lists_its_own() {
     let rule = Arc::new(GpuSortRule::new());

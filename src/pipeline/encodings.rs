@@ -9,7 +9,7 @@
 //!   INT64 leaf: integers, dates, times, timestamps, decimals of up to 18 digits). Sorted
 //!   output puts close values side by side, and even random ones seldom fill 64 bits: the
 //!   deltas pack into fewer bits, so there are fewer bytes to compress and to write. On
-//!   one thread (`examples/parquet_encode_cost.rs`), sorted SF1 `lineitem` shrank from
+//!   one thread (`examples/04_parquet_encode_cost.rs`), sorted SF1 `lineitem` shrank from
 //!   68.7 to 58.0 MB with snappy and encoded 7 % faster; three random 8-byte columns sorted
 //!   by the first shrank by 17 % and encoded 30 % faster.
 //! - **A dictionary that was given up is not tried again at once.** A column of mostly

@@ -6,7 +6,7 @@
 //! so these are the figures to start from when judging a change of writer settings.
 //!
 //! ```text
-//! cargo run --profile device --example parquet_encode_cost -- DIR_OR_FILE [MAX_ROWS]
+//! cargo run --profile device --example 04_parquet_encode_cost -- DIR_OR_FILE [MAX_ROWS]
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -24,7 +24,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let input = PathBuf::from(
         args.next()
-            .ok_or("usage: parquet_encode_cost DIR_OR_FILE [MAX_ROWS]")?,
+            .ok_or("usage: 04_parquet_encode_cost DIR_OR_FILE [MAX_ROWS]")?,
     );
     let max_rows: usize = args.next().map_or(Ok(2_000_000), |n| n.parse())?;
     let batches = read(&input, max_rows)?;
