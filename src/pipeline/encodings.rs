@@ -79,7 +79,7 @@ impl DictionaryChoice {
     /// The leaves that go without a dictionary in row group `index`: those that gave
     /// theirs up, unless this row group probes them again.
     pub(super) fn without_dictionary(&self, index: usize) -> Vec<usize> {
-        if index % PROBE_EVERY == 0 {
+        if index.is_multiple_of(PROBE_EVERY) {
             return Vec::new();
         }
         (0..self.given_up.len())

@@ -171,8 +171,8 @@ gpu_test!(probe_counts_every_distance_like_the_host, |rt| {
                     .unwrap_or_else(|e| panic!("{label}: {e}"));
                 let host = |distance: u32| {
                     let d = distance as usize;
-                    let sampled =
-                        (0..n.saturating_sub(d)).filter(|i| (i / chunk) % every as usize == 0);
+                    let sampled = (0..n.saturating_sub(d))
+                        .filter(|i| (i / chunk).is_multiple_of(every as usize));
                     let (mut probed, mut inversions) = (0u64, 0u64);
                     for i in sampled {
                         probed += 1;

@@ -147,7 +147,7 @@ mod tests {
     fn probed_positions_count_the_sampled_chunks() {
         let brute = |n: usize, distance: u32, every: u32| {
             (0..(n as u64).saturating_sub(distance as u64))
-                .filter(|i| (i / PROBE_CHUNK) % every as u64 == 0)
+                .filter(|i| (i / PROBE_CHUNK).is_multiple_of(every as u64))
                 .count() as u64
         };
         for n in [0, 1, 1023, 1024, 1025, 5000, 8192, 8193, 100_000] {
