@@ -60,7 +60,8 @@ macro_rules! gpu_sort_settings {
                 match key {
                     $(stringify!($field) => self.$field.set(rest, value),)*
                     _ => Err(DataFusionError::Configuration(format!(
-                        "no setting gpu_sort.{key}; the settings are: {}",
+                        "no setting {}.{key}; the settings are: {}",
+                        <$name as ConfigExtension>::PREFIX,
                         [$(stringify!($field)),*].join(", ")
                     ))),
                 }

@@ -744,17 +744,16 @@ async fn copy_through_gpusort_sql_uses_the_operator() {
          COPY (SELECT * FROM t ORDER BY k0 DESC, rid) TO '{}' STORED AS PARQUET",
         out.display()
     );
-    let run = Command::new(env!("CARGO_BIN_EXE_gpusort"))
-        .args(["sql", &sql, "--explain", "--backend", "cpu", "--table"])
-        .arg(format!("t={}", input.display()))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let table = format!("t={}", input.display());
+    let stdout = gpusort_ok(&[
+        "sql",
+        &sql,
+        "--explain",
+        "--backend",
+        "cpu",
+        "--table",
+        &table,
+    ]);
     assert!(stdout.contains("DataSinkExec"), "{stdout}");
     assert!(stdout.contains("GpuSortExec"), "{stdout}");
     let expected_path = dir.path().join("expected.parquet");
@@ -768,25 +767,30 @@ async fn copy_through_gpusort_sql_uses_the_operator() {
     );
 }
 
-#[test]
-fn the_command_line_shows_the_settings() {
+/// The standard output of `gpusort args`, which must succeed.
+fn gpusort_ok(args: &[&str]) -> String {
     let run = Command::new(env!("CARGO_BIN_EXE_gpusort"))
-        .args([
-            "sql",
-            "SET gpu_sort.min_rows = 4321; SHOW gpu_sort.min_rows; SHOW ALL",
-            "--backend",
-            "cpu",
-            "--max-rows",
-            "1000",
-        ])
+        .args(args)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(
         run.status.success(),
         "{}",
         String::from_utf8_lossy(&run.stderr)
     );
+    String::from_utf8_lossy(&run.stdout).into_owned()
+}
+
+#[test]
+fn the_command_line_shows_the_settings() {
+    let stdout = gpusort_ok(&[
+        "sql",
+        "SET gpu_sort.min_rows = 4321; SHOW gpu_sort.min_rows; SHOW ALL",
+        "--backend",
+        "cpu",
+        "--max-rows",
+        "1000",
+    ]);
     let line = stdout
         .lines()
         .find(|l| l.contains("gpu_sort.min_rows"))

@@ -574,18 +574,20 @@ fn sort_output_rows(plan: &Arc<dyn datafusion::physical_plan::ExecutionPlan>) ->
         .sum::<usize>()
 }
 
+/// Floats whose order or arithmetic is special: both zeros, NaNs of both signs, both
+/// infinities.
+const SPECIAL_FLOATS: [f64; 6] = [
+    0.0,
+    -0.0,
+    f64::NAN,
+    -f64::NAN,
+    f64::INFINITY,
+    f64::NEG_INFINITY,
+];
+
 /// Special float values: ±0.0, ±inf and NaN in the arguments and the order key.
 pub async fn special_floats_in_keys_and_extremes(backend: BackendChoice) {
-    let values = [
-        0.0,
-        -0.0,
-        f64::NAN,
-        -f64::NAN,
-        f64::INFINITY,
-        f64::NEG_INFINITY,
-        1.5,
-        -2.5,
-    ];
+    let values: Vec<f64> = SPECIAL_FLOATS.into_iter().chain([1.5, -2.5]).collect();
     let mut rng = StdRng::seed_from_u64(seed() ^ 0xF10A7);
     let rows = 3000;
     let pick = |rng: &mut StdRng| -> Option<f64> {
@@ -849,18 +851,10 @@ pub async fn device_range_offsets(backend: BackendChoice, on_device: bool) {
             })
         })
         .collect();
-    // Floats with ties and every special value (NaN of both signs, infinities, zeros).
-    let specials = [
-        0.0,
-        -0.0,
-        f64::NAN,
-        -f64::NAN,
-        f64::INFINITY,
-        f64::NEG_INFINITY,
-    ];
+    // Floats with ties and every special value.
     let float = |rng: &mut StdRng| {
         (!rng.random_bool(0.08)).then(|| match rng.random_range(0..10) {
-            0 => specials[rng.random_range(0..specials.len())],
+            0 => SPECIAL_FLOATS[rng.random_range(0..SPECIAL_FLOATS.len())],
             _ => (rng.random_range(-400..400) as f64) / 8.0,
         })
     };
