@@ -14,7 +14,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use datafusion::common::config::{
-    ConfigEntry, ConfigExtension, ConfigField, ExtensionOptions, Visit,
+    ConfigEntry, ConfigExtension, ConfigField, ConfigOptions, ExtensionOptions, Visit,
 };
 use datafusion::common::{config_field, DataFusionError};
 
@@ -372,7 +372,47 @@ impl ConfigExtension for GpuSortConfig {
     const PREFIX: &'static str = "gpu_sort";
 }
 
+/// The namespace under which DataFusion keeps the settings of an extension it reaches
+/// through its FFI (datafusion-python's `SessionConfig.with_extension`): `SET gpu_sort.x`
+/// lands there as `gpu_sort.x`, and reads back across the FFI as
+/// `datafusion_ffi.gpu_sort.x`.
+const FFI_NAMESPACE: &str = datafusion::common::config::DATAFUSION_FFI_CONFIG_NAMESPACE;
+
 impl GpuSortConfig {
+    /// The `gpu_sort.*` settings of a session's options: its `GpuSortConfig` where one is
+    /// registered; else those set through DataFusion's FFI namespace (a datafusion-python
+    /// session), over the defaults; else the defaults. A value that does not parse, or a
+    /// name that is not a setting, is an error that names it.
+    pub fn from_options(options: &ConfigOptions) -> datafusion::common::Result<Self> {
+        if let Some(config) = options.extensions.get::<GpuSortConfig>() {
+            return Ok(config.clone());
+        }
+        Self::default().overridden_by(options)
+    }
+
+    /// These settings, with any `gpu_sort.*` entry of `options`' FFI namespace set over
+    /// them.
+    pub fn overridden_by(mut self, options: &ConfigOptions) -> datafusion::common::Result<Self> {
+        let prefix = <Self as ConfigExtension>::PREFIX;
+        for entry in options.entries() {
+            let key = entry.key.as_str();
+            let key = key
+                .strip_prefix(FFI_NAMESPACE)
+                .and_then(|rest| rest.strip_prefix('.'))
+                .unwrap_or(key);
+            let Some(name) = key
+                .strip_prefix(prefix)
+                .and_then(|rest| rest.strip_prefix('.'))
+            else {
+                continue;
+            };
+            if let Some(value) = entry.value.as_deref() {
+                ConfigField::set(&mut self, name, value)?;
+            }
+        }
+        Ok(self)
+    }
+
     /// The settings that route every sort, however small, through the CPU backend:
     /// what tests and the sqllogictest runner use to force the operator on.
     pub fn forced_cpu() -> Self {

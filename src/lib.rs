@@ -43,7 +43,10 @@
 //!   ([`SortDecision`], [`DeclineReason`]); [`exec`] builds the operator by hand
 //!   (`GpuSortOptions`, `HashRouting`);
 //! - [`pipeline`] is the `gpusort sort` pipeline: Parquet files in, one sorted Parquet
-//!   file out.
+//!   file out;
+//! - `codec` (feature `proto`) writes gpusort's operators into DataFusion's protobuf
+//!   plans and reads them back, for engines that ship plans (datafusion-distributed,
+//!   datafusion-python's FFI planner).
 //!
 //! For the `gpusort` binary's benchmarks and the GPU tests (`tests/gpu/`), below the
 //! operator:
@@ -61,6 +64,8 @@
 #![warn(unreachable_pub)]
 
 pub mod backend;
+#[cfg(feature = "proto")]
+pub mod codec;
 mod config;
 pub mod cuda;
 pub mod exec;

@@ -18,7 +18,8 @@
 //! // Each worker: `gpusort_distributed::gpu_sort_worker()` served with tonic.
 //! ```
 //!
-//! - [`GpuSortCodec`] (`codec`): `GpuSortExec` on the wire, nothing process-bound in it;
+//! - [`GpuSortCodec`] (gpusort's `codec`, re-exported): `GpuSortExec` on the wire, nothing
+//!   process-bound in it;
 //! - [`DistributedGpuSortExt`], [`gpu_sort_worker_session`], [`gpu_sort_worker`]
 //!   (`session`): the coordinator's and the workers' sessions;
 //! - [`explain_distributed`] (`explain`): the distributed plan as text;
@@ -34,7 +35,6 @@
 #![warn(missing_docs)]
 
 mod chunk_merge;
-mod codec;
 mod coordinator;
 mod explain;
 mod parallel_merge;
@@ -43,8 +43,11 @@ mod session;
 mod stable_merge;
 mod worker_errors;
 
-pub use codec::{GpuSortCodec, GpuSortExecProto, HashRoutingProto, SortOptionsProto, FORMAT};
 pub use explain::explain_distributed;
+pub use gpusort::codec::{
+    GpuSortCodec, GpuSortExecProto, GpuSortNode, GpuSortNodeProto, HashRoutingProto,
+    SortOptionsProto, FORMAT,
+};
 pub use session::{gpu_sort_worker, gpu_sort_worker_session, DistributedGpuSortExt};
 pub use stable_merge::StableMergeExec;
 pub use worker_errors::WorkerErrorsExec;

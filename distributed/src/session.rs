@@ -17,10 +17,10 @@ use datafusion::common::{DataFusionError, Result};
 use datafusion::config::ExtensionOptions;
 use datafusion::execution::{SessionState, SessionStateBuilder};
 use datafusion_distributed::{DistributedExt, Worker, WorkerQueryContext};
+use gpusort::codec::GpuSortCodec;
 use gpusort::{GpuSortConfig, GpuSortRule};
 use http::HeaderMap;
 
-use crate::codec::GpuSortCodec;
 use crate::coordinator::CoordinatorPlanner;
 
 /// Registers gpusort in the sessions of a datafusion-distributed cluster.

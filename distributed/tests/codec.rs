@@ -24,7 +24,7 @@ use datafusion_proto::physical_plan::{
 use gpusort::backend::resolve_backend;
 use gpusort::exec::{GpuSortOptions, HashRouting};
 use gpusort::{AlgorithmChoice, BackendChoice, GpuSortConfig, GpuSortExec};
-use gpusort_distributed::{GpuSortCodec, GpuSortExecProto, FORMAT};
+use gpusort_distributed::{GpuSortCodec, GpuSortNode, GpuSortNodeProto, FORMAT};
 use prost::Message;
 
 fn schema() -> SchemaRef {
@@ -317,7 +317,7 @@ fn the_worker_resolves_its_own_backend() -> Result<()> {
                 .unwrap_err()
                 .to_string();
             assert!(
-                error.contains("this worker cannot run the plan's GpuSortExec"),
+                error.contains("cannot run the plan's GpuSortExec"),
                 "{error}"
             );
             assert!(error.contains("no CUDA device is usable"), "{error}");
@@ -332,7 +332,10 @@ fn refuses_other_formats_and_foreign_nodes() -> Result<()> {
     let ctx = task_context(GpuSortConfig::forced_cpu());
     let (_, exec) = variants().remove(0);
     let mut proto = GpuSortCodec.to_proto(&exec, &converter)?;
-    proto.format = FORMAT + 1;
+    match &mut proto.node {
+        Some(GpuSortNode::Sort(sort)) => sort.format = FORMAT + 1,
+        other => panic!("a sort encoded as {other:?}"),
+    }
     let error = GpuSortCodec
         .try_decode(&proto.encode_to_vec(), &[input()], &ctx, &converter)
         .unwrap_err()
@@ -343,11 +346,11 @@ fn refuses_other_formats_and_foreign_nodes() -> Result<()> {
         .try_decode(&[0xff, 0xff, 0xff], &[input()], &ctx, &converter)
         .unwrap_err()
         .to_string();
-    assert!(error.contains("not a GpuSortExec"), "{error}");
+    assert!(error.contains("not a gpusort node"), "{error}");
 
     let error = GpuSortCodec
         .try_decode(
-            &GpuSortExecProto::default().encode_to_vec(),
+            &GpuSortNodeProto::default().encode_to_vec(),
             &[],
             &ctx,
             &converter,
@@ -361,6 +364,9 @@ fn refuses_other_formats_and_foreign_nodes() -> Result<()> {
         .try_encode(input(), &mut buf, &converter)
         .unwrap_err()
         .to_string();
-    assert!(error.contains("is not a GpuSortExec"), "{error}");
+    assert!(
+        error.contains("is not a GpuSortExec or a SortedWindowExec"),
+        "{error}"
+    );
     Ok(())
 }

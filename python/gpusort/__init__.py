@@ -8,6 +8,13 @@ Parquet sort pipeline of ``gpusort sort``.
 
     gpusort.sort_parquet("data/", "sorted.parquet", by="ts DESC, id", memory_limit="8G")
 
+In datafusion-python's own context (datafusion 55):
+
+    import datafusion
+    ext = gpusort.Extension()
+    config = datafusion.SessionConfig().with_extension(ext)   # SET / SHOW gpu_sort.*
+    ctx = datafusion.SessionContext(config).with_extensions(ext)
+
 Without a usable GPU the same code sorts on gpusort's CPU backend (``gpu_status()`` says
 which and why). Results equal DataFusion's own sort; ties keep their input order.
 """
@@ -24,6 +31,7 @@ from ._gpusort import GpuSortError, gpu_status
 
 __all__ = [
     "DataFrame",
+    "Extension",
     "GpuSortError",
     "SessionContext",
     "gpu_status",
@@ -156,6 +164,87 @@ class SessionContext:
 
     def __repr__(self) -> str:
         return repr(self._inner)
+
+
+class Extension:
+    """gpusort in a datafusion-python 55 ``SessionContext``: its ``ORDER BY``, window
+    sorts, ``ORDER BY .. LIMIT`` and ``COPY (SELECT .. ORDER BY ..)`` then plan gpusort's
+    operator, and results come back as datafusion-python ``DataFrame``\ s::
+
+        ext = gpusort.Extension({"gpu_sort.backend": "cpu"})
+        config = datafusion.SessionConfig().with_extension(ext)
+        ctx = datafusion.SessionContext(config).with_extensions(ext)
+
+    ``with_extensions(ext)`` installs gpusort's codec and its planner around the
+    session's own; ``SessionConfig.with_extension(ext)`` adds the ``gpu_sort.*``
+    settings to the session, so that ``SET gpu_sort.<name> = ..``, ``SHOW`` and
+    ``information_schema.df_settings`` take them (without it, the session sorts with the
+    settings given here, and ``SET gpu_sort.*`` is refused). ``settings``: ``gpu_sort.*``
+    settings by name (docs/settings.md); DataFusion's own go to ``SessionConfig``.
+
+    Plans cross between datafusion-python's DataFusion and gpusort's as protobuf; what
+    protobuf cannot write (in-memory tables, ``information_schema``) crosses by reference
+    within the process. The session's memory pool does not cross: gpusort's operators
+    account their memory in a pool of their own, without a limit (docs/python.md).
+    """
+
+    #: The ids datafusion-python files gpusort's codecs under.
+    codec_id = "gpusort.physical.v1"
+    logical_codec_id = "gpusort.logical.v1"
+
+    def __init__(self, settings: Optional[Mapping[str, Any]] = None):
+        strings = {k: _setting_text(v) for k, v in (settings or {}).items()}
+        self._core = _gpusort.ExtensionCore(strings)
+
+    def settings(self) -> dict:
+        """The ``gpu_sort.*`` settings it starts a session with, by full name."""
+        return self._core.settings()
+
+    def __datafusion_extension_options__(self):
+        return self._core.extension_options()
+
+    def __datafusion_session_components__(self, ctx):
+        from datafusion import SessionExtensionComponents
+
+        return SessionExtensionComponents(
+            logical_extension_codecs=(_LogicalCodec(self._core),),
+            physical_extension_codecs=(_Codec(self._core),),
+        )
+
+    def __datafusion_session_planner__(self, ctx, fallback):
+        return self._core.planner(ctx, fallback)
+
+    def __repr__(self) -> str:
+        return "gpusort.Extension()"
+
+
+class _Codec:
+    """gpusort's physical codec, as ``SessionExtensionComponents`` takes codecs."""
+
+    __datafusion_codec_id__ = Extension.codec_id
+
+    def __init__(self, core):
+        self._core = core
+
+    def __datafusion_physical_extension_codec__(self, session=None):
+        if session is None:
+            raise TypeError("gpusort's codec is bound to the session it is installed on")
+        return self._core.physical_codec(session)
+
+
+class _LogicalCodec:
+    """gpusort's logical codec (tables by reference), as ``SessionExtensionComponents``
+    takes codecs."""
+
+    __datafusion_codec_id__ = Extension.logical_codec_id
+
+    def __init__(self, core):
+        self._core = core
+
+    def __datafusion_logical_extension_codec__(self, session=None):
+        if session is None:
+            raise TypeError("gpusort's codec is bound to the session it is installed on")
+        return self._core.logical_codec(session)
 
 
 def sort_parquet(

@@ -5,6 +5,9 @@
 //!  gpusort.SessionContext ──────────────────▶ session.rs    a DataFusion session with gpusort
 //!      .sql() → gpusort.DataFrame ──────────▶ dataframe.rs  collect / stream / explain
 //!  gpusort.sort_parquet() ──────────────────▶ sort_parquet.rs  gpusort::pipeline::sort_files
+//!  gpusort.Extension ───────────────────────▶ extension.rs  datafusion-python's own context:
+//!                                             planner.rs    settings, codec and planner capsules
+//!                                             in_process.rs what protobuf cannot write, by reference
 //!  pyarrow, datafusion-python, polars ◀────▶ arrow_stream.rs the Arrow PyCapsule stream interface
 //!                                             blocking.rs   one tokio runtime; waits with the GIL
 //!                                                           released, Ctrl-C cancels the work
@@ -18,6 +21,9 @@ mod arrow_stream;
 mod blocking;
 mod dataframe;
 mod errors;
+mod extension;
+mod in_process;
+mod planner;
 mod session;
 mod sort_parquet;
 
@@ -33,6 +39,7 @@ fn _gpusort(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<session::PySessionContext>()?;
     module.add_class::<dataframe::PyDataFrame>()?;
     module.add_class::<arrow_stream::CollectedBatches>()?;
+    module.add_class::<extension::PyExtensionCore>()?;
     module.add_function(wrap_pyfunction!(sort_parquet::sort_parquet, module)?)?;
     module.add_function(wrap_pyfunction!(session::gpu_status, module)?)?;
     Ok(())

@@ -408,11 +408,7 @@ impl PhysicalOptimizerRule for GpuSortRule {
         plan: Arc<dyn ExecutionPlan>,
         config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let mut settings = config
-            .extensions
-            .get::<GpuSortConfig>()
-            .cloned()
-            .unwrap_or_default();
+        let mut settings = GpuSortConfig::from_options(config)?;
         if self.partition_local {
             settings.gather_partitions = false;
             settings.absorb_repartition = false;

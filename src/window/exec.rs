@@ -211,6 +211,17 @@ impl SortedWindowExec {
     pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
         &self.input
     }
+
+    /// The DataFusion window node it replaced (over the same input).
+    pub fn replaced(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.replaced
+    }
+
+    /// Whether it may compute its columns on the device
+    /// (`gpu_sort.device_window_functions` when it was planned).
+    pub fn device_allowed(&self) -> bool {
+        self.device_allowed
+    }
 }
 
 impl DisplayAs for SortedWindowExec {
