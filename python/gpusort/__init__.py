@@ -168,8 +168,8 @@ class SessionContext:
 
 class Extension:
     """gpusort in a datafusion-python 55 ``SessionContext``: its ``ORDER BY``, window
-    sorts, ``ORDER BY .. LIMIT`` and ``COPY (SELECT .. ORDER BY ..)`` then plan gpusort's
-    operator, and results come back as datafusion-python ``DataFrame``\ s::
+    functions and ``ORDER BY .. LIMIT`` then run on gpusort's operators, and results come
+    back as datafusion-python DataFrames::
 
         ext = gpusort.Extension({"gpu_sort.backend": "cpu"})
         config = datafusion.SessionConfig().with_extension(ext)
@@ -184,8 +184,12 @@ class Extension:
 
     Plans cross between datafusion-python's DataFusion and gpusort's as protobuf; what
     protobuf cannot write (in-memory tables, ``information_schema``) crosses by reference
-    within the process. The session's memory pool does not cross: gpusort's operators
-    account their memory in a pool of their own, without a limit (docs/python.md).
+    within the process. A sort over a node only datafusion-python can run (a pyarrow
+    dataset, a table defined in Python) stays DataFusion's, and ``EXPLAIN`` says so.
+    ``COPY`` and ``DataFrame.write_*`` are refused with DataFusion's FFI message: its
+    FFI carries no file formats (DataFusion 55). The session's memory pool does not cross:
+    gpusort's operators account their memory in a pool of their own, without a limit
+    (docs/python.md).
     """
 
     #: The ids datafusion-python files gpusort's codecs under.

@@ -8,10 +8,10 @@
 //!  decode: payload ──▶ REFERENCES.remove(id)   (rebuilt over the decoded children)
 //! ```
 //!
-//! gpusort's own operators are written as `gpusort::codec::GpuSortCodec` writes them
-//! (payload: GPUSORT, then its message). Every payload is decoded once, by the planner
-//! call that encoded it; one that is never decoded (the call failed in between) keeps
-//! its node until the process ends.
+//! gpusort's own operators cross as the `GpuSortSubplanExec` leaves that hold them
+//! (subplan.rs). Every payload is decoded once, by the planner call that encoded it; one
+//! that is never decoded (the call failed in between) keeps its node until the process
+//! ends.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,11 +25,8 @@ use datafusion::logical_expr::{Extension, LogicalPlan, UserDefinedLogicalNode};
 use datafusion::physical_plan::{replace_children_if_necessary, ExecutionPlan};
 use datafusion_proto::logical_plan::LogicalExtensionCodec;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
-use gpusort::codec::GpuSortCodec;
-use gpusort::{GpuSortExec, SortedWindowExec};
 
-/// The first byte of a payload: what follows.
-const GPUSORT: u8 = 0;
+/// The first byte of a payload: a reference (the id follows).
 const REFERENCE: u8 = 1;
 
 /// What a reference can name.
@@ -80,7 +77,7 @@ fn take_reference(buf: &[u8]) -> Result<Referenced> {
         })
 }
 
-/// gpusort's operators in protobuf, any other node by reference.
+/// Plan nodes by reference.
 #[derive(Debug, Default)]
 pub struct InProcessPhysicalCodec;
 
@@ -89,16 +86,13 @@ impl PhysicalExtensionCodec for InProcessPhysicalCodec {
         &self,
         buf: &[u8],
         inputs: &[Arc<dyn ExecutionPlan>],
-        ctx: &TaskContext,
-        proto_converter: &dyn PhysicalProtoConverterExtension,
+        _ctx: &TaskContext,
+        _proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        match buf.first() {
-            Some(&GPUSORT) => GpuSortCodec.try_decode(&buf[1..], inputs, ctx, proto_converter),
-            _ => match take_reference(buf)? {
-                Referenced::Plan(node) if inputs.is_empty() => Ok(node),
-                Referenced::Plan(node) => replace_children_if_necessary(node, inputs.to_vec()),
-                _ => Err(reference_error("a plan reference names no plan node")),
-            },
+        match take_reference(buf)? {
+            Referenced::Plan(node) if inputs.is_empty() => Ok(node),
+            Referenced::Plan(node) => replace_children_if_necessary(node, inputs.to_vec()),
+            _ => Err(reference_error("a plan reference names no plan node")),
         }
     }
 
@@ -106,12 +100,8 @@ impl PhysicalExtensionCodec for InProcessPhysicalCodec {
         &self,
         node: Arc<dyn ExecutionPlan>,
         buf: &mut Vec<u8>,
-        proto_converter: &dyn PhysicalProtoConverterExtension,
+        _proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<()> {
-        if node.is::<GpuSortExec>() || node.is::<SortedWindowExec>() {
-            buf.push(GPUSORT);
-            return GpuSortCodec.try_encode(node, buf, proto_converter);
-        }
         write_reference(Referenced::Plan(node), buf)
     }
 }

@@ -8,6 +8,7 @@
 //!  gpusort.Extension ───────────────────────▶ extension.rs  datafusion-python's own context:
 //!                                             planner.rs    settings, codec and planner capsules
 //!                                             in_process.rs what protobuf cannot write, by reference
+//!                                             subplan.rs    what gpusort runs, as one leaf
 //!  pyarrow, datafusion-python, polars ◀────▶ arrow_stream.rs the Arrow PyCapsule stream interface
 //!                                             blocking.rs   one tokio runtime; waits with the GIL
 //!                                                           released, Ctrl-C cancels the work
@@ -26,6 +27,7 @@ mod in_process;
 mod planner;
 mod session;
 mod sort_parquet;
+mod subplan;
 
 use pyo3::prelude::*;
 

@@ -15,7 +15,9 @@
 //! ```
 //!
 //! Every plan goes through the rule after the host's optimizers, as in a gpusort session,
-//! where the rule is the last one. `EXPLAIN` renders the physical plan the query runs,
+//! where the rule is the last one. What gpusort then runs goes back to the host as
+//! `GpuSortSubplanExec` leaves (subplan.rs says why); where such a part would read a node
+//! of the host's own, the host's plan is kept whole. `EXPLAIN` renders the physical plan the query runs,
 //! and adds one `gpusort: ...` line per sort saying who sorts it or why DataFusion does.
 
 use std::sync::Arc;
@@ -23,15 +25,89 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::common::format::ExplainFormat;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::Result;
 use datafusion::execution::context::QueryPlanner;
 use datafusion::logical_expr::{
     Explain, LogicalPlan, PlanType, StringifiedPlan, ToStringifiedPlan,
 };
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::analyze::AnalyzeExec;
 use datafusion::physical_plan::explain::ExplainExec;
 use datafusion::physical_plan::{displayable, ExecutionPlan};
-use gpusort::{GpuSortConfig, GpuSortRule};
+use datafusion_ffi::execution_plan::ForeignExecutionPlan;
+use gpusort::{GpuSortConfig, GpuSortExec, GpuSortRule, SortedWindowExec};
+
+use crate::subplan::GpuSortSubplanExec;
+
+/// A plan and gpusort's decisions on its sorts (`gpusort: ...` lines).
+struct Planned {
+    plan: Arc<dyn ExecutionPlan>,
+    decisions: String,
+}
+
+fn is_gpusort(node: &Arc<dyn ExecutionPlan>) -> bool {
+    node.is::<GpuSortExec>() || node.is::<SortedWindowExec>()
+}
+
+/// The parts of `plan` gpusort runs in its library (see `hand_over`): the whole plan
+/// under an `EXPLAIN ANALYZE` that holds a gpusort operator, else each topmost gpusort
+/// operator with everything below it.
+fn subplans(plan: &Arc<dyn ExecutionPlan>) -> Result<Vec<Arc<dyn ExecutionPlan>>> {
+    if plan.is::<AnalyzeExec>() {
+        return Ok(match plan.exists(|node| Ok(is_gpusort(node)))? {
+            true => vec![Arc::clone(plan)],
+            false => vec![],
+        });
+    }
+    let mut found = Vec::new();
+    plan.apply(|node| {
+        if is_gpusort(node) {
+            found.push(Arc::clone(node));
+            return Ok(TreeNodeRecursion::Jump);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    Ok(found)
+}
+
+/// The name of a node of the host's (one its protobuf could not write, passed by
+/// reference) inside a part of `plan` gpusort would run, if there is one.
+fn host_node_in_subplans(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<String>> {
+    for subplan in subplans(plan)? {
+        let mut name = None;
+        subplan.apply(|node| {
+            if node.is::<ForeignExecutionPlan>() {
+                name = Some(node.name().to_string());
+                return Ok(TreeNodeRecursion::Stop);
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })?;
+        if name.is_some() {
+            return Ok(name);
+        }
+    }
+    Ok(None)
+}
+
+/// `plan` as the host runs it: each of its `subplans` as one `GpuSortSubplanExec` leaf.
+fn hand_over(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    if plan.is::<AnalyzeExec>() {
+        return Ok(match subplans(&plan)?.is_empty() {
+            true => plan,
+            false => Arc::new(GpuSortSubplanExec::new(plan)),
+        });
+    }
+    Ok(plan
+        .transform_down(|node| {
+            if is_gpusort(&node) {
+                let leaf: Arc<dyn ExecutionPlan> = Arc::new(GpuSortSubplanExec::new(node));
+                return Ok(Transformed::new(leaf, true, TreeNodeRecursion::Jump));
+            }
+            Ok(Transformed::no(node))
+        })?
+        .data)
+}
 
 /// gpusort's rule over the plans of the host's planner; see the module docs.
 #[derive(Debug)]
@@ -47,13 +123,8 @@ impl GpuSortPlanner {
         Self { fallback, base }
     }
 
-    /// The host's plan of `logical_plan` with gpusort's rule applied, and the rule (which
-    /// holds its decisions).
-    async fn plan(
-        &self,
-        logical_plan: &LogicalPlan,
-        session: &dyn Session,
-    ) -> Result<(Arc<dyn ExecutionPlan>, GpuSortRule)> {
+    /// The host's plan of `logical_plan` with gpusort's rule applied.
+    async fn plan(&self, logical_plan: &LogicalPlan, session: &dyn Session) -> Result<Planned> {
         let plan = self
             .fallback
             .create_physical_plan(logical_plan, session)
@@ -61,19 +132,29 @@ impl GpuSortPlanner {
         self.optimize(plan, session)
     }
 
-    /// `plan` with gpusort's rule applied under the session's settings, and the rule.
-    fn optimize(
-        &self,
-        plan: Arc<dyn ExecutionPlan>,
-        session: &dyn Session,
-    ) -> Result<(Arc<dyn ExecutionPlan>, GpuSortRule)> {
+    /// `host` (the host's plan) with gpusort's rule applied under the session's settings;
+    /// `host` itself where a part gpusort would run holds a node of the host's.
+    fn optimize(&self, host: Arc<dyn ExecutionPlan>, session: &dyn Session) -> Result<Planned> {
         let settings = self.base.clone().overridden_by(session.config_options())?;
         let mut options = session.config_options().clone();
         options.extensions.insert(settings);
         // One rule per query: its decisions are this query's, whatever else plans at once.
         let rule = GpuSortRule::new();
-        let plan = rule.optimize(plan, &options)?;
-        Ok((plan, rule))
+        let plan = rule.optimize(Arc::clone(&host), &options)?;
+        if let Some(node) = host_node_in_subplans(&plan)? {
+            return Ok(Planned {
+                plan: host,
+                decisions: format!(
+                    "gpusort: kept DataFusion's sorts: {node}, a node of datafusion-python's \
+                     own that its protobuf cannot write, lies below one, and gpusort runs \
+                     what it sorts in its own library"
+                ),
+            });
+        }
+        Ok(Planned {
+            plan,
+            decisions: rule.last_decisions_text(),
+        })
     }
 
     /// `EXPLAIN` of the plan gpusort runs. The host optimized the logical plan before
@@ -100,7 +181,7 @@ impl GpuSortPlanner {
                 logical.display_graphviz().to_string(),
             )),
             ExplainFormat::Tree => {
-                let (plan, _) = self.plan(logical, session).await?;
+                let plan = self.plan(logical, session).await?.plan;
                 plans.push(StringifiedPlan::new(
                     PlanType::FinalPhysicalPlan,
                     displayable(plan.as_ref())
@@ -115,7 +196,7 @@ impl GpuSortPlanner {
                 }
                 if !config.logical_plan_only {
                     let host = self.fallback.create_physical_plan(logical, session).await?;
-                    let (plan, rule) = self.optimize(Arc::clone(&host), session)?;
+                    let Planned { plan, decisions } = self.optimize(Arc::clone(&host), session)?;
                     let indent = |plan: &Arc<dyn ExecutionPlan>, stats: bool, schema: bool| {
                         displayable(plan.as_ref())
                             .set_show_statistics(stats)
@@ -134,7 +215,7 @@ impl GpuSortPlanner {
                         format!(
                             "{}{}",
                             indent(&plan, show_statistics, config.show_schema),
-                            rule.last_decisions_text()
+                            decisions
                         ),
                     ));
                     if verbose && !show_statistics {
@@ -169,7 +250,7 @@ impl QueryPlanner for GpuSortPlanner {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         match logical_plan {
             LogicalPlan::Explain(explain) => self.explain(explain, session).await,
-            _ => Ok(self.plan(logical_plan, session).await?.0),
+            _ => hand_over(self.plan(logical_plan, session).await?.plan),
         }
     }
 }
