@@ -3,7 +3,8 @@
 #
 # A notebook-style script (cells marked `# %%`, run it whole or cell by cell in an editor
 # that knows them): a gpusort session over Parquet files, its decisions, a window query,
-# Arrow data crossing to and from datafusion-python, and a Parquet sort job with progress.
+# Arrow data crossing to and from datafusion-python, gpusort inside datafusion-python's own
+# context, and a Parquet sort job with progress.
 #
 #     pip install ./python datafusion==55.0.0
 #     python3 examples/03_python_sort.py [DIR]
@@ -79,6 +80,24 @@ try:
     theirs.from_arrow(ctx.sql("SELECT * FROM readings ORDER BY ts LIMIT 1000")).show(num=3)
 except ImportError:
     print("datafusion-python is not installed: skipping the interchange cell")
+
+# %% [markdown]
+# ## gpusort inside datafusion-python's own context
+
+# %%
+try:
+    import datafusion
+
+    ext = gpusort.Extension()
+    config = datafusion.SessionConfig().with_extension(ext)
+    theirs = datafusion.SessionContext(config).with_extensions(ext)
+    theirs.register_parquet("readings", str(work / "readings"))
+    query = "SELECT sensor, ts, value, rank() OVER (PARTITION BY sensor ORDER BY value DESC) AS r FROM readings"
+    plan = theirs.sql(f"EXPLAIN {query}").to_pydict()["plan"][-1]
+    print("\n".join(l for l in plan.splitlines() if "Gpu" in l or "SortedWindow" in l or "gpusort:" in l))
+    theirs.sql(f"{query} ORDER BY r, sensor LIMIT 3").show()
+except ImportError:
+    print("datafusion-python is not installed: skipping the datafusion-python cell")
 
 # %% [markdown]
 # ## Sorting the files into one Parquet file, with progress

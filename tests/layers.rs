@@ -5,7 +5,7 @@
 //! ```text
 //!  pipeline                 sorting files (uses the crate's API)
 //!  lib                      the crate root's own items: registration in a session
-//!  planner                  the optimizer rule
+//!  planner, codec           the optimizer rule; the operators in protobuf plans
 //!  window                   window functions over the operator
 //!  exec                     the operator
 //!  backend                  the one place that names concrete backends
@@ -37,7 +37,7 @@ const LAYERS: &[&[&str]] = &[
     &["backend"],
     &["exec"],
     &["window"],
-    &["planner"],
+    &["planner", "codec"],
     &["lib"],
     &["pipeline"],
 ];
