@@ -391,9 +391,27 @@ impl GpuSortConfig {
     }
 
     /// These settings, with any `gpu_sort.*` entry of `options`' FFI namespace set over
-    /// them.
-    pub fn overridden_by(mut self, options: &ConfigOptions) -> datafusion::common::Result<Self> {
+    /// them; a name that is not a setting is an error.
+    pub fn overridden_by(self, options: &ConfigOptions) -> datafusion::common::Result<Self> {
+        let (config, unknown) = self.overridden_by_known(options)?;
+        match unknown.first() {
+            None => Ok(config),
+            Some(name) => Err(DataFusionError::Configuration(format!(
+                "no setting {name}; the settings are the entries of gpu_sort.* in SHOW ALL"
+            ))),
+        }
+    }
+
+    /// [`overridden_by`](Self::overridden_by), setting the entries that name a setting and
+    /// returning the full names of those that do not (DataFusion's FFI namespace takes any
+    /// name, and cannot unset one). A value that does not parse is an error.
+    pub fn overridden_by_known(
+        mut self,
+        options: &ConfigOptions,
+    ) -> datafusion::common::Result<(Self, Vec<String>)> {
         let prefix = <Self as ConfigExtension>::PREFIX;
+        let known: Vec<String> = self.entries().into_iter().map(|e| e.key).collect();
+        let mut unknown = Vec::new();
         for entry in options.entries() {
             let key = entry.key.as_str();
             let key = key
@@ -406,11 +424,15 @@ impl GpuSortConfig {
             else {
                 continue;
             };
+            if !known.iter().any(|k| k.as_str() == key) {
+                unknown.push(key.to_string());
+                continue;
+            }
             if let Some(value) = entry.value.as_deref() {
                 ConfigField::set(&mut self, name, value)?;
             }
         }
-        Ok(self)
+        Ok((self, unknown))
     }
 
     /// The settings that route every sort, however small, through the CPU backend:

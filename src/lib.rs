@@ -45,8 +45,8 @@
 //! - [`pipeline`] is the `gpusort sort` pipeline: Parquet files in, one sorted Parquet
 //!   file out;
 //! - `codec` (feature `proto`) writes gpusort's operators into DataFusion's protobuf
-//!   plans and reads them back, for engines that ship plans (datafusion-distributed,
-//!   datafusion-python's FFI planner).
+//!   plans and reads them back, for engines that ship plans between processes
+//!   (datafusion-distributed).
 //!
 //! For the `gpusort` binary's benchmarks and the GPU tests (`tests/gpu/`), below the
 //! operator:

@@ -46,7 +46,7 @@ mod worker_errors;
 pub use explain::explain_distributed;
 pub use gpusort::codec::{
     GpuSortCodec, GpuSortExecProto, GpuSortNode, GpuSortNodeProto, HashRoutingProto,
-    SortOptionsProto, FORMAT,
+    KeptColumnsProto, PartitionTopProto, SortOptionsProto, SortedWindowExecProto, FORMAT,
 };
 pub use session::{gpu_sort_worker, gpu_sort_worker_session, DistributedGpuSortExt};
 pub use stable_merge::StableMergeExec;

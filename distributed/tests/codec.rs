@@ -389,27 +389,34 @@ async fn window_and_top_n_plans_round_trip_and_give_the_same_rows() -> Result<()
          CAST(value % 13 AS DOUBLE) / 3 AS f FROM generate_series(1, 5000)",
     )
     .await?;
+    // Each query, and what its plan must hold for the round trip to test something.
     let queries = [
-        // A SortedWindowExec over a sort that keeps only the columns read above.
-        "SELECT row, rank() OVER (PARTITION BY g ORDER BY k, row) AS r, \
-         sum(f) OVER (PARTITION BY g ORDER BY row ROWS BETWEEN 3 PRECEDING AND CURRENT ROW) \
-         AS s FROM t ORDER BY row",
+        // A SortedWindowExec over a sort, keeping only the columns read above it.
+        (
+            "SELECT row, rank() OVER (PARTITION BY g ORDER BY k, row) AS r, \
+             sum(f) OVER (PARTITION BY g ORDER BY row ROWS BETWEEN 3 PRECEDING AND CURRENT \
+             ROW) AS s FROM t ORDER BY row",
+            "SortedWindowExec",
+        ),
         // Without PARTITION BY, with a RANGE frame.
-        "SELECT row, avg(f) OVER (ORDER BY k RANGE BETWEEN 5 PRECEDING AND 5 FOLLOWING) AS a, \
-         lag(row, 2) OVER (ORDER BY k, row) AS l FROM t ORDER BY row",
-        // The top rows per window partition (the sort's partition_top).
-        "SELECT * FROM (SELECT g, k, row, row_number() OVER (PARTITION BY g ORDER BY k DESC, \
-         row) AS n FROM t) WHERE n <= 3 ORDER BY g, n",
+        (
+            "SELECT row, avg(f) OVER (ORDER BY k RANGE BETWEEN 5 PRECEDING AND 5 FOLLOWING) \
+             AS a, lag(row, 2) OVER (ORDER BY k, row) AS l FROM t ORDER BY row",
+            "SortedWindowExec",
+        ),
+        // The top rows per window partition.
+        (
+            "SELECT * FROM (SELECT g, k, row, row_number() OVER (PARTITION BY g ORDER BY k \
+             DESC, row) AS n FROM t) WHERE n <= 3 ORDER BY g, n",
+            "partition_top=",
+        ),
     ];
     let codec = GpuSortCodec;
     let task = ctx.task_ctx();
-    for query in queries {
+    for (query, holds) in queries {
         let plan = ctx.sql(query).await?.create_physical_plan().await?;
         let text = displayable(plan.as_ref()).indent(true).to_string();
-        assert!(
-            text.contains("SortedWindowExec") || text.contains("partition_top="),
-            "{text}"
-        );
+        assert!(text.contains(holds), "{holds} in\n{text}");
         let bytes = physical_plan_to_bytes_with_extension_codec(Arc::clone(&plan), &codec)?;
         let decoded = physical_plan_from_bytes_with_extension_codec(&bytes, &task, &codec)?;
         assert_eq!(
@@ -417,7 +424,8 @@ async fn window_and_top_n_plans_round_trip_and_give_the_same_rows() -> Result<()
             displayable(decoded.as_ref()).indent(true).to_string(),
             "{query}"
         );
-        let rows = |batches: Vec<RecordBatch>| pretty_format_batches(&batches).map(|t| t.to_string());
+        let rows =
+            |batches: Vec<RecordBatch>| pretty_format_batches(&batches).map(|t| t.to_string());
         assert_eq!(
             rows(collect(plan, Arc::clone(&task)).await?)?,
             rows(collect(decoded, Arc::clone(&task)).await?)?,

@@ -9,13 +9,15 @@
 //! ```
 //!
 //! gpusort's own operators cross as the `GpuSortSubplanExec` leaves that hold them
-//! (subplan.rs). Every payload is decoded once, by the planner call that encoded it; one
-//! that is never decoded (the call failed in between) keeps its node until the process
-//! ends.
+//! (subplan.rs). A payload is decoded once, right after it is written, by the other side
+//! of the same planner call. One that is never decoded (the host failed to write the rest
+//! of the plan, as for a `COPY`, or wrote it for itself: datafusion-python's `to_bytes`)
+//! is dropped by the first write more than [`UNREAD_LIFETIME`] after it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::TableProvider;
@@ -36,7 +38,12 @@ enum Referenced {
     Logical(Arc<dyn UserDefinedLogicalNode>),
 }
 
-static REFERENCES: LazyLock<Mutex<HashMap<u64, Referenced>>> = LazyLock::new(Mutex::default);
+/// How long a payload's node waits to be read before a later write drops it: far longer
+/// than the one plan encoding that separates a write from its read.
+const UNREAD_LIFETIME: Duration = Duration::from_secs(60);
+
+static REFERENCES: LazyLock<Mutex<HashMap<u64, (Instant, Referenced)>>> =
+    LazyLock::new(Mutex::default);
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 fn reference_error(message: impl Into<String>) -> DataFusionError {
@@ -46,10 +53,12 @@ fn reference_error(message: impl Into<String>) -> DataFusionError {
 /// Keeps `node` and writes the payload that names it.
 fn write_reference(node: Referenced, buf: &mut Vec<u8>) -> Result<()> {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    REFERENCES
+    let now = Instant::now();
+    let mut references = REFERENCES
         .lock()
-        .map_err(|_| reference_error("the reference table is poisoned"))?
-        .insert(id, node);
+        .map_err(|_| reference_error("the reference table is poisoned"))?;
+    references.retain(|_, (written, _)| now.duration_since(*written) < UNREAD_LIFETIME);
+    references.insert(id, (now, node));
     buf.push(REFERENCE);
     buf.extend_from_slice(&id.to_le_bytes());
     Ok(())
@@ -69,12 +78,19 @@ fn take_reference(buf: &[u8]) -> Result<Referenced> {
         .lock()
         .map_err(|_| reference_error("the reference table is poisoned"))?
         .remove(&id)
+        .map(|(_, node)| node)
         .ok_or_else(|| {
             reference_error(format!(
-                "plan reference {id} was already read or never written: plans encoded by \
-                 gpusort's in-process codec are read once, in the process that wrote them"
+                "plan reference {id} was already read, expired or never written: plans \
+                 encoded by gpusort's in-process codec are read once, at once, in the process \
+                 that wrote them"
             ))
         })
+}
+
+/// Nodes written and not read yet (tests: every query reads all it writes).
+pub fn unread_references() -> usize {
+    REFERENCES.lock().map(|r| r.len()).unwrap_or(0)
 }
 
 /// Plan nodes by reference.

@@ -31,6 +31,12 @@ mod subplan;
 
 use pyo3::prelude::*;
 
+/// Plan nodes gpusort's in-process codecs wrote and nobody read yet (for tests).
+#[pyfunction]
+fn unread_plan_references() -> usize {
+    in_process::unread_references()
+}
+
 /// The module `gpusort._gpusort`.
 #[pymodule]
 fn _gpusort(module: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -44,5 +50,6 @@ fn _gpusort(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<extension::PyExtensionCore>()?;
     module.add_function(wrap_pyfunction!(sort_parquet::sort_parquet, module)?)?;
     module.add_function(wrap_pyfunction!(session::gpu_status, module)?)?;
+    module.add_function(wrap_pyfunction!(unread_plan_references, module)?)?;
     Ok(())
 }

@@ -11,7 +11,8 @@
 //!                                           DataFusion types
 //!                                              │ GpuSortRule, with the session's gpu_sort.*
 //!                                              ▼
-//!  physical plan ◀─ protobuf (GpuSortCodec) ─ plan with GpuSortExec / SortedWindowExec
+//!  physical plan ◀─ protobuf ─────────────── each GpuSortExec / SortedWindowExec with what
+//!  (GpuSortSubplanExec leaves)                 it reads, as one GpuSortSubplanExec leaf
 //! ```
 //!
 //! Every plan goes through the rule after the host's optimizers, as in a gpusort session,
@@ -34,6 +35,9 @@ use datafusion::logical_expr::{
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::analyze::AnalyzeExec;
 use datafusion::physical_plan::explain::ExplainExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
+use datafusion::physical_plan::windows::{BoundedWindowAggExec, WindowAggExec};
 use datafusion::physical_plan::{displayable, ExecutionPlan};
 use datafusion_ffi::execution_plan::ForeignExecutionPlan;
 use gpusort::{GpuSortConfig, GpuSortExec, GpuSortRule, SortedWindowExec};
@@ -44,6 +48,16 @@ use crate::subplan::GpuSortSubplanExec;
 struct Planned {
     plan: Arc<dyn ExecutionPlan>,
     decisions: String,
+}
+
+/// Whether `plan` sorts anywhere (a sort, a merge of sorted partitions, a window).
+fn sorts(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
+    plan.exists(|node| {
+        Ok(node.is::<SortExec>()
+            || node.is::<SortPreservingMergeExec>()
+            || node.is::<BoundedWindowAggExec>()
+            || node.is::<WindowAggExec>())
+    })
 }
 
 fn is_gpusort(node: &Arc<dyn ExecutionPlan>) -> bool {
@@ -135,7 +149,27 @@ impl GpuSortPlanner {
     /// `host` (the host's plan) with gpusort's rule applied under the session's settings;
     /// `host` itself where a part gpusort would run holds a node of the host's.
     fn optimize(&self, host: Arc<dyn ExecutionPlan>, session: &dyn Session) -> Result<Planned> {
-        let settings = self.base.clone().overridden_by(session.config_options())?;
+        // The session's FFI namespace takes any name and value, and cannot unset one: a
+        // name that is no setting is passed over (EXPLAIN says so), and a value that does
+        // not parse fails only the queries that sort.
+        let (settings, unknown) = match self
+            .base
+            .clone()
+            .overridden_by_known(session.config_options())
+        {
+            Ok(found) => found,
+            Err(_) if !sorts(&host)? => {
+                return Ok(Planned {
+                    plan: host,
+                    decisions: "gpusort: no sort in this plan".to_string(),
+                })
+            }
+            Err(error) => return Err(error),
+        };
+        let ignored: String = unknown
+            .iter()
+            .map(|name| format!("gpusort: ignored {name}: no such setting\n"))
+            .collect();
         let mut options = session.config_options().clone();
         options.extensions.insert(settings);
         // One rule per query: its decisions are this query's, whatever else plans at once.
@@ -145,15 +179,15 @@ impl GpuSortPlanner {
             return Ok(Planned {
                 plan: host,
                 decisions: format!(
-                    "gpusort: kept DataFusion's sorts: {node}, a node of datafusion-python's \
-                     own that its protobuf cannot write, lies below one, and gpusort runs \
-                     what it sorts in its own library"
+                    "{ignored}gpusort: kept DataFusion's sorts: {node}, a node of \
+                     datafusion-python's own that its protobuf cannot write, lies below one, \
+                     and gpusort runs what it sorts in its own library"
                 ),
             });
         }
         Ok(Planned {
             plan,
-            decisions: rule.last_decisions_text(),
+            decisions: format!("{ignored}{}", rule.last_decisions_text()),
         })
     }
 

@@ -1,6 +1,6 @@
 //! `GpuSortCodec`: gpusort's operators (`GpuSortExec`, `SortedWindowExec`) in DataFusion's
-//! protobuf physical plans, for whatever ships plans between processes or libraries: a
-//! distributed engine's coordinator and workers, datafusion-python's FFI planner.
+//! protobuf physical plans, for whatever ships plans between processes: a distributed
+//! engine's coordinator and workers.
 //!
 //! ```text
 //!  GpuSortNodeProto        one per gpusort node (DataFusion's extension node payload)
