@@ -38,8 +38,8 @@ pub struct SortedWindowExecProto {
     #[prost(uint32, tag = "1")]
     pub format: u32,
     /// The DataFusion window node it replaced, over an `EmptyExec` of its input's schema.
-    #[prost(message, optional, tag = "2")]
-    pub replaced: Option<PhysicalPlanNode>,
+    #[prost(message, optional, boxed, tag = "2")]
+    pub replaced: Option<Box<PhysicalPlanNode>>,
     /// Whether it may compute on the device (`gpu_sort.device_window_functions`).
     #[prost(bool, tag = "3")]
     pub device_allowed: bool,
@@ -68,7 +68,7 @@ pub(super) fn window_to_proto(
         PhysicalPlanNode::try_from_physical_plan_with_converter(replaced, codec, proto_converter)?;
     Ok(SortedWindowExecProto {
         format: FORMAT,
-        replaced: Some(replaced),
+        replaced: Some(Box::new(replaced)),
         device_allowed: exec.device_allowed(),
         keep: exec.kept_columns().map(|keep| KeptColumnsProto {
             columns: keep.iter().map(|&c| c as u64).collect(),
