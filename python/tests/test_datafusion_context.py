@@ -72,6 +72,8 @@ def sources(tmp_path, table, parquet_dir):
 @pytest.mark.parametrize("source", ["parquet", "csv", "from_arrow", "from_pandas"])
 @pytest.mark.parametrize("query", sorted(QUERIES))
 def test_results_equal_datafusion_python_without_gpusort(sources, source, query, reference):
+    if source == "from_pandas":
+        pytest.importorskip("pandas")
     sql = QUERIES[query]
     ctx = gpusort_context()
     register_everywhere([ctx, reference], sources[source])
