@@ -265,7 +265,7 @@ async fn windows_sort_within_the_worker_that_owns_the_hash_partition() -> Result
     let stages = stages(&plan);
     let window = stages
         .iter()
-        .find(|s| s.contains("WindowAggExec"))
+        .find(|s| s.contains("SortedWindowExec"))
         .unwrap_or_else(|| panic!("no window: {plan}"));
     assert!(
         window.contains("GpuSortExec") && window.contains("NetworkShuffleExec"),

@@ -447,10 +447,9 @@ impl PhysicalOptimizerRule for GpuSortRule {
         let plan = match settings.enabled {
             true => {
                 let mut windows = Vec::new();
-                // A distributed plan's stages cross the network, and gpusort's codec does
-                // not carry `SortedWindowExec` yet: its windows stay DataFusion's.
-                let computes = !self.partition_local;
-                let plan = windows_over_sorts(plan, &settings, computes, &mut windows)?;
+                // In a plan a distributed engine cuts into stages too: gpusort's codec
+                // carries `SortedWindowExec` to the workers.
+                let plan = windows_over_sorts(plan, &settings, &mut windows)?;
                 decisions.extend(windows.into_iter().map(SortDecision::of_window));
                 match settings.partition_top {
                     true => tops_into_sorts(plan)?,

@@ -65,17 +65,16 @@ pub(crate) struct WindowDecision {
 }
 
 /// `plan` with every window directly above a `GpuSortExec` computed by gpusort where it
-/// can (and `computes`: not in a plan a distributed engine cuts into stages), else (streaming windows, `gpu_sort.whole_partition_windows`) by a whole-partition
+/// can, else (streaming windows, `gpu_sort.whole_partition_windows`) by a whole-partition
 /// window; each window's outcome is pushed to `decisions`.
 pub(crate) fn windows_over_sorts(
     plan: Arc<dyn ExecutionPlan>,
     settings: &GpuSortConfig,
-    computes: bool,
     decisions: &mut Vec<WindowDecision>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     Ok(plan
         .transform_up(|node| {
-            if let Some(window) = window_over_sort(&node, settings, computes, decisions)? {
+            if let Some(window) = window_over_sort(&node, settings, decisions)? {
                 return Ok(Transformed::yes(window));
             }
             match projection_over_window(&node)? {
@@ -177,7 +176,6 @@ fn window_node(node: &Arc<dyn ExecutionPlan>) -> Option<WindowNode<'_>> {
 fn window_over_sort(
     node: &Arc<dyn ExecutionPlan>,
     settings: &GpuSortConfig,
-    computes: bool,
     decisions: &mut Vec<WindowDecision>,
 ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     let Some(window) = window_node(node) else {
@@ -188,10 +186,6 @@ fn window_over_sort(
         .to_string()
         .trim()
         .to_string();
-    if !computes {
-        // Only the streaming window becomes a whole-partition one, as it always did.
-        return datafusion_window(node, &window, settings);
-    }
     let outcome = match settings.window_functions {
         false => Err(WindowDecline::Off),
         true => {
