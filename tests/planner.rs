@@ -780,3 +780,84 @@ async fn gather_partitions_false_keeps_the_merge_over_replaced_partition_sorts()
     assert!(plan.contains("preserve_partitioning=[true]"), "{plan}");
     assert!(!plan.contains(" SortExec:"), "{plan}");
 }
+
+/// The sort reads its input in batches of `gpu_sort.input_batch_rows` where that is larger
+/// than the session's batch size: the scan and the filter below it yield fewer, larger
+/// batches, and the answer is the same.
+#[tokio::test]
+async fn the_sort_reads_its_input_in_batches_of_input_batch_rows() {
+    use datafusion::physical_plan::{collect, ExecutionPlan};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.parquet");
+    let rows = 100_000;
+    let batch = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)])),
+        vec![Arc::new(Int64Array::from_iter_values(
+            (0..rows as i64).map(|i| (i * 7919) % 100_003),
+        ))],
+    )
+    .unwrap();
+    let file = std::fs::File::create(&path).unwrap();
+    let mut writer =
+        datafusion::parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+
+    /// Batches the filter over the scan passed on.
+    fn scan_batches(plan: &Arc<dyn ExecutionPlan>) -> Option<usize> {
+        if plan.name() == "FilterExec" {
+            use datafusion::physical_plan::metrics::MetricValue;
+            return plan.metrics()?.iter().find_map(|m| match m.value() {
+                MetricValue::OutputBatches(count) => Some(count.value()),
+                _ => None,
+            });
+        }
+        plan.children().into_iter().find_map(scan_batches)
+    }
+    let mut answers = Vec::new();
+    for (setting, most, least) in [("0", 13, 13), ("32768", 4, 4), ("4096", 13, 13)] {
+        let config = GpuSortConfig::forced_cpu();
+        let state = SessionStateBuilder::new()
+            .with_config(
+                SessionConfig::new()
+                    .with_target_partitions(1)
+                    .with_batch_size(8192),
+            )
+            .with_default_features()
+            .with_gpu_sort_rule(config, Arc::new(GpuSortRule::new()))
+            .build();
+        let ctx = SessionContext::new_with_state(state);
+        ctx.register_parquet("t", path.to_str().unwrap(), Default::default())
+            .await
+            .unwrap();
+        ctx.sql(&format!("SET gpu_sort.input_batch_rows = {setting}"))
+            .await
+            .unwrap();
+        let plan = common::physical_plan(&ctx, "SELECT k FROM t WHERE k + 1 > 0 ORDER BY k")
+            .await
+            .unwrap();
+        let text = common::plan_text(&plan);
+        assert!(text.contains("GpuSortExec"), "{text}");
+        let out = collect(Arc::clone(&plan), ctx.task_ctx()).await.unwrap();
+        let batches = scan_batches(&plan).expect("the scan's output_batches metric");
+        assert!(
+            (least..=most).contains(&batches),
+            "input_batch_rows = {setting}: the scan yielded {batches} batches"
+        );
+        let sorted: Vec<i64> = out
+            .iter()
+            .flat_map(|b| {
+                b.column(0)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .unwrap()
+                    .values()
+                    .to_vec()
+            })
+            .collect();
+        assert_eq!(sorted.len(), rows);
+        assert!(sorted.windows(2).all(|w| w[0] <= w[1]));
+        answers.push(sorted);
+    }
+    assert!(answers.windows(2).all(|w| w[0] == w[1]));
+}

@@ -80,6 +80,7 @@ fn options(algorithm: AlgorithmChoice, combine: bool) -> GpuSortOptions {
         run_rows: 123_456,
         algorithm,
         device_gather_min_rows: 789,
+        input_batch_rows: 4321,
         combine_partitions: combine,
     }
 }
@@ -210,12 +211,14 @@ fn assert_same_sort(a: &GpuSortExec, b: &GpuSortExec, what: &str) {
             x.run_rows,
             x.algorithm,
             x.device_gather_min_rows,
+            x.input_batch_rows,
             x.combine_partitions
         ),
         (
             y.run_rows,
             y.algorithm,
             y.device_gather_min_rows,
+            y.input_batch_rows,
             y.combine_partitions
         ),
         "{what}"

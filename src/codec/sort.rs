@@ -9,7 +9,7 @@
 //!    routing                 hash routing (exprs, partitions) of a sort that replaced a
 //!                            RepartitionExec
 //!    run_batch_rows          rows per output batch for a whole-partition window above
-//!    options                 run_rows, algorithm, device_gather_min_rows,
+//!    options                 run_rows, algorithm, device_gather_min_rows, input_batch_rows,
 //!                            combine_partitions; the writer's backend, for messages
 //!    partition_top           the window partitions' top rows, when a filter above bounds
 //!                            a ranking window
@@ -103,6 +103,10 @@ pub struct SortOptionsProto {
     /// reader resolves its own.
     #[prost(string, tag = "5")]
     pub planned_backend: String,
+    /// The input is read in batches of at least this many rows (0, as from a writer
+    /// before it: the session's).
+    #[prost(uint64, tag = "6")]
+    pub input_batch_rows: u64,
 }
 
 /// [`PartitionTop`]: the leading keys that are the window's `PARTITION BY` and
@@ -179,6 +183,7 @@ pub(super) fn sort_to_proto(
             run_rows: options.run_rows as u64,
             algorithm: options.algorithm.to_string(),
             device_gather_min_rows: options.device_gather_min_rows as u64,
+            input_batch_rows: options.input_batch_rows as u64,
             combine_partitions: options.combine_partitions,
             planned_backend: options.backend.name().to_string(),
         }),
@@ -216,6 +221,7 @@ pub(super) fn sort_from_proto(
         run_rows: to_usize(options.run_rows)?,
         algorithm: options.algorithm.parse::<AlgorithmChoice>()?,
         device_gather_min_rows: to_usize(options.device_gather_min_rows)?,
+        input_batch_rows: to_usize(options.input_batch_rows)?,
         combine_partitions: options.combine_partitions,
     };
     let fetch = proto.fetch.map(to_usize).transpose()?;

@@ -71,6 +71,8 @@ pub struct GpuSortOptions {
     pub algorithm: AlgorithmChoice,
     /// Runs of at least this many rows may gather columns on the backend's device.
     pub device_gather_min_rows: usize,
+    /// The input is read in batches of at least this many rows (0: the session's).
+    pub input_batch_rows: usize,
     /// Sort every partition in one sort when partitioning is kept.
     pub combine_partitions: bool,
 }
@@ -283,6 +285,7 @@ impl GpuSortExec {
         partition: usize,
         context: &Arc<TaskContext>,
     ) -> Result<Vec<SendableRecordBatchStream>> {
+        let context = &self.input_context(context);
         if self.preserve_partitioning {
             return Ok(vec![self.input.execute(partition, Arc::clone(context))?]);
         }
@@ -296,6 +299,27 @@ impl GpuSortExec {
 }
 
 impl GpuSortExec {
+    /// The context the input runs in: the session's, with batches of at least
+    /// `input_batch_rows` rows.
+    fn input_context(&self, context: &Arc<TaskContext>) -> Arc<TaskContext> {
+        let config = context.session_config();
+        if self.options.input_batch_rows <= config.batch_size() {
+            return Arc::clone(context);
+        }
+        Arc::new(TaskContext::new(
+            context.task_id(),
+            context.session_id(),
+            config
+                .clone()
+                .with_batch_size(self.options.input_batch_rows),
+            context.scalar_functions().clone(),
+            context.higher_order_functions().clone(),
+            context.aggregate_functions().clone(),
+            context.window_functions().clone(),
+            context.runtime_env(),
+        ))
+    }
+
     /// The number of partitions sorted at once (each on its own, as segments of one sort),
     /// when they are.
     pub fn combined_partitions(&self) -> Option<usize> {
@@ -517,8 +541,9 @@ impl GpuSortExec {
                 );
             }
             let shared = self.combined.claim(partition, partitions, || {
+                let input_context = self.input_context(&context);
                 let inputs = (0..self.input.output_partitioning().partition_count())
-                    .map(|p| self.input.execute(p, Arc::clone(&context)))
+                    .map(|p| self.input.execute(p, Arc::clone(&input_context)))
                     .collect::<Result<Vec<_>>>()?;
                 let reservation = MemoryConsumer::new("GpuSortExec[combined]")
                     .with_can_spill(true)

@@ -360,6 +360,7 @@ impl GpuSortRule {
             run_rows: settings.run_rows,
             algorithm: settings.algorithm,
             device_gather_min_rows: settings.device_gather_min_rows,
+            input_batch_rows: settings.input_batch_rows,
             combine_partitions: settings.combine_partitions,
         })
     }

@@ -186,6 +186,7 @@ fn plan(path: Path, backend: Arc<GateBackend>, input: &[Vec<RecordBatch>]) -> Ar
         },
         algorithm: AlgorithmChoice::Auto,
         device_gather_min_rows: 0,
+        input_batch_rows: 0,
         combine_partitions: path == Path::Combined,
     };
     let exec = match path {

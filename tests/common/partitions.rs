@@ -151,6 +151,7 @@ fn sort_exec_on(
         run_rows,
         algorithm: AlgorithmChoice::Auto,
         device_gather_min_rows: 0,
+        input_batch_rows: 0,
         combine_partitions: combine,
     };
     Arc::new(GpuSortExec::try_new(input, keys(&schema), fetch, true, options).unwrap())
@@ -542,6 +543,7 @@ pub async fn routed_partitions_equal_repartition_then_sort(backend: BackendChoic
             run_rows,
             algorithm: AlgorithmChoice::Auto,
             device_gather_min_rows: 0,
+            input_batch_rows: 0,
             combine_partitions: true,
         };
         let routing = HashRouting::try_new(exprs, partitions).unwrap();
@@ -733,6 +735,7 @@ pub async fn runs_sorted_in_pieces(scale: usize) {
             run_rows: 1 << 28,
             algorithm: AlgorithmChoice::Auto,
             device_gather_min_rows: 0,
+            input_batch_rows: 0,
             combine_partitions: true,
         };
         let source = MemorySourceConfig::try_new(&inputs, schema(), None).unwrap();
