@@ -294,10 +294,10 @@ pub(crate) const DEFAULT_DEVICE_GATHER_MIN_ROWS: usize = 1 << 20;
 /// 0.57 s (docs/performance.md).
 pub(crate) const DEFAULT_TOPK_MIN_FETCH: usize = 1_000;
 
-/// Default of `input_batch_rows`: on SF10 lineitem (H200, 16 cores) a rank per supplier
-/// and a plain sort of five columns took 6 and 15 % less time reading batches of 32 768
-/// rows than of 8 192 (docs/performance.md).
-pub(crate) const DEFAULT_INPUT_BATCH_ROWS: usize = 32_768;
+/// Default of `input_batch_rows`: on SF10 lineitem (H200, 16 cores) a rank per supplier,
+/// a plain sort of five columns and five sliding aggregates took 6, 8 and 13 % less time
+/// reading batches of 65 536 rows than of 8 192 (docs/performance.md, 2026-11-29).
+pub(crate) const DEFAULT_INPUT_BATCH_ROWS: usize = 65_536;
 
 /// Default rows per device run: 2^28 rows of up to 256 key bits fit any lent GPU.
 pub(crate) const DEFAULT_RUN_ROWS: usize = 1 << 28;

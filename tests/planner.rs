@@ -815,7 +815,13 @@ async fn the_sort_reads_its_input_in_batches_of_input_batch_rows() {
         plan.children().into_iter().find_map(scan_batches)
     }
     let mut answers = Vec::new();
-    for (setting, most, least) in [("0", 13, 13), ("32768", 4, 4), ("4096", 13, 13)] {
+    let default = GpuSortConfig::default().input_batch_rows.to_string();
+    for (setting, most, least) in [
+        ("0", 13, 13),
+        ("32768", 4, 4),
+        ("4096", 13, 13),
+        (default.as_str(), 2, 2),
+    ] {
         let config = GpuSortConfig::forced_cpu();
         let state = SessionStateBuilder::new()
             .with_config(
