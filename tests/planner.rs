@@ -816,19 +816,27 @@ async fn the_sort_reads_its_input_in_batches_of_input_batch_rows() {
     }
     let mut answers = Vec::new();
     let default = GpuSortConfig::default().input_batch_rows.to_string();
-    for (setting, most, least) in [
-        ("0", 13, 13),
-        ("32768", 4, 4),
-        ("4096", 13, 13),
-        (default.as_str(), 2, 2),
+    // (setting, a memory limit, the batches expected). Under a limit the session's batch
+    // size stays.
+    for (setting, limit, expected) in [
+        ("0", None, 13),
+        ("32768", None, 4),
+        ("4096", None, 13),
+        (default.as_str(), None, 2),
+        (default.as_str(), Some(1usize << 30), 13),
     ] {
         let config = GpuSortConfig::forced_cpu();
+        let mut runtime = RuntimeEnvBuilder::new();
+        if let Some(limit) = limit {
+            runtime = runtime.with_memory_limit(limit, 1.0);
+        }
         let state = SessionStateBuilder::new()
             .with_config(
                 SessionConfig::new()
                     .with_target_partitions(1)
                     .with_batch_size(8192),
             )
+            .with_runtime_env(runtime.build_arc().unwrap())
             .with_default_features()
             .with_gpu_sort_rule(config, Arc::new(GpuSortRule::new()))
             .build();
@@ -846,9 +854,9 @@ async fn the_sort_reads_its_input_in_batches_of_input_batch_rows() {
         assert!(text.contains("GpuSortExec"), "{text}");
         let out = collect(Arc::clone(&plan), ctx.task_ctx()).await.unwrap();
         let batches = scan_batches(&plan).expect("the scan's output_batches metric");
-        assert!(
-            (least..=most).contains(&batches),
-            "input_batch_rows = {setting}: the scan yielded {batches} batches"
+        assert_eq!(
+            batches, expected,
+            "input_batch_rows = {setting}, memory limit {limit:?}: batches below the sort"
         );
         let sorted: Vec<i64> = out
             .iter()

@@ -34,7 +34,7 @@ use std::sync::Arc;
 
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{internal_err, Result};
-use datafusion::execution::memory_pool::MemoryConsumer;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::{LexOrdering, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::apply_expression_roots;
@@ -300,10 +300,13 @@ impl GpuSortExec {
 
 impl GpuSortExec {
     /// The context the input runs in: the session's, with batches of at least
-    /// `input_batch_rows` rows.
+    /// `input_batch_rows` rows where the memory pool has no limit. Under a limit the
+    /// session's batch size stays: a larger batch, with the memory its sort needs, may be
+    /// more than a small pool grants at once.
     fn input_context(&self, context: &Arc<TaskContext>) -> Arc<TaskContext> {
         let config = context.session_config();
-        if self.options.input_batch_rows <= config.batch_size() {
+        let unlimited = matches!(context.memory_pool().memory_limit(), MemoryLimit::Infinite);
+        if !unlimited || self.options.input_batch_rows <= config.batch_size() {
             return Arc::clone(context);
         }
         Arc::new(TaskContext::new(
