@@ -329,9 +329,10 @@ gpu_sort_settings! {
         pub device_gather_min_rows: usize, default = DEFAULT_DEVICE_GATHER_MIN_ROWS
         /// The sort reads its input in batches of at least this many rows: the operators
         /// below it (a scan, a repartition) run with this batch size where it is larger
-        /// than the session's and the memory pool has no limit. The sort holds all its
-        /// input anyway, and fewer, larger batches cost less per row to read, hold and
-        /// sort. 0: the session's batch size.
+        /// than the session's. The sort holds all its input anyway, and fewer, larger
+        /// batches cost less per row to read, hold and sort. Under a memory limit a batch
+        /// stays within a small share of the pool (a 128th of a partition's part, from
+        /// the input's types). 0: the session's batch size.
         pub input_batch_rows: usize, default = DEFAULT_INPUT_BATCH_ROWS
         /// Where DataFusion merges sorted partitions (or coalesces partitions before a
         /// sort), one sort reads every partition in place of the per-partition sorts and

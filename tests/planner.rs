@@ -816,14 +816,16 @@ async fn the_sort_reads_its_input_in_batches_of_input_batch_rows() {
     }
     let mut answers = Vec::new();
     let default = GpuSortConfig::default().input_batch_rows.to_string();
-    // (setting, a memory limit, the batches expected). Under a limit the session's batch
-    // size stays.
+    // (setting, a memory limit, the batches expected). Under a limit the batches stay
+    // small beside what the pool holds.
     for (setting, limit, expected) in [
         ("0", None, 13),
         ("32768", None, 4),
         ("4096", None, 13),
         (default.as_str(), None, 2),
-        (default.as_str(), Some(1usize << 30), 13),
+        // 8-byte rows: a 1 GiB pool still takes 65 536-row batches, a 4 MiB one not.
+        (default.as_str(), Some(1usize << 30), 2),
+        (default.as_str(), Some(4usize << 20), 13),
     ] {
         let config = GpuSortConfig::forced_cpu();
         let mut runtime = RuntimeEnvBuilder::new();

@@ -32,6 +32,7 @@ use std::fmt;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
+use datafusion::arrow::datatypes::Schema;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{internal_err, Result};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit};
@@ -300,21 +301,23 @@ impl GpuSortExec {
 
 impl GpuSortExec {
     /// The context the input runs in: the session's, with batches of at least
-    /// `input_batch_rows` rows where the memory pool has no limit. Under a limit the
-    /// session's batch size stays: a larger batch, with the memory its sort needs, may be
-    /// more than a small pool grants at once.
+    /// `input_batch_rows` rows ([`input_batch_rows`] under a memory limit).
     fn input_context(&self, context: &Arc<TaskContext>) -> Arc<TaskContext> {
         let config = context.session_config();
-        let unlimited = matches!(context.memory_pool().memory_limit(), MemoryLimit::Infinite);
-        if !unlimited || self.options.input_batch_rows <= config.batch_size() {
+        let partitions = self.input.output_partitioning().partition_count();
+        let rows = input_batch_rows(
+            self.options.input_batch_rows,
+            context.memory_pool().memory_limit(),
+            &self.input.schema(),
+            partitions,
+        );
+        if rows <= config.batch_size() {
             return Arc::clone(context);
         }
         Arc::new(TaskContext::new(
             context.task_id(),
             context.session_id(),
-            config
-                .clone()
-                .with_batch_size(self.options.input_batch_rows),
+            config.clone().with_batch_size(rows),
             context.scalar_functions().clone(),
             context.higher_order_functions().clone(),
             context.aggregate_functions().clone(),
@@ -344,6 +347,37 @@ impl GpuSortExec {
             )
     }
 }
+
+/// Rows per input batch for a sort asking for `wanted`: all of them where the pool has no
+/// limit; under a limit, only as many as keep a batch of `schema` (estimated from its
+/// types) within a small share of what each of the input's `partitions` may hold in
+/// transit, so that a small pool still admits a batch and its sort's working memory
+/// (the session's batch size stays where that is more). An unknown limit counts as small.
+fn input_batch_rows(
+    wanted: usize,
+    limit: MemoryLimit,
+    schema: &Schema,
+    partitions: usize,
+) -> usize {
+    let limit = match limit {
+        MemoryLimit::Infinite => return wanted,
+        MemoryLimit::Finite(limit) => limit,
+        MemoryLimit::Unknown => return 0,
+    };
+    let row_bytes: usize = schema
+        .fields()
+        .iter()
+        .map(|f| f.data_type().primitive_width().unwrap_or(32))
+        .sum::<usize>()
+        .max(1);
+    let share = limit / (INPUT_BATCH_SHARE * partitions.max(1));
+    wanted.min(share / row_bytes)
+}
+
+/// Under a memory limit, a batch read for the sort takes at most this share of what one
+/// input partition's batches in transit may hold (`buffer.rs` lets them hold a 32nd of the
+/// limit): one batch fits beside the others and its sort's working memory.
+const INPUT_BATCH_SHARE: usize = 32 * 4;
 
 /// How many leading keys of `expr` every stream the sort reads is ordered by: those of
 /// each input partition when partitions are sorted separately; when all partitions go
@@ -571,5 +605,37 @@ impl GpuSortExec {
             resources,
         });
         Ok(cancel.on_drop(stream))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::datatypes::{DataType, Field};
+
+    #[test]
+    fn input_batches_stay_small_beside_a_small_pool() {
+        let schema = Schema::new(vec![
+            Field::new("a", DataType::Int64, false),
+            Field::new("s", DataType::Utf8, false),
+        ]);
+        // 8 + 32 estimated bytes a row.
+        assert_eq!(
+            input_batch_rows(65_536, MemoryLimit::Infinite, &schema, 16),
+            65_536
+        );
+        assert_eq!(
+            input_batch_rows(65_536, MemoryLimit::Unknown, &schema, 16),
+            0
+        );
+        let gib = MemoryLimit::Finite(64 << 30);
+        assert_eq!(input_batch_rows(65_536, gib, &schema, 16), 65_536);
+        // 1 GiB over 16 partitions: 1 GiB / (128 · 16) / 40 = 13 107 rows.
+        let small = MemoryLimit::Finite(1 << 30);
+        assert_eq!(input_batch_rows(65_536, small, &schema, 16), 13_107);
+        assert_eq!(
+            input_batch_rows(65_536, MemoryLimit::Finite(1 << 20), &schema, 4),
+            51
+        );
     }
 }
