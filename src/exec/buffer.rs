@@ -305,7 +305,7 @@ const FILL_GROUP_BATCHES: usize = 32;
 
 /// Batches waiting to be admitted hold at most this share of a pool's limit (and one more
 /// batch per input).
-const TRANSIT_SHARE: usize = 32;
+pub(super) const TRANSIT_SHARE: usize = 32;
 
 /// The room batches in transit may take where the pool has a limit: a semaphore of KiB.
 #[derive(Clone)]

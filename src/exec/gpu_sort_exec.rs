@@ -47,6 +47,7 @@ use datafusion::physical_plan::{
     Partitioning, PlanProperties, SendableRecordBatchStream,
 };
 
+use super::buffer::TRANSIT_SHARE;
 use super::cancel::Cancel;
 use super::combined::{CombinedSort, CombinedSorts};
 use super::hash_routing::HashRouting;
@@ -374,10 +375,10 @@ fn input_batch_rows(
     wanted.min(share / row_bytes)
 }
 
-/// Under a memory limit, a batch read for the sort takes at most this share of what one
-/// input partition's batches in transit may hold (`buffer.rs` lets them hold a 32nd of the
-/// limit): one batch fits beside the others and its sort's working memory.
-const INPUT_BATCH_SHARE: usize = 32 * 4;
+/// Under a memory limit, a batch read for the sort takes at most this share of the limit
+/// per input partition: a quarter of what one partition's batches in transit may hold
+/// ([`TRANSIT_SHARE`]), so one batch fits beside the others and its sort's working memory.
+const INPUT_BATCH_SHARE: usize = TRANSIT_SHARE * 4;
 
 /// How many leading keys of `expr` every stream the sort reads is ordered by: those of
 /// each input partition when partitions are sorted separately; when all partitions go
