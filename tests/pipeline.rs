@@ -451,6 +451,7 @@ async fn unwritable_types_are_named() {
             compression: datafusion::parquet::basic::Compression::SNAPPY,
             overwrite: false,
             sync: true,
+            device_pages: false,
         },
         schema,
         &gpusort::pipeline::parse_order_by("k").unwrap(),

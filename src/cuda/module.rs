@@ -237,6 +237,13 @@ pub(super) const WINDOW_VALUES: KernelFile = KernelFile {
     ],
 };
 
+/// Parquet data pages of fixed-width columns, and their Snappy compression.
+pub(super) const PARQUET_PAGES: KernelFile = KernelFile {
+    name: "parquet_pages.cu",
+    source: include_str!("../../kernels/parquet_pages.cu"),
+    entry_points: &["plain_page_bodies", "snappy_compress", "snappy_place"],
+};
+
 /// The merge sort for nearly sorted keys, and the sortedness probe.
 pub(super) const LOCALITY: KernelFile = KernelFile {
     name: "locality_sort.cu",
@@ -296,6 +303,7 @@ pub(crate) const ALL_KERNELS: &[KernelFile] = &[
     GATHER,
     WINDOW,
     WINDOW_VALUES,
+    PARQUET_PAGES,
     LOCALITY,
     SEGMENTED,
     SEGMENT_TILES_LARGE,

@@ -31,6 +31,7 @@ use crate::cuda::memory::transfer::Staging;
 use crate::cuda::merge::locality::LocalitySort;
 use crate::cuda::merge::segmented::SegmentedSort;
 use crate::cuda::module::is_nvrtc_present;
+use crate::cuda::parquet::PageEncoder;
 use crate::cuda::radix::onesweep::Onesweep;
 use crate::cuda::refine::TieRefiner;
 use crate::cuda::tuning::{switches, Tuning};
@@ -55,6 +56,9 @@ pub struct CudaRuntime {
     pub windower: Option<Windower>,
     /// The kernels that order the ties of long byte-like keys.
     pub refiner: TieRefiner,
+    /// Parquet data pages built and compressed on the device; `None` when its kernels did
+    /// not load.
+    pub pages: Option<PageEncoder>,
     /// The tuning the kernels were compiled with, read when the runtime opened.
     pub tuning: Tuning,
     /// Pinned staging buffers; holding the lock is holding the device.
@@ -214,6 +218,10 @@ fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
             .map_err(|e| log::warn!("gpusort: CUDA window kernels not loaded ({e})"))
             .ok();
         let refiner = TieRefiner::load(&device, &tuning)?;
+        // Without them the device still sorts; pages are encoded on the host.
+        let pages = PageEncoder::load(&device, &tuning)
+            .map_err(|e| log::warn!("gpusort: CUDA Parquet page kernels not loaded ({e})"))
+            .ok();
         let idle = idle_limit(tuning.host_idle_bytes);
         let staging = Mutex::new(Staging::new(&device)?);
         let page_locker: Option<Arc<dyn PageLocker>> = Some(Arc::new(device.page_locker()));
@@ -226,6 +234,7 @@ fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
             gatherer,
             windower,
             refiner,
+            pages,
             staging,
             host_regions: Arc::new(HostRegions::new(idle, page_locker)),
             idle_permutations: Arc::new(IdleVectors::new(idle / 4)),
@@ -357,7 +366,7 @@ pub(super) fn note_gather_failure(error: &CudaError, rows: usize, scope: FaultSc
 
 /// Logs a failed device step (`what`, handled as `then`); a fatal error disables the
 /// device for the process.
-pub(super) fn note_failure_of(what: &str, then: &str, error: &CudaError, rows: usize) {
+pub(crate) fn note_failure_of(what: &str, then: &str, error: &CudaError, rows: usize) {
     if error.is_fatal() {
         disable_device(&error.to_string());
     }

@@ -281,6 +281,19 @@ pub(super) const WINDOW_THREADS: u32 = 256;
 /// `WINDOW_THREADS × WINDOW_SCAN_ITEMS` elements.
 pub(super) const WINDOW_SCAN_ITEMS: u32 = 16;
 
+// ---- Parquet pages (parquet_pages.cu) -------------------------------------------------
+
+/// Threads of a page kernel's block (one block per page, or per compressed piece placed).
+pub(super) const PAGE_THREADS: u32 = 256;
+/// Warps of a Snappy compression block, one piece each.
+pub(super) const SNAPPY_WARPS: u32 = 4;
+/// Bits of a Snappy piece's hash table of earlier positions (16-bit entries in shared
+/// memory, one table per warp: `SNAPPY_WARPS << SNAPPY_HASH_BITS` entries a block).
+pub(super) const SNAPPY_HASH_BITS: u32 = 12;
+/// Most bytes of one compressed piece: copies reach at most this far back (positions fit
+/// the hash table's 16-bit entries).
+pub(crate) const SNAPPY_PIECE_BYTES: usize = 1 << 16;
+
 /// `-D` options for one kernel file.
 pub(super) type Defines = Vec<(String, String)>;
 
@@ -463,6 +476,12 @@ impl Tuning {
             "window.cu" | "window_values.cu" => named(&[
                 ("WINDOW_THREADS", WINDOW_THREADS as u64),
                 ("WINDOW_SCAN_ITEMS", WINDOW_SCAN_ITEMS as u64),
+            ]),
+            "parquet_pages.cu" => named(&[
+                ("PAGE_THREADS", PAGE_THREADS as u64),
+                ("SNAPPY_WARPS", SNAPPY_WARPS as u64),
+                ("SNAPPY_HASH_BITS", SNAPPY_HASH_BITS as u64),
+                ("SNAPPY_PIECE_BYTES", SNAPPY_PIECE_BYTES as u64),
             ]),
             other => panic!("no -D options are known for kernel file {other}"),
         };

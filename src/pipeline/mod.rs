@@ -17,6 +17,10 @@
 //! - `leftovers`: temporary names, and what killed jobs left.
 //! - `output`: the atomic Parquet writer.
 //! - `row_groups`: one Parquet file, columns and row groups encoded in parallel.
+//! - `device_chunks`: column chunks whose pages the device built: headers, metadata,
+//!   statistics and page index written here.
+//! - `device_jobs`: the device's share of each row group, encoded on a thread of its own
+//!   (on the CPU where the device cannot).
 //! - `encodings`: the columns' fallback encodings, and dictionaries given up.
 //! - `write_memory`: what the writer holds, counted in the session's memory pool.
 //! - `writeback`: output files sent to disk while they are written.
@@ -24,6 +28,8 @@
 //! - `progress`: live row counts read from the running plan's metrics.
 //! - `error`: [`PipelineError`], one variant per way a job fails.
 
+mod device_chunks;
+mod device_jobs;
 mod encodings;
 mod error;
 mod files_table;
@@ -117,6 +123,8 @@ pub struct SortJob {
     pub sync: bool,
     /// Sort backend.
     pub backend: BackendChoice,
+    /// Where the data pages of the columns the device can build are encoded.
+    pub page_encoding: PageEncoding,
     /// Partitions of the scan (default: the number of cores, fewer where a quarter of the
     /// memory limit cannot hold a row group being read per core: see
     /// [`memory::scan_partitions`]).
@@ -150,9 +158,38 @@ impl SortJob {
             overwrite: false,
             sync: true,
             backend: BackendChoice::Auto,
+            page_encoding: PageEncoding::Host,
             target_partitions: None,
             inject_write_failure_after: None,
             inject_lost_batch: false,
+        }
+    }
+}
+
+/// Where a job's Parquet data pages are built.
+///
+/// `Device`: the pages of top-level columns of 4- and 8-byte values (integers, floats,
+/// dates, times, timestamps, decimals of up to 18 digits) that a row group writes `PLAIN`
+/// without a dictionary, uncompressed or Snappy, are built and compressed on the GPU; the
+/// host writes their headers, statistics and page index. Every other column, and every
+/// column where no device can take the work, is encoded on the CPU as with `Host`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PageEncoding {
+    /// Every page encoded on the CPU.
+    #[default]
+    Host,
+    /// The pages the device can build, on the device.
+    Device,
+}
+
+impl std::str::FromStr for PageEncoding {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "host" | "cpu" => Ok(Self::Host),
+            "device" | "gpu" => Ok(Self::Device),
+            other => Err(format!("page encoding {other:?}: expected host or device")),
         }
     }
 }
@@ -404,6 +441,7 @@ fn output_options(job: &SortJob) -> Result<OutputOptions, PipelineError> {
         compression: parse_compression(&job.compression)?,
         overwrite: job.overwrite,
         sync: job.sync,
+        device_pages: job.page_encoding == PageEncoding::Device,
     })
 }
 

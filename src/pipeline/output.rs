@@ -52,6 +52,8 @@ pub struct OutputOptions {
     /// still renamed into place whole and atomically, but its bytes may sit in the page
     /// cache when the job ends, as DuckDB's and DataFusion's `COPY` leave theirs.
     pub sync: bool,
+    /// Build the pages the device can on the device ([`super::PageEncoding::Device`]).
+    pub device_pages: bool,
 }
 
 impl OutputOptions {
@@ -292,6 +294,7 @@ impl ParquetOutput {
             Arc::clone(&self.schema),
             self.properties.clone(),
             Arc::clone(&self.memory),
+            self.options.device_pages,
         )
         .map_err(write_error)?;
         self.writer = Some(writer);

@@ -38,6 +38,8 @@ use datafusion::parquet::errors::{ParquetError, Result};
 use datafusion::parquet::file::properties::WriterProperties;
 use datafusion::parquet::file::writer::SerializedFileWriter;
 
+use super::device_chunks;
+use super::device_jobs::{DeviceJob, DevicePages, DeviceSlot, EncodedLeaf};
 use super::encodings::DictionaryChoice;
 use super::write_memory::WriteMemory;
 use crate::exec::views::array_memory;
@@ -62,23 +64,35 @@ pub(super) struct ParallelFileWriter<W: Write + Send + 'static> {
     row_groups: usize,
     /// Time spent waiting for room in the memory to queue a batch.
     memory_wait: Duration,
+    /// The file's properties (a row group whose leaves gave their dictionary up uses
+    /// [`DictionaryChoice::properties_without`] instead).
+    properties: WriterProperties,
+    /// Leaves whose pages the device may build, and the thread that has it build them;
+    /// `None`: every page is encoded on the CPU.
+    device: Option<DevicePages>,
 }
 
 impl<W: Write + Send + 'static> ParallelFileWriter<W> {
-    /// Starts a file of `schema` on `sink`, its memory counted in `memory`.
+    /// Starts a file of `schema` on `sink`, its memory counted in `memory`; with
+    /// `device_pages`, the pages of the leaves the device takes
+    /// ([`device_chunks::device_layout`]) are built on the device where the properties of
+    /// their row group allow it.
     pub(super) fn try_new(
         sink: W,
         schema: SchemaRef,
         properties: WriterProperties,
         memory: Arc<WriteMemory>,
+        device_pages: bool,
     ) -> Result<Self> {
         let row_group_rows = properties.max_row_group_row_count().unwrap_or(1024 * 1024);
         let columns = ArrowSchemaConverter::new()
             .with_coerce_types(properties.coerce_types())
             .convert(&schema)?;
         let dictionaries = Arc::new(DictionaryChoice::new(properties.clone(), &columns));
-        let (file, factory) = ArrowWriter::try_new(sink, Arc::clone(&schema), Some(properties))?
-            .into_serialized_writer()?;
+        let device = device_pages.then(|| DevicePages::new(&schema, &columns));
+        let (file, factory) =
+            ArrowWriter::try_new(sink, Arc::clone(&schema), Some(properties.clone()))?
+                .into_serialized_writer()?;
         Ok(Self {
             factory,
             without_dictionary: None,
@@ -91,6 +105,8 @@ impl<W: Write + Send + 'static> ParallelFileWriter<W> {
             filling_rows: 0,
             row_groups: 0,
             memory_wait: Duration::ZERO,
+            properties,
+            device,
         })
     }
 
@@ -130,31 +146,81 @@ impl<W: Write + Send + 'static> ParallelFileWriter<W> {
     fn queue(&mut self, batch: &RecordBatch) -> Result<()> {
         if self.filling.is_none() {
             let writers = self.column_writers()?;
+            let device = self.device_leaves();
             self.row_groups += 1;
-            self.filling = Some(RowGroupEncoders::new(writers, &self.memory));
+            self.filling = Some(RowGroupEncoders::new(writers, device, &self.memory)?);
         }
+        let filling = self.filling.as_ref().expect("a filling row group");
         let mut leaves = Vec::new();
+        let mut device_arrays = Vec::new();
+        let mut leaf = 0;
         for (field, column) in self.schema.fields().iter().zip(batch.columns()) {
             let mut bytes = array_memory(column.as_ref());
-            for leaf in compute_leaves(field, column)? {
+            if let Some(slot) = filling.device_slot(leaf) {
+                device_arrays.push((slot, Arc::clone(column), bytes));
+                leaf += 1;
+                continue;
+            }
+            for computed in compute_leaves(field, column)? {
                 // A nested column's bytes go with its first leaf.
-                leaves.push((leaf, std::mem::take(&mut bytes)));
+                leaves.push((leaf, computed, std::mem::take(&mut bytes)));
+                leaf += 1;
             }
         }
-        let total = leaves.iter().map(|(_, bytes)| bytes).sum();
-        self.wait_for_memory(total)?;
-        let encoders = &self.filling.as_ref().expect("a filling row group").columns;
-        if encoders.len() != leaves.len() {
+        if leaf != filling.columns.len() {
             return Err(ParquetError::General(format!(
-                "gpusort: {} leaf columns for {} column writers",
-                leaves.len(),
-                encoders.len()
+                "gpusort: {leaf} leaf columns for {} column writers",
+                filling.columns.len()
             )));
         }
-        for (encoder, (leaf, bytes)) in encoders.iter().zip(leaves) {
-            encoder.push(leaf, bytes);
+        let total = leaves.iter().map(|(_, _, bytes)| bytes).sum::<usize>()
+            + device_arrays
+                .iter()
+                .map(|(_, _, bytes)| bytes)
+                .sum::<usize>();
+        self.wait_for_memory(total)?;
+        let filling = self.filling.as_ref().expect("a filling row group");
+        for (leaf, computed, bytes) in leaves {
+            match &filling.columns[leaf] {
+                Leaf::Cpu(encoder) => encoder.push(computed, bytes),
+                Leaf::Device(_) => unreachable!("device leaves are not computed"),
+            }
+        }
+        if let Some(job) = &filling.device {
+            for (slot, array, bytes) in device_arrays {
+                job.push(slot, array, bytes);
+            }
         }
         Ok(())
+    }
+
+    /// The leaves of the next row group whose pages the device builds: those it takes
+    /// whose properties in that row group (without a dictionary where it was given up)
+    /// allow it.
+    fn device_leaves(&self) -> Vec<DeviceSlot> {
+        let Some(device) = &self.device else {
+            return Vec::new();
+        };
+        let without = self.dictionaries.without_dictionary(self.row_groups);
+        let properties = match without.is_empty() {
+            true => self.properties.clone(),
+            false => self.dictionaries.properties_without(&without),
+        };
+        device
+            .leaves
+            .iter()
+            .enumerate()
+            .filter_map(|(leaf, taken)| {
+                let (field, descr, layout) = taken.as_ref()?;
+                device_chunks::properties_allow(&properties, descr).then(|| DeviceSlot {
+                    leaf,
+                    field: Arc::clone(field),
+                    descr: Arc::clone(descr),
+                    layout: *layout,
+                    properties: properties.clone(),
+                })
+            })
+            .collect()
     }
 
     /// The column writers of the next row group: without a dictionary for the leaves that
@@ -202,6 +268,9 @@ impl<W: Write + Send + 'static> ParallelFileWriter<W> {
         };
         self.filling_rows = 0;
         row_group.close();
+        if let (Some(job), Some(device)) = (&row_group.device, &mut self.device) {
+            device.submit(Arc::clone(job));
+        }
         self.appender.send(row_group)
     }
 }
@@ -309,16 +378,27 @@ fn append_in_order<W: Write + Send>(
             continue;
         }
         let started = Instant::now();
-        let chunks: Vec<_> = row_group.columns.iter().map(|e| e.wait_chunk()).collect();
+        let chunks: Vec<_> = row_group
+            .columns
+            .iter()
+            .map(|leaf| row_group.wait(leaf))
+            .collect();
         let encoded = Instant::now();
         waited += encoded - started;
-        let bytes = row_group.columns.iter().map(|e| e.encoded()).sum();
+        let bytes = row_group.encoded();
         let written = (|| {
             let mut writer = file.next_row_group()?;
             for (leaf, chunk) in chunks.into_iter().enumerate() {
-                let chunk = chunk?;
-                dictionaries.observe(leaf, &chunk.close().metadata);
-                chunk.append_to_row_group(&mut writer)?;
+                match chunk? {
+                    EncodedLeaf::Cpu(chunk) => {
+                        dictionaries.observe(leaf, &chunk.close().metadata);
+                        chunk.append_to_row_group(&mut writer)?;
+                    }
+                    EncodedLeaf::Device(chunk) => {
+                        dictionaries.observe(leaf, &chunk.close.metadata);
+                        writer.append_column(&chunk.bytes, chunk.close)?;
+                    }
+                }
             }
             writer.close().map(|_| ())
         })();
@@ -338,24 +418,92 @@ fn append_in_order<W: Write + Send>(
     Ok(file)
 }
 
-/// The encoders of one row group's leaf columns.
+/// The encoders of one row group's leaf columns: on the CPU, or in the row group's
+/// device job.
 struct RowGroupEncoders {
-    columns: Vec<Arc<ColumnEncoder>>,
+    columns: Vec<Leaf>,
+    device: Option<Arc<DeviceJob>>,
+}
+
+/// Where one leaf of a row group is encoded.
+enum Leaf {
+    Cpu(Arc<ColumnEncoder>),
+    /// Its slot in the row group's device job.
+    Device(usize),
 }
 
 impl RowGroupEncoders {
-    fn new(writers: Vec<ArrowColumnWriter>, memory: &Arc<WriteMemory>) -> Self {
-        let columns = writers
-            .into_iter()
-            .map(|writer| Arc::new(ColumnEncoder::new(writer, Arc::clone(memory))))
-            .collect();
-        Self { columns }
+    /// The encoders of a row group: `device` leaves in a job of their own (their writers
+    /// kept there, in case the device cannot take them), the others on the CPU.
+    fn new(
+        writers: Vec<ArrowColumnWriter>,
+        device: Vec<DeviceSlot>,
+        memory: &Arc<WriteMemory>,
+    ) -> Result<Self> {
+        let mut slots = device.into_iter().peekable();
+        let mut taken = Vec::new();
+        let mut columns = Vec::with_capacity(writers.len());
+        for (leaf, writer) in writers.into_iter().enumerate() {
+            if slots.peek().is_some_and(|slot| slot.leaf == leaf) {
+                let slot = slots.next().expect("peeked");
+                columns.push(Leaf::Device(taken.len()));
+                taken.push((slot, writer));
+            } else {
+                columns.push(Leaf::Cpu(Arc::new(ColumnEncoder::new(
+                    writer,
+                    Arc::clone(memory),
+                ))));
+            }
+        }
+        if slots.next().is_some() {
+            return Err(ParquetError::General(
+                "gpusort: a device leaf past the last column".into(),
+            ));
+        }
+        let device =
+            (!taken.is_empty()).then(|| Arc::new(DeviceJob::new(taken, Arc::clone(memory))));
+        Ok(Self { columns, device })
+    }
+
+    /// The device job's slot of `leaf`, if the device encodes it.
+    fn device_slot(&self, leaf: usize) -> Option<usize> {
+        match self.columns.get(leaf)? {
+            Leaf::Device(slot) => Some(*slot),
+            Leaf::Cpu(_) => None,
+        }
     }
 
     fn close(&self) {
-        for encoder in &self.columns {
-            encoder.close();
+        for leaf in &self.columns {
+            if let Leaf::Cpu(encoder) = leaf {
+                encoder.close();
+            }
         }
+    }
+
+    /// Waits for `leaf`'s chunk.
+    fn wait(&self, leaf: &Leaf) -> Result<EncodedLeaf> {
+        match leaf {
+            Leaf::Cpu(encoder) => encoder.wait_chunk().map(EncodedLeaf::Cpu),
+            Leaf::Device(slot) => self
+                .device
+                .as_ref()
+                .expect("a device leaf's job")
+                .wait(*slot),
+        }
+    }
+
+    /// Bytes the row group's encoders hold.
+    fn encoded(&self) -> usize {
+        let cpu: usize = self
+            .columns
+            .iter()
+            .map(|leaf| match leaf {
+                Leaf::Cpu(encoder) => encoder.encoded(),
+                Leaf::Device(_) => 0,
+            })
+            .sum();
+        cpu + self.device.as_ref().map_or(0, |job| job.encoded())
     }
 }
 
@@ -587,6 +735,7 @@ mod tests {
             Arc::clone(schema),
             properties(row_group_rows),
             memory,
+            false,
         )
         .unwrap();
         for batch in batches {
@@ -659,6 +808,7 @@ mod tests {
             Arc::clone(&schema),
             properties,
             Arc::new(WriteMemory::new(&pool)),
+            false,
         )
         .unwrap();
         for batch in &batches {
@@ -679,14 +829,63 @@ mod tests {
         assert!(k_has_dictionary.iter().any(|d| !d), "{k_has_dictionary:?}");
     }
 
+    /// Device pages asked for where the properties allow them (no dictionary, Snappy):
+    /// with a device, its pages; without one (CI), the CPU writers the row group kept. The
+    /// file reads back the same either way, and its memory goes back.
+    #[test]
+    fn device_pages_asked_for_write_every_row_with_or_without_a_device() {
+        let (schema, batches) = batches(9, 3000);
+        let properties = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(5000))
+            .set_dictionary_enabled(false)
+            .set_compression(Compression::SNAPPY)
+            .build();
+        let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(1 << 30));
+        let mut writer = ParallelFileWriter::try_new(
+            Vec::new(),
+            Arc::clone(&schema),
+            properties,
+            Arc::new(WriteMemory::new(&pool)),
+            true,
+        )
+        .unwrap();
+        // `k` (Int64) and `x` (Float64) are the device's; `s` and `l` the CPU's.
+        let taken: Vec<bool> = writer
+            .device
+            .as_ref()
+            .unwrap()
+            .leaves
+            .iter()
+            .map(Option::is_some)
+            .collect();
+        assert_eq!(taken, vec![true, false, true, false]);
+        for batch in &batches {
+            writer.write(batch).unwrap();
+        }
+        let (read, row_groups) = read_back(&writer.close().unwrap(), &schema);
+        let written = datafusion::arrow::compute::concat_batches(&schema, &batches).unwrap();
+        assert_eq!(read, written);
+        assert_eq!(row_groups.len(), 6);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while pool.reserved() > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(pool.reserved(), 0);
+    }
+
     #[test]
     fn a_writer_dropped_unfinished_lets_go_of_its_memory() {
         let (schema, batches) = batches(12, 2000);
         let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(1 << 30));
         let memory = Arc::new(WriteMemory::new(&pool));
-        let mut writer =
-            ParallelFileWriter::try_new(Vec::new(), Arc::clone(&schema), properties(3000), memory)
-                .unwrap();
+        let mut writer = ParallelFileWriter::try_new(
+            Vec::new(),
+            Arc::clone(&schema),
+            properties(3000),
+            memory,
+            false,
+        )
+        .unwrap();
         // Full row groups handed to the appender, and one still filling.
         for batch in &batches[..10] {
             writer.write(batch).unwrap();

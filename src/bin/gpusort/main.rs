@@ -131,6 +131,11 @@ enum Command {
         /// (known from Parquet footers) sort on the CPU without opening the device.
         #[arg(long, default_value = "auto")]
         backend: BackendChoice,
+        /// Where Parquet data pages are built: host (every page on the CPU), or device
+        /// (the pages of columns of 4- and 8-byte values written PLAIN without a
+        /// dictionary, uncompressed or snappy, built and compressed on the GPU).
+        #[arg(long, default_value = "host")]
+        page_encoding: gpusort::pipeline::PageEncoding,
         /// No progress bars and no summary line.
         #[arg(short, long)]
         quiet: bool,
@@ -252,6 +257,7 @@ async fn run(cli: Cli) -> i32 {
             overwrite,
             no_fsync,
             backend,
+            page_encoding,
             quiet,
             timings,
         } => {
@@ -270,6 +276,7 @@ async fn run(cli: Cli) -> i32 {
             job.overwrite = overwrite;
             job.sync = !no_fsync;
             job.backend = backend;
+            job.page_encoding = page_encoding;
             signals::install();
             return match sort::run(job, quiet, timings).await {
                 Ok(_) => 0,

@@ -1,0 +1,298 @@
+// parquet_pages.cu: Parquet data pages of fixed-width columns built and compressed on the
+// device (launched by src/cuda/parquet/), so that only compressed pages cross PCIe back
+// and the host writes headers and metadata alone.
+//
+//   plain_page_bodies   one block per page: the page's uncompressed body, version 1 layout:
+//                       [definition levels: u32 length, RLE/bit-packed hybrid, bit width 1]
+//                       (nullable columns only), then the non-null values, PLAIN (each
+//                       value's low `out_width` bytes, little-endian)
+//   snappy_compress     one warp per piece (at most 64 KiB of one page's body): the piece
+//                       as Snappy elements (literals and copies within the piece), into
+//                       its own room of the scratch buffer; its length in `piece_bytes`
+//   snappy_place        one block per piece: its elements copied to where the host put
+//                       them, after the page's length varint, which the host writes
+//
+// A Snappy stream is a varint of the uncompressed length followed by elements, each
+// self-contained; copies here never reach outside their piece, so a page's pieces,
+// compressed apart, are one valid stream when laid end to end.
+#include "common.cuh"
+
+#if !defined(PAGE_THREADS) || !defined(SNAPPY_WARPS) || !defined(SNAPPY_HASH_BITS) || \
+    !defined(SNAPPY_PIECE_BYTES)
+#error "the launch shapes come from src/cuda/tuning.rs as -D options"
+#endif
+
+// One data page of a column chunk, as src/cuda/parquet/pages.rs lays it out.
+struct PageSpec {
+    u64 first_row;    // the page's first row in the column's values (a multiple of 8)
+    u64 body_at;      // where its uncompressed body starts in `bodies`
+    u32 rows;         // rows of the page (values, nulls included)
+    u32 values;       // non-null rows
+    u32 levels_bytes; // bytes of the definition levels section, length prefix included;
+                      // 0 for a required column
+    u32 column;       // index into the launch's columns
+};
+
+// One column of the launch: its values (`in_width` bytes each, all rows, nulls included)
+// and validity bitmap (LSB first, row 0 at bit 0; 0: no nulls).
+struct ColumnSpec {
+    u64 values;
+    u64 validity;
+    u32 in_width;
+    u32 out_width;
+};
+
+__device__ __forceinline__ u32 varint_len(u32 v) {
+    u32 n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        ++n;
+    }
+    return n;
+}
+
+__device__ __forceinline__ u32 put_varint(u8* out, u32 v) {
+    u32 n = 0;
+    while (v >= 0x80) {
+        out[n++] = (u8)(v | 0x80);
+        v >>= 7;
+    }
+    out[n++] = (u8)v;
+    return n;
+}
+
+__device__ __forceinline__ bool row_valid(const u8* validity, u64 row) {
+    return validity == 0 || ((validity[row >> 3] >> (row & 7)) & 1);
+}
+
+// Value `row` of `column`, cut to its low `out_width` bytes, written at `out`.
+__device__ __forceinline__ void put_value(const ColumnSpec& column, u64 row, u8* out) {
+    const u8* src = (const u8*)column.values + row * column.in_width;
+    if (column.out_width == 8) {
+        u64 v;
+        if (column.in_width >= 8) {
+            v = *(const u64*)src;
+        } else {
+            v = *(const u32*)src;
+        }
+        for (u32 b = 0; b < 8; ++b) out[b] = (u8)(v >> (8 * b));
+    } else {
+        u32 v = *(const u32*)src;
+        for (u32 b = 0; b < 4; ++b) out[b] = (u8)(v >> (8 * b));
+    }
+}
+
+// The definition levels of a nullable page: with no nulls, one RLE run of 1s; else a
+// bit-packed run of its validity bits (whole groups of 8; bits past the page's rows are
+// 0). The host sized `levels_bytes` the same way (pages.rs).
+__device__ void write_levels(const PageSpec& page, const ColumnSpec& column, u8* body) {
+    const u8* validity = (const u8*)column.validity;
+    if (threadIdx.x == 0) {
+        const u32 data_bytes = page.levels_bytes - 4;
+        body[0] = (u8)data_bytes;
+        body[1] = (u8)(data_bytes >> 8);
+        body[2] = (u8)(data_bytes >> 16);
+        body[3] = (u8)(data_bytes >> 24);
+    }
+    if (page.values == page.rows) {
+        if (threadIdx.x == 0) {
+            u32 n = put_varint(body + 4, page.rows << 1);
+            body[4 + n] = 1;
+        }
+        return;
+    }
+    const u32 groups = (page.rows + 7) / 8;
+    const u32 header = varint_len((groups << 1) | 1);
+    if (threadIdx.x == 0) put_varint(body + 4, (groups << 1) | 1);
+    u8* bits = body + 4 + header;
+    const u64 first_byte = page.first_row / 8;
+    for (u32 g = threadIdx.x; g < groups; g += blockDim.x) {
+        u8 byte = validity[first_byte + g];
+        const u32 rows_left = page.rows - g * 8;
+        if (rows_left < 8) byte &= (u8)((1u << rows_left) - 1);
+        bits[g] = byte;
+    }
+}
+
+// Block-wide exclusive prefix count of `flag`; `total` gets the block's count.
+__device__ __forceinline__ u32 block_rank(bool flag, u32* warp_counts, u32& total) {
+    const u32 ballot = __ballot_sync(0xffffffffu, flag);
+    const u32 lane = lane_id(), warp = warp_id();
+    if (lane == 0) warp_counts[warp] = __popc(ballot);
+    __syncthreads();
+    u32 before = 0, sum = 0;
+    const u32 warps = blockDim.x / WARP;
+    for (u32 w = 0; w < warps; ++w) {
+        if (w == warp) before = sum;
+        sum += warp_counts[w];
+    }
+    __syncthreads();
+    total = sum;
+    return before + __popc(ballot & lanemask_lt());
+}
+
+extern "C" __global__ void __launch_bounds__(PAGE_THREADS)
+    plain_page_bodies(const PageSpec* __restrict__ pages, const ColumnSpec* __restrict__ columns,
+                      u8* __restrict__ bodies) {
+    __shared__ u32 warp_counts[PAGE_THREADS / WARP];
+    const PageSpec page = pages[blockIdx.x];
+    const ColumnSpec column = columns[page.column];
+    u8* body = bodies + page.body_at;
+    if (page.levels_bytes > 0) write_levels(page, column, body);
+    u8* out = body + page.levels_bytes;
+    const u32 width = column.out_width;
+    if (page.values == page.rows) {
+        for (u32 i = threadIdx.x; i < page.rows; i += blockDim.x) {
+            put_value(column, page.first_row + i, out + (u64)i * width);
+        }
+        return;
+    }
+    const u8* validity = (const u8*)column.validity;
+    u32 base = 0;
+    for (u32 tile = 0; tile < page.rows; tile += blockDim.x) {
+        const u32 i = tile + threadIdx.x;
+        const u64 row = page.first_row + i;
+        const bool valid = i < page.rows && row_valid(validity, row);
+        u32 total;
+        const u32 rank = block_rank(valid, warp_counts, total);
+        if (valid) put_value(column, row, out + (u64)(base + rank) * width);
+        base += total;
+    }
+}
+
+// ---- Snappy ---------------------------------------------------------------------------
+
+// One piece of a page's body, compressed by one warp.
+struct Piece {
+    u64 in_at;  // its first byte in `bodies`
+    u64 out_at; // its room in the scratch buffer (snappy_bound(len) bytes)
+    u32 len;    // bytes, at most SNAPPY_PIECE_BYTES
+    u32 unused;
+};
+
+#define SNAPPY_TABLE (1u << SNAPPY_HASH_BITS)
+#define SNAPPY_EMPTY 0xffffu
+
+// 4 bytes at `p`, little-endian, by two aligned loads (the host pads `bodies` by 8 bytes).
+__device__ __forceinline__ u32 load4(const u8* p) {
+    const u64 at = (u64)p;
+    const u32* aligned = (const u32*)(at & ~3ull);
+    return __funnelshift_r(aligned[0], aligned[1], (u32)(at & 3) * 8);
+}
+
+__device__ __forceinline__ u32 snappy_hash(u32 v) {
+    return (v * 0x1e35a7bdu) >> (32 - SNAPPY_HASH_BITS);
+}
+
+// A literal of `n` bytes from `src` at `dst + at`; the warp copies, lane 0 writes the tag.
+__device__ __forceinline__ u32 emit_literal(u8* dst, u32 at, const u8* src, u32 n) {
+    if (n == 0) return at;
+    const u32 m = n - 1;
+    u32 extra = m < 60 ? 0 : m < (1u << 8) ? 1 : m < (1u << 16) ? 2 : m < (1u << 24) ? 3 : 4;
+    if (lane_id() == 0) {
+        dst[at] = (u8)((extra == 0 ? m : 59 + extra) << 2);
+        for (u32 b = 0; b < extra; ++b) dst[at + 1 + b] = (u8)(m >> (8 * b));
+    }
+    at += 1 + extra;
+    for (u32 i = lane_id(); i < n; i += WARP) dst[at + i] = src[i];
+    return at + n;
+}
+
+// One copy element of `len` (4..64) bytes from `offset` back.
+__device__ __forceinline__ u32 emit_copy_element(u8* dst, u32 at, u32 offset, u32 len) {
+    if (len < 12 && offset < 2048) {
+        if (lane_id() == 0) {
+            dst[at] = (u8)(1 | ((len - 4) << 2) | ((offset >> 8) << 5));
+            dst[at + 1] = (u8)offset;
+        }
+        return at + 2;
+    }
+    if (lane_id() == 0) {
+        dst[at] = (u8)(2 | ((len - 1) << 2));
+        dst[at + 1] = (u8)offset;
+        dst[at + 2] = (u8)(offset >> 8);
+    }
+    return at + 3;
+}
+
+// A match of `len` (>= 4) bytes from `offset` back, in elements of at most 64 bytes, none
+// shorter than 4.
+__device__ __forceinline__ u32 emit_copy(u8* dst, u32 at, u32 offset, u32 len) {
+    while (len >= 68) {
+        at = emit_copy_element(dst, at, offset, 64);
+        len -= 64;
+    }
+    if (len > 64) {
+        at = emit_copy_element(dst, at, offset, 60);
+        len -= 60;
+    }
+    return emit_copy_element(dst, at, offset, len);
+}
+
+extern "C" __global__ void __launch_bounds__(SNAPPY_WARPS * WARP)
+    snappy_compress(const Piece* __restrict__ pieces, u32 n_pieces, const u8* __restrict__ bodies,
+                    u8* __restrict__ scratch, u32* __restrict__ piece_bytes) {
+    __shared__ u16 tables[SNAPPY_WARPS][SNAPPY_TABLE];
+    const u32 index = blockIdx.x * SNAPPY_WARPS + warp_id();
+    if (index >= n_pieces) return;
+    u16* table = tables[warp_id()];
+    const u32 lane = lane_id();
+    for (u32 i = lane; i < SNAPPY_TABLE; i += WARP) table[i] = SNAPPY_EMPTY;
+    __syncwarp();
+    const Piece piece = pieces[index];
+    const u8* src = bodies + piece.in_at;
+    u8* dst = scratch + piece.out_at;
+    const u32 len = piece.len;
+    // Positions with 4 bytes of the piece from them on.
+    const u32 limit = len >= 4 ? len - 3 : 0;
+    u32 out = 0, literal = 0, pos = 0;
+    while (pos < limit) {
+        const u32 p = pos + lane;
+        const bool inside = p < limit;
+        const u32 v = inside ? load4(src + p) : 0;
+        const u32 h = snappy_hash(v);
+        const u32 candidate = inside ? table[h] : SNAPPY_EMPTY;
+        __syncwarp();
+        if (inside) table[h] = (u16)p;
+        __syncwarp();
+        const bool hit = candidate != SNAPPY_EMPTY && candidate < p && load4(src + candidate) == v;
+        const u32 hits = __ballot_sync(0xffffffffu, hit);
+        if (hits == 0) {
+            pos += WARP;
+            continue;
+        }
+        const u32 first = __ffs(hits) - 1;
+        const u32 at = pos + first;
+        const u32 from = __shfl_sync(0xffffffffu, candidate, first);
+        u32 matched = 4;
+        while (true) {
+            const u32 i = at + matched + lane;
+            const bool same = i < len && src[i] == src[from + matched + lane];
+            const u32 differ = __ballot_sync(0xffffffffu, !same);
+            if (differ == 0) {
+                matched += WARP;
+                continue;
+            }
+            matched += __ffs(differ) - 1;
+            break;
+        }
+        out = emit_literal(dst, out, src + literal, at - literal);
+        out = emit_copy(dst, out, at - from, matched);
+        pos = at + matched;
+        literal = pos;
+    }
+    out = emit_literal(dst, out, src + literal, len - literal);
+    if (lane == 0) piece_bytes[index] = out;
+}
+
+// Each piece's elements copied from its scratch room to `final_at[piece]` in `out`.
+extern "C" __global__ void __launch_bounds__(PAGE_THREADS)
+    snappy_place(const Piece* __restrict__ pieces, const u32* __restrict__ piece_bytes,
+                 const u64* __restrict__ final_at, const u8* __restrict__ scratch,
+                 u8* __restrict__ out) {
+    const u32 index = blockIdx.x;
+    const u8* from = scratch + pieces[index].out_at;
+    u8* to = out + final_at[index];
+    const u32 n = piece_bytes[index];
+    for (u32 i = threadIdx.x; i < n; i += blockDim.x) to[i] = from[i];
+}

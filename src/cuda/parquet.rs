@@ -1,0 +1,506 @@
+//! Parquet data pages of fixed-width columns built and compressed on the device
+//! (`kernels/parquet_pages.cu`).
+//!
+//! The host says how each column is cut into pages ([`PageCut`]); the device writes each
+//! page's uncompressed body (definition levels, then the non-null values `PLAIN`, each
+//! value cut to its Parquet width), and, for Snappy, compresses each body in pieces of at
+//! most [`SNAPPY_PIECE_BYTES`], one warp a piece, and lays the pieces of each page end to
+//! end after the room of its length varint. Only the pages come back. Page headers, column
+//! chunk metadata and statistics are the host's (`src/pipeline/device_chunks.rs`).
+
+use bytes::Bytes;
+
+use crate::cuda::error::{CudaError, CudaResult};
+use crate::cuda::memory::device::{Device, DeviceBuffer};
+use crate::cuda::memory::transfer::Staging;
+use crate::cuda::module::{arg, launch, load_module, Kernel, Module, PARQUET_PAGES};
+use crate::cuda::tuning::{Tuning, PAGE_THREADS, SNAPPY_PIECE_BYTES, SNAPPY_WARPS};
+
+/// One page of a column: rows `first_row .. first_row + rows` of its values, `values` of
+/// them not null. `first_row` is a multiple of 8 (the definition levels copy validity
+/// bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageCut {
+    /// The page's first row in the column.
+    pub first_row: usize,
+    /// Rows of the page, nulls included.
+    pub rows: usize,
+    /// Rows of the page that are not null.
+    pub values: usize,
+}
+
+/// One column chunk to encode: its values as Arrow holds them (`in_width` bytes each,
+/// every row, nulls included), its validity bitmap (row 0 at bit 0; `None`: no nulls),
+/// and its pages.
+#[derive(Debug, Clone, Copy)]
+pub struct PageColumn<'a> {
+    /// The values, `in_width` bytes each.
+    pub values: &'a [u8],
+    /// The validity bitmap, row 0 at bit 0.
+    pub validity: Option<&'a [u8]>,
+    /// Bytes of each value in `values`: 4, 8 or 16.
+    pub in_width: u32,
+    /// Bytes of each value in the page (its low bytes): 4 or 8.
+    pub out_width: u32,
+    /// Definition levels are written (an optional column of one level).
+    pub nullable: bool,
+    /// The pages, in order.
+    pub pages: &'a [PageCut],
+}
+
+/// A page as the device made it.
+#[derive(Debug, Clone)]
+pub struct EncodedPage {
+    /// The page's data as it goes after its header: compressed where asked (Snappy's
+    /// length varint included).
+    pub data: Bytes,
+    /// Bytes of the body before compression.
+    pub uncompressed_bytes: usize,
+}
+
+/// The kernels of `parquet_pages.cu`.
+#[derive(Debug)]
+pub struct PageEncoder {
+    plain_bodies: Kernel,
+    compress: Kernel,
+    place: Kernel,
+    _module: Module,
+}
+
+/// One page, as the kernels' `PageSpec`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct PageSpec {
+    first_row: u64,
+    body_at: u64,
+    rows: u32,
+    values: u32,
+    levels_bytes: u32,
+    column: u32,
+}
+
+/// One column, as the kernels' `ColumnSpec`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct ColumnSpec {
+    values: u64,
+    validity: u64,
+    in_width: u32,
+    out_width: u32,
+}
+
+/// One piece of a page's body, as the kernels' `Piece`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct Piece {
+    in_at: u64,
+    out_at: u64,
+    len: u32,
+    unused: u32,
+}
+
+/// Bytes of `value` as a ULEB128 varint.
+fn varint_len(mut value: u64) -> usize {
+    let mut n = 1;
+    while value >= 0x80 {
+        value >>= 7;
+        n += 1;
+    }
+    n
+}
+
+fn put_varint(out: &mut [u8], mut value: u64) -> usize {
+    let mut n = 0;
+    while value >= 0x80 {
+        out[n] = value as u8 | 0x80;
+        value >>= 7;
+        n += 1;
+    }
+    out[n] = value as u8;
+    n + 1
+}
+
+/// Bytes of a page's definition levels section (its length prefix included), as the
+/// kernel writes it: none for a required column; one RLE run where no value is null;
+/// else a bit-packed run of whole groups of 8.
+pub fn levels_bytes(nullable: bool, cut: &PageCut) -> usize {
+    if !nullable {
+        return 0;
+    }
+    if cut.values == cut.rows {
+        return 4 + varint_len((cut.rows as u64) << 1) + 1;
+    }
+    let groups = cut.rows.div_ceil(8) as u64;
+    4 + varint_len((groups << 1) | 1) + groups as usize
+}
+
+/// Most bytes the kernel's Snappy elements take for `len` input bytes.
+fn snappy_bound(len: usize) -> usize {
+    32 + len + len / 6
+}
+
+/// `len` rounded up to a multiple of 16 (where the next column's values start).
+fn align16(len: usize) -> usize {
+    len.div_ceil(16) * 16
+}
+
+/// Copies `items` into a new device buffer; the copy is queued on the stream, so `items`
+/// must outlive the next synchronization (every caller synchronizes before returning).
+fn upload_table<T: Copy>(
+    device: &Device,
+    items: &[T],
+    what: &'static str,
+) -> CudaResult<DeviceBuffer<T>> {
+    let buffer = device.alloc::<T>(items.len(), what)?;
+    if !items.is_empty() {
+        // SAFETY: the caller keeps `items` alive and unchanged until it synchronizes.
+        unsafe { device.upload(&buffer, 0, items)? };
+    }
+    Ok(buffer)
+}
+
+impl PageEncoder {
+    /// Compiles (or takes from the cache) and loads the kernels for `device`.
+    pub fn load(device: &Device, tuning: &Tuning) -> CudaResult<Self> {
+        let module = load_module(PARQUET_PAGES, device.arch, tuning)?;
+        Ok(Self {
+            plain_bodies: module.kernel("plain_page_bodies")?,
+            compress: module.kernel("snappy_compress")?,
+            place: module.kernel("snappy_place")?,
+            _module: module,
+        })
+    }
+
+    /// The pages of `columns`, in order, Snappy-compressed where `snappy`.
+    pub fn encode(
+        &self,
+        device: &Device,
+        staging: &mut Staging,
+        columns: &[PageColumn<'_>],
+        snappy: bool,
+    ) -> CudaResult<Vec<Vec<EncodedPage>>> {
+        for column in columns {
+            assert!(
+                matches!(
+                    (column.in_width, column.out_width),
+                    (4, 4) | (8, 8) | (16, 8) | (16, 4)
+                ),
+                "no page kernel takes {} byte values to {} bytes",
+                column.in_width,
+                column.out_width
+            );
+            let rows = column.values.len() / column.in_width as usize;
+            for cut in column.pages {
+                assert!(
+                    cut.first_row % 8 == 0 && cut.first_row + cut.rows <= rows && cut.rows > 0,
+                    "a page outside its column, or not on a byte of its validity"
+                );
+                assert!(
+                    column.validity.is_some() || cut.values == cut.rows,
+                    "nulls in a page of a column without validity"
+                );
+            }
+        }
+        // The columns' values and validity, each from a multiple of 16 bytes.
+        let mut segments: Vec<(usize, &[u8])> = Vec::new();
+        let mut input_bytes = 0;
+        let mut placed = Vec::with_capacity(columns.len());
+        for column in columns {
+            let values_at = input_bytes;
+            segments.push((values_at, column.values));
+            input_bytes = align16(input_bytes + column.values.len());
+            let validity_at = column.validity.map(|bits| {
+                let at = input_bytes;
+                segments.push((at, bits));
+                input_bytes = align16(input_bytes + bits.len());
+                at
+            });
+            placed.push((values_at, validity_at));
+        }
+        let input = staging.upload::<u8, _>(device, input_bytes.max(1), "parquet page input", {
+            let segments = &segments;
+            move |start, out| fill_from(segments, start, out)
+        })?;
+        let specs: Vec<ColumnSpec> = columns
+            .iter()
+            .zip(&placed)
+            .map(|(column, &(values_at, validity_at))| ColumnSpec {
+                values: input.ptr() + values_at as u64,
+                validity: validity_at.map_or(0, |at| input.ptr() + at as u64),
+                in_width: column.in_width,
+                out_width: column.out_width,
+            })
+            .collect();
+        let mut pages = Vec::new();
+        let mut body_bytes = 0;
+        for (index, column) in columns.iter().enumerate() {
+            for cut in column.pages {
+                let levels = levels_bytes(column.nullable, cut);
+                pages.push(PageSpec {
+                    first_row: cut.first_row as u64,
+                    body_at: body_bytes as u64,
+                    rows: cut.rows as u32,
+                    values: cut.values as u32,
+                    levels_bytes: levels as u32,
+                    column: index as u32,
+                });
+                body_bytes += levels + cut.values * column.out_width as usize;
+            }
+        }
+        let column_table = upload_table(device, &specs, "parquet page columns")?;
+        let page_table = upload_table(device, &pages, "parquet pages")?;
+        // 8 bytes past the end: Snappy's 4-byte loads are two aligned words.
+        let bodies = device.alloc::<u8>(body_bytes + 8, "parquet page bodies")?;
+        device.zero(&bodies)?;
+        if !pages.is_empty() {
+            let (mut page_at, mut column_at, mut bodies_at) =
+                (page_table.ptr(), column_table.ptr(), bodies.ptr());
+            let mut params = [arg(&mut page_at), arg(&mut column_at), arg(&mut bodies_at)];
+            launch(
+                device,
+                self.plain_bodies,
+                pages.len() as u32,
+                PAGE_THREADS,
+                &mut params,
+                body_bytes,
+            )?;
+        }
+        drop(input);
+        let encoded = if snappy {
+            self.compress_pages(device, staging, &bodies, &pages, body_bytes)?
+        } else {
+            let mut host = vec![0u8; body_bytes + 8];
+            staging.download(device, &bodies, &mut host)?;
+            host.truncate(body_bytes);
+            let host = Bytes::from(host);
+            let ends = pages.iter().skip(1).map(|p| p.body_at as usize);
+            pages
+                .iter()
+                .zip(ends.chain([body_bytes]))
+                .map(|(page, end)| {
+                    let start = page.body_at as usize;
+                    EncodedPage {
+                        data: host.slice(start..end),
+                        uncompressed_bytes: end - start,
+                    }
+                })
+                .collect()
+        };
+        device.synchronize()?;
+        // Back to columns.
+        let mut encoded = encoded.into_iter();
+        Ok(columns
+            .iter()
+            .map(|column| encoded.by_ref().take(column.pages.len()).collect())
+            .collect())
+    }
+
+    /// Each page's body Snappy-compressed, as one stream: its length varint (written
+    /// here), then its pieces' elements laid end to end.
+    fn compress_pages(
+        &self,
+        device: &Device,
+        staging: &mut Staging,
+        bodies: &DeviceBuffer<u8>,
+        pages: &[PageSpec],
+        body_bytes: usize,
+    ) -> CudaResult<Vec<EncodedPage>> {
+        let mut pieces = Vec::new();
+        let mut scratch_bytes = 0;
+        let mut page_pieces = Vec::with_capacity(pages.len());
+        for (index, page) in pages.iter().enumerate() {
+            let start = page.body_at as usize;
+            let end = pages
+                .get(index + 1)
+                .map_or(body_bytes, |next| next.body_at as usize);
+            let first = pieces.len();
+            for at in (start..end).step_by(SNAPPY_PIECE_BYTES) {
+                let len = SNAPPY_PIECE_BYTES.min(end - at);
+                pieces.push(Piece {
+                    in_at: at as u64,
+                    out_at: scratch_bytes as u64,
+                    len: len as u32,
+                    unused: 0,
+                });
+                scratch_bytes += snappy_bound(len);
+            }
+            page_pieces.push((first..pieces.len(), end - start));
+        }
+        let piece_table = upload_table(device, &pieces, "snappy pieces")?;
+        let scratch = device.alloc::<u8>(scratch_bytes.max(1), "snappy scratch")?;
+        let piece_bytes = device.alloc::<u32>(pieces.len().max(1), "snappy piece bytes")?;
+        if !pieces.is_empty() {
+            let (mut table_at, mut n, mut bodies_at, mut scratch_at, mut sizes_at) = (
+                piece_table.ptr(),
+                pieces.len() as u32,
+                bodies.ptr(),
+                scratch.ptr(),
+                piece_bytes.ptr(),
+            );
+            let mut params = [
+                arg(&mut table_at),
+                arg(&mut n),
+                arg(&mut bodies_at),
+                arg(&mut scratch_at),
+                arg(&mut sizes_at),
+            ];
+            let grid = pieces.len().div_ceil(SNAPPY_WARPS as usize) as u32;
+            launch(
+                device,
+                self.compress,
+                grid,
+                SNAPPY_WARPS * 32,
+                &mut params,
+                body_bytes,
+            )?;
+        }
+        let sizes = device.download_now(&piece_bytes)?;
+        // Each page: its varint, then its pieces.
+        let mut final_at = vec![0u64; pieces.len()];
+        let mut page_at = Vec::with_capacity(pages.len());
+        let mut out_bytes = 0usize;
+        for (range, uncompressed) in &page_pieces {
+            page_at.push(out_bytes);
+            out_bytes += varint_len(*uncompressed as u64);
+            for piece in range.clone() {
+                final_at[piece] = out_bytes as u64;
+                out_bytes += sizes[piece] as usize;
+            }
+        }
+        let final_table = upload_table(device, &final_at, "snappy piece places")?;
+        let out = device.alloc::<u8>(out_bytes.max(1), "snappy pages")?;
+        if !pieces.is_empty() {
+            let (mut table_at, mut sizes_at, mut final_ptr, mut scratch_at, mut out_at) = (
+                piece_table.ptr(),
+                piece_bytes.ptr(),
+                final_table.ptr(),
+                scratch.ptr(),
+                out.ptr(),
+            );
+            let mut params = [
+                arg(&mut table_at),
+                arg(&mut sizes_at),
+                arg(&mut final_ptr),
+                arg(&mut scratch_at),
+                arg(&mut out_at),
+            ];
+            launch(
+                device,
+                self.place,
+                pieces.len() as u32,
+                PAGE_THREADS,
+                &mut params,
+                out_bytes,
+            )?;
+        }
+        let mut host = vec![0u8; out_bytes.max(1)];
+        staging.download(device, &out, &mut host)?;
+        device.synchronize()?;
+        host.truncate(out_bytes);
+        for ((_, uncompressed), &at) in page_pieces.iter().zip(&page_at) {
+            put_varint(&mut host[at..], *uncompressed as u64);
+        }
+        let host = Bytes::from(host);
+        let ends = page_at.iter().skip(1).copied().chain([out_bytes]);
+        Ok(page_pieces
+            .iter()
+            .zip(page_at.iter().zip(ends))
+            .map(|((_, uncompressed), (&start, end))| EncodedPage {
+                data: host.slice(start..end),
+                uncompressed_bytes: *uncompressed,
+            })
+            .collect())
+    }
+}
+
+/// The pages of `columns` encoded on the process's device (Snappy-compressed where
+/// `snappy`), or why not: no device, its page kernels not loaded, or a failure (logged; a
+/// fatal one disables the device for the process, as a failed sort does). The caller
+/// encodes the columns on the host instead.
+pub fn encode_on_device(
+    columns: &[PageColumn<'_>],
+    snappy: bool,
+) -> Result<Vec<Vec<EncodedPage>>, String> {
+    let runtime = crate::cuda::runtime()?;
+    let Some(encoder) = runtime.pages.as_ref() else {
+        return Err("the Parquet page kernels did not load".to_string());
+    };
+    let rows: usize = columns
+        .iter()
+        .map(|c| c.values.len() / c.in_width.max(1) as usize)
+        .sum();
+    runtime
+        .with_device(|device, staging| encoder.encode(device, staging, columns, snappy))
+        .map_err(|error: CudaError| {
+            crate::cuda::runtime_failure(
+                "Parquet page encoding",
+                "encoding on the host",
+                &error,
+                rows,
+            );
+            error.to_string()
+        })
+}
+
+/// Writes bytes `start .. start + out.len()` of the input laid out as `segments` (each at
+/// its offset; zeros between them).
+fn fill_from(segments: &[(usize, &[u8])], start: usize, out: &mut [u8]) {
+    out.fill(0);
+    let end = start + out.len();
+    let first = segments
+        .partition_point(|(at, bytes)| at + bytes.len() <= start)
+        .min(segments.len());
+    for &(at, bytes) in &segments[first..] {
+        if at >= end {
+            break;
+        }
+        let from = at.max(start);
+        let to = (at + bytes.len()).min(end);
+        if from < to {
+            out[from - start..to - start].copy_from_slice(&bytes[from - at..to - at]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_are_sized_as_the_kernel_writes_them() {
+        let cut = |rows, values| PageCut {
+            first_row: 0,
+            rows,
+            values,
+        };
+        assert_eq!(levels_bytes(false, &cut(100, 90)), 0);
+        // One RLE run: 4-byte length, varint(200), the value 1.
+        assert_eq!(levels_bytes(true, &cut(100, 100)), 4 + 2 + 1);
+        // 13 groups of 8 bits: varint(27), 13 bytes.
+        assert_eq!(levels_bytes(true, &cut(100, 90)), 4 + 1 + 13);
+    }
+
+    #[test]
+    fn segments_fill_their_places_and_zeros_between() {
+        let a = [1u8, 2, 3];
+        let b = [9u8; 5];
+        let segments = [(0, &a[..]), (16, &b[..])];
+        let mut out = vec![7u8; 24];
+        fill_from(&segments, 0, &mut out[..10]);
+        fill_from(&segments, 10, &mut out[10..]);
+        let mut expected = vec![0u8; 24];
+        expected[..3].copy_from_slice(&a);
+        expected[16..21].copy_from_slice(&b);
+        assert_eq!(out, expected);
+    }
+
+    #[test]
+    fn varints_are_uleb128() {
+        let mut out = [0u8; 10];
+        assert_eq!(put_varint(&mut out, 300), 2);
+        assert_eq!(&out[..2], &[0xac, 0x02]);
+        assert_eq!(varint_len(300), 2);
+        assert_eq!(varint_len(127), 1);
+        assert_eq!(varint_len(u32::MAX.into()), 5);
+    }
+}

@@ -1,0 +1,1007 @@
+//! Column chunks whose data pages the device built (`src/cuda/parquet.rs`): the host cuts
+//! the column into pages, computes their statistics from the Arrow values, and writes the
+//! page headers, the chunk's metadata and its page index the way parquet's own column
+//! writer does (`PLAIN` values, `RLE` definition levels, data pages of version 1), so that
+//! the appender splices them into the file like chunks encoded on the CPU.
+//!
+//! Taken: top-level columns of one level at most (required or optional, not nested) whose
+//! values Parquet stores as 4 or 8 bytes taken from the low bytes of Arrow's
+//! ([`DeviceLayout`]), written without a dictionary or bloom filter, `PLAIN`, uncompressed
+//! or Snappy, as data pages of version 1.
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use datafusion::arrow::array::{Array, ArrayRef, AsArray};
+use datafusion::arrow::buffer::{Buffer, NullBuffer};
+use datafusion::arrow::datatypes::{
+    DataType, Decimal128Type, Float32Type, Float64Type, TimeUnit, UInt32Type, UInt64Type,
+};
+use datafusion::parquet::basic::{
+    BoundaryOrder, Compression, Encoding, EncodingMask, PageType, Type as PhysicalType,
+};
+use datafusion::parquet::column::page::{CompressedPage, Page, PageWriter};
+use datafusion::parquet::column::writer::ColumnCloseResult;
+use datafusion::parquet::errors::{ParquetError, Result};
+use datafusion::parquet::file::metadata::{
+    ColumnChunkMetaData, ColumnIndexBuilder, LevelHistogram, OffsetIndexBuilder, PageEncodingStats,
+};
+use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties, WriterVersion};
+use datafusion::parquet::file::statistics::{Statistics, ValueStatistics};
+use datafusion::parquet::file::writer::{SerializedPageWriter, TrackedWrite};
+use datafusion::parquet::schema::types::ColumnDescPtr;
+
+use crate::cuda::{EncodedPage, PageColumn, PageCut};
+
+/// How the device writes one Arrow column's values: bytes of each as Arrow holds them, in
+/// the page (its low bytes), and how Parquet orders them for statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct DeviceLayout {
+    /// Bytes of a value in the Arrow array.
+    pub(super) in_width: u32,
+    /// Bytes of a value in the page.
+    pub(super) out_width: u32,
+    order: ValueOrder,
+}
+
+/// How statistics compare a column's page values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ValueOrder {
+    Int32,
+    UInt32,
+    Int64,
+    UInt64,
+    Float,
+    Double,
+}
+
+/// A column chunk ready for the appender: its bytes (page headers and pages, from offset
+/// 0) and what its writer would have closed with.
+#[derive(Debug)]
+pub(super) struct DeviceChunk {
+    pub(super) bytes: Bytes,
+    pub(super) close: ColumnCloseResult,
+}
+
+/// The layout the device writes `data_type` in as the leaf `descr`, or `None` where its
+/// pages are the CPU's: nested or repeated columns, and types whose Parquet values are not
+/// the low bytes of Arrow's.
+pub(super) fn device_layout(data_type: &DataType, descr: &ColumnDescPtr) -> Option<DeviceLayout> {
+    if descr.max_rep_level() > 0 || descr.max_def_level() > 1 {
+        return None;
+    }
+    use ValueOrder::*;
+    let (in_width, out_width, order) = match (data_type, descr.physical_type()) {
+        (DataType::Int32 | DataType::Date32, PhysicalType::INT32) => (4, 4, Int32),
+        (DataType::Time32(TimeUnit::Millisecond), PhysicalType::INT32) => (4, 4, Int32),
+        (DataType::UInt32, PhysicalType::INT32) => (4, 4, UInt32),
+        (DataType::Int64, PhysicalType::INT64) => (8, 8, Int64),
+        (
+            DataType::Timestamp(
+                TimeUnit::Millisecond | TimeUnit::Microsecond | TimeUnit::Nanosecond,
+                _,
+            )
+            | DataType::Time64(TimeUnit::Microsecond | TimeUnit::Nanosecond),
+            PhysicalType::INT64,
+        ) => (8, 8, Int64),
+        (DataType::UInt64, PhysicalType::INT64) => (8, 8, UInt64),
+        (DataType::Float32, PhysicalType::FLOAT) => (4, 4, Float),
+        (DataType::Float64, PhysicalType::DOUBLE) => (8, 8, Double),
+        (DataType::Decimal128(..), PhysicalType::INT32) => (16, 4, Int32),
+        (DataType::Decimal128(..), PhysicalType::INT64) => (16, 8, Int64),
+        _ => return None,
+    };
+    Some(DeviceLayout {
+        in_width,
+        out_width,
+        order,
+    })
+}
+
+/// Whether the properties let the device write `descr`'s pages: `PLAIN` (no dictionary,
+/// no other encoding asked for), no bloom filter, uncompressed or Snappy, pages of
+/// version 1.
+pub(super) fn properties_allow(properties: &WriterProperties, descr: &ColumnDescPtr) -> bool {
+    let path = descr.path();
+    properties.writer_version() == WriterVersion::PARQUET_1_0
+        && !properties.dictionary_enabled(path)
+        && matches!(properties.encoding(path), None | Some(Encoding::PLAIN))
+        && properties.bloom_filter_properties(path).is_none()
+        && matches!(
+            properties.compression(path),
+            Compression::UNCOMPRESSED | Compression::SNAPPY
+        )
+}
+
+/// The pages of a column of `rows` rows (`nulls` its validity), where parquet's writer
+/// would close them: after the first whole write batch (1024 rows by default) that
+/// reaches the properties' row count or page size; always a multiple of 8 rows (the
+/// device copies validity bytes).
+pub(super) fn cut_pages(
+    rows: usize,
+    nulls: Option<&NullBuffer>,
+    layout: DeviceLayout,
+    properties: &WriterProperties,
+    descr: &ColumnDescPtr,
+) -> Vec<PageCut> {
+    let batch = properties.write_batch_size().max(1);
+    let by_rows = properties.data_page_row_count_limit().max(1);
+    let by_bytes =
+        (properties.column_data_page_size_limit(descr.path()) / layout.out_width as usize).max(1);
+    let per_page = (by_rows.min(by_bytes).div_ceil(batch) * batch).div_ceil(8) * 8;
+    (0..rows)
+        .step_by(per_page)
+        .map(|first_row| {
+            let page_rows = per_page.min(rows - first_row);
+            let values = match nulls {
+                Some(nulls) => page_rows - nulls.slice(first_row, page_rows).null_count(),
+                None => page_rows,
+            };
+            PageCut {
+                first_row,
+                rows: page_rows,
+                values,
+            }
+        })
+        .collect()
+}
+
+/// A page's (or chunk's) smallest and largest value, as the physical type's bits.
+#[derive(Debug, Clone, Copy)]
+enum MinMax {
+    Int32(i32, i32),
+    Int64(i64, i64),
+    Float(f32, f32),
+    Double(f64, f64),
+}
+
+impl MinMax {
+    /// The plain-encoded bytes of the minimum and maximum (the column index's form).
+    fn bytes(&self) -> (Vec<u8>, Vec<u8>) {
+        match *self {
+            MinMax::Int32(a, b) => (a.to_le_bytes().to_vec(), b.to_le_bytes().to_vec()),
+            MinMax::Int64(a, b) => (a.to_le_bytes().to_vec(), b.to_le_bytes().to_vec()),
+            MinMax::Float(a, b) => (a.to_le_bytes().to_vec(), b.to_le_bytes().to_vec()),
+            MinMax::Double(a, b) => (a.to_le_bytes().to_vec(), b.to_le_bytes().to_vec()),
+        }
+    }
+
+    /// How two minima (or maxima) of one column compare in its order.
+    fn compare(order: ValueOrder, a: &MinMax, b: &MinMax, maxima: bool) -> Ordering {
+        let pick = |m: &MinMax| -> (i128, f64) {
+            match *m {
+                MinMax::Int32(lo, hi) => {
+                    let v = if maxima { hi } else { lo };
+                    match order {
+                        ValueOrder::UInt32 => (v as u32 as i128, 0.0),
+                        _ => (v as i128, 0.0),
+                    }
+                }
+                MinMax::Int64(lo, hi) => {
+                    let v = if maxima { hi } else { lo };
+                    match order {
+                        ValueOrder::UInt64 => (v as u64 as i128, 0.0),
+                        _ => (v as i128, 0.0),
+                    }
+                }
+                MinMax::Float(lo, hi) => (0, if maxima { hi } else { lo } as f64),
+                MinMax::Double(lo, hi) => (0, if maxima { hi } else { lo }),
+            }
+        };
+        let (ia, fa) = pick(a);
+        let (ib, fb) = pick(b);
+        match order {
+            ValueOrder::Float | ValueOrder::Double => {
+                fa.partial_cmp(&fb).unwrap_or(Ordering::Equal)
+            }
+            _ => ia.cmp(&ib),
+        }
+    }
+
+    /// The smaller minimum and larger maximum of two.
+    fn merge(order: ValueOrder, a: MinMax, b: MinMax) -> MinMax {
+        let lo = if MinMax::compare(order, &b, &a, false) == Ordering::Less {
+            b
+        } else {
+            a
+        };
+        let hi = if MinMax::compare(order, &b, &a, true) == Ordering::Greater {
+            b
+        } else {
+            a
+        };
+        match (lo, hi) {
+            (MinMax::Int32(l, _), MinMax::Int32(_, h)) => MinMax::Int32(l, h),
+            (MinMax::Int64(l, _), MinMax::Int64(_, h)) => MinMax::Int64(l, h),
+            (MinMax::Float(l, _), MinMax::Float(_, h)) => MinMax::Float(l, h),
+            (MinMax::Double(l, _), MinMax::Double(_, h)) => MinMax::Double(l, h),
+            _ => unreachable!("one column's statistics share a type"),
+        }
+    }
+}
+
+/// The smallest and largest of `values` where `valid`, by `less`; `None` if none counts.
+fn extremes<T: Copy>(
+    values: impl Iterator<Item = (T, bool)>,
+    counts: impl Fn(T) -> bool,
+    less: impl Fn(T, T) -> bool,
+) -> Option<(T, T)> {
+    let mut out: Option<(T, T)> = None;
+    for (v, valid) in values {
+        if !valid || !counts(v) {
+            continue;
+        }
+        out = Some(match out {
+            None => (v, v),
+            Some((lo, hi)) => (
+                if less(v, lo) { v } else { lo },
+                if less(hi, v) { v } else { hi },
+            ),
+        });
+    }
+    out
+}
+
+/// The minimum and maximum of rows `cut` of `array`, as parquet's writer finds them:
+/// nulls and NaNs skipped, a zero minimum written as -0.0 and a zero maximum as +0.0.
+fn page_min_max(array: &dyn Array, order: ValueOrder, cut: &PageCut) -> Option<MinMax> {
+    let slice = array.slice(cut.first_row, cut.rows);
+    let nulls = slice.logical_nulls();
+    let valid = |i: usize| nulls.as_ref().is_none_or(|n| n.is_valid(i));
+    match (array.data_type(), order) {
+        (DataType::Decimal128(..), ValueOrder::Int32) => {
+            let a = slice.as_primitive::<Decimal128Type>();
+            extremes(
+                a.values()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| (*v as i32, valid(i))),
+                |_| true,
+                |x, y| x < y,
+            )
+            .map(|(l, h)| MinMax::Int32(l, h))
+        }
+        (DataType::Decimal128(..), _) => {
+            let a = slice.as_primitive::<Decimal128Type>();
+            extremes(
+                a.values()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| (*v as i64, valid(i))),
+                |_| true,
+                |x, y| x < y,
+            )
+            .map(|(l, h)| MinMax::Int64(l, h))
+        }
+        (_, ValueOrder::Int32) => {
+            let data = slice.to_data();
+            let values: &[i32] = data.buffer::<i32>(0);
+            extremes(
+                values.iter().enumerate().map(|(i, v)| (*v, valid(i))),
+                |_| true,
+                |x, y| x < y,
+            )
+            .map(|(l, h)| MinMax::Int32(l, h))
+        }
+        (_, ValueOrder::UInt32) => {
+            let a = slice.as_primitive::<UInt32Type>();
+            extremes(
+                a.values().iter().enumerate().map(|(i, v)| (*v, valid(i))),
+                |_| true,
+                |x, y| x < y,
+            )
+            .map(|(l, h)| MinMax::Int32(l as i32, h as i32))
+        }
+        (_, ValueOrder::Int64) => {
+            let data = slice.to_data();
+            let values: &[i64] = data.buffer::<i64>(0);
+            extremes(
+                values.iter().enumerate().map(|(i, v)| (*v, valid(i))),
+                |_| true,
+                |x, y| x < y,
+            )
+            .map(|(l, h)| MinMax::Int64(l, h))
+        }
+        (_, ValueOrder::UInt64) => {
+            let a = slice.as_primitive::<UInt64Type>();
+            extremes(
+                a.values().iter().enumerate().map(|(i, v)| (*v, valid(i))),
+                |_| true,
+                |x, y| x < y,
+            )
+            .map(|(l, h)| MinMax::Int64(l as i64, h as i64))
+        }
+        (_, ValueOrder::Float) => {
+            let a = slice.as_primitive::<Float32Type>();
+            extremes(
+                a.values().iter().enumerate().map(|(i, v)| (*v, valid(i))),
+                |v| !v.is_nan(),
+                |x, y| x < y,
+            )
+            .map(|(l, h)| {
+                MinMax::Float(
+                    if l == 0.0 { -0.0 } else { l },
+                    if h == 0.0 { 0.0 } else { h },
+                )
+            })
+        }
+        (_, ValueOrder::Double) => {
+            let a = slice.as_primitive::<Float64Type>();
+            extremes(
+                a.values().iter().enumerate().map(|(i, v)| (*v, valid(i))),
+                |v| !v.is_nan(),
+                |x, y| x < y,
+            )
+            .map(|(l, h)| {
+                MinMax::Double(
+                    if l == 0.0 { -0.0 } else { l },
+                    if h == 0.0 { 0.0 } else { h },
+                )
+            })
+        }
+    }
+}
+
+/// Parquet statistics of a chunk (or page) of `physical` values with `min_max` and
+/// `nulls`.
+fn statistics(
+    physical: PhysicalType,
+    min_max: Option<MinMax>,
+    nulls: u64,
+    signed: bool,
+) -> Statistics {
+    fn typed<T>(min_max: Option<(T, T)>, nulls: u64, signed: bool) -> ValueStatistics<T> {
+        let (lo, hi) = min_max.unzip();
+        ValueStatistics::new(lo, hi, None, Some(nulls), false)
+            .with_backwards_compatible_min_max(signed)
+    }
+    match (physical, min_max) {
+        (_, Some(MinMax::Int32(l, h))) => Statistics::Int32(typed(Some((l, h)), nulls, signed)),
+        (_, Some(MinMax::Int64(l, h))) => Statistics::Int64(typed(Some((l, h)), nulls, signed)),
+        (_, Some(MinMax::Float(l, h))) => Statistics::Float(typed(Some((l, h)), nulls, signed)),
+        (_, Some(MinMax::Double(l, h))) => Statistics::Double(typed(Some((l, h)), nulls, signed)),
+        (PhysicalType::INT64, None) => Statistics::Int64(typed(None, nulls, signed)),
+        (PhysicalType::FLOAT, None) => Statistics::Float(typed(None, nulls, signed)),
+        (PhysicalType::DOUBLE, None) => Statistics::Double(typed(None, nulls, signed)),
+        (_, None) => Statistics::Int32(typed(None, nulls, signed)),
+    }
+}
+
+/// The chunk of `array` (every row of one row group's column) whose pages (cut as `cuts`)
+/// the device encoded as `pages`, compressed with `compression`.
+pub(super) fn assemble_chunk(
+    array: &ArrayRef,
+    descr: &ColumnDescPtr,
+    layout: DeviceLayout,
+    properties: &WriterProperties,
+    cuts: &[PageCut],
+    pages: Vec<EncodedPage>,
+    compression: Compression,
+) -> Result<DeviceChunk> {
+    if cuts.len() != pages.len() {
+        return Err(ParquetError::General(format!(
+            "gpusort: {} pages encoded for {} cut",
+            pages.len(),
+            cuts.len()
+        )));
+    }
+    let path = descr.path();
+    let stats_level = properties.statistics_enabled(path);
+    let signed = descr.sort_order().is_signed();
+    let nullable = descr.max_def_level() > 0;
+    let page_stats: Vec<Option<MinMax>> = match stats_level {
+        EnabledStatistics::None => vec![None; cuts.len()],
+        _ => cuts
+            .iter()
+            .map(|cut| page_min_max(array.as_ref(), layout.order, cut))
+            .collect(),
+    };
+    let mut sink = TrackedWrite::new(Vec::new());
+    let mut column_index = ColumnIndexBuilder::new(descr.physical_type());
+    let mut offset_index = (!properties.offset_index_disabled()).then(OffsetIndexBuilder::new);
+    let (mut ascending, mut descending) = (true, true);
+    let mut last: Option<MinMax> = None;
+    let mut chunk_min_max: Option<MinMax> = None;
+    let (mut uncompressed_total, mut nulls_total) = (0u64, 0u64);
+    {
+        let mut writer = SerializedPageWriter::new(&mut sink);
+        for ((cut, page), stats) in cuts.iter().zip(pages).zip(&page_stats) {
+            let nulls = (cut.rows - cut.values) as u64;
+            nulls_total += nulls;
+            let header_stats = (properties.write_page_header_statistics(path)
+                && stats_level == EnabledStatistics::Page)
+                .then(|| statistics(descr.physical_type(), *stats, nulls, signed));
+            let data_page = Page::DataPage {
+                buf: page.data,
+                num_values: cut.rows as u32,
+                encoding: Encoding::PLAIN,
+                def_level_encoding: Encoding::RLE,
+                rep_level_encoding: Encoding::RLE,
+                statistics: header_stats,
+            };
+            let spec =
+                writer.write_page(CompressedPage::new(data_page, page.uncompressed_bytes))?;
+            uncompressed_total += spec.uncompressed_size as u64;
+            if let Some(builder) = offset_index.as_mut() {
+                builder.append_offset_and_size(spec.offset as i64, spec.compressed_size as i32);
+                builder.append_row_count(cut.rows as i64);
+                builder.append_unencoded_byte_array_data_bytes(None);
+            }
+            if let Some(m) = stats {
+                chunk_min_max = Some(match chunk_min_max {
+                    None => *m,
+                    Some(c) => MinMax::merge(layout.order, c, *m),
+                });
+            }
+            if stats_level == EnabledStatistics::Page && column_index.valid() {
+                if cut.values == 0 {
+                    column_index.append(true, vec![], vec![], nulls as i64);
+                } else if let Some(m) = stats {
+                    if let Some(l) = &last {
+                        let o = layout.order;
+                        if MinMax::compare(o, l, m, false) == Ordering::Greater
+                            || MinMax::compare(o, l, m, true) == Ordering::Greater
+                        {
+                            ascending = false;
+                        }
+                        if MinMax::compare(o, m, l, false) == Ordering::Greater
+                            || MinMax::compare(o, m, l, true) == Ordering::Greater
+                        {
+                            descending = false;
+                        }
+                    }
+                    last = Some(*m);
+                    let (lo, hi) = m.bytes();
+                    column_index.append(false, lo, hi, nulls as i64);
+                } else {
+                    column_index.to_invalid();
+                }
+                if nullable {
+                    let histogram = LevelHistogram::from(vec![nulls as i64, cut.values as i64]);
+                    column_index.append_histograms(&None, &Some(histogram));
+                }
+            }
+        }
+        writer.close()?;
+    }
+    let bytes_written = sink.bytes_written() as u64;
+    let bytes = Bytes::from(sink.into_inner()?);
+    let rows = cuts.iter().map(|c| c.rows as u64).sum::<u64>();
+    let mut builder = ColumnChunkMetaData::builder(Arc::clone(descr))
+        .set_compression(compression)
+        .set_encodings_mask(EncodingMask::new_from_encodings(
+            [Encoding::PLAIN, Encoding::RLE].iter(),
+        ))
+        .set_page_encoding_stats(vec![PageEncodingStats {
+            page_type: PageType::DATA_PAGE,
+            encoding: Encoding::PLAIN,
+            count: cuts.len() as i32,
+        }])
+        .set_total_compressed_size(bytes_written as i64)
+        .set_total_uncompressed_size(uncompressed_total as i64)
+        .set_num_values(rows as i64)
+        .set_data_page_offset(0)
+        .set_dictionary_page_offset(None);
+    if stats_level != EnabledStatistics::None {
+        builder = builder
+            .set_statistics(statistics(
+                descr.physical_type(),
+                chunk_min_max,
+                nulls_total,
+                signed,
+            ))
+            .set_unencoded_byte_array_data_bytes(None)
+            .set_repetition_level_histogram(None)
+            .set_definition_level_histogram(nullable.then(|| {
+                LevelHistogram::from(vec![nulls_total as i64, (rows - nulls_total) as i64])
+            }));
+    }
+    let metadata = builder.build()?;
+    let column_index = if stats_level == EnabledStatistics::Page && column_index.valid() {
+        column_index.set_boundary_order(match (ascending, descending) {
+            (true, _) => BoundaryOrder::ASCENDING,
+            (false, true) => BoundaryOrder::DESCENDING,
+            (false, false) => BoundaryOrder::UNORDERED,
+        });
+        Some(column_index.build()?)
+    } else {
+        None
+    };
+    Ok(DeviceChunk {
+        bytes,
+        close: ColumnCloseResult {
+            bytes_written,
+            rows_written: rows,
+            metadata,
+            bloom_filter: None,
+            column_index,
+            offset_index: offset_index.map(|b| b.build()),
+        },
+    })
+}
+
+/// One leaf of a row group for the device: every row of its column, and how it is laid
+/// out.
+#[derive(Debug, Clone)]
+pub(super) struct DeviceLeaf {
+    pub(super) array: ArrayRef,
+    pub(super) descr: ColumnDescPtr,
+    pub(super) layout: DeviceLayout,
+}
+
+/// The chunks of `leaves`, their pages built on the device under `properties`; or why
+/// not (the caller encodes them on the host).
+pub(super) fn encode_on_device(
+    leaves: &[DeviceLeaf],
+    properties: &WriterProperties,
+) -> std::result::Result<Vec<DeviceChunk>, String> {
+    encode_with(leaves, properties, crate::cuda::encode_on_device)
+}
+
+/// [`encode_on_device`] with `pages` building the pages (tests build them on the host).
+fn encode_with(
+    leaves: &[DeviceLeaf],
+    properties: &WriterProperties,
+    pages: impl FnOnce(&[PageColumn<'_>], bool) -> std::result::Result<Vec<Vec<EncodedPage>>, String>,
+) -> std::result::Result<Vec<DeviceChunk>, String> {
+    let compression = |leaf: &DeviceLeaf| properties.compression(leaf.descr.path());
+    let snappy = leaves
+        .first()
+        .is_some_and(|leaf| compression(leaf) == Compression::SNAPPY);
+    if leaves
+        .iter()
+        .any(|leaf| (compression(leaf) == Compression::SNAPPY) != snappy)
+    {
+        return Err("the leaves differ in compression".to_string());
+    }
+    let cuts: Vec<Vec<PageCut>> = leaves
+        .iter()
+        .map(|leaf| {
+            cut_pages(
+                leaf.array.len(),
+                leaf.array.logical_nulls().as_ref(),
+                leaf.layout,
+                properties,
+                &leaf.descr,
+            )
+        })
+        .collect();
+    let data: Vec<_> = leaves.iter().map(|leaf| leaf.array.to_data()).collect();
+    let validity: Vec<Option<Buffer>> = leaves
+        .iter()
+        .map(|leaf| {
+            leaf.array
+                .logical_nulls()
+                .filter(|n| n.null_count() > 0)
+                .map(|n| n.inner().sliced())
+        })
+        .collect();
+    let columns: Vec<PageColumn<'_>> = leaves
+        .iter()
+        .zip(&data)
+        .zip(&validity)
+        .zip(&cuts)
+        .map(|(((leaf, data), validity), cuts)| {
+            let width = leaf.layout.in_width as usize;
+            let start = data.offset() * width;
+            PageColumn {
+                values: &data.buffers()[0].as_slice()[start..start + data.len() * width],
+                validity: validity.as_ref().map(|b| b.as_slice()),
+                in_width: leaf.layout.in_width,
+                out_width: leaf.layout.out_width,
+                nullable: leaf.descr.max_def_level() > 0,
+                pages: cuts,
+            }
+        })
+        .collect();
+    let pages = pages(&columns, snappy)?;
+    leaves
+        .iter()
+        .zip(cuts)
+        .zip(pages)
+        .map(|((leaf, cuts), pages)| {
+            assemble_chunk(
+                &leaf.array,
+                &leaf.descr,
+                leaf.layout,
+                properties,
+                &cuts,
+                pages,
+                compression(leaf),
+            )
+            .map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{
+        Date32Array, Decimal128Array, Float32Array, Float64Array, Int32Array, Int64Array,
+        RecordBatch, TimestampMicrosecondArray, UInt64Array,
+    };
+    use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
+    use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use datafusion::parquet::arrow::{ArrowSchemaConverter, ArrowWriter};
+    use datafusion::parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
+    use datafusion::parquet::file::reader::{FileReader, SerializedFileReader};
+    use datafusion::parquet::file::writer::SerializedFileWriter;
+
+    /// The pages of `columns` as the kernels build them, made on the host: definition
+    /// levels, then the non-null values cut to their Parquet width; Snappy by the `snap`
+    /// crate.
+    pub(crate) fn host_pages(
+        columns: &[PageColumn<'_>],
+        snappy: bool,
+    ) -> std::result::Result<Vec<Vec<EncodedPage>>, String> {
+        Ok(columns
+            .iter()
+            .map(|column| {
+                column
+                    .pages
+                    .iter()
+                    .map(|cut| {
+                        let body = host_body(column, cut);
+                        let data = match snappy {
+                            true => snap::raw::Encoder::new().compress_vec(&body).unwrap(),
+                            false => body.clone(),
+                        };
+                        EncodedPage {
+                            data: Bytes::from(data),
+                            uncompressed_bytes: body.len(),
+                        }
+                    })
+                    .collect()
+            })
+            .collect())
+    }
+
+    fn varint(out: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            out.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+
+    /// One page's uncompressed body, as `plain_page_bodies` writes it.
+    pub(crate) fn host_body(column: &PageColumn<'_>, cut: &PageCut) -> Vec<u8> {
+        let valid = |row: usize| {
+            column
+                .validity
+                .is_none_or(|bits| bits[row / 8] >> (row % 8) & 1 == 1)
+        };
+        let mut body = Vec::new();
+        if column.nullable {
+            let mut levels = Vec::new();
+            if cut.values == cut.rows {
+                varint(&mut levels, (cut.rows as u64) << 1);
+                levels.push(1);
+            } else {
+                let groups = cut.rows.div_ceil(8);
+                varint(&mut levels, ((groups as u64) << 1) | 1);
+                for g in 0..groups {
+                    let mut byte = 0u8;
+                    for b in 0..8 {
+                        let i = g * 8 + b;
+                        if i < cut.rows && valid(cut.first_row + i) {
+                            byte |= 1 << b;
+                        }
+                    }
+                    levels.push(byte);
+                }
+            }
+            body.extend_from_slice(&(levels.len() as u32).to_le_bytes());
+            body.extend_from_slice(&levels);
+        }
+        let (inw, outw) = (column.in_width as usize, column.out_width as usize);
+        for row in cut.first_row..cut.first_row + cut.rows {
+            if valid(row) {
+                body.extend_from_slice(&column.values[row * inw..row * inw + outw]);
+            }
+        }
+        body
+    }
+
+    /// Columns of every type the device takes, with nulls (and a column of nulls only),
+    /// NaNs, signed zeros, unsigned values past `i64::MAX`, and pages of one null only.
+    fn table(rows: usize) -> RecordBatch {
+        let nth = |i: usize, k: usize| i.is_multiple_of(k);
+        let columns: Vec<(&str, ArrayRef)> = vec![
+            (
+                "i32",
+                Arc::new(Int32Array::from_iter(
+                    (0..rows).map(|i| (!nth(i, 7)).then_some((i as i32).wrapping_mul(-7919))),
+                )),
+            ),
+            (
+                "i64",
+                Arc::new(Int64Array::from_iter_values(
+                    (0..rows).map(|i| i as i64 * 3 - 1000),
+                )),
+            ),
+            (
+                "u64",
+                Arc::new(UInt64Array::from_iter(
+                    (0..rows).map(|i| (!nth(i, 5)).then_some(u64::MAX - i as u64 * 977)),
+                )),
+            ),
+            (
+                "f32",
+                Arc::new(Float32Array::from_iter((0..rows).map(|i| {
+                    (!nth(i, 3)).then_some(match i % 11 {
+                        1 => f32::NAN,
+                        2 => -0.0,
+                        4 => 0.0,
+                        _ => i as f32 - 50.5,
+                    })
+                }))),
+            ),
+            (
+                "f64",
+                Arc::new(Float64Array::from_iter_values((0..rows).map(|i| {
+                    if i % 13 == 0 {
+                        f64::NAN
+                    } else {
+                        (i as f64).sin()
+                    }
+                }))),
+            ),
+            (
+                "nan_only",
+                Arc::new(Float64Array::from_iter_values((0..rows).map(|_| f64::NAN))),
+            ),
+            (
+                "nulls",
+                Arc::new(Int64Array::from_iter((0..rows).map(|_| None::<i64>))),
+            ),
+            (
+                "d9",
+                Arc::new(
+                    Decimal128Array::from_iter(
+                        (0..rows).map(|i| (!nth(i, 4)).then_some(i as i128 * 101 - 5000)),
+                    )
+                    .with_precision_and_scale(9, 2)
+                    .unwrap(),
+                ),
+            ),
+            (
+                "d18",
+                Arc::new(
+                    Decimal128Array::from_iter_values(
+                        (0..rows).map(|i| i as i128 * 1_000_000_007 - 7),
+                    )
+                    .with_precision_and_scale(18, 3)
+                    .unwrap(),
+                ),
+            ),
+            (
+                "date",
+                Arc::new(Date32Array::from_iter(
+                    (0..rows).map(|i| (!nth(i, 9)).then_some(i as i32 - 20_000)),
+                )),
+            ),
+            (
+                "ts",
+                Arc::new(TimestampMicrosecondArray::from_iter_values(
+                    (0..rows).map(|i| i as i64 * 1_000_003),
+                )),
+            ),
+        ];
+        let fields: Vec<Field> = columns
+            .iter()
+            .map(|(name, array)| {
+                Field::new(
+                    *name,
+                    array.data_type().clone(),
+                    *name != "i64" && *name != "d18",
+                )
+            })
+            .collect();
+        let schema: SchemaRef = Arc::new(Schema::new(fields));
+        RecordBatch::try_new(schema, columns.into_iter().map(|(_, a)| a).collect()).unwrap()
+    }
+
+    /// Pages of 2048 rows: parquet's writer closes a page after the write batch that
+    /// reaches the limit, which for a multiple of its batch is the limit itself.
+    fn properties(compression: Compression) -> WriterProperties {
+        WriterProperties::builder()
+            .set_dictionary_enabled(false)
+            .set_compression(compression)
+            .set_data_page_row_count_limit(2048)
+            .set_max_row_group_row_count(Some(1 << 20))
+            .build()
+    }
+
+    /// The file parquet's own writer makes of `batch`, and the one whose every chunk's
+    /// pages came from `pages`.
+    fn both_files(
+        batch: &RecordBatch,
+        properties: &WriterProperties,
+        pages: impl Fn(&[PageColumn<'_>], bool) -> std::result::Result<Vec<Vec<EncodedPage>>, String>,
+    ) -> (Vec<u8>, Vec<u8>) {
+        let mut cpu = Vec::new();
+        let mut writer =
+            ArrowWriter::try_new(&mut cpu, batch.schema(), Some(properties.clone())).unwrap();
+        writer.write(batch).unwrap();
+        writer.close().unwrap();
+        let columns = ArrowSchemaConverter::new()
+            .convert(&batch.schema())
+            .unwrap();
+        let leaves: Vec<DeviceLeaf> = batch
+            .columns()
+            .iter()
+            .zip(batch.schema().fields())
+            .enumerate()
+            .map(|(i, (array, field))| {
+                let descr = columns.column(i);
+                let layout =
+                    device_layout(field.data_type(), &descr).expect("a type the device takes");
+                assert!(properties_allow(properties, &descr));
+                DeviceLeaf {
+                    array: Arc::clone(array),
+                    descr,
+                    layout,
+                }
+            })
+            .collect();
+        let chunks = encode_with(&leaves, properties, pages).unwrap();
+        let mut device = Vec::new();
+        let mut file = SerializedFileWriter::new(
+            &mut device,
+            columns.root_schema_ptr(),
+            Arc::new(properties.clone()),
+        )
+        .unwrap();
+        let mut group = file.next_row_group().unwrap();
+        for chunk in chunks {
+            group.append_column(&chunk.bytes, chunk.close).unwrap();
+        }
+        group.close().unwrap();
+        // The Arrow schema, as ArrowWriter stores it, so the reader gets the same types.
+        let mut cpu_meta = ParquetMetaDataReader::new()
+            .parse_and_finish(&Bytes::from(cpu.clone()))
+            .unwrap();
+        let _ = &mut cpu_meta;
+        for kv in cpu_meta
+            .file_metadata()
+            .key_value_metadata()
+            .into_iter()
+            .flatten()
+        {
+            file.append_key_value_metadata(kv.clone());
+        }
+        file.close().unwrap();
+        (cpu, device)
+    }
+
+    fn metadata(bytes: &[u8]) -> ParquetMetaData {
+        let reader = SerializedFileReader::new(Bytes::from(bytes.to_vec())).unwrap();
+        let _ = reader.metadata();
+        ParquetMetaDataReader::new()
+            .with_page_index_policy(datafusion::parquet::file::metadata::PageIndexPolicy::Required)
+            .parse_and_finish(&Bytes::from(bytes.to_vec()))
+            .unwrap()
+    }
+
+    fn read(bytes: &[u8]) -> RecordBatch {
+        let reader = ParquetRecordBatchReaderBuilder::try_new(Bytes::from(bytes.to_vec()))
+            .unwrap()
+            .build()
+            .unwrap();
+        let batches: Vec<RecordBatch> = reader.collect::<std::result::Result<_, _>>().unwrap();
+        datafusion::arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap()
+    }
+
+    /// Files from pages built as the kernels build them read back as parquet's own, with
+    /// the same statistics, page index and page layout.
+    pub(crate) fn check_against_parquet(
+        pages: impl Fn(&[PageColumn<'_>], bool) -> std::result::Result<Vec<Vec<EncodedPage>>, String>
+            + Copy,
+    ) {
+        let batch = table(10_007);
+        for compression in [Compression::UNCOMPRESSED, Compression::SNAPPY] {
+            let properties = properties(compression);
+            let (cpu, device) = both_files(&batch, &properties, pages);
+            assert_eq!(read(&device), batch, "{compression}: values");
+            assert_eq!(read(&cpu), batch);
+            let (a, b) = (metadata(&cpu), metadata(&device));
+            let (ga, gb) = (a.row_group(0), b.row_group(0));
+            for c in 0..ga.num_columns() {
+                let (ca, cb) = (ga.column(c), gb.column(c));
+                let name = ca.column_path().string();
+                assert_eq!(
+                    ca.statistics(),
+                    cb.statistics(),
+                    "{compression} {name}: statistics"
+                );
+                assert_eq!(ca.num_values(), cb.num_values(), "{name}");
+                assert_eq!(ca.compression(), cb.compression(), "{name}");
+                assert_eq!(
+                    ca.definition_level_histogram(),
+                    cb.definition_level_histogram(),
+                    "{name}"
+                );
+            }
+            let (ia, ib) = (a.column_index().unwrap(), b.column_index().unwrap());
+            assert_eq!(ia, ib, "{compression}: column index");
+            let (oa, ob) = (a.offset_index().unwrap(), b.offset_index().unwrap());
+            for (x, y) in oa[0].iter().zip(&ob[0]) {
+                let rows = |o: &datafusion::parquet::file::page_index::offset_index::OffsetIndexMetaData| {
+                    o.page_locations().iter().map(|p| p.first_row_index).collect::<Vec<_>>()
+                };
+                assert_eq!(rows(x), rows(y), "{compression}: page first rows");
+            }
+        }
+    }
+
+    #[test]
+    fn chunks_from_kernel_shaped_pages_read_back_as_parquets_own() {
+        check_against_parquet(host_pages);
+    }
+
+    #[test]
+    fn pages_hold_whole_bytes_of_validity_and_respect_both_limits() {
+        let properties = WriterProperties::builder()
+            .set_data_page_row_count_limit(1000)
+            .set_data_page_size_limit(4096)
+            .build();
+        let columns = ArrowSchemaConverter::new()
+            .convert(&Schema::new(vec![Field::new("x", DataType::Int64, true)]))
+            .unwrap();
+        let descr = columns.column(0);
+        let layout = device_layout(&DataType::Int64, &descr).unwrap();
+        let nulls = NullBuffer::from_iter((0..1234).map(|i| i % 3 != 0));
+        let cuts = cut_pages(1234, Some(&nulls), layout, &properties, &descr);
+        // 4096 bytes of 8-byte values (512 rows) and 1000 rows, each reached after the
+        // first write batch of 1024 rows.
+        assert_eq!(
+            cuts.iter().map(|c| c.rows).collect::<Vec<_>>(),
+            vec![1024, 210]
+        );
+        let small_batches = WriterProperties::builder()
+            .set_write_batch_size(100)
+            .set_data_page_size_limit(4096)
+            .build();
+        let cuts = cut_pages(1234, Some(&nulls), layout, &small_batches, &descr);
+        assert_eq!(
+            cuts.iter().map(|c| c.rows).collect::<Vec<_>>(),
+            vec![600, 600, 34]
+        );
+        assert!(cuts.iter().all(|c| c.first_row % 8 == 0));
+        assert_eq!(
+            cuts.iter().map(|c| c.rows - c.values).sum::<usize>(),
+            nulls.null_count()
+        );
+    }
+
+    #[test]
+    fn the_device_takes_what_it_writes_as_low_bytes_only() {
+        let columns = ArrowSchemaConverter::new()
+            .convert(&Schema::new(vec![
+                Field::new("a", DataType::Int8, true),
+                Field::new("b", DataType::Decimal128(38, 2), true),
+                Field::new("c", DataType::Timestamp(TimeUnit::Second, None), true),
+                Field::new("d", DataType::Decimal128(12, 2), true),
+            ]))
+            .unwrap();
+        let layout = |i: usize, t: DataType| device_layout(&t, &columns.column(i));
+        assert!(layout(0, DataType::Int8).is_none());
+        assert!(layout(1, DataType::Decimal128(38, 2)).is_none());
+        assert!(layout(2, DataType::Timestamp(TimeUnit::Second, None)).is_none());
+        assert_eq!(
+            layout(3, DataType::Decimal128(12, 2)).map(|l| (l.in_width, l.out_width)),
+            Some((16, 8))
+        );
+        let dictionary = WriterProperties::builder().build();
+        assert!(!properties_allow(&dictionary, &columns.column(3)));
+        let zstd = properties(Compression::ZSTD(Default::default()));
+        assert!(!properties_allow(&zstd, &columns.column(3)));
+        assert!(properties_allow(
+            &properties(Compression::SNAPPY),
+            &columns.column(3)
+        ));
+    }
+}

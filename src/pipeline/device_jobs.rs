@@ -1,0 +1,280 @@
+//! The device's share of a Parquet file's row groups: the leaves of each row group whose
+//! pages the device builds ([`device_chunks`]), gathered as the rows arrive and encoded in
+//! one job per row group, on a thread of the file's own, in row group order. Where the
+//! device cannot (none, its kernels missing, a failure), the job encodes the same leaves
+//! with the CPU writers the row group made for them, so the file is always written.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use datafusion::arrow::array::{Array, ArrayRef};
+use datafusion::arrow::compute::concat;
+use datafusion::arrow::datatypes::{FieldRef, SchemaRef};
+use datafusion::parquet::arrow::arrow_writer::{
+    compute_leaves, ArrowColumnChunk, ArrowColumnWriter,
+};
+use datafusion::parquet::errors::{ParquetError, Result};
+use datafusion::parquet::file::properties::WriterProperties;
+use datafusion::parquet::schema::types::{ColumnDescPtr, SchemaDescriptor};
+
+use super::device_chunks::{self, DeviceChunk, DeviceLayout, DeviceLeaf};
+use super::write_memory::WriteMemory;
+
+/// A leaf's column chunk, from a CPU writer or built on the device.
+pub(super) enum EncodedLeaf {
+    Cpu(ArrowColumnChunk),
+    Device(DeviceChunk),
+}
+
+/// The leaves of a file the device may take, and the thread its jobs run on.
+pub(super) struct DevicePages {
+    /// Per leaf: its field, column and layout where the device takes its type.
+    pub(super) leaves: Vec<Option<(FieldRef, ColumnDescPtr, DeviceLayout)>>,
+    worker: Option<(Sender<Arc<DeviceJob>>, JoinHandle<()>)>,
+}
+
+impl DevicePages {
+    /// The leaves of `schema` (whose Parquet columns are `columns`) the device takes:
+    /// top-level columns of one leaf whose type has a [`DeviceLayout`].
+    pub(super) fn new(schema: &SchemaRef, columns: &SchemaDescriptor) -> Self {
+        let mut leaves = vec![None; columns.num_columns()];
+        let mut leaf = 0;
+        for field in schema.fields() {
+            let first = leaf;
+            while leaf < columns.num_columns()
+                && columns.column(leaf).path().parts()[0] == *field.name()
+            {
+                leaf += 1;
+            }
+            if leaf == first + 1 {
+                let descr = columns.column(first);
+                if descr.path().parts().len() == 1 {
+                    leaves[first] = device_chunks::device_layout(field.data_type(), &descr)
+                        .map(|layout| (Arc::clone(field), descr, layout));
+                }
+            }
+        }
+        Self {
+            leaves,
+            worker: None,
+        }
+    }
+
+    /// Hands `job` to the file's device thread (started the first time), which runs the
+    /// jobs in order; where no thread can start, runs it here.
+    pub(super) fn submit(&mut self, job: Arc<DeviceJob>) {
+        if self.worker.is_none() {
+            let (sender, receiver) = channel::<Arc<DeviceJob>>();
+            let started = std::thread::Builder::new()
+                .name("gpusort-device-pages".into())
+                .spawn(move || {
+                    for job in receiver {
+                        job.run();
+                    }
+                });
+            if let Ok(thread) = started {
+                self.worker = Some((sender, thread));
+            }
+        }
+        match &self.worker {
+            Some((sender, _)) => {
+                if let Err(returned) = sender.send(job) {
+                    returned.0.run();
+                }
+            }
+            None => job.run(),
+        }
+    }
+}
+
+impl Drop for DevicePages {
+    fn drop(&mut self) {
+        if let Some((sender, thread)) = self.worker.take() {
+            drop(sender);
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A leaf of one row group that goes to the device, with that row group's properties.
+#[derive(Debug, Clone)]
+pub(super) struct DeviceSlot {
+    pub(super) leaf: usize,
+    pub(super) field: FieldRef,
+    pub(super) descr: ColumnDescPtr,
+    pub(super) layout: DeviceLayout,
+    pub(super) properties: WriterProperties,
+}
+
+/// The device leaves of one row group: their arrays as they arrive, then their chunks.
+pub(super) struct DeviceJob {
+    slots: Vec<DeviceSlot>,
+    /// Each slot's CPU writer, for when the device cannot take the job.
+    writers: Mutex<Vec<Option<ArrowColumnWriter>>>,
+    state: Mutex<JobState>,
+    memory: Arc<WriteMemory>,
+}
+
+struct JobState {
+    arrays: Vec<Vec<ArrayRef>>,
+    /// Bytes of `arrays`, counted as queued in the memory.
+    queued: usize,
+    /// Each slot's chunk once the job ran (taken by the appender).
+    outcome: Option<Vec<Option<Result<EncodedLeaf>>>>,
+    /// Bytes the chunks hold, counted as encoded in the memory.
+    encoded: usize,
+}
+
+impl DeviceJob {
+    pub(super) fn new(
+        taken: Vec<(DeviceSlot, ArrowColumnWriter)>,
+        memory: Arc<WriteMemory>,
+    ) -> Self {
+        let (slots, writers): (Vec<_>, Vec<_>) = taken
+            .into_iter()
+            .map(|(slot, writer)| (slot, Some(writer)))
+            .unzip();
+        Self {
+            state: Mutex::new(JobState {
+                arrays: vec![Vec::new(); slots.len()],
+                queued: 0,
+                outcome: None,
+                encoded: 0,
+            }),
+            slots,
+            writers: Mutex::new(writers),
+            memory,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, JobState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds rows of slot `slot`'s column (`bytes` of them, already counted as queued).
+    pub(super) fn push(&self, slot: usize, array: ArrayRef, bytes: usize) {
+        let mut state = self.lock();
+        state.arrays[slot].push(array);
+        state.queued += bytes;
+    }
+
+    /// Encodes the row group's device leaves: on the device, else with their CPU writers.
+    pub(super) fn run(&self) {
+        let (arrays, queued) = {
+            let mut state = self.lock();
+            (std::mem::take(&mut state.arrays), state.queued)
+        };
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| self.encode(arrays)))
+            .unwrap_or_else(|_| {
+                let error = || {
+                    Err(ParquetError::General(
+                        "gpusort: encoding device pages panicked".into(),
+                    ))
+                };
+                self.slots.iter().map(|_| error()).collect()
+            });
+        let encoded = outcome
+            .iter()
+            .map(|chunk| match chunk {
+                Ok(EncodedLeaf::Device(chunk)) => chunk.bytes.len(),
+                Ok(EncodedLeaf::Cpu(chunk)) => chunk.close().bytes_written as usize,
+                Err(_) => 0,
+            })
+            .sum();
+        {
+            let mut state = self.lock();
+            state.outcome = Some(outcome.into_iter().map(Some).collect());
+            state.encoded = encoded;
+            state.queued = 0;
+        }
+        self.memory.leaf_done(queued, 0, encoded);
+    }
+
+    fn encode(&self, arrays: Vec<Vec<ArrayRef>>) -> Vec<Result<EncodedLeaf>> {
+        let columns: Result<Vec<ArrayRef>> = arrays
+            .iter()
+            .map(|parts| {
+                let parts: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
+                concat(&parts).map_err(|e| ParquetError::General(e.to_string()))
+            })
+            .collect();
+        let columns = match columns {
+            Ok(columns) => columns,
+            Err(e) => {
+                return self
+                    .slots
+                    .iter()
+                    .map(|_| Err(ParquetError::General(e.to_string())))
+                    .collect()
+            }
+        };
+        let leaves: Vec<DeviceLeaf> = self
+            .slots
+            .iter()
+            .zip(&columns)
+            .map(|(slot, array)| DeviceLeaf {
+                array: Arc::clone(array),
+                descr: Arc::clone(&slot.descr),
+                layout: slot.layout,
+            })
+            .collect();
+        let properties = &self.slots[0].properties;
+        match device_chunks::encode_on_device(&leaves, properties) {
+            Ok(chunks) => {
+                crate::trace::event(|| {
+                    format!(
+                        "writer: {} column chunks' pages built on the device",
+                        chunks.len()
+                    )
+                });
+                chunks
+                    .into_iter()
+                    .map(|c| Ok(EncodedLeaf::Device(c)))
+                    .collect()
+            }
+            Err(reason) => {
+                crate::trace::event(|| format!("writer: pages encoded on the host ({reason})"));
+                let mut writers = self.writers.lock().unwrap_or_else(|e| e.into_inner());
+                self.slots
+                    .iter()
+                    .zip(writers.iter_mut())
+                    .zip(&columns)
+                    .map(|((slot, writer), array)| {
+                        let mut writer = writer.take().ok_or_else(|| {
+                            ParquetError::General("gpusort: a column writer went missing".into())
+                        })?;
+                        for leaf in compute_leaves(&slot.field, array)? {
+                            writer.write(&leaf)?;
+                        }
+                        writer.close().map(EncodedLeaf::Cpu)
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// Waits until the job ran; slot `slot`'s chunk or error.
+    pub(super) fn wait(&self, slot: usize) -> Result<EncodedLeaf> {
+        loop {
+            let seen = self.memory.changes();
+            {
+                let mut state = self.lock();
+                if let Some(outcome) = state.outcome.as_mut() {
+                    return outcome[slot].take().unwrap_or_else(|| {
+                        Err(ParquetError::General(
+                            "gpusort: a device chunk taken twice".into(),
+                        ))
+                    });
+                }
+            }
+            self.memory.wait_for_change(seen);
+        }
+    }
+
+    /// Bytes the job's chunks hold.
+    pub(super) fn encoded(&self) -> usize {
+        self.lock().encoded
+    }
+}
