@@ -5,6 +5,7 @@
 //! with the CPU writers the row group made for them, so the file is always written.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -28,17 +29,43 @@ pub(super) enum EncodedLeaf {
     Device(DeviceChunk),
 }
 
+/// Column chunks of an output (every file) whose pages the device was asked to build: how
+/// many it built, and how many the CPU encoded instead.
+#[derive(Debug, Default)]
+pub(super) struct PageCounts {
+    device: AtomicU64,
+    host: AtomicU64,
+}
+
+impl PageCounts {
+    /// Chunks built on the device.
+    pub(super) fn device(&self) -> u64 {
+        self.device.load(Ordering::Relaxed)
+    }
+
+    /// Chunks the device was to build and the CPU encoded (no device, or a failure).
+    pub(super) fn host(&self) -> u64 {
+        self.host.load(Ordering::Relaxed)
+    }
+}
+
 /// The leaves of a file the device may take, and the thread its jobs run on.
 pub(super) struct DevicePages {
     /// Per leaf: its field, column and layout where the device takes its type.
     pub(super) leaves: Vec<Option<(FieldRef, ColumnDescPtr, DeviceLayout)>>,
     worker: Option<(Sender<Arc<DeviceJob>>, JoinHandle<()>)>,
+    /// Counted as each job ends.
+    counts: Arc<PageCounts>,
 }
 
 impl DevicePages {
     /// The leaves of `schema` (whose Parquet columns are `columns`) the device takes:
     /// top-level columns of one leaf whose type has a [`DeviceLayout`].
-    pub(super) fn new(schema: &SchemaRef, columns: &SchemaDescriptor) -> Self {
+    pub(super) fn new(
+        schema: &SchemaRef,
+        columns: &SchemaDescriptor,
+        counts: Arc<PageCounts>,
+    ) -> Self {
         let mut leaves = vec![None; columns.num_columns()];
         let mut leaf = 0;
         for field in schema.fields() {
@@ -59,6 +86,7 @@ impl DevicePages {
         Self {
             leaves,
             worker: None,
+            counts,
         }
     }
 
@@ -67,11 +95,12 @@ impl DevicePages {
     pub(super) fn submit(&mut self, job: Arc<DeviceJob>) {
         if self.worker.is_none() {
             let (sender, receiver) = channel::<Arc<DeviceJob>>();
+            let counts = Arc::clone(&self.counts);
             let started = std::thread::Builder::new()
                 .name("gpusort-device-pages".into())
                 .spawn(move || {
                     for job in receiver {
-                        job.run();
+                        job.run(&counts);
                     }
                 });
             if let Ok(thread) = started {
@@ -81,10 +110,10 @@ impl DevicePages {
         match &self.worker {
             Some((sender, _)) => {
                 if let Err(returned) = sender.send(job) {
-                    returned.0.run();
+                    returned.0.run(&self.counts);
                 }
             }
-            None => job.run(),
+            None => job.run(&self.counts),
         }
     }
 }
@@ -161,7 +190,7 @@ impl DeviceJob {
     }
 
     /// Encodes the row group's device leaves: on the device, else with their CPU writers.
-    pub(super) fn run(&self) {
+    pub(super) fn run(&self, counts: &PageCounts) {
         let (arrays, queued) = {
             let mut state = self.lock();
             (std::mem::take(&mut state.arrays), state.queued)
@@ -175,6 +204,13 @@ impl DeviceJob {
                 };
                 self.slots.iter().map(|_| error()).collect()
             });
+        for chunk in &outcome {
+            let counter = match chunk {
+                Ok(EncodedLeaf::Device(_)) => &counts.device,
+                _ => &counts.host,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
         let encoded = outcome
             .iter()
             .map(|chunk| match chunk {

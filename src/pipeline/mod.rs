@@ -265,6 +265,13 @@ impl std::fmt::Display for SortSummary {
             self.backend,
             self.algorithm
         )?;
+        let (device, host) = (self.output.device_chunks, self.output.device_chunks_on_host);
+        if device + host > 0 {
+            write!(f, "; pages of {device} column chunks built on the device")?;
+            if host > 0 {
+                write!(f, " ({host} more encoded on the host: no device could)")?;
+            }
+        }
         match self.peak_memory {
             Some(bytes) => write!(f, "; peak memory {}", human_bytes(bytes)),
             None => Ok(()),

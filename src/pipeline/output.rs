@@ -26,6 +26,7 @@ use datafusion::parquet::basic::Compression;
 use datafusion::parquet::file::metadata::{ParquetMetaDataReader, SortingColumn};
 use datafusion::parquet::file::properties::WriterProperties;
 
+use super::device_jobs::PageCounts;
 use super::encodings::with_integer_deltas;
 use super::error::PipelineError;
 use super::leftovers::{parent_dir, remove_path, temp_sibling, JobLock};
@@ -97,6 +98,11 @@ pub struct WrittenOutput {
     pub rows: u64,
     /// Bytes of all files.
     pub bytes: u64,
+    /// Column chunks whose pages the device built, and those it was to build that the
+    /// CPU encoded (both 0 unless [`OutputOptions::device_pages`]).
+    pub device_chunks: u64,
+    /// See `device_chunks`.
+    pub device_chunks_on_host: u64,
 }
 
 /// An output being written.
@@ -118,6 +124,8 @@ pub struct ParquetOutput {
     closing: Vec<std::thread::JoinHandle<Result<(), PipelineError>>>,
     /// What the writer holds, in the pool; shared by every file.
     memory: Arc<WriteMemory>,
+    /// Chunks whose pages the device built (or was to build), every file's.
+    page_counts: Arc<PageCounts>,
     rows_in_file: usize,
     /// Finished or open files, relative to `temp` (directory output).
     file_names: Vec<String>,
@@ -154,6 +162,7 @@ impl ParquetOutput {
         let lock = JobLock::hold(&temp).ok();
         let mut output = Self {
             memory: Arc::new(WriteMemory::new(pool)),
+            page_counts: Arc::new(PageCounts::default()),
             options,
             schema,
             properties,
@@ -251,6 +260,8 @@ impl ParquetOutput {
             files,
             rows: self.rows,
             bytes,
+            device_chunks: self.page_counts.device(),
+            device_chunks_on_host: self.page_counts.host(),
         })
     }
 
@@ -294,7 +305,9 @@ impl ParquetOutput {
             Arc::clone(&self.schema),
             self.properties.clone(),
             Arc::clone(&self.memory),
-            self.options.device_pages,
+            self.options
+                .device_pages
+                .then(|| Arc::clone(&self.page_counts)),
         )
         .map_err(write_error)?;
         self.writer = Some(writer);

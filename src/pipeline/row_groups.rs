@@ -39,7 +39,7 @@ use datafusion::parquet::file::properties::WriterProperties;
 use datafusion::parquet::file::writer::SerializedFileWriter;
 
 use super::device_chunks;
-use super::device_jobs::{DeviceJob, DevicePages, DeviceSlot, EncodedLeaf};
+use super::device_jobs::{DeviceJob, DevicePages, DeviceSlot, EncodedLeaf, PageCounts};
 use super::encodings::DictionaryChoice;
 use super::write_memory::WriteMemory;
 use crate::exec::views::array_memory;
@@ -76,20 +76,20 @@ impl<W: Write + Send + 'static> ParallelFileWriter<W> {
     /// Starts a file of `schema` on `sink`, its memory counted in `memory`; with
     /// `device_pages`, the pages of the leaves the device takes
     /// ([`device_chunks::device_layout`]) are built on the device where the properties of
-    /// their row group allow it.
+    /// their row group allow it, each chunk counted there.
     pub(super) fn try_new(
         sink: W,
         schema: SchemaRef,
         properties: WriterProperties,
         memory: Arc<WriteMemory>,
-        device_pages: bool,
+        device_pages: Option<Arc<PageCounts>>,
     ) -> Result<Self> {
         let row_group_rows = properties.max_row_group_row_count().unwrap_or(1024 * 1024);
         let columns = ArrowSchemaConverter::new()
             .with_coerce_types(properties.coerce_types())
             .convert(&schema)?;
         let dictionaries = Arc::new(DictionaryChoice::new(properties.clone(), &columns));
-        let device = device_pages.then(|| DevicePages::new(&schema, &columns));
+        let device = device_pages.map(|counts| DevicePages::new(&schema, &columns, counts));
         let (file, factory) =
             ArrowWriter::try_new(sink, Arc::clone(&schema), Some(properties.clone()))?
                 .into_serialized_writer()?;
@@ -735,7 +735,7 @@ mod tests {
             Arc::clone(schema),
             properties(row_group_rows),
             memory,
-            false,
+            None,
         )
         .unwrap();
         for batch in batches {
@@ -808,7 +808,7 @@ mod tests {
             Arc::clone(&schema),
             properties,
             Arc::new(WriteMemory::new(&pool)),
-            false,
+            None,
         )
         .unwrap();
         for batch in &batches {
@@ -841,12 +841,13 @@ mod tests {
             .set_compression(Compression::SNAPPY)
             .build();
         let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(1 << 30));
+        let counts = Arc::new(PageCounts::default());
         let mut writer = ParallelFileWriter::try_new(
             Vec::new(),
             Arc::clone(&schema),
             properties,
             Arc::new(WriteMemory::new(&pool)),
-            true,
+            Some(Arc::clone(&counts)),
         )
         .unwrap();
         // `k` (Int64) and `x` (Float64) are the device's; `s` and `l` the CPU's.
@@ -866,6 +867,11 @@ mod tests {
         let written = datafusion::arrow::compute::concat_batches(&schema, &batches).unwrap();
         assert_eq!(read, written);
         assert_eq!(row_groups.len(), 6);
+        // Two leaves a row group, on the device or (without one) on the CPU.
+        assert_eq!(counts.device() + counts.host(), 12);
+        if crate::cuda::runtime().is_err() {
+            assert_eq!(counts.device(), 0);
+        }
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         while pool.reserved() > 0 && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(1));
@@ -883,7 +889,7 @@ mod tests {
             Arc::clone(&schema),
             properties(3000),
             memory,
-            false,
+            None,
         )
         .unwrap();
         // Full row groups handed to the appender, and one still filling.

@@ -25,7 +25,9 @@
 //! - `cancel.rs`: a dropped query stops every path and frees the device's memory;
 //! - `merge.rs`, `segmented.rs`: the locality and segmented sorts, segment tiles;
 //! - `routing.rs`: hash routed window sorts and partition ids made on the device;
-//! - `windows.rs`: the window functions of `common/windows.rs` over device sorts.
+//! - `windows.rs`: the window functions of `common/windows.rs` over device sorts;
+//! - `parquet_pages.rs`: Parquet data pages built and Snappy-compressed on the device, and
+//!   `gpusort sort --page-encoding device`.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -138,6 +140,7 @@ mod faults;
 mod gather;
 mod merge;
 mod onesweep;
+mod parquet_pages;
 mod routing;
 mod segmented;
 mod windows;

@@ -1,0 +1,284 @@
+//! Parquet data pages built on the device: page bodies equal to the layout the host writes
+//! (definition levels, then the non-null values cut to their Parquet width), Snappy pages
+//! that decompress to them, compressible values compressed; and `gpusort sort` with
+//! `--page-encoding device` writing files that read back as the host's.
+
+use super::*;
+
+use datafusion::arrow::array::{Decimal128Array, Float64Array};
+use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::datatypes::TimeUnit;
+use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::parquet::file::reader::{FileReader, SerializedFileReader};
+use gpusort::cuda::{PageColumn, PageCut};
+use gpusort::pipeline::{sort_files, PageEncoding, Progress, SortJob};
+
+/// The uncompressed body of page `cut` of `column`, written here from the format's
+/// definition: a 4-byte length and the levels (one RLE run of 1s without nulls, else one
+/// bit-packed run of 1-bit levels in whole groups of 8), then each non-null value's low
+/// `out_width` bytes.
+fn reference_body(column: &PageColumn<'_>, cut: &PageCut) -> Vec<u8> {
+    let valid: Vec<bool> = (cut.first_row..cut.first_row + cut.rows)
+        .map(|r| {
+            column
+                .validity
+                .is_none_or(|b| b[r / 8] & (1 << (r % 8)) != 0)
+        })
+        .collect();
+    let mut out = Vec::new();
+    if column.nullable {
+        let mut levels = Vec::new();
+        let uleb = |mut v: usize, to: &mut Vec<u8>| loop {
+            let byte = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                to.push(byte);
+                break;
+            }
+            to.push(byte | 0x80);
+        };
+        if valid.iter().all(|v| *v) {
+            uleb(cut.rows * 2, &mut levels);
+            levels.push(1);
+        } else {
+            let groups = valid.chunks(8);
+            uleb(groups.len() * 2 + 1, &mut levels);
+            levels.extend(groups.map(|g| g.iter().rev().fold(0u8, |acc, v| acc << 1 | *v as u8)));
+        }
+        out.extend((levels.len() as u32).to_le_bytes());
+        out.extend(levels);
+    }
+    let (width, keep) = (column.in_width as usize, column.out_width as usize);
+    for (i, v) in valid.iter().enumerate() {
+        if *v {
+            let at = (cut.first_row + i) * width;
+            out.extend(&column.values[at..at + keep]);
+        }
+    }
+    out
+}
+
+/// Pages of `rows_per_page` rows over `rows` rows, `validity` counted.
+fn cuts(rows: usize, rows_per_page: usize, validity: Option<&[u8]>) -> Vec<PageCut> {
+    (0..rows)
+        .step_by(rows_per_page)
+        .map(|first_row| {
+            let rows = rows_per_page.min(rows - first_row);
+            let values = (first_row..first_row + rows)
+                .filter(|r| validity.is_none_or(|b| b[r / 8] & (1 << (r % 8)) != 0))
+                .count();
+            PageCut {
+                first_row,
+                rows,
+                values,
+            }
+        })
+        .collect()
+}
+
+gpu_test!(
+    device_pages_hold_the_values_and_snappy_restores_them,
+    |runtime| {
+        let encoder = runtime.pages.as_ref().expect("the page kernels loaded");
+        let mut rng = rng("parquet-pages");
+        let n: usize = 300_001;
+        // Incompressible 8-byte values, a tenth null.
+        let random: Vec<u8> = (0..n * 8).map(|_| rng.random()).collect();
+        let some_null: Vec<u8> = (0..n.div_ceil(8))
+            .map(|_| {
+                (0..8).fold(0u8, |acc, b| {
+                    acc | (u8::from(rng.random_range(0..10) != 0) << b)
+                })
+            })
+            .collect();
+        // Sorted doubles (compressible), no nulls.
+        let sorted: Vec<u8> = (0..n)
+            .flat_map(|i| (i as f64 * 0.25).to_le_bytes())
+            .collect();
+        // 16-byte decimals cut to 8 and 4 bytes; every row of the second page null.
+        let decimals: Vec<u8> = (0..n as i128)
+            .flat_map(|i| (i * 1_000_003 - 77).to_le_bytes())
+            .collect();
+        let mut second_page_null = vec![0xffu8; n.div_ceil(8)];
+        second_page_null[2048 / 8..4096 / 8].fill(0);
+        // One value repeated: copies longer than 64 bytes; pages of 8 rows and of 3.
+        let constant: Vec<u8> = (0..n).flat_map(|_| 7i32.to_le_bytes()).collect();
+        let pages = [
+            cuts(n, 20_480, Some(&some_null)),
+            cuts(n, 131_072, None),
+            cuts(n, 2048, Some(&second_page_null)),
+            cuts(n, 65_536, Some(&some_null)),
+        ];
+        let constant_pages: Vec<PageCut> = cuts(64, 8, None)
+            .into_iter()
+            .chain(cuts(n - 64, 100_000, None).into_iter().map(|c| PageCut {
+                first_row: c.first_row + 64,
+                ..c
+            }))
+            .collect();
+        let columns = [
+            PageColumn {
+                values: &random,
+                validity: Some(&some_null),
+                in_width: 8,
+                out_width: 8,
+                nullable: true,
+                pages: &pages[0],
+            },
+            PageColumn {
+                values: &sorted,
+                validity: None,
+                in_width: 8,
+                out_width: 8,
+                nullable: false,
+                pages: &pages[1],
+            },
+            PageColumn {
+                values: &decimals,
+                validity: Some(&second_page_null),
+                in_width: 16,
+                out_width: 8,
+                nullable: true,
+                pages: &pages[2],
+            },
+            PageColumn {
+                values: &decimals,
+                validity: Some(&some_null),
+                in_width: 16,
+                out_width: 4,
+                nullable: true,
+                pages: &pages[3],
+            },
+            PageColumn {
+                values: &constant,
+                validity: None,
+                in_width: 4,
+                out_width: 4,
+                nullable: true,
+                pages: &constant_pages,
+            },
+        ];
+        let plain = runtime
+            .with_device(|device, staging| encoder.encode(device, staging, &columns, false))
+            .unwrap();
+        let snappy = runtime
+            .with_device(|device, staging| encoder.encode(device, staging, &columns, true))
+            .unwrap();
+        for (c, column) in columns.iter().enumerate() {
+            let (mut plain_bytes, mut snappy_bytes) = (0, 0);
+            for (p, cut) in column.pages.iter().enumerate() {
+                let expected = reference_body(column, cut);
+                assert_eq!(
+                    plain[c][p].data.as_ref(),
+                    &expected[..],
+                    "column {c} page {p}: body"
+                );
+                assert_eq!(plain[c][p].uncompressed_bytes, expected.len());
+                let restored = snap::raw::Decoder::new()
+                    .decompress_vec(&snappy[c][p].data)
+                    .unwrap_or_else(|e| panic!("column {c} page {p}: not Snappy: {e}"));
+                assert!(
+                    restored == expected,
+                    "column {c} page {p}: Snappy restores another body"
+                );
+                assert_eq!(snappy[c][p].uncompressed_bytes, expected.len());
+                plain_bytes += expected.len();
+                snappy_bytes += snappy[c][p].data.len();
+            }
+            eprintln!("column {c}: {plain_bytes} bytes, {snappy_bytes} compressed");
+            if c == 1 || c == 4 {
+                assert!(
+                    snappy_bytes * 2 < plain_bytes,
+                    "column {c}: {snappy_bytes} of {plain_bytes}"
+                );
+            }
+        }
+    }
+);
+
+/// `rows` rows of a key and the device's column types, some null, as one Parquet file.
+fn input_file(dir: &std::path::Path, rows: usize) -> std::path::PathBuf {
+    let mut rng = rng("parquet-pages-job");
+    let k = Int64Array::from_iter_values((0..rows).map(|_| rng.random::<i64>()));
+    let f = Float64Array::from_iter(
+        (0..rows).map(|i| (i % 11 != 0).then(|| rng.random::<f64>() * 1e6)),
+    );
+    let t = datafusion::arrow::array::TimestampMicrosecondArray::from_iter_values(
+        (0..rows).map(|_| rng.random_range(0..1_700_000_000_000_000i64)),
+    );
+    let d = Decimal128Array::from_iter(
+        (0..rows)
+            .map(|i| (i % 7 != 0).then(|| rng.random_range(-1_000_000_000i128..1_000_000_000))),
+    )
+    .with_precision_and_scale(12, 2)
+    .unwrap();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("f", DataType::Float64, true),
+        Field::new("t", DataType::Timestamp(TimeUnit::Microsecond, None), false),
+        Field::new("d", DataType::Decimal128(12, 2), true),
+    ]));
+    let columns: Vec<ArrayRef> = vec![Arc::new(k), Arc::new(f), Arc::new(t), Arc::new(d)];
+    let batch = RecordBatch::try_new(Arc::clone(&schema), columns).unwrap();
+    let path = dir.join("in.parquet");
+    let mut writer =
+        ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), schema, None).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+    path
+}
+
+fn read(path: &std::path::Path) -> RecordBatch {
+    let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap())
+        .unwrap()
+        .build()
+        .unwrap();
+    let batches: Vec<RecordBatch> = reader.collect::<Result<_, _>>().unwrap();
+    concat_batches(&batches[0].schema(), &batches).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a CUDA GPU"]
+async fn sorted_files_with_device_pages_read_back_as_the_hosts() {
+    let Some(_runtime) = device() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let input = input_file(dir.path(), 400_000);
+    let mut outputs = Vec::new();
+    for (name, encoding) in [
+        ("host", PageEncoding::Host),
+        ("device", PageEncoding::Device),
+    ] {
+        let output = dir.path().join(format!("{name}.parquet"));
+        let mut job = SortJob::new(vec![input.display().to_string()], &output, "k");
+        job.page_encoding = encoding;
+        job.compression = "snappy".into();
+        job.row_group_rows = 40_000;
+        let summary = sort_files(&job, &Progress::new()).await.unwrap();
+        eprintln!("{name}: {summary}");
+        if encoding == PageEncoding::Device {
+            // `f` gives its dictionary up in the first row group; the later ones (but the
+            // dictionary's probes) write it PLAIN, on the device.
+            assert!(summary.output.device_chunks >= 7, "{summary}");
+            assert_eq!(summary.output.device_chunks_on_host, 0, "{summary}");
+        } else {
+            assert_eq!(summary.output.device_chunks, 0);
+        }
+        outputs.push(output);
+    }
+    assert_eq!(read(&outputs[0]), read(&outputs[1]), "the files' rows");
+    let meta = |path: &std::path::Path| {
+        SerializedFileReader::new(std::fs::File::open(path).unwrap())
+            .unwrap()
+            .metadata()
+            .clone()
+    };
+    let (host, device) = (meta(&outputs[0]), meta(&outputs[1]));
+    assert_eq!(host.num_row_groups(), device.num_row_groups());
+    for g in 0..host.num_row_groups() {
+        for c in 0..host.row_group(g).num_columns() {
+            let (a, b) = (host.row_group(g).column(c), device.row_group(g).column(c));
+            assert_eq!(a.statistics(), b.statistics(), "row group {g} column {c}");
+        }
+    }
+}
