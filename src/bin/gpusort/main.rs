@@ -13,6 +13,7 @@
 
 mod bench;
 mod bench_merge;
+mod bench_pages;
 mod bench_sql;
 mod bench_tables;
 mod bench_tpch;
@@ -176,6 +177,22 @@ enum BenchCommand {
         #[arg(long, value_delimiter = ',', value_enum)]
         variants: Vec<bench::Variant>,
     },
+    /// Parquet data pages of 8-byte columns built on the device against parquet's own
+    /// writers on every core.
+    Pages {
+        /// Rows of each column.
+        #[arg(long, default_value_t = 16 << 20)]
+        rows: usize,
+        /// Columns.
+        #[arg(long, default_value_t = 8)]
+        columns: usize,
+        /// Rows per row group.
+        #[arg(long, default_value_t = gpusort::pipeline::DEFAULT_ROW_GROUP_ROWS)]
+        row_group_rows: usize,
+        /// Timed runs.
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+    },
     /// Segmented and locality sorts against CUB (segment lengths, nearly sorted keys).
     Merge {
         /// log2 of the number of keys.
@@ -327,6 +344,20 @@ async fn run(cli: Cli) -> i32 {
         Command::Bench {
             what: BenchCommand::Tpch(options),
         } => bench_tpch::run(&options).await,
+        Command::Bench {
+            what:
+                BenchCommand::Pages {
+                    rows,
+                    columns,
+                    row_group_rows,
+                    reps,
+                },
+        } => bench_pages::run(&bench_pages::PagesBench {
+            rows,
+            columns,
+            row_group_rows,
+            reps: reps.max(1),
+        }),
         Command::Bench {
             what: BenchCommand::Sql(options),
         } => bench_sql::run(&options).await,

@@ -1,0 +1,201 @@
+//! `gpusort bench pages`: Parquet data pages of 8-byte columns built on the device against
+//! parquet's own column writers on every core, from the same Arrow columns.
+//!
+//! The table: `--columns` columns of `--rows` rows, four kinds in turn (random integers,
+//! sorted integers, random doubles, sorted doubles with a tenth null), cut into row groups
+//! of `--row-group-rows` rows as `gpusort sort` writes them. Each row group's columns go to
+//! the device in one call, as `--page-encoding device` sends them (upload, page kernels,
+//! Snappy, download of the pages; the host's page headers and statistics are not in this
+//! time). The baseline encodes every (row group, column) chunk with parquet's
+//! `ArrowWriter` on the rayon pool, `PLAIN` without a dictionary, with the same
+//! compression. Medians of `--reps` after one warm-up run of each.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::array::{Array, ArrayRef, Float64Array, Int64Array, RecordBatch};
+use datafusion::arrow::datatypes::{Field, Schema};
+use datafusion::common::{exec_err, Result};
+use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::parquet::basic::Compression;
+use datafusion::parquet::file::properties::WriterProperties;
+use gpusort::cuda::{PageColumn, PageCut};
+use rayon::prelude::*;
+
+/// Options of `gpusort bench pages`.
+#[derive(Debug, Clone)]
+pub struct PagesBench {
+    pub rows: usize,
+    pub columns: usize,
+    pub row_group_rows: usize,
+    pub reps: usize,
+}
+
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Column `c` of the table, rows `start .. start + rows`.
+fn column(c: usize, start: usize, rows: usize) -> ArrayRef {
+    let seed = (c as u64) << 40;
+    let range = start as u64..(start + rows) as u64;
+    match c % 4 {
+        0 => Arc::new(Int64Array::from_iter_values(
+            range.map(|i| splitmix64(seed + i) as i64),
+        )),
+        1 => Arc::new(Int64Array::from_iter_values(
+            range.map(|i| (i * 1000 + splitmix64(seed + i) % 1000) as i64),
+        )),
+        2 => Arc::new(Float64Array::from_iter_values(
+            range.map(|i| (splitmix64(seed + i) >> 11) as f64 / (1u64 << 53) as f64),
+        )),
+        _ => Arc::new(Float64Array::from_iter(
+            range.map(|i| (i % 10 != 3).then_some(i as f64 * 0.01)),
+        )),
+    }
+}
+
+/// Pages of at most `per_page` rows (a multiple of 8) over `array`.
+fn cuts(array: &dyn Array, per_page: usize) -> Vec<PageCut> {
+    (0..array.len())
+        .step_by(per_page)
+        .map(|first_row| {
+            let rows = per_page.min(array.len() - first_row);
+            let nulls = array.nulls().map_or(0, |n| n.slice(first_row, rows).null_count());
+            PageCut {
+                first_row,
+                rows,
+                values: rows - nulls,
+            }
+        })
+        .collect()
+}
+
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
+
+/// One pass of the device: every row group's columns in one call each; bytes of pages.
+fn device_pass(groups: &[Vec<ArrayRef>], snappy: bool, per_page: usize) -> Result<usize> {
+    let mut bytes = 0;
+    for group in groups {
+        let data: Vec<_> = group.iter().map(|a| a.to_data()).collect();
+        let validity: Vec<_> = group
+            .iter()
+            .map(|a| a.nulls().map(|n| n.inner().sliced()))
+            .collect();
+        let cut: Vec<Vec<PageCut>> = group.iter().map(|a| cuts(a.as_ref(), per_page)).collect();
+        let columns: Vec<PageColumn<'_>> = (0..group.len())
+            .map(|i| PageColumn {
+                values: data[i].buffers()[0].as_slice(),
+                validity: validity[i].as_ref().map(|b| b.as_slice()),
+                in_width: 8,
+                out_width: 8,
+                nullable: true,
+                pages: &cut[i],
+            })
+            .collect();
+        let pages = match gpusort::cuda::encode_on_device(&columns, snappy) {
+            Ok(pages) => pages,
+            Err(reason) => return exec_err!("pages on the device: {reason}"),
+        };
+        bytes += pages
+            .iter()
+            .flatten()
+            .map(|p| p.data.len())
+            .sum::<usize>();
+    }
+    Ok(bytes)
+}
+
+/// One pass of parquet's writers: every (row group, column) chunk on the rayon pool.
+fn host_pass(groups: &[Vec<ArrayRef>], properties: &WriterProperties) -> Result<usize> {
+    let chunks: Vec<&ArrayRef> = groups.iter().flatten().collect();
+    let sizes: Result<Vec<usize>> = chunks
+        .par_iter()
+        .map(|array| {
+            let field = Field::new("c", array.data_type().clone(), true);
+            let batch = RecordBatch::try_new(
+                Arc::new(Schema::new(vec![field])),
+                vec![Arc::clone(array)],
+            )?;
+            let mut out = Vec::new();
+            let mut writer =
+                ArrowWriter::try_new(&mut out, batch.schema(), Some(properties.clone()))?;
+            writer.write(&batch)?;
+            writer.close()?;
+            Ok(out.len())
+        })
+        .collect();
+    Ok(sizes?.iter().sum())
+}
+
+pub fn run(options: &PagesBench) -> Result<()> {
+    if options.rows == 0 || options.columns == 0 || options.row_group_rows == 0 {
+        return exec_err!("rows, columns and row group rows must be at least 1");
+    }
+    let groups: Vec<Vec<ArrayRef>> = (0..options.rows)
+        .step_by(options.row_group_rows)
+        .map(|start| {
+            let rows = options.row_group_rows.min(options.rows - start);
+            (0..options.columns)
+                .into_par_iter()
+                .map(|c| column(c, start, rows))
+                .collect()
+        })
+        .collect();
+    let input_bytes = options.rows * options.columns * 8;
+    let host = |compression| {
+        WriterProperties::builder()
+            .set_dictionary_enabled(false)
+            .set_compression(compression)
+            .build()
+    };
+    // Pages as parquet's writer cuts them by default: 1 MiB of 8-byte values, 20 000 rows.
+    let per_page = 20_480;
+    println!(
+        "{} rows × {} columns of 8-byte values ({:.2} GB), row groups of {} rows, {} threads; \
+         medians of {}",
+        options.rows,
+        options.columns,
+        input_bytes as f64 / 1e9,
+        options.row_group_rows,
+        rayon::current_num_threads(),
+        options.reps
+    );
+    println!("| pages | device | GB/s | parquet's writers | GB/s | bytes (device / parquet) |");
+    println!("| --- | ---: | ---: | ---: | ---: | --- |");
+    for (name, snappy, compression) in [
+        ("PLAIN, uncompressed", false, Compression::UNCOMPRESSED),
+        ("PLAIN, Snappy", true, Compression::SNAPPY),
+    ] {
+        let properties = host(compression);
+        device_pass(&groups, snappy, per_page)?;
+        host_pass(&groups, &properties)?;
+        let (mut device_times, mut host_times) = (Vec::new(), Vec::new());
+        let (mut device_bytes, mut host_bytes) = (0, 0);
+        for _ in 0..options.reps {
+            let started = Instant::now();
+            device_bytes = device_pass(&groups, snappy, per_page)?;
+            device_times.push(started.elapsed());
+            let started = Instant::now();
+            host_bytes = host_pass(&groups, &properties)?;
+            host_times.push(started.elapsed());
+        }
+        let (device, host) = (median(device_times), median(host_times));
+        println!(
+            "| {name} | {:.1} ms | {:.1} | {:.1} ms | {:.1} | {} / {} |",
+            device.as_secs_f64() * 1e3,
+            input_bytes as f64 / device.as_secs_f64() / 1e9,
+            host.as_secs_f64() * 1e3,
+            input_bytes as f64 / host.as_secs_f64() / 1e9,
+            device_bytes,
+            host_bytes
+        );
+    }
+    Ok(())
+}
