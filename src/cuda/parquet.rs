@@ -250,8 +250,8 @@ impl PageEncoder {
         let column_table = upload_table(device, &specs, "parquet page columns")?;
         let page_table = upload_table(device, &pages, "parquet pages")?;
         // 8 bytes past the end: Snappy's 4-byte loads are two aligned words.
+        // Every byte of every body is written; the 8 past them are only ever shifted out.
         let bodies = device.alloc::<u8>(body_bytes + 8, "parquet page bodies")?;
-        device.zero(&bodies)?;
         if !pages.is_empty() {
             let (mut page_at, mut column_at, mut bodies_at) =
                 (page_table.ptr(), column_table.ptr(), bodies.ptr());
@@ -269,10 +269,7 @@ impl PageEncoder {
         let encoded = if snappy {
             self.compress_pages(device, staging, &bodies, &pages, body_bytes)?
         } else {
-            let mut host = vec![0u8; body_bytes + 8];
-            staging.download(device, &bodies, &mut host)?;
-            host.truncate(body_bytes);
-            let host = Bytes::from(host);
+            let host = Bytes::from(download_fresh(device, staging, &bodies, body_bytes)?);
             let ends = pages.iter().skip(1).map(|p| p.body_at as usize);
             pages
                 .iter()
@@ -393,10 +390,7 @@ impl PageEncoder {
                 out_bytes,
             )?;
         }
-        let mut host = vec![0u8; out_bytes.max(1)];
-        staging.download(device, &out, &mut host)?;
-        device.synchronize()?;
-        host.truncate(out_bytes);
+        let mut host = download_fresh(device, staging, &out, out_bytes)?;
         for ((_, uncompressed), &at) in page_pieces.iter().zip(&page_at) {
             put_varint(&mut host[at..], *uncompressed as u64);
         }
@@ -440,6 +434,27 @@ pub fn encode_on_device(
             );
             error.to_string()
         })
+}
+
+/// The first `len` bytes of `src` in a new vector, written once by the download (no
+/// zeroing first: fresh memory is the host's slowest part of a page job).
+fn download_fresh(
+    device: &Device,
+    staging: &mut Staging,
+    src: &DeviceBuffer<u8>,
+    len: usize,
+) -> CudaResult<Vec<u8>> {
+    let mut host = Vec::<u8>::with_capacity(src.len());
+    staging.download_parts(
+        device,
+        src,
+        &mut [&mut host.spare_capacity_mut()[..src.len()]],
+    )?;
+    device.synchronize()?;
+    // SAFETY: `download_parts` wrote every byte of the part, `src.len()` bytes.
+    unsafe { host.set_len(src.len()) };
+    host.truncate(len);
+    Ok(host)
 }
 
 /// Writes bytes `start .. start + out.len()` of the input laid out as `segments` (each at

@@ -286,10 +286,10 @@ pub(super) const WINDOW_SCAN_ITEMS: u32 = 16;
 /// Threads of a page kernel's block (one block per page, or per compressed piece placed).
 pub(super) const PAGE_THREADS: u32 = 256;
 /// Warps of a Snappy compression block, one piece each.
-pub(super) const SNAPPY_WARPS: u32 = 4;
+pub(super) const SNAPPY_WARPS: u32 = 2;
 /// Bits of a Snappy piece's hash table of earlier positions (16-bit entries in shared
 /// memory, one table per warp: `SNAPPY_WARPS << SNAPPY_HASH_BITS` entries a block).
-pub(super) const SNAPPY_HASH_BITS: u32 = 12;
+pub(super) const SNAPPY_HASH_BITS: u32 = 13;
 /// Most bytes of one compressed piece: copies reach at most this far back (positions fit
 /// the hash table's 16-bit entries).
 pub(crate) const SNAPPY_PIECE_BYTES: usize = 1 << 16;

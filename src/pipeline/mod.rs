@@ -68,6 +68,8 @@ pub use inputs::{check_output_not_input, resolve_inputs, InputFormat, Inputs};
 pub use order_by::{parse_order_by, resolve_columns, SortKey};
 pub use output::{OutputOptions, ParquetOutput, WrittenOutput};
 pub use progress::{Progress, ProgressSnapshot};
+#[doc(hidden)]
+pub use row_groups::write_with_device_pages;
 pub use schemas::widen;
 
 use crate::{BackendChoice, GpuSortConfig, GpuSortExec, GpuSortRule, SessionStateBuilderExt};

@@ -275,6 +275,34 @@ impl<W: Write + Send + 'static> ParallelFileWriter<W> {
     }
 }
 
+/// `batches` written as one Parquet file by the parallel writer under `properties`, with
+/// device pages asked for: the file's bytes, then the column chunks the device built and
+/// those it was to build that the CPU encoded. For tests of the device's pages (the GPU
+/// tests) where a job's dictionary choices would make which chunks go there depend on
+/// timing.
+#[doc(hidden)]
+pub fn write_with_device_pages(
+    schema: SchemaRef,
+    batches: &[RecordBatch],
+    properties: WriterProperties,
+) -> Result<(Vec<u8>, u64, u64)> {
+    let pool: Arc<dyn datafusion::execution::memory_pool::MemoryPool> =
+        Arc::new(datafusion::execution::memory_pool::UnboundedMemoryPool::default());
+    let counts = Arc::new(PageCounts::default());
+    let mut writer = ParallelFileWriter::try_new(
+        Vec::new(),
+        schema,
+        properties,
+        Arc::new(WriteMemory::new(&pool)),
+        Some(Arc::clone(&counts)),
+    )?;
+    for batch in batches {
+        writer.write(batch)?;
+    }
+    let bytes = writer.close()?;
+    Ok((bytes, counts.device(), counts.host()))
+}
+
 /// The thread that appends full row groups to the file in order, each once its encoders
 /// have finished, and lets go of their memory.
 struct Appender<W: Write + Send + 'static> {

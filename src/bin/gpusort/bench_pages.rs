@@ -8,7 +8,9 @@
 //! Snappy, download of the pages; the host's page headers and statistics are not in this
 //! time). The baseline encodes every (row group, column) chunk with parquet's
 //! `ArrowWriter` on the rayon pool, `PLAIN` without a dictionary, with the same
-//! compression. Medians of `--reps` after one warm-up run of each.
+//! compression. Medians of `--reps` after one warm-up run of each, with the process's CPU
+//! time (user and system) of each pass: the cores the device leaves to the sort and the
+//! other columns' encoders.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,9 +51,11 @@ fn column(c: usize, start: usize, rows: usize) -> ArrayRef {
         1 => Arc::new(Int64Array::from_iter_values(
             range.map(|i| (i * 1000 + splitmix64(seed + i) % 1000) as i64),
         )),
-        2 => Arc::new(Float64Array::from_iter_values(
-            range.map(|i| (splitmix64(seed + i) >> 11) as f64 / (1u64 << 53) as f64),
-        )),
+        2 => {
+            Arc::new(Float64Array::from_iter_values(range.map(|i| {
+                (splitmix64(seed + i) >> 11) as f64 / (1u64 << 53) as f64
+            })))
+        }
         _ => Arc::new(Float64Array::from_iter(
             range.map(|i| (i % 10 != 3).then_some(i as f64 * 0.01)),
         )),
@@ -64,7 +68,9 @@ fn cuts(array: &dyn Array, per_page: usize) -> Vec<PageCut> {
         .step_by(per_page)
         .map(|first_row| {
             let rows = per_page.min(array.len() - first_row);
-            let nulls = array.nulls().map_or(0, |n| n.slice(first_row, rows).null_count());
+            let nulls = array
+                .nulls()
+                .map_or(0, |n| n.slice(first_row, rows).null_count());
             PageCut {
                 first_row,
                 rows,
@@ -72,6 +78,18 @@ fn cuts(array: &dyn Array, per_page: usize) -> Vec<PageCut> {
             }
         })
         .collect()
+}
+
+/// CPU time of the process so far (user and system, every thread).
+fn cpu_time() -> Duration {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes the struct it is given.
+    let usage = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
+        usage.assume_init()
+    };
+    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    time(usage.ru_utime) + time(usage.ru_stime)
 }
 
 fn median(mut times: Vec<Duration>) -> Duration {
@@ -103,11 +121,7 @@ fn device_pass(groups: &[Vec<ArrayRef>], snappy: bool, per_page: usize) -> Resul
             Ok(pages) => pages,
             Err(reason) => return exec_err!("pages on the device: {reason}"),
         };
-        bytes += pages
-            .iter()
-            .flatten()
-            .map(|p| p.data.len())
-            .sum::<usize>();
+        bytes += pages.iter().flatten().map(|p| p.data.len()).sum::<usize>();
     }
     Ok(bytes)
 }
@@ -119,10 +133,8 @@ fn host_pass(groups: &[Vec<ArrayRef>], properties: &WriterProperties) -> Result<
         .par_iter()
         .map(|array| {
             let field = Field::new("c", array.data_type().clone(), true);
-            let batch = RecordBatch::try_new(
-                Arc::new(Schema::new(vec![field])),
-                vec![Arc::clone(array)],
-            )?;
+            let batch =
+                RecordBatch::try_new(Arc::new(Schema::new(vec![field])), vec![Arc::clone(array)])?;
             let mut out = Vec::new();
             let mut writer =
                 ArrowWriter::try_new(&mut out, batch.schema(), Some(properties.clone()))?;
@@ -167,8 +179,10 @@ pub fn run(options: &PagesBench) -> Result<()> {
         rayon::current_num_threads(),
         options.reps
     );
-    println!("| pages | device | GB/s | parquet's writers | GB/s | bytes (device / parquet) |");
-    println!("| --- | ---: | ---: | ---: | ---: | --- |");
+    println!(
+        "| pages | device | GB/s | its CPU time | parquet's writers | GB/s | their CPU time | bytes (device / parquet) |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
     for (name, snappy, compression) in [
         ("PLAIN, uncompressed", false, Compression::UNCOMPRESSED),
         ("PLAIN, Snappy", true, Compression::SNAPPY),
@@ -177,22 +191,27 @@ pub fn run(options: &PagesBench) -> Result<()> {
         device_pass(&groups, snappy, per_page)?;
         host_pass(&groups, &properties)?;
         let (mut device_times, mut host_times) = (Vec::new(), Vec::new());
+        let (mut device_cpu, mut host_cpu) = (Vec::new(), Vec::new());
         let (mut device_bytes, mut host_bytes) = (0, 0);
         for _ in 0..options.reps {
-            let started = Instant::now();
+            let (started, cpu) = (Instant::now(), cpu_time());
             device_bytes = device_pass(&groups, snappy, per_page)?;
             device_times.push(started.elapsed());
-            let started = Instant::now();
+            device_cpu.push(cpu_time() - cpu);
+            let (started, cpu) = (Instant::now(), cpu_time());
             host_bytes = host_pass(&groups, &properties)?;
             host_times.push(started.elapsed());
+            host_cpu.push(cpu_time() - cpu);
         }
         let (device, host) = (median(device_times), median(host_times));
         println!(
-            "| {name} | {:.1} ms | {:.1} | {:.1} ms | {:.1} | {} / {} |",
+            "| {name} | {:.1} ms | {:.1} | {:.2} s | {:.1} ms | {:.1} | {:.2} s | {} / {} |",
             device.as_secs_f64() * 1e3,
             input_bytes as f64 / device.as_secs_f64() / 1e9,
+            median(device_cpu).as_secs_f64(),
             host.as_secs_f64() * 1e3,
             input_bytes as f64 / host.as_secs_f64() / 1e9,
+            median(host_cpu).as_secs_f64(),
             device_bytes,
             host_bytes
         );
