@@ -4,8 +4,13 @@
 //
 //   plain_page_bodies   one block per page: the page's uncompressed body, version 1 layout:
 //                       [definition levels: u32 length, RLE/bit-packed hybrid, bit width 1]
-//                       (nullable columns only), then the non-null values, PLAIN (each
-//                       value's low `out_width` bytes, little-endian)
+//                       (nullable columns only), then the non-null values: PLAIN (each
+//                       value's low `out_width` bytes, little-endian), or, for a
+//                       DELTA_BINARY_PACKED column, the values as 64-bit integers into
+//                       `compact` for delta_page_values
+//   delta_page_values   one block per page of a DELTA_BINARY_PACKED column: its values
+//                       section after the levels, as parquet's writer lays it out (blocks of
+//                       4 miniblocks of 32 values for INT32, 64 for INT64)
 //   snappy_compress     one warp per piece (at most 64 KiB of one page's body): the piece
 //                       as Snappy elements (literals and copies within the piece), into
 //                       its own room of the scratch buffer; its length in `piece_bytes`
@@ -18,7 +23,7 @@
 #include "common.cuh"
 
 #if !defined(PAGE_THREADS) || !defined(SNAPPY_WARPS) || !defined(SNAPPY_HASH_BITS) || \
-    !defined(SNAPPY_PIECE_BYTES)
+    !defined(SNAPPY_PIECE_BYTES) || !defined(VALUES_PLAIN) || !defined(VALUES_DELTA)
 #error "the launch shapes come from src/cuda/tuning.rs as -D options"
 #endif
 
@@ -26,6 +31,7 @@
 struct PageSpec {
     u64 first_row;    // the page's first row in the column's values (a multiple of 8)
     u64 body_at;      // where its uncompressed body starts in `bodies`
+    u64 compact_at;   // DELTA_BINARY_PACKED: where its values go in `compact`
     u32 rows;         // rows of the page (values, nulls included)
     u32 values;       // non-null rows
     u32 levels_bytes; // bytes of the definition levels section, length prefix included;
@@ -40,6 +46,8 @@ struct ColumnSpec {
     u64 validity;
     u32 in_width;
     u32 out_width;
+    u32 encoding; // VALUES_PLAIN or VALUES_DELTA
+    u32 unused;
 };
 
 __device__ __forceinline__ u32 varint_len(u32 v) {
@@ -80,6 +88,14 @@ __device__ __forceinline__ void put_value(const ColumnSpec& column, u64 row, u8*
         u32 v = *(const u32*)src;
         for (u32 b = 0; b < 4; ++b) out[b] = (u8)(v >> (8 * b));
     }
+}
+
+// Value `row` of `column`, cut to its low `out_width` bytes and sign-extended to 64 bits
+// (the integer parquet's DELTA_BINARY_PACKED writer takes).
+__device__ __forceinline__ long long value_i64(const ColumnSpec& column, u64 row) {
+    const u8* src = (const u8*)column.values + row * column.in_width;
+    if (column.out_width == 8) return column.in_width >= 8 ? *(const long long*)src : *(const int*)src;
+    return *(const int*)src;
 }
 
 // The definition levels of a nullable page: with no nulls, one RLE run of 1s; else a
@@ -133,17 +149,25 @@ __device__ __forceinline__ u32 block_rank(bool flag, u32* warp_counts, u32& tota
 
 extern "C" __global__ void __launch_bounds__(PAGE_THREADS)
     plain_page_bodies(const PageSpec* __restrict__ pages, const ColumnSpec* __restrict__ columns,
-                      u8* __restrict__ bodies) {
+                      u8* __restrict__ bodies, long long* __restrict__ compact,
+                      u32* __restrict__ body_len) {
     __shared__ u32 warp_counts[PAGE_THREADS / WARP];
     const PageSpec page = pages[blockIdx.x];
     const ColumnSpec column = columns[page.column];
     u8* body = bodies + page.body_at;
     if (page.levels_bytes > 0) write_levels(page, column, body);
+    const bool delta = column.encoding == VALUES_DELTA;
     u8* out = body + page.levels_bytes;
+    long long* to = compact + page.compact_at;
     const u32 width = column.out_width;
+    if (!delta && threadIdx.x == 0) body_len[blockIdx.x] = page.levels_bytes + page.values * width;
     if (page.values == page.rows) {
         for (u32 i = threadIdx.x; i < page.rows; i += blockDim.x) {
-            put_value(column, page.first_row + i, out + (u64)i * width);
+            if (delta) {
+                to[i] = value_i64(column, page.first_row + i);
+            } else {
+                put_value(column, page.first_row + i, out + (u64)i * width);
+            }
         }
         return;
     }
@@ -155,9 +179,123 @@ extern "C" __global__ void __launch_bounds__(PAGE_THREADS)
         const bool valid = i < page.rows && row_valid(validity, row);
         u32 total;
         const u32 rank = block_rank(valid, warp_counts, total);
-        if (valid) put_value(column, row, out + (u64)(base + rank) * width);
+        if (valid) {
+            if (delta) {
+                to[base + rank] = value_i64(column, row);
+            } else {
+                put_value(column, row, out + (u64)(base + rank) * width);
+            }
+        }
         base += total;
     }
+}
+
+__device__ __forceinline__ u64 zigzag(long long v) { return ((u64)v << 1) ^ (u64)(v >> 63); }
+
+__device__ __forceinline__ u32 put_varint64(u8* out, u64 v) {
+    u32 n = 0;
+    while (v >= 0x80) {
+        out[n++] = (u8)(v | 0x80);
+        v >>= 7;
+    }
+    out[n++] = (u8)v;
+    return n;
+}
+
+__device__ __forceinline__ u32 varint64_len(u64 v) {
+    u32 n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        ++n;
+    }
+    return n;
+}
+
+// The values section of a DELTA_BINARY_PACKED page, as parquet's writer makes it: a header
+// (block size, 4 miniblocks, values, zigzag first value), then per block of deltas its
+// zigzag minimum, the 4 miniblocks' bit widths (0 for miniblocks past the last delta, which
+// take no bytes), and each miniblock's deltas less the minimum, bit-packed, padded with 0s
+// to a whole miniblock. INT32 deltas wrap in 32 bits. Writes the page's body length.
+extern "C" __global__ void __launch_bounds__(PAGE_THREADS)
+    delta_page_values(const PageSpec* __restrict__ pages, const ColumnSpec* __restrict__ columns,
+                      const long long* __restrict__ compact, u8* __restrict__ bodies,
+                      u32* __restrict__ body_len) {
+    __shared__ u32 header_bytes;
+    __shared__ long long block_min;
+    __shared__ u64 block_max[4];
+    __shared__ u32 words[4][128];
+    const PageSpec page = pages[blockIdx.x];
+    const ColumnSpec column = columns[page.column];
+    if (column.encoding != VALUES_DELTA) return;
+    const long long* v = compact + page.compact_at;
+    u8* out = bodies + page.body_at + page.levels_bytes;
+    const bool narrow = column.out_width == 4;
+    const u32 per_mini = narrow ? 32 : 64;
+    const u32 per_block = 4 * per_mini;
+    const u32 n = page.values;
+    const u32 t = threadIdx.x;
+    if (t == 0) {
+        u32 at = put_varint64(out, per_block);
+        at += put_varint64(out + at, 4);
+        at += put_varint64(out + at, n);
+        at += put_varint64(out + at, zigzag(n > 0 ? v[0] : 0));
+        header_bytes = at;
+    }
+    __syncthreads();
+    u64 pos = header_bytes;
+    const u32 deltas = n > 0 ? n - 1 : 0;
+    for (u32 first = 0; first < deltas; first += per_block) {
+        const u32 in_block = min(per_block, deltas - first);
+        const bool has = t < in_block;
+        long long delta = 0;
+        if (has) {
+            const long long a = v[first + t + 1], b = v[first + t];
+            delta = narrow ? (long long)(int)((u32)a - (u32)b) : (long long)((u64)a - (u64)b);
+        }
+        if (t == 0) block_min = 0x7fffffffffffffffLL;
+        if (t < 4) block_max[t] = 0;
+        for (u32 w = t; w < 4 * 128; w += blockDim.x) words[w / 128][w % 128] = 0;
+        __syncthreads();
+        if (has) atomicMin(&block_min, delta);
+        __syncthreads();
+        const long long least = block_min;
+        const u64 rel = !has ? 0 : narrow ? (u64)((u32)delta - (u32)least) : (u64)delta - (u64)least;
+        const u32 mini = t / per_mini;
+        if (has) atomicMax((unsigned long long*)&block_max[mini], (unsigned long long)rel);
+        __syncthreads();
+        const u32 needed = (in_block + per_mini - 1) / per_mini;
+        u32 widths[4], at[4];
+        const u32 min_bytes = varint64_len(zigzag(least));
+        u32 block_bytes = min_bytes + 4;
+        for (u32 i = 0; i < 4; ++i) {
+            widths[i] = i < needed && block_max[i] != 0 ? 64 - __clzll((long long)block_max[i]) : 0;
+            at[i] = block_bytes;
+            block_bytes += i < needed ? widths[i] * per_mini / 8 : 0;
+        }
+        if (t < needed * per_mini && widths[mini] > 0) {
+            const u32 width = widths[mini];
+            const u32 bit = (t % per_mini) * width;
+            const u32 word = bit / 32, shift = bit % 32;
+            atomicOr(&words[mini][word], (u32)(rel << shift));
+            if (shift + width > 32) atomicOr(&words[mini][word + 1], (u32)(rel >> (32 - shift)));
+            if (shift + width > 64) atomicOr(&words[mini][word + 2], (u32)(rel >> (64 - shift)));
+        }
+        __syncthreads();
+        u8* block = out + pos;
+        if (t == 0) {
+            put_varint64(block, zigzag(least));
+            for (u32 i = 0; i < 4; ++i) block[min_bytes + i] = (u8)widths[i];
+        }
+        for (u32 i = 0; i < needed; ++i) {
+            const u32 bytes = widths[i] * per_mini / 8;
+            for (u32 k = t; k < bytes; k += blockDim.x) {
+                block[at[i] + k] = (u8)(words[i][k / 4] >> (8 * (k % 4)));
+            }
+        }
+        pos += block_bytes;
+        __syncthreads();
+    }
+    if (t == 0) body_len[blockIdx.x] = page.levels_bytes + (u32)pos;
 }
 
 // ---- Snappy ---------------------------------------------------------------------------

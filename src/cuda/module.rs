@@ -241,7 +241,12 @@ pub(super) const WINDOW_VALUES: KernelFile = KernelFile {
 pub(super) const PARQUET_PAGES: KernelFile = KernelFile {
     name: "parquet_pages.cu",
     source: include_str!("../../kernels/parquet_pages.cu"),
-    entry_points: &["plain_page_bodies", "snappy_compress", "snappy_place"],
+    entry_points: &[
+        "plain_page_bodies",
+        "delta_page_values",
+        "snappy_compress",
+        "snappy_place",
+    ],
 };
 
 /// The merge sort for nearly sorted keys, and the sortedness probe.

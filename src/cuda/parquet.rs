@@ -2,8 +2,9 @@
 //! (`kernels/parquet_pages.cu`).
 //!
 //! The host says how each column is cut into pages ([`PageCut`]); the device writes each
-//! page's uncompressed body (definition levels, then the non-null values `PLAIN`, each
-//! value cut to its Parquet width), and, for Snappy, compresses each body in pieces of at
+//! page's uncompressed body (definition levels, then the non-null values, each cut to its
+//! Parquet width, `PLAIN` or `DELTA_BINARY_PACKED` as parquet's writer lays them out), and,
+//! for Snappy, compresses each body in pieces of at
 //! most [`SNAPPY_PIECE_BYTES`], one warp a piece, and lays the pieces of each page end to
 //! end after the room of its length varint. Only the pages come back. Page headers, column
 //! chunk metadata and statistics are the host's (`src/pipeline/device_chunks.rs`).
@@ -14,7 +15,9 @@ use crate::cuda::error::{CudaError, CudaResult};
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::transfer::Staging;
 use crate::cuda::module::{arg, launch, load_module, Kernel, Module, PARQUET_PAGES};
-use crate::cuda::tuning::{Tuning, PAGE_THREADS, SNAPPY_PIECE_BYTES, SNAPPY_WARPS};
+use crate::cuda::tuning::{
+    Tuning, PAGE_THREADS, SNAPPY_PIECE_BYTES, SNAPPY_WARPS, VALUES_DELTA, VALUES_PLAIN,
+};
 
 /// One page of a column: rows `first_row .. first_row + rows` of its values, `values` of
 /// them not null. `first_row` is a multiple of 8 (the definition levels copy validity
@@ -44,6 +47,8 @@ pub struct PageColumn<'a> {
     pub out_width: u32,
     /// Definition levels are written (an optional column of one level).
     pub nullable: bool,
+    /// Values `DELTA_BINARY_PACKED` (INT32 for 4-byte values, INT64 for 8), else `PLAIN`.
+    pub delta: bool,
     /// The pages, in order.
     pub pages: &'a [PageCut],
 }
@@ -62,6 +67,7 @@ pub struct EncodedPage {
 #[derive(Debug)]
 pub struct PageEncoder {
     plain_bodies: Kernel,
+    delta_values: Kernel,
     compress: Kernel,
     place: Kernel,
     _module: Module,
@@ -73,6 +79,7 @@ pub struct PageEncoder {
 struct PageSpec {
     first_row: u64,
     body_at: u64,
+    compact_at: u64,
     rows: u32,
     values: u32,
     levels_bytes: u32,
@@ -87,6 +94,8 @@ struct ColumnSpec {
     validity: u64,
     in_width: u32,
     out_width: u32,
+    encoding: u32,
+    unused: u32,
 }
 
 /// One piece of a page's body, as the kernels' `Piece`.
@@ -134,6 +143,15 @@ pub fn levels_bytes(nullable: bool, cut: &PageCut) -> usize {
     4 + varint_len((groups << 1) | 1) + groups as usize
 }
 
+/// Most bytes of a `DELTA_BINARY_PACKED` values section of `values` values of
+/// `width` bytes: its header, and per block of deltas a minimum, 4 widths and 4 miniblocks
+/// of at most 64 bits a value.
+fn delta_bound(values: usize, width: u32) -> usize {
+    let per_block = if width == 4 { 128 } else { 256 };
+    let blocks = values.saturating_sub(1).div_ceil(per_block);
+    32 + blocks * (14 + per_block * 8)
+}
+
 /// Most bytes the kernel's Snappy elements take for `len` input bytes.
 fn snappy_bound(len: usize) -> usize {
     32 + len + len / 6
@@ -165,6 +183,7 @@ impl PageEncoder {
         let module = load_module(PARQUET_PAGES, device.arch, tuning)?;
         Ok(Self {
             plain_bodies: module.kernel("plain_page_bodies")?,
+            delta_values: module.kernel("delta_page_values")?,
             compress: module.kernel("snappy_compress")?,
             place: module.kernel("snappy_place")?,
             _module: module,
@@ -229,22 +248,37 @@ impl PageEncoder {
                 validity: validity_at.map_or(0, |at| input.ptr() + at as u64),
                 in_width: column.in_width,
                 out_width: column.out_width,
+                encoding: if column.delta {
+                    VALUES_DELTA
+                } else {
+                    VALUES_PLAIN
+                },
+                unused: 0,
             })
             .collect();
         let mut pages = Vec::new();
         let mut body_bytes = 0;
+        let mut compact_values = 0;
         for (index, column) in columns.iter().enumerate() {
             for cut in column.pages {
                 let levels = levels_bytes(column.nullable, cut);
                 pages.push(PageSpec {
                     first_row: cut.first_row as u64,
                     body_at: body_bytes as u64,
+                    compact_at: compact_values as u64,
                     rows: cut.rows as u32,
                     values: cut.values as u32,
                     levels_bytes: levels as u32,
                     column: index as u32,
                 });
-                body_bytes += levels + cut.values * column.out_width as usize;
+                body_bytes += levels
+                    + match column.delta {
+                        true => delta_bound(cut.values, column.out_width),
+                        false => cut.values * column.out_width as usize,
+                    };
+                if column.delta {
+                    compact_values += cut.values;
+                }
             }
         }
         let column_table = upload_table(device, &specs, "parquet page columns")?;
@@ -252,10 +286,23 @@ impl PageEncoder {
         // 8 bytes past the end: Snappy's 4-byte loads are two aligned words.
         // Every byte of every body is written; the 8 past them are only ever shifted out.
         let bodies = device.alloc::<u8>(body_bytes + 8, "parquet page bodies")?;
+        let compact = device.alloc::<i64>(compact_values.max(1), "parquet delta values")?;
+        let lengths = device.alloc::<u32>(pages.len().max(1), "parquet page lengths")?;
         if !pages.is_empty() {
-            let (mut page_at, mut column_at, mut bodies_at) =
-                (page_table.ptr(), column_table.ptr(), bodies.ptr());
-            let mut params = [arg(&mut page_at), arg(&mut column_at), arg(&mut bodies_at)];
+            let (mut page_at, mut column_at, mut bodies_at, mut compact_at, mut lengths_at) = (
+                page_table.ptr(),
+                column_table.ptr(),
+                bodies.ptr(),
+                compact.ptr(),
+                lengths.ptr(),
+            );
+            let mut params = [
+                arg(&mut page_at),
+                arg(&mut column_at),
+                arg(&mut bodies_at),
+                arg(&mut compact_at),
+                arg(&mut lengths_at),
+            ];
             launch(
                 device,
                 self.plain_bodies,
@@ -264,22 +311,41 @@ impl PageEncoder {
                 &mut params,
                 body_bytes,
             )?;
+            if compact_values > 0 || columns.iter().any(|c| c.delta) {
+                let mut params = [
+                    arg(&mut page_at),
+                    arg(&mut column_at),
+                    arg(&mut compact_at),
+                    arg(&mut bodies_at),
+                    arg(&mut lengths_at),
+                ];
+                launch(
+                    device,
+                    self.delta_values,
+                    pages.len() as u32,
+                    PAGE_THREADS,
+                    &mut params,
+                    body_bytes,
+                )?;
+            }
         }
         drop(input);
+        // Each page's body: from its place, as long as the kernels wrote it.
+        let written = device.download_now(&lengths)?;
+        let spans: Vec<(usize, usize)> = pages
+            .iter()
+            .zip(&written)
+            .map(|(page, &len)| (page.body_at as usize, len as usize))
+            .collect();
         let encoded = if snappy {
-            self.compress_pages(device, staging, &bodies, &pages, body_bytes)?
+            self.compress_pages(device, staging, &bodies, &spans)?
         } else {
             let host = Bytes::from(download_fresh(device, staging, &bodies, body_bytes)?);
-            let ends = pages.iter().skip(1).map(|p| p.body_at as usize);
-            pages
+            spans
                 .iter()
-                .zip(ends.chain([body_bytes]))
-                .map(|(page, end)| {
-                    let start = page.body_at as usize;
-                    EncodedPage {
-                        data: host.slice(start..end),
-                        uncompressed_bytes: end - start,
-                    }
+                .map(|&(start, len)| EncodedPage {
+                    data: host.slice(start..start + len),
+                    uncompressed_bytes: len,
                 })
                 .collect()
         };
@@ -299,17 +365,14 @@ impl PageEncoder {
         device: &Device,
         staging: &mut Staging,
         bodies: &DeviceBuffer<u8>,
-        pages: &[PageSpec],
-        body_bytes: usize,
+        spans: &[(usize, usize)],
     ) -> CudaResult<Vec<EncodedPage>> {
         let mut pieces = Vec::new();
         let mut scratch_bytes = 0;
-        let mut page_pieces = Vec::with_capacity(pages.len());
-        for (index, page) in pages.iter().enumerate() {
-            let start = page.body_at as usize;
-            let end = pages
-                .get(index + 1)
-                .map_or(body_bytes, |next| next.body_at as usize);
+        let mut page_pieces = Vec::with_capacity(spans.len());
+        let body_bytes: usize = spans.iter().map(|s| s.1).sum();
+        for &(start, len) in spans {
+            let end = start + len;
             let first = pieces.len();
             for at in (start..end).step_by(SNAPPY_PIECE_BYTES) {
                 let len = SNAPPY_PIECE_BYTES.min(end - at);
@@ -354,7 +417,7 @@ impl PageEncoder {
         let sizes = device.download_now(&piece_bytes)?;
         // Each page: its varint, then its pieces.
         let mut final_at = vec![0u64; pieces.len()];
-        let mut page_at = Vec::with_capacity(pages.len());
+        let mut page_at = Vec::with_capacity(spans.len());
         let mut out_bytes = 0usize;
         for (range, uncompressed) in &page_pieces {
             page_at.push(out_bytes);

@@ -293,6 +293,10 @@ pub(super) const SNAPPY_HASH_BITS: u32 = 13;
 /// Most bytes of one compressed piece: copies reach at most this far back (positions fit
 /// the hash table's 16-bit entries).
 pub(crate) const SNAPPY_PIECE_BYTES: usize = 1 << 16;
+/// `encoding` of a page kernel's column: values `PLAIN`...
+pub(super) const VALUES_PLAIN: u32 = 0;
+/// ...or `DELTA_BINARY_PACKED`.
+pub(super) const VALUES_DELTA: u32 = 1;
 
 /// `-D` options for one kernel file.
 pub(super) type Defines = Vec<(String, String)>;
@@ -482,6 +486,8 @@ impl Tuning {
                 ("SNAPPY_WARPS", SNAPPY_WARPS as u64),
                 ("SNAPPY_HASH_BITS", SNAPPY_HASH_BITS as u64),
                 ("SNAPPY_PIECE_BYTES", SNAPPY_PIECE_BYTES as u64),
+                ("VALUES_PLAIN", VALUES_PLAIN as u64),
+                ("VALUES_DELTA", VALUES_DELTA as u64),
             ]),
             other => panic!("no -D options are known for kernel file {other}"),
         };

@@ -99,19 +99,37 @@ pub(super) fn device_layout(data_type: &DataType, descr: &ColumnDescPtr) -> Opti
     })
 }
 
-/// Whether the properties let the device write `descr`'s pages: `PLAIN` (no dictionary,
-/// no other encoding asked for), no bloom filter, uncompressed or Snappy, pages of
-/// version 1.
-pub(super) fn properties_allow(properties: &WriterProperties, descr: &ColumnDescPtr) -> bool {
+/// The encoding of `descr`'s values in the pages the device writes under `properties`, or
+/// `None` where the device does not write them: `PLAIN` (no other encoding asked for) or
+/// `DELTA_BINARY_PACKED` (of integers), without a dictionary or bloom filter, uncompressed
+/// or Snappy, in pages of version 1.
+pub(super) fn values_encoding(
+    properties: &WriterProperties,
+    descr: &ColumnDescPtr,
+) -> Option<Encoding> {
     let path = descr.path();
-    properties.writer_version() == WriterVersion::PARQUET_1_0
+    let allowed = properties.writer_version() == WriterVersion::PARQUET_1_0
         && !properties.dictionary_enabled(path)
-        && matches!(properties.encoding(path), None | Some(Encoding::PLAIN))
         && properties.bloom_filter_properties(path).is_none()
         && matches!(
             properties.compression(path),
             Compression::UNCOMPRESSED | Compression::SNAPPY
-        )
+        );
+    let integer = matches!(
+        descr.physical_type(),
+        PhysicalType::INT32 | PhysicalType::INT64
+    );
+    match properties.encoding(path) {
+        _ if !allowed => None,
+        None | Some(Encoding::PLAIN) => Some(Encoding::PLAIN),
+        Some(Encoding::DELTA_BINARY_PACKED) if integer => Some(Encoding::DELTA_BINARY_PACKED),
+        Some(_) => None,
+    }
+}
+
+/// Whether the device writes `descr`'s pages under `properties`.
+pub(super) fn properties_allow(properties: &WriterProperties, descr: &ColumnDescPtr) -> bool {
+    values_encoding(properties, descr).is_some()
 }
 
 /// The pages of a column of `rows` rows (`nulls` its validity), where parquet's writer
@@ -368,17 +386,18 @@ fn statistics(
     }
 }
 
-/// The chunk of `array` (every row of one row group's column) whose pages (cut as `cuts`)
-/// the device encoded as `pages`, compressed with `compression`.
+/// The chunk of `leaf` (every row of one row group's column) whose pages (cut as `cuts`)
+/// the device encoded as `pages`, their values in `encoding`, compressed with
+/// `compression`.
 pub(super) fn assemble_chunk(
-    array: &ArrayRef,
-    descr: &ColumnDescPtr,
-    layout: DeviceLayout,
+    leaf: &DeviceLeaf,
     properties: &WriterProperties,
     cuts: &[PageCut],
     pages: Vec<EncodedPage>,
     compression: Compression,
+    encoding: Encoding,
 ) -> Result<DeviceChunk> {
+    let (array, descr, layout) = (&leaf.array, &leaf.descr, leaf.layout);
     if cuts.len() != pages.len() {
         return Err(ParquetError::General(format!(
             "gpusort: {} pages encoded for {} cut",
@@ -415,7 +434,7 @@ pub(super) fn assemble_chunk(
             let data_page = Page::DataPage {
                 buf: page.data,
                 num_values: cut.rows as u32,
-                encoding: Encoding::PLAIN,
+                encoding,
                 def_level_encoding: Encoding::RLE,
                 rep_level_encoding: Encoding::RLE,
                 statistics: header_stats,
@@ -471,11 +490,11 @@ pub(super) fn assemble_chunk(
     let mut builder = ColumnChunkMetaData::builder(Arc::clone(descr))
         .set_compression(compression)
         .set_encodings_mask(EncodingMask::new_from_encodings(
-            [Encoding::PLAIN, Encoding::RLE].iter(),
+            [encoding, Encoding::RLE].iter(),
         ))
         .set_page_encoding_stats(vec![PageEncodingStats {
             page_type: PageType::DATA_PAGE,
-            encoding: Encoding::PLAIN,
+            encoding,
             count: cuts.len() as i32,
         }])
         .set_total_compressed_size(bytes_written as i64)
@@ -586,6 +605,8 @@ fn encode_with(
             let width = leaf.layout.in_width as usize;
             let start = data.offset() * width;
             PageColumn {
+                delta: values_encoding(properties, &leaf.descr)
+                    == Some(Encoding::DELTA_BINARY_PACKED),
                 values: &data.buffers()[0].as_slice()[start..start + data.len() * width],
                 validity: validity.as_ref().map(|b| b.as_slice()),
                 in_width: leaf.layout.in_width,
@@ -602,13 +623,12 @@ fn encode_with(
         .zip(pages)
         .map(|((leaf, cuts), pages)| {
             assemble_chunk(
-                &leaf.array,
-                &leaf.descr,
-                leaf.layout,
+                leaf,
                 properties,
                 &cuts,
                 pages,
                 compression(leaf),
+                values_encoding(properties, &leaf.descr).unwrap_or(Encoding::PLAIN),
             )
             .map_err(|e| e.to_string())
         })
@@ -697,12 +717,73 @@ mod tests {
             body.extend_from_slice(&levels);
         }
         let (inw, outw) = (column.in_width as usize, column.out_width as usize);
+        let mut values = Vec::new();
         for row in cut.first_row..cut.first_row + cut.rows {
             if valid(row) {
-                body.extend_from_slice(&column.values[row * inw..row * inw + outw]);
+                let bytes = &column.values[row * inw..row * inw + outw];
+                match column.delta {
+                    true if outw == 4 => {
+                        values.push(i32::from_le_bytes(bytes.try_into().unwrap()) as i64)
+                    }
+                    true => values.push(i64::from_le_bytes(bytes.try_into().unwrap())),
+                    false => body.extend_from_slice(bytes),
+                }
             }
         }
+        if column.delta {
+            body.extend(host_delta(&values, outw == 4));
+        }
         body
+    }
+
+    /// `values` `DELTA_BINARY_PACKED` as parquet's writer lays them out (blocks of 4
+    /// miniblocks of 32 values for INT32, whose deltas wrap in 32 bits, 64 for INT64).
+    fn host_delta(values: &[i64], narrow: bool) -> Vec<u8> {
+        let zigzag = |v: i64| ((v << 1) ^ (v >> 63)) as u64;
+        let per_mini = if narrow { 32 } else { 64 };
+        let mut out = Vec::new();
+        varint(&mut out, 4 * per_mini as u64);
+        varint(&mut out, 4);
+        varint(&mut out, values.len() as u64);
+        varint(&mut out, zigzag(values.first().copied().unwrap_or(0)));
+        let deltas: Vec<i64> = values
+            .windows(2)
+            .map(|w| match narrow {
+                true => (w[1] as i32).wrapping_sub(w[0] as i32) as i64,
+                false => w[1].wrapping_sub(w[0]),
+            })
+            .collect();
+        for block in deltas.chunks(4 * per_mini) {
+            let least = *block.iter().min().unwrap();
+            varint(&mut out, zigzag(least));
+            let rel = |d: i64| match narrow {
+                true => (d as i32).wrapping_sub(least as i32) as u32 as u64,
+                false => d.wrapping_sub(least) as u64,
+            };
+            let minis: Vec<&[i64]> = block.chunks(per_mini).collect();
+            let widths: Vec<u32> = (0..4)
+                .map(|i| {
+                    minis.get(i).map_or(0, |m| {
+                        64 - m.iter().map(|d| rel(*d)).max().unwrap().leading_zeros()
+                    })
+                })
+                .collect();
+            out.extend(widths.iter().map(|w| *w as u8));
+            for (mini, width) in minis.iter().zip(&widths) {
+                let mut bits = vec![0u8; per_mini * *width as usize / 8];
+                for (j, d) in mini.iter().enumerate() {
+                    let value = rel(*d);
+                    for b in 0..*width as usize {
+                        if value >> b & 1 == 1 {
+                            let at = j * *width as usize + b;
+                            bits[at / 8] |= 1 << (at % 8);
+                        }
+                    }
+                }
+                out.extend(bits);
+            }
+        }
+        out
     }
 
     /// Columns of every type the device takes, with nulls (and a column of nulls only),
@@ -807,7 +888,22 @@ mod tests {
     /// Pages of 2048 rows: parquet's writer closes a page after the write batch that
     /// reaches the limit, which for a multiple of its batch is the limit itself.
     fn properties(compression: Compression) -> WriterProperties {
-        WriterProperties::builder()
+        properties_with(compression, false)
+    }
+
+    /// [`properties`], with `deltas` the integer columns `DELTA_BINARY_PACKED`.
+    fn properties_with(compression: Compression, deltas: bool) -> WriterProperties {
+        let integers = ["i32", "i64", "u64", "nulls", "d9", "d18", "date", "ts"];
+        let mut builder = WriterProperties::builder();
+        if deltas {
+            for name in integers {
+                builder = builder.set_column_encoding(
+                    datafusion::parquet::schema::types::ColumnPath::from(name),
+                    Encoding::DELTA_BINARY_PACKED,
+                );
+            }
+        }
+        builder
             .set_dictionary_enabled(false)
             .set_compression(compression)
             .set_data_page_row_count_limit(2048)
@@ -902,8 +998,13 @@ mod tests {
             + Copy,
     ) {
         let batch = table(10_007);
-        for compression in [Compression::UNCOMPRESSED, Compression::SNAPPY] {
-            let properties = properties(compression);
+        for (compression, deltas) in [
+            (Compression::UNCOMPRESSED, false),
+            (Compression::SNAPPY, false),
+            (Compression::UNCOMPRESSED, true),
+            (Compression::SNAPPY, true),
+        ] {
+            let properties = properties_with(compression, deltas);
             let (cpu, device) = both_files(&batch, &properties, pages);
             assert_eq!(read(&device), batch, "{compression}: values");
             assert_eq!(read(&cpu), batch);

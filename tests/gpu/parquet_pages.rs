@@ -10,7 +10,7 @@ use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::TimeUnit;
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use datafusion::parquet::arrow::ArrowWriter;
-use datafusion::parquet::basic::Compression;
+use datafusion::parquet::basic::{Compression, Encoding};
 use datafusion::parquet::file::properties::WriterProperties;
 use datafusion::parquet::file::reader::{FileReader, SerializedFileReader};
 use gpusort::cuda::{PageColumn, PageCut};
@@ -126,6 +126,7 @@ gpu_test!(
                 in_width: 8,
                 out_width: 8,
                 nullable: true,
+                delta: false,
                 pages: &pages[0],
             },
             PageColumn {
@@ -134,6 +135,7 @@ gpu_test!(
                 in_width: 8,
                 out_width: 8,
                 nullable: false,
+                delta: false,
                 pages: &pages[1],
             },
             PageColumn {
@@ -142,6 +144,7 @@ gpu_test!(
                 in_width: 16,
                 out_width: 8,
                 nullable: true,
+                delta: false,
                 pages: &pages[2],
             },
             PageColumn {
@@ -150,6 +153,7 @@ gpu_test!(
                 in_width: 16,
                 out_width: 4,
                 nullable: true,
+                delta: false,
                 pages: &pages[3],
             },
             PageColumn {
@@ -158,6 +162,7 @@ gpu_test!(
                 in_width: 4,
                 out_width: 4,
                 nullable: true,
+                delta: false,
                 pages: &constant_pages,
             },
         ];
@@ -294,12 +299,25 @@ gpu_test!(
             .step_by(7_000)
             .map(|at| batch.slice(at, 7_000.min(batch.num_rows() - at)))
             .collect();
-        for compression in [Compression::UNCOMPRESSED, Compression::SNAPPY] {
-            let properties = WriterProperties::builder()
+        for (compression, deltas) in [
+            (Compression::UNCOMPRESSED, false),
+            (Compression::SNAPPY, false),
+            (Compression::UNCOMPRESSED, true),
+            (Compression::SNAPPY, true),
+        ] {
+            let mut builder = WriterProperties::builder()
                 .set_dictionary_enabled(false)
                 .set_compression(compression)
-                .set_max_row_group_row_count(Some(64 * 1024))
-                .build();
+                .set_max_row_group_row_count(Some(64 * 1024));
+            if deltas {
+                // The integer columns (`t` and `d` are INT64 too) as `gpusort sort` writes them.
+                for name in ["k", "t", "d"] {
+                    builder =
+                        builder.set_column_encoding(name.into(), Encoding::DELTA_BINARY_PACKED);
+                }
+            }
+            let properties = builder.build();
+            let compression = format!("{compression} deltas={deltas}");
             let (bytes, device, host) = gpusort::pipeline::write_with_device_pages(
                 batch.schema(),
                 &batches,
@@ -308,6 +326,10 @@ gpu_test!(
             .unwrap();
             // Five row groups of four columns, all the device's.
             assert_eq!((device, host), (20, 0), "{compression}");
+            let expected_encoding = |c: usize| match (deltas, c) {
+                (true, 0 | 2 | 3) => Encoding::DELTA_BINARY_PACKED,
+                _ => Encoding::PLAIN,
+            };
             let mut expected = Vec::new();
             let mut writer =
                 ArrowWriter::try_new(&mut expected, batch.schema(), Some(properties)).unwrap();
@@ -340,6 +362,20 @@ gpu_test!(
                         "{compression} row group {g} column {c}"
                     );
                     assert_eq!(x.num_values(), y.num_values());
+                    assert!(
+                        y.encodings().any(|e| e == expected_encoding(c)),
+                        "{compression} row group {g} column {c}: {:?}",
+                        y.encodings().collect::<Vec<_>>()
+                    );
+                    if deltas && compression.starts_with("UNCOMPRESSED") && c != 1 {
+                        // The same deltas as parquet's writer, bit for bit: the same bytes but for the
+                        // definition levels' runs.
+                        let (a, b) = (x.uncompressed_size(), y.uncompressed_size());
+                        assert!(
+                            (a - b).abs() * 100 < a,
+                            "row group {g} column {c}: {a} and {b} bytes"
+                        );
+                    }
                 }
             }
         }

@@ -16,10 +16,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::{Array, ArrayRef, Float64Array, Int64Array, RecordBatch};
-use datafusion::arrow::datatypes::{Field, Schema};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::{exec_err, Result};
 use datafusion::parquet::arrow::ArrowWriter;
-use datafusion::parquet::basic::Compression;
+use datafusion::parquet::basic::{Compression, Encoding};
 use datafusion::parquet::file::properties::WriterProperties;
 use gpusort::cuda::{PageColumn, PageCut};
 use rayon::prelude::*;
@@ -98,7 +98,13 @@ fn median(mut times: Vec<Duration>) -> Duration {
 }
 
 /// One pass of the device: every row group's columns in one call each; bytes of pages.
-fn device_pass(groups: &[Vec<ArrayRef>], snappy: bool, per_page: usize) -> Result<usize> {
+/// With `delta`, the integer columns' values `DELTA_BINARY_PACKED`.
+fn device_pass(
+    groups: &[Vec<ArrayRef>],
+    snappy: bool,
+    delta: bool,
+    per_page: usize,
+) -> Result<usize> {
     let mut bytes = 0;
     for group in groups {
         let data: Vec<_> = group.iter().map(|a| a.to_data()).collect();
@@ -114,6 +120,7 @@ fn device_pass(groups: &[Vec<ArrayRef>], snappy: bool, per_page: usize) -> Resul
                 in_width: 8,
                 out_width: 8,
                 nullable: true,
+                delta: delta && i % 4 < 2,
                 pages: &cut[i],
             })
             .collect();
@@ -127,7 +134,11 @@ fn device_pass(groups: &[Vec<ArrayRef>], snappy: bool, per_page: usize) -> Resul
 }
 
 /// One pass of parquet's writers: every (row group, column) chunk on the rayon pool.
-fn host_pass(groups: &[Vec<ArrayRef>], properties: &WriterProperties) -> Result<usize> {
+fn host_pass(
+    groups: &[Vec<ArrayRef>],
+    properties: &WriterProperties,
+    integers: &WriterProperties,
+) -> Result<usize> {
     let chunks: Vec<&ArrayRef> = groups.iter().flatten().collect();
     let sizes: Result<Vec<usize>> = chunks
         .par_iter()
@@ -136,6 +147,10 @@ fn host_pass(groups: &[Vec<ArrayRef>], properties: &WriterProperties) -> Result<
             let batch =
                 RecordBatch::try_new(Arc::new(Schema::new(vec![field])), vec![Arc::clone(array)])?;
             let mut out = Vec::new();
+            let properties = match array.data_type() {
+                DataType::Int64 => integers,
+                _ => properties,
+            };
             let mut writer =
                 ArrowWriter::try_new(&mut out, batch.schema(), Some(properties.clone()))?;
             writer.write(&batch)?;
@@ -183,23 +198,42 @@ pub fn run(options: &PagesBench) -> Result<()> {
         "| pages | device | GB/s | its CPU time | parquet's writers | GB/s | their CPU time | bytes (device / parquet) |"
     );
     println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
-    for (name, snappy, compression) in [
-        ("PLAIN, uncompressed", false, Compression::UNCOMPRESSED),
-        ("PLAIN, Snappy", true, Compression::SNAPPY),
+    for (name, snappy, delta, compression) in [
+        (
+            "PLAIN, uncompressed",
+            false,
+            false,
+            Compression::UNCOMPRESSED,
+        ),
+        ("PLAIN, Snappy", true, false, Compression::SNAPPY),
+        (
+            "integers DELTA_BINARY_PACKED, Snappy",
+            true,
+            true,
+            Compression::SNAPPY,
+        ),
     ] {
         let properties = host(compression);
-        device_pass(&groups, snappy, per_page)?;
-        host_pass(&groups, &properties)?;
+        let integers = match delta {
+            true => WriterProperties::builder()
+                .set_dictionary_enabled(false)
+                .set_compression(compression)
+                .set_encoding(Encoding::DELTA_BINARY_PACKED)
+                .build(),
+            false => properties.clone(),
+        };
+        device_pass(&groups, snappy, delta, per_page)?;
+        host_pass(&groups, &properties, &integers)?;
         let (mut device_times, mut host_times) = (Vec::new(), Vec::new());
         let (mut device_cpu, mut host_cpu) = (Vec::new(), Vec::new());
         let (mut device_bytes, mut host_bytes) = (0, 0);
         for _ in 0..options.reps {
             let (started, cpu) = (Instant::now(), cpu_time());
-            device_bytes = device_pass(&groups, snappy, per_page)?;
+            device_bytes = device_pass(&groups, snappy, delta, per_page)?;
             device_times.push(started.elapsed());
             device_cpu.push(cpu_time() - cpu);
             let (started, cpu) = (Instant::now(), cpu_time());
-            host_bytes = host_pass(&groups, &properties)?;
+            host_bytes = host_pass(&groups, &properties, &integers)?;
             host_times.push(started.elapsed());
             host_cpu.push(cpu_time() - cpu);
         }
