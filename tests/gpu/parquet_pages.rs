@@ -173,7 +173,7 @@ gpu_test!(
             .with_device(|device, staging| encoder.encode(device, staging, &columns, true))
             .unwrap();
         for (c, column) in columns.iter().enumerate() {
-            let (mut plain_bytes, mut snappy_bytes) = (0, 0);
+            let (mut plain_bytes, mut snappy_bytes, mut snap_bytes) = (0, 0, 0);
             for (p, cut) in column.pages.iter().enumerate() {
                 let expected = reference_body(column, cut);
                 assert_eq!(
@@ -192,12 +192,20 @@ gpu_test!(
                 assert_eq!(snappy[c][p].uncompressed_bytes, expected.len());
                 plain_bytes += expected.len();
                 snappy_bytes += snappy[c][p].data.len();
+                snap_bytes += snap::raw::Encoder::new()
+                    .compress_vec(&expected)
+                    .unwrap()
+                    .len();
             }
-            eprintln!("column {c}: {plain_bytes} bytes, {snappy_bytes} compressed");
+            eprintln!(
+                "column {c}: {plain_bytes} bytes, {snappy_bytes} compressed \
+                 ({snap_bytes} by the snap crate)"
+            );
+            // Compressible pages compress about as well as the host's Snappy makes them.
             if c == 1 || c == 4 {
                 assert!(
-                    snappy_bytes * 2 < plain_bytes,
-                    "column {c}: {snappy_bytes} of {plain_bytes}"
+                    snappy_bytes * 10 < snap_bytes * 11,
+                    "column {c}: {snappy_bytes} bytes against the host's {snap_bytes}"
                 );
             }
         }
