@@ -389,22 +389,11 @@ extern "C" __global__ void __launch_bounds__(SNAPPY_WARPS * WARP)
         const bool inside = p < limit;
         const u32 v = inside ? load4(src + p) : 0;
         const u32 h = snappy_hash(v);
-        // Lanes of this step with the same hash (lanes past the end in groups of their
-        // own): the nearest earlier one is a later candidate than the table's, so values
-        // repeating within 32 bytes (8-byte columns) are found; the last one goes in the
-        // table.
-        const u32 peers = __match_any_sync(0xffffffffu, inside ? h : 0x80000000u | lane);
-        const u32 earlier = peers & lanemask_lt();
-        const u32 nearest = earlier ? 31 - __clz(earlier) : lane;
-        const u32 nearest_v = __shfl_sync(0xffffffffu, v, nearest);
-        const u32 stored = inside ? table[h] : SNAPPY_EMPTY;
+        const u32 candidate = inside ? table[h] : SNAPPY_EMPTY;
         __syncwarp();
-        const bool last = (peers >> lane) == 1;
-        if (inside && last) table[h] = (u16)p;
+        if (inside) table[h] = (u16)p;
         __syncwarp();
-        const u32 candidate = earlier ? pos + nearest : stored;
-        const bool hit = inside && candidate != SNAPPY_EMPTY && candidate < p &&
-                         (earlier ? nearest_v == v : load4(src + candidate) == v);
+        const bool hit = candidate != SNAPPY_EMPTY && candidate < p && load4(src + candidate) == v;
         const u32 hits = __ballot_sync(0xffffffffu, hit);
         if (hits == 0) {
             pos += WARP;
