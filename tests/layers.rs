@@ -50,11 +50,11 @@ const CUDA_LAYERS: &[&[&str]] = &[
     &["memory"],
     &["module"],
     &["columns"],
-    &["radix", "merge", "gather", "window"],
+    &["radix", "merge", "gather", "window", "parquet"],
     &["encode"],
     &["refine"],
     &["runtime"],
-    &["dispatch", "payload"],
+    &["dispatch", "payload", "pages"],
     &["sort_run"],
     &["backend"],
 ];

@@ -268,6 +268,7 @@ def sort_parquet(
     overwrite: bool = False,
     fsync: bool = True,
     backend: Optional[str] = None,
+    page_encoding: Optional[str] = None,
     progress: Union[bool, Callable[[dict], None], None] = None,
 ) -> dict:
     """Sorts Parquet or CSV files into Parquet, as ``gpusort sort`` does.
@@ -291,10 +292,15 @@ def sort_parquet(
     (default: the GPU when usable; inputs of fewer than 100 000 rows sort on the CPU
     backend without opening the device), ``cuda`` or ``cpu``. ``spill_dir``: where to
     spill (default ``$TMPDIR``); ``max_spill``: the most it may spill (bytes or ``"200G"``;
-    default 90 % of the free space there).
+    default 90 % of the free space there). ``page_encoding``: ``host`` (default) or
+    ``device``: the Parquet pages of fixed-width columns written without a dictionary
+    (``PLAIN``, or ``DELTA_BINARY_PACKED`` for integers; uncompressed or ``snappy``) are
+    built on the GPU, the CPU encoding them where no device can.
 
     Returns the job's summary (rows, bytes in and out, files, stage times, backend,
-    algorithm, peak memory, and the ``summary`` line ``gpusort sort`` prints). Ctrl-C
+    algorithm, peak memory, the column chunks whose pages the device built
+    (``device_page_chunks``) or was to build but the CPU encoded
+    (``device_page_chunks_on_host``), and the ``summary`` line ``gpusort sort`` prints). Ctrl-C
     stops the job, leaving no partial output or spill file, and raises
     ``KeyboardInterrupt``; a failure raises ``GpuSortError``.
     """
@@ -320,6 +326,7 @@ def sort_parquet(
             overwrite=overwrite,
             fsync=fsync,
             backend=backend,
+            page_encoding=page_encoding,
             progress=callback,
         )
     finally:

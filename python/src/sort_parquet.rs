@@ -11,7 +11,9 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use datafusion::common::config::SpillCompression;
-use gpusort::pipeline::{sort_files, Progress, ProgressSnapshot, SortJob, SortSummary};
+use gpusort::pipeline::{
+    sort_files, PageEncoding, Progress, ProgressSnapshot, SortJob, SortSummary,
+};
 use gpusort::BackendChoice;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -29,7 +31,7 @@ use crate::session::size_in_bytes;
     inputs, output, by, *, memory_limit = None, compression = None, limit = None,
     max_rows_per_file = None, row_group_rows = None, spill_compression = None,
     spill_dir = None, max_spill = None, union_by_name = false,
-    overwrite = false, fsync = true, backend = None, progress = None
+    overwrite = false, fsync = true, backend = None, page_encoding = None, progress = None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn sort_parquet<'py>(
@@ -49,6 +51,7 @@ pub fn sort_parquet<'py>(
     overwrite: bool,
     fsync: bool,
     backend: Option<String>,
+    page_encoding: Option<String>,
     progress: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let mut job = SortJob::new(inputs, output, by);
@@ -77,6 +80,10 @@ pub fn sort_parquet<'py>(
     if let Some(backend) = backend {
         job.backend = BackendChoice::from_str(&backend)
             .map_err(|e| PyValueError::new_err(format!("backend: {e}")))?;
+    }
+    if let Some(encoding) = page_encoding {
+        job.page_encoding = PageEncoding::from_str(&encoding)
+            .map_err(|e| PyValueError::new_err(format!("page_encoding: {e}")))?;
     }
     let counts = Arc::new(Progress::new());
     let job_counts = Arc::clone(&counts);
@@ -127,6 +134,11 @@ fn summary_dict<'py>(py: Python<'py>, summary: &SortSummary) -> PyResult<Bound<'
     stages.set_item("write", summary.stages.write.as_secs_f64())?;
     dict.set_item("stages", stages)?;
     dict.set_item("peak_memory", summary.peak_memory)?;
+    dict.set_item("device_page_chunks", summary.output.device_chunks)?;
+    dict.set_item(
+        "device_page_chunks_on_host",
+        summary.output.device_chunks_on_host,
+    )?;
     dict.set_item("summary", summary.to_string())?;
     Ok(dict)
 }

@@ -105,6 +105,21 @@ def test_bad_argument_values_raise_value_errors(parquet_dir, tmp_path):
         gpusort.sort_parquet(parquet_dir, tmp_path / "o.parquet", by="k", backend="abacus")
     with pytest.raises(ValueError, match="unit"):
         gpusort.sort_parquet(parquet_dir, tmp_path / "o.parquet", by="k", memory_limit="big")
+    with pytest.raises(ValueError, match="page_encoding"):
+        gpusort.sort_parquet(parquet_dir, tmp_path / "o.parquet", by="k", page_encoding="fpga")
+
+
+def test_pages_asked_of_the_device_make_the_same_file_content(parquet_dir, tmp_path):
+    host, device = tmp_path / "h.parquet", tmp_path / "d.parquet"
+    gpusort.sort_parquet(parquet_dir, host, by="k", compression="snappy")
+    summary = gpusort.sort_parquet(
+        parquet_dir, device, by="k", compression="snappy", page_encoding="device"
+    )
+    assert pq.read_table(device).equals(pq.read_table(host))
+    # Column chunks, each counted once: on the device, or on the host where it could not.
+    meta = pq.ParquetFile(device).metadata
+    chunks = summary["device_page_chunks"] + summary["device_page_chunks_on_host"]
+    assert 0 <= chunks <= meta.num_row_groups * meta.num_columns
 
 
 def test_progress_line_is_drawn_on_stderr_and_cleared(parquet_dir, tmp_path, capsys):

@@ -8,7 +8,7 @@
 //!  payload.rs     a run's payload gathered on the device (DeviceRun: the run's state)
 //!  window.rs      window columns over a run's sorted rows (kernels and their use)
 //!  encode.rs · refine.rs · gather.rs          key encoding · long-string ties · gather kernels
-//!  parquet.rs                                 Parquet data pages built and compressed on the device
+//!  parquet.rs · pages.rs                      Parquet data pages built on the device · for the writer
 //!  tuning.rs                                  launch shapes, thresholds, GPUSORT_* overrides
 //!  radix/ · merge/                            OneSweep · locality and segmented sorts
 //!  columns/ · memory/                         raw columns on the device · buffers, copies
@@ -25,6 +25,7 @@ mod gather;
 mod memory;
 mod merge;
 mod module;
+mod pages;
 mod parquet;
 mod payload;
 mod radix;
@@ -51,9 +52,9 @@ pub use merge::segment_starts::StartsEncoding;
 pub use merge::segment_tiles::SegmentTile;
 pub use merge::{MergeKeys, MergeSorted};
 pub use module::cached_kernel_path;
-pub use parquet::{encode_on_device, levels_bytes, EncodedPage, PageColumn, PageCut, PageEncoder};
+pub use pages::encode_on_device;
+pub use parquet::{levels_bytes, EncodedPage, PageColumn, PageCut, PageEncoder};
 pub use radix::onesweep::{RadixKey, Sorted, Values};
-pub(crate) use runtime::note_failure_of as runtime_failure;
 pub use runtime::{
     disabled_reason, fallback_count, is_driver_present, open_state, runtime, start_opening,
     CudaRuntime, OpenState, DEFAULT_DEVICE_MEMORY_FRACTION,

@@ -11,7 +11,7 @@
 
 use bytes::Bytes;
 
-use crate::cuda::error::{CudaError, CudaResult};
+use crate::cuda::error::CudaResult;
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::transfer::Staging;
 use crate::cuda::module::{arg, launch, load_module, Kernel, Module, PARQUET_PAGES};
@@ -468,35 +468,6 @@ impl PageEncoder {
             })
             .collect())
     }
-}
-
-/// The pages of `columns` encoded on the process's device (Snappy-compressed where
-/// `snappy`), or why not: no device, its page kernels not loaded, or a failure (logged; a
-/// fatal one disables the device for the process, as a failed sort does). The caller
-/// encodes the columns on the host instead.
-pub fn encode_on_device(
-    columns: &[PageColumn<'_>],
-    snappy: bool,
-) -> Result<Vec<Vec<EncodedPage>>, String> {
-    let runtime = crate::cuda::runtime()?;
-    let Some(encoder) = runtime.pages.as_ref() else {
-        return Err("the Parquet page kernels did not load".to_string());
-    };
-    let rows: usize = columns
-        .iter()
-        .map(|c| c.values.len() / c.in_width.max(1) as usize)
-        .sum();
-    runtime
-        .with_device(|device, staging| encoder.encode(device, staging, columns, snappy))
-        .map_err(|error: CudaError| {
-            crate::cuda::runtime_failure(
-                "Parquet page encoding",
-                "encoding on the host",
-                &error,
-                rows,
-            );
-            error.to_string()
-        })
 }
 
 /// The first `len` bytes of `src` in a new vector, written once by the download (no

@@ -366,7 +366,7 @@ pub(super) fn note_gather_failure(error: &CudaError, rows: usize, scope: FaultSc
 
 /// Logs a failed device step (`what`, handled as `then`); a fatal error disables the
 /// device for the process.
-pub(crate) fn note_failure_of(what: &str, then: &str, error: &CudaError, rows: usize) {
+pub(super) fn note_failure_of(what: &str, then: &str, error: &CudaError, rows: usize) {
     if error.is_fatal() {
         disable_device(&error.to_string());
     }
