@@ -32,6 +32,8 @@ use datafusion::parquet::file::statistics::{Statistics, ValueStatistics};
 use datafusion::parquet::file::writer::{SerializedPageWriter, TrackedWrite};
 use datafusion::parquet::schema::types::ColumnDescPtr;
 
+use rayon::prelude::*;
+
 use crate::cuda::{EncodedPage, PageColumn, PageCut};
 
 /// How the device writes one Arrow column's values: bytes of each as Arrow holds them, in
@@ -412,7 +414,7 @@ pub(super) fn assemble_chunk(
     let page_stats: Vec<Option<MinMax>> = match stats_level {
         EnabledStatistics::None => vec![None; cuts.len()],
         _ => cuts
-            .iter()
+            .par_iter()
             .map(|cut| page_min_max(array.as_ref(), layout.order, cut))
             .collect(),
     };
@@ -618,7 +620,7 @@ fn encode_with(
         .collect();
     let pages = pages(&columns, snappy)?;
     leaves
-        .iter()
+        .par_iter()
         .zip(cuts)
         .zip(pages)
         .map(|((leaf, cuts), pages)| {

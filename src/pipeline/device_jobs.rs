@@ -1,6 +1,8 @@
 //! The device's share of a Parquet file's row groups: the leaves of each row group whose
 //! pages the device builds ([`device_chunks`]), gathered as the rows arrive and encoded in
-//! one job per row group, on a thread of the file's own, in row group order. Where the
+//! one job per row group, on [`WORKERS`] threads of the file's own: a job's host work (its
+//! columns made contiguous, statistics, headers) overlaps the device work of the others,
+//! which take turns on the device. Where the
 //! device cannot (none, its kernels missing, a failure), the job encodes the same leaves
 //! with the CPU writers the row group made for them, so the file is always written.
 
@@ -19,6 +21,7 @@ use datafusion::parquet::arrow::arrow_writer::{
 use datafusion::parquet::errors::{ParquetError, Result};
 use datafusion::parquet::file::properties::WriterProperties;
 use datafusion::parquet::schema::types::{ColumnDescPtr, SchemaDescriptor};
+use rayon::prelude::*;
 
 use super::device_chunks::{self, DeviceChunk, DeviceLayout, DeviceLeaf};
 use super::write_memory::WriteMemory;
@@ -49,11 +52,17 @@ impl PageCounts {
     }
 }
 
-/// The leaves of a file the device may take, and the thread its jobs run on.
+/// Threads running one file's device jobs.
+const WORKERS: usize = 4;
+
+/// The channel to a file's device threads, and the threads.
+type Workers = (Sender<Arc<DeviceJob>>, Vec<JoinHandle<()>>);
+
+/// The leaves of a file the device may take, and the threads its jobs run on.
 pub(super) struct DevicePages {
     /// Per leaf: its field, column and layout where the device takes its type.
     pub(super) leaves: Vec<Option<(FieldRef, ColumnDescPtr, DeviceLayout)>>,
-    worker: Option<(Sender<Arc<DeviceJob>>, JoinHandle<()>)>,
+    worker: Option<Workers>,
     /// Counted as each job ends.
     counts: Arc<PageCounts>,
 }
@@ -90,21 +99,29 @@ impl DevicePages {
         }
     }
 
-    /// Hands `job` to the file's device thread (started the first time), which runs the
+    /// Hands `job` to the file's device threads (started the first time), which take the
     /// jobs in order; where no thread can start, runs it here.
     pub(super) fn submit(&mut self, job: Arc<DeviceJob>) {
         if self.worker.is_none() {
             let (sender, receiver) = channel::<Arc<DeviceJob>>();
-            let counts = Arc::clone(&self.counts);
-            let started = std::thread::Builder::new()
-                .name("gpusort-device-pages".into())
-                .spawn(move || {
-                    for job in receiver {
-                        job.run(&counts);
-                    }
-                });
-            if let Ok(thread) = started {
-                self.worker = Some((sender, thread));
+            let receiver = Arc::new(Mutex::new(receiver));
+            let threads: Vec<JoinHandle<()>> = (0..WORKERS)
+                .filter_map(|_| {
+                    let (receiver, counts) = (Arc::clone(&receiver), Arc::clone(&self.counts));
+                    std::thread::Builder::new()
+                        .name("gpusort-device-pages".into())
+                        .spawn(move || loop {
+                            let next = receiver.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                            match next {
+                                Ok(job) => job.run(&counts),
+                                Err(_) => return,
+                            }
+                        })
+                        .ok()
+                })
+                .collect();
+            if !threads.is_empty() {
+                self.worker = Some((sender, threads));
             }
         }
         match &self.worker {
@@ -120,9 +137,11 @@ impl DevicePages {
 
 impl Drop for DevicePages {
     fn drop(&mut self) {
-        if let Some((sender, thread)) = self.worker.take() {
+        if let Some((sender, threads)) = self.worker.take() {
             drop(sender);
-            let _ = thread.join();
+            for thread in threads {
+                let _ = thread.join();
+            }
         }
     }
 }
@@ -219,18 +238,21 @@ impl DeviceJob {
                 Err(_) => 0,
             })
             .sum();
+        // The memory counts the chunks as encoded before the appender can see them (it
+        // lets go of what it appended as soon as it has).
+        self.memory.leaf_done(queued, 0, encoded);
         {
             let mut state = self.lock();
             state.outcome = Some(outcome.into_iter().map(Some).collect());
             state.encoded = encoded;
             state.queued = 0;
         }
-        self.memory.leaf_done(queued, 0, encoded);
+        self.memory.encoder_done();
     }
 
     fn encode(&self, arrays: Vec<Vec<ArrayRef>>) -> Vec<Result<EncodedLeaf>> {
         let columns: Result<Vec<ArrayRef>> = arrays
-            .iter()
+            .par_iter()
             .map(|parts| {
                 let parts: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
                 concat(&parts).map_err(|e| ParquetError::General(e.to_string()))
