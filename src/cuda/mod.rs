@@ -53,7 +53,7 @@ pub use merge::segment_tiles::SegmentTile;
 pub use merge::{MergeKeys, MergeSorted};
 pub use module::cached_kernel_path;
 pub use pages::encode_on_device;
-pub use parquet::{levels_bytes, EncodedPage, PageColumn, PageCut, PageEncoder};
+pub use parquet::{EncodedPage, PageColumn, PageCut, PageEncoder};
 pub use radix::onesweep::{RadixKey, Sorted, Values};
 pub use runtime::{
     disabled_reason, fallback_count, is_driver_present, open_state, runtime, start_opening,

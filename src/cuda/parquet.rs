@@ -132,7 +132,7 @@ fn put_varint(out: &mut [u8], mut value: u64) -> usize {
 /// Bytes of a page's definition levels section (its length prefix included), as the
 /// kernel writes it: none for a required column; one RLE run where no value is null;
 /// else a bit-packed run of whole groups of 8.
-pub fn levels_bytes(nullable: bool, cut: &PageCut) -> usize {
+fn levels_bytes(nullable: bool, cut: &PageCut) -> usize {
     if !nullable {
         return 0;
     }
@@ -311,7 +311,7 @@ impl PageEncoder {
                 &mut params,
                 body_bytes,
             )?;
-            if compact_values > 0 || columns.iter().any(|c| c.delta) {
+            if columns.iter().any(|c| c.delta) {
                 let mut params = [
                     arg(&mut page_at),
                     arg(&mut column_at),

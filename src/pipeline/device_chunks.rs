@@ -13,11 +13,9 @@ use std::cmp::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use datafusion::arrow::array::{Array, ArrayRef, AsArray};
+use datafusion::arrow::array::{Array, ArrayRef};
 use datafusion::arrow::buffer::{Buffer, NullBuffer};
-use datafusion::arrow::datatypes::{
-    DataType, Decimal128Type, Float32Type, Float64Type, TimeUnit, UInt32Type, UInt64Type,
-};
+use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::parquet::basic::{
     BoundaryOrder, Compression, Encoding, EncodingMask, PageType, Type as PhysicalType,
 };
@@ -187,36 +185,34 @@ impl MinMax {
         }
     }
 
+    /// The minimum (or, with `maxima`, the maximum) as `order` compares it.
+    fn key(&self, order: ValueOrder, maxima: bool) -> OrderKey {
+        fn pick<T>(maxima: bool, lo: T, hi: T) -> T {
+            if maxima {
+                hi
+            } else {
+                lo
+            }
+        }
+        match (*self, order) {
+            (MinMax::Int32(lo, hi), ValueOrder::UInt32) => {
+                OrderKey::Int(pick(maxima, lo, hi) as u32 as i128)
+            }
+            (MinMax::Int32(lo, hi), _) => OrderKey::Int(pick(maxima, lo, hi) as i128),
+            (MinMax::Int64(lo, hi), ValueOrder::UInt64) => {
+                OrderKey::Int(pick(maxima, lo, hi) as u64 as i128)
+            }
+            (MinMax::Int64(lo, hi), _) => OrderKey::Int(pick(maxima, lo, hi) as i128),
+            (MinMax::Float(lo, hi), _) => OrderKey::Float(pick(maxima, lo, hi) as f64),
+            (MinMax::Double(lo, hi), _) => OrderKey::Float(pick(maxima, lo, hi)),
+        }
+    }
+
     /// How two minima (or maxima) of one column compare in its order.
     fn compare(order: ValueOrder, a: &MinMax, b: &MinMax, maxima: bool) -> Ordering {
-        let pick = |m: &MinMax| -> (i128, f64) {
-            match *m {
-                MinMax::Int32(lo, hi) => {
-                    let v = if maxima { hi } else { lo };
-                    match order {
-                        ValueOrder::UInt32 => (v as u32 as i128, 0.0),
-                        _ => (v as i128, 0.0),
-                    }
-                }
-                MinMax::Int64(lo, hi) => {
-                    let v = if maxima { hi } else { lo };
-                    match order {
-                        ValueOrder::UInt64 => (v as u64 as i128, 0.0),
-                        _ => (v as i128, 0.0),
-                    }
-                }
-                MinMax::Float(lo, hi) => (0, if maxima { hi } else { lo } as f64),
-                MinMax::Double(lo, hi) => (0, if maxima { hi } else { lo }),
-            }
-        };
-        let (ia, fa) = pick(a);
-        let (ib, fb) = pick(b);
-        match order {
-            ValueOrder::Float | ValueOrder::Double => {
-                fa.partial_cmp(&fb).unwrap_or(Ordering::Equal)
-            }
-            _ => ia.cmp(&ib),
-        }
+        a.key(order, maxima)
+            .partial_cmp(&b.key(order, maxima))
+            .unwrap_or(Ordering::Equal)
     }
 
     /// The smaller minimum and larger maximum of two.
@@ -241,26 +237,45 @@ impl MinMax {
     }
 }
 
-/// The smallest and largest of `values` where `valid`, by `less`; `None` if none counts.
-fn extremes<T: Copy>(
-    values: impl Iterator<Item = (T, bool)>,
+/// A statistic as its column orders it: integers (signed or unsigned) exactly, floats
+/// as floats (never NaN: the statistics skip them).
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+enum OrderKey {
+    Int(i128),
+    Float(f64),
+}
+
+/// The smallest and largest of the valid `values`, each taken as `to` makes it, where
+/// `counts` keeps it; `None` if none does.
+fn extremes<S: Copy, T: Copy + PartialOrd>(
+    values: &[S],
+    valid: impl Fn(usize) -> bool,
+    to: impl Fn(S) -> T,
     counts: impl Fn(T) -> bool,
-    less: impl Fn(T, T) -> bool,
 ) -> Option<(T, T)> {
     let mut out: Option<(T, T)> = None;
-    for (v, valid) in values {
-        if !valid || !counts(v) {
+    for (i, v) in values.iter().enumerate() {
+        let v = to(*v);
+        if !valid(i) || !counts(v) {
             continue;
         }
         out = Some(match out {
             None => (v, v),
-            Some((lo, hi)) => (
-                if less(v, lo) { v } else { lo },
-                if less(hi, v) { v } else { hi },
-            ),
+            Some((lo, hi)) => (if v < lo { v } else { lo }, if hi < v { v } else { hi }),
         });
     }
     out
+}
+
+/// A float minimum written as -0.0 where it is zero, a maximum as +0.0 (parquet's rule).
+fn signed_zeros<T: Copy + PartialEq + Default + std::ops::Neg<Output = T>>(
+    (lo, hi): (T, T),
+) -> (T, T) {
+    let zero = T::default();
+    (
+        if lo == zero { -zero } else { lo },
+        if hi == zero { T::default() } else { hi },
+    )
 }
 
 /// The minimum and maximum of rows `cut` of `array`, as parquet's writer finds them:
@@ -269,97 +284,37 @@ fn page_min_max(array: &dyn Array, order: ValueOrder, cut: &PageCut) -> Option<M
     let slice = array.slice(cut.first_row, cut.rows);
     let nulls = slice.logical_nulls();
     let valid = |i: usize| nulls.as_ref().is_none_or(|n| n.is_valid(i));
-    match (array.data_type(), order) {
-        (DataType::Decimal128(..), ValueOrder::Int32) => {
-            let a = slice.as_primitive::<Decimal128Type>();
-            extremes(
-                a.values()
-                    .iter()
-                    .enumerate()
-                    .map(|(i, v)| (*v as i32, valid(i))),
-                |_| true,
-                |x, y| x < y,
-            )
-            .map(|(l, h)| MinMax::Int32(l, h))
+    // The values in Arrow's width (`buffer` starts at the slice's first row).
+    let data = slice.to_data();
+    fn all<T>(_: T) -> bool {
+        true
+    }
+    let decimal = matches!(array.data_type(), DataType::Decimal128(..));
+    match order {
+        ValueOrder::Int32 if decimal => extremes(data.buffer::<i128>(0), valid, |v| v as i32, all)
+            .map(|(l, h)| MinMax::Int32(l, h)),
+        ValueOrder::Int64 if decimal => extremes(data.buffer::<i128>(0), valid, |v| v as i64, all)
+            .map(|(l, h)| MinMax::Int64(l, h)),
+        ValueOrder::Int32 => {
+            extremes(data.buffer::<i32>(0), valid, |v| v, all).map(|(l, h)| MinMax::Int32(l, h))
         }
-        (DataType::Decimal128(..), _) => {
-            let a = slice.as_primitive::<Decimal128Type>();
-            extremes(
-                a.values()
-                    .iter()
-                    .enumerate()
-                    .map(|(i, v)| (*v as i64, valid(i))),
-                |_| true,
-                |x, y| x < y,
-            )
-            .map(|(l, h)| MinMax::Int64(l, h))
+        ValueOrder::UInt32 => extremes(data.buffer::<u32>(0), valid, |v| v, all)
+            .map(|(l, h)| MinMax::Int32(l as i32, h as i32)),
+        ValueOrder::Int64 => {
+            extremes(data.buffer::<i64>(0), valid, |v| v, all).map(|(l, h)| MinMax::Int64(l, h))
         }
-        (_, ValueOrder::Int32) => {
-            let data = slice.to_data();
-            let values: &[i32] = data.buffer::<i32>(0);
-            extremes(
-                values.iter().enumerate().map(|(i, v)| (*v, valid(i))),
-                |_| true,
-                |x, y| x < y,
-            )
-            .map(|(l, h)| MinMax::Int32(l, h))
-        }
-        (_, ValueOrder::UInt32) => {
-            let a = slice.as_primitive::<UInt32Type>();
-            extremes(
-                a.values().iter().enumerate().map(|(i, v)| (*v, valid(i))),
-                |_| true,
-                |x, y| x < y,
-            )
-            .map(|(l, h)| MinMax::Int32(l as i32, h as i32))
-        }
-        (_, ValueOrder::Int64) => {
-            let data = slice.to_data();
-            let values: &[i64] = data.buffer::<i64>(0);
-            extremes(
-                values.iter().enumerate().map(|(i, v)| (*v, valid(i))),
-                |_| true,
-                |x, y| x < y,
-            )
-            .map(|(l, h)| MinMax::Int64(l, h))
-        }
-        (_, ValueOrder::UInt64) => {
-            let a = slice.as_primitive::<UInt64Type>();
-            extremes(
-                a.values().iter().enumerate().map(|(i, v)| (*v, valid(i))),
-                |_| true,
-                |x, y| x < y,
-            )
-            .map(|(l, h)| MinMax::Int64(l as i64, h as i64))
-        }
-        (_, ValueOrder::Float) => {
-            let a = slice.as_primitive::<Float32Type>();
-            extremes(
-                a.values().iter().enumerate().map(|(i, v)| (*v, valid(i))),
-                |v| !v.is_nan(),
-                |x, y| x < y,
-            )
-            .map(|(l, h)| {
-                MinMax::Float(
-                    if l == 0.0 { -0.0 } else { l },
-                    if h == 0.0 { 0.0 } else { h },
-                )
-            })
-        }
-        (_, ValueOrder::Double) => {
-            let a = slice.as_primitive::<Float64Type>();
-            extremes(
-                a.values().iter().enumerate().map(|(i, v)| (*v, valid(i))),
-                |v| !v.is_nan(),
-                |x, y| x < y,
-            )
-            .map(|(l, h)| {
-                MinMax::Double(
-                    if l == 0.0 { -0.0 } else { l },
-                    if h == 0.0 { 0.0 } else { h },
-                )
-            })
-        }
+        ValueOrder::UInt64 => extremes(data.buffer::<u64>(0), valid, |v| v, all)
+            .map(|(l, h)| MinMax::Int64(l as i64, h as i64)),
+        ValueOrder::Float => extremes(data.buffer::<f32>(0), valid, |v| v, |v: f32| !v.is_nan())
+            .map(|m| {
+                let (l, h) = signed_zeros(m);
+                MinMax::Float(l, h)
+            }),
+        ValueOrder::Double => extremes(data.buffer::<f64>(0), valid, |v| v, |v: f64| !v.is_nan())
+            .map(|m| {
+                let (l, h) = signed_zeros(m);
+                MinMax::Double(l, h)
+            }),
     }
 }
 
@@ -588,6 +543,10 @@ fn encode_with(
             )
         })
         .collect();
+    let encodings: Vec<Encoding> = leaves
+        .iter()
+        .map(|leaf| values_encoding(properties, &leaf.descr).unwrap_or(Encoding::PLAIN))
+        .collect();
     let data: Vec<_> = leaves.iter().map(|leaf| leaf.array.to_data()).collect();
     let validity: Vec<Option<Buffer>> = leaves
         .iter()
@@ -603,12 +562,12 @@ fn encode_with(
         .zip(&data)
         .zip(&validity)
         .zip(&cuts)
-        .map(|(((leaf, data), validity), cuts)| {
+        .zip(&encodings)
+        .map(|((((leaf, data), validity), cuts), encoding)| {
             let width = leaf.layout.in_width as usize;
             let start = data.offset() * width;
             PageColumn {
-                delta: values_encoding(properties, &leaf.descr)
-                    == Some(Encoding::DELTA_BINARY_PACKED),
+                delta: *encoding == Encoding::DELTA_BINARY_PACKED,
                 values: &data.buffers()[0].as_slice()[start..start + data.len() * width],
                 validity: validity.as_ref().map(|b| b.as_slice()),
                 in_width: leaf.layout.in_width,
@@ -623,16 +582,10 @@ fn encode_with(
         .par_iter()
         .zip(cuts)
         .zip(pages)
-        .map(|((leaf, cuts), pages)| {
-            assemble_chunk(
-                leaf,
-                properties,
-                &cuts,
-                pages,
-                compression(leaf),
-                values_encoding(properties, &leaf.descr).unwrap_or(Encoding::PLAIN),
-            )
-            .map_err(|e| e.to_string())
+        .zip(&encodings)
+        .map(|(((leaf, cuts), pages), encoding)| {
+            assemble_chunk(leaf, properties, &cuts, pages, compression(leaf), *encoding)
+                .map_err(|e| e.to_string())
         })
         .collect()
 }
@@ -648,7 +601,6 @@ mod tests {
     use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     use datafusion::parquet::arrow::{ArrowSchemaConverter, ArrowWriter};
     use datafusion::parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
-    use datafusion::parquet::file::reader::{FileReader, SerializedFileReader};
     use datafusion::parquet::file::writer::SerializedFileWriter;
 
     /// The pages of `columns` as the kernels build them, made on the host: definition
@@ -959,10 +911,9 @@ mod tests {
         }
         group.close().unwrap();
         // The Arrow schema, as ArrowWriter stores it, so the reader gets the same types.
-        let mut cpu_meta = ParquetMetaDataReader::new()
+        let cpu_meta = ParquetMetaDataReader::new()
             .parse_and_finish(&Bytes::from(cpu.clone()))
             .unwrap();
-        let _ = &mut cpu_meta;
         for kv in cpu_meta
             .file_metadata()
             .key_value_metadata()
@@ -976,8 +927,6 @@ mod tests {
     }
 
     fn metadata(bytes: &[u8]) -> ParquetMetaData {
-        let reader = SerializedFileReader::new(Bytes::from(bytes.to_vec())).unwrap();
-        let _ = reader.metadata();
         ParquetMetaDataReader::new()
             .with_page_index_policy(datafusion::parquet::file::metadata::PageIndexPolicy::Required)
             .parse_and_finish(&Bytes::from(bytes.to_vec()))

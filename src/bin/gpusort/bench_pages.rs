@@ -24,6 +24,8 @@ use datafusion::parquet::file::properties::WriterProperties;
 use gpusort::cuda::{PageColumn, PageCut};
 use rayon::prelude::*;
 
+use crate::bench::splitmix64;
+
 /// Options of `gpusort bench pages`.
 #[derive(Debug, Clone)]
 pub struct PagesBench {
@@ -31,13 +33,6 @@ pub struct PagesBench {
     pub columns: usize,
     pub row_group_rows: usize,
     pub reps: usize,
-}
-
-fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// Column `c` of the table, rows `start .. start + rows`.
