@@ -21,7 +21,7 @@ use datafusion::arrow::array::{
     UInt8Array,
 };
 use datafusion::arrow::compute::{concat_batches, sort_to_indices, take_record_batch};
-use datafusion::arrow::datatypes::{DataType, Field, Float64Type, Schema};
+use datafusion::arrow::datatypes::{DataType, Field, Float64Type, Schema, SchemaRef};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -159,8 +159,9 @@ async fn assert_same_windows(
         text.contains("SortedWindowExec"),
         "not computed by gpusort: {sql}\n{text}"
     );
-    let expected = by_rid(stock.sql(sql).await.unwrap().collect().await.unwrap());
+    let expected = sql_by_rid(stock, sql).await;
     let got = by_rid(
+        &plan.schema(),
         datafusion::physical_plan::collect(Arc::clone(&plan), gpu.task_ctx())
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}")),
@@ -213,11 +214,22 @@ fn assert_close(a: &ArrayRef, b: &ArrayRef, scale: f64, sql: &str, c: usize) {
     }
 }
 
-fn by_rid(batches: Vec<RecordBatch>) -> RecordBatch {
-    let schema = batches[0].schema();
+/// The batches as one, rows ordered by `rid` (column 0); no batch at all (a filter that
+/// kept nothing) is an empty batch of `schema`.
+fn by_rid(schema: &SchemaRef, batches: Vec<RecordBatch>) -> RecordBatch {
+    let schema = batches
+        .first()
+        .map_or(Arc::clone(schema), RecordBatch::schema);
     let all = concat_batches(&schema, &batches).unwrap();
     let order = sort_to_indices(all.column(0), None, None).unwrap();
     take_record_batch(&all, &order).unwrap()
+}
+
+/// `sql`'s result in `ctx`, rows ordered by `rid`.
+async fn sql_by_rid(ctx: &SessionContext, sql: &str) -> RecordBatch {
+    let frame = ctx.sql(sql).await.unwrap();
+    let schema: SchemaRef = Arc::new(frame.schema().as_arrow().clone());
+    by_rid(&schema, frame.collect().await.unwrap())
 }
 
 /// Σ|f| over the whole table: a bound on any partition's.
@@ -647,7 +659,8 @@ pub async fn float_sums_within_the_stated_bound(backend: BackendChoice) {
     let plan = physical_plan(&gpu, sql).await.unwrap();
     assert!(plan_text(&plan).contains("SortedWindowExec"));
     let got = by_rid(
-        datafusion::physical_plan::collect(plan, gpu.task_ctx())
+        &plan.schema(),
+        datafusion::physical_plan::collect(Arc::clone(&plan), gpu.task_ctx())
             .await
             .unwrap(),
     );
@@ -685,8 +698,13 @@ pub async fn unsupported_windows_keep_datafusion_and_say_why(backend: BackendCho
         assert!(!text.contains("SortedWindowExec"), "{sql}\n{text}");
         let decisions = rule.last_decisions_text();
         assert!(decisions.contains(reason), "{sql}: {decisions}");
-        let a = by_rid(datafusion::physical_plan::collect(plan, gpu.task_ctx()).await.unwrap());
-        let b = by_rid(stock.sql(sql).await.unwrap().collect().await.unwrap());
+        let a = by_rid(
+            &plan.schema(),
+            datafusion::physical_plan::collect(Arc::clone(&plan), gpu.task_ctx())
+                .await
+                .unwrap(),
+        );
+        let b = sql_by_rid(&stock, sql).await;
         assert_eq!(a, b, "{sql}");
     }
 }
