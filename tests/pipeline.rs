@@ -21,7 +21,7 @@ use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 use datafusion::physical_plan::displayable;
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
-use gpusort::pipeline::{sort_files, Progress};
+use gpusort::pipeline::{sort_files, KeyRangeChoice, Progress};
 
 /// Fixed-width types Parquet can store (the others are the unwritable-type case).
 fn writable_types() -> Vec<DataType> {
@@ -722,6 +722,9 @@ async fn memory_limited_sort_spills_and_matches() {
     let output = dir.path().join("out.parquet");
     let mut job = job(&[&input], &output, "k0, k1");
     job.memory_limit = Some(16 << 20);
+    // The operator's own spilling (by default a job this much larger than its memory goes
+    // by key range: the next test).
+    job.key_ranges = KeyRangeChoice::Off;
     let summary = sort_files(&job, &Progress::new()).await.unwrap();
     assert!(
         summary.algorithm.contains("spill files"),
@@ -731,6 +734,136 @@ async fn memory_limited_sort_spills_and_matches() {
     let actual = read_parquet(&output);
     assert_same_sort(&expected, &actual, &[0, 1], "memory-limited");
     assert_stable(&actual, &[0, 1], batch.num_columns() - 1, "memory-limited");
+}
+
+/// `batch`'s keys `k0`, `k1`, its first three payload columns and `rid` (a job's writer
+/// holds about a page buffer per column, which the small limits below cannot spare for
+/// every type).
+fn narrow(batch: &RecordBatch) -> RecordBatch {
+    let last = batch.num_columns() - 1;
+    batch.project(&[0, 1, 2, 3, 4, last]).unwrap()
+}
+
+/// Sorts `input` with `ranges` under `limit` and checks the output against DataFusion's
+/// sort by `order` (keys `keys`, ties by `rid` = column `rid`); the job's summary.
+async fn ranged_job(
+    input: &Path,
+    out: &Path,
+    (by, order, keys, rid): (&str, &str, &[usize], usize),
+    ranges: KeyRangeChoice,
+    limit: Option<usize>,
+) -> gpusort::pipeline::SortSummary {
+    let context = format!("--by {by} with {ranges:?} under {limit:?}");
+    let expected = datafusion_copy(input, order, "", &out.with_extension("expected")).await;
+    let mut job = job(&[input], out, by);
+    job.memory_limit = limit;
+    job.key_ranges = ranges;
+    let summary = sort_files(&job, &Progress::new())
+        .await
+        .unwrap_or_else(|e| panic!("{context}: {e}"));
+    let actual = read_parquet(out);
+    assert_same_sort(&expected, &actual, keys, &context);
+    assert_stable(&actual, keys, rid, &context);
+    summary
+}
+
+/// Jobs sorted by key range: the keys sampled, every row spilled into its range, each range
+/// sorted and written in turn. The output equals DataFusion's sort, ties in input order,
+/// for every direction and null order, by default under a small limit and with a forced
+/// number of ranges; keys of few values make fewer ranges (or none), and a range larger
+/// than the memory spills inside its own sort.
+#[tokio::test]
+async fn key_ranges_sort_like_datafusion() {
+    let dir = tempfile::tempdir().unwrap();
+    let wide = table(40_000, "pipeline-ranges");
+    let input = dir.path().join("in");
+    write_parquet_files(&input, &wide, 3);
+    let rid = wide.num_columns() - 1;
+    let forced: [(&str, &str, &[usize], KeyRangeChoice, bool); 4] = [
+        (
+            "k1 DESC NULLS LAST, k0 NULLS FIRST",
+            "k1 DESC NULLS LAST, k0 ASC NULLS FIRST",
+            &[1, 0],
+            KeyRangeChoice::Ranges(7),
+            true,
+        ),
+        (
+            "k0 DESC",
+            "k0 DESC NULLS FIRST",
+            &[0],
+            KeyRangeChoice::Ranges(5),
+            true,
+        ),
+        // 40 values and nulls in 64 ranges: fewer ranges.
+        (
+            "k0",
+            "k0 ASC NULLS LAST",
+            &[0],
+            KeyRangeChoice::Ranges(64),
+            true,
+        ),
+        // One range: the job sorts in one piece.
+        (
+            "rid",
+            "rid ASC NULLS LAST",
+            &[rid],
+            KeyRangeChoice::Ranges(1),
+            false,
+        ),
+    ];
+    for (i, (by, order, keys, ranges, ranged)) in forced.into_iter().enumerate() {
+        let out = dir.path().join(format!("forced{i}.parquet"));
+        let summary = ranged_job(&input, &out, (by, order, keys, rid), ranges, None).await;
+        assert_eq!(
+            summary.algorithm.contains("key ranges"),
+            ranged,
+            "{by}: {}",
+            summary.algorithm
+        );
+        assert_eq!(summary.rows, wide.num_rows() as u64, "{by}");
+    }
+    // By default, under a limit the input outgrows.
+    let small = narrow(&table(600_000, "pipeline-ranges-auto"));
+    let input = dir.path().join("auto");
+    write_parquet_files(&input, &small, 3);
+    let rid = small.num_columns() - 1;
+    let out = dir.path().join("auto.parquet");
+    let by = (
+        "k0, k1",
+        "k0 ASC NULLS LAST, k1 ASC NULLS LAST",
+        &[0, 1][..],
+        rid,
+    );
+    let summary = ranged_job(&input, &out, by, KeyRangeChoice::Auto, Some(64 << 20)).await;
+    assert!(
+        summary.algorithm.contains("key ranges"),
+        "{}",
+        summary.algorithm
+    );
+    // A key of two values in ranges larger than the memory: two ranges, each sorted by
+    // spilling and merging within its own sort.
+    let halves = narrow(&table(300_000, "pipeline-ranges-two"));
+    let two: ArrayRef = Arc::new(datafusion::arrow::array::Int16Array::from_iter_values(
+        (0..halves.num_rows()).map(|r| (r % 2) as i16),
+    ));
+    let mut columns = halves.columns().to_vec();
+    columns[0] = two;
+    let halves = RecordBatch::try_new(halves.schema(), columns).unwrap();
+    let input = dir.path().join("two");
+    write_parquet_files(&input, &halves, 2);
+    let out = dir.path().join("two.parquet");
+    let by = ("k0", "k0 ASC NULLS LAST", &[0][..], rid);
+    let summary = ranged_job(&input, &out, by, KeyRangeChoice::Ranges(4), Some(32 << 20)).await;
+    assert!(
+        summary.algorithm.contains("2 key ranges"),
+        "{}",
+        summary.algorithm
+    );
+    assert!(
+        summary.algorithm.contains("spill files"),
+        "{}",
+        summary.algorithm
+    );
 }
 
 #[tokio::test]

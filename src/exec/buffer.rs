@@ -403,7 +403,7 @@ async fn drain_in_groups(
                 return;
             }
         };
-        let bytes = batch.get_array_memory_size();
+        let bytes = memory_once(&batch);
         let mut room = None;
         if let Some(transit_room) = &group.room {
             let kib = transit_room.kib(bytes);
@@ -451,6 +451,13 @@ async fn hand_over(
 /// size) hold it once, so it is accounted once: counting each slice's whole buffer, 2 000
 /// slices of a 4 MiB table were accounted as 8 GiB and spilled the sort 40 times under a
 /// 256 MiB pool.
+/// The bytes of `batch`'s buffers, each counted once: arrays decoded from one IPC message
+/// may all be slices of its body (a spill file's small buffers are stored uncompressed),
+/// which `get_array_memory_size` would count once per array.
+fn memory_once(batch: &RecordBatch) -> usize {
+    HeldBuffers::default().add(batch)
+}
+
 #[derive(Debug, Default)]
 struct HeldBuffers {
     /// The held buffers' addresses.
@@ -528,7 +535,7 @@ mod tests {
     async fn batches_in_transit_are_counted_and_wait_for_room() {
         let values: ArrayRef = Arc::new(Int64Array::from_iter_values(0..1000));
         let batch = RecordBatch::try_from_iter([("v", values)]).unwrap();
-        let size = batch.get_array_memory_size();
+        let size = memory_once(&batch);
         let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(1 << 30));
         let transit = Arc::new(MemoryConsumer::new("sort").register(&pool));
         let schema = batch.schema();

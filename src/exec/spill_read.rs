@@ -34,7 +34,7 @@ use futures::{Stream, StreamExt};
 const CONTINUATION: [u8; 4] = [0xFF; 4];
 
 /// The record batches of spill `file` (written with `schema`), in the order written.
-pub(super) fn read_trusted(
+pub(crate) fn read_trusted(
     file: Arc<dyn SpillFile>,
     schema: SchemaRef,
 ) -> Result<SendableRecordBatchStream> {

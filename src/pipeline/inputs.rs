@@ -15,7 +15,8 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use datafusion::parquet::file::metadata::ParquetMetaDataReader;
+use datafusion::parquet::basic::Type as PhysicalType;
+use datafusion::parquet::file::metadata::{ParquetMetaDataReader, RowGroupMetaData};
 
 use super::error::PipelineError;
 
@@ -58,8 +59,8 @@ pub struct Inputs {
     /// The largest row group's compressed bytes, when the format has row groups (Parquet):
     /// what one scan partition fetches into memory at once.
     pub max_row_group_bytes: Option<u64>,
-    /// The rows' bytes once decoded, when the format records it (Parquet: the row groups'
-    /// uncompressed sizes).
+    /// The rows' bytes once decoded, when the format records it (Parquet: estimated from
+    /// the column chunks' uncompressed sizes and widths, [`decoded_row_group_bytes`]).
     pub decoded_bytes: Option<u64>,
 }
 
@@ -252,8 +253,33 @@ fn directory_files(dir: &Path) -> Result<Vec<PathBuf>, PipelineError> {
 struct Footer {
     rows: u64,
     max_row_group_bytes: u64,
-    /// The row groups' uncompressed bytes.
+    /// The row groups' bytes once decoded (estimated).
     decoded_bytes: u64,
+}
+
+/// A row group's bytes once decoded into Arrow arrays, estimated from its footer: each
+/// column chunk's uncompressed bytes, but no less than its rows at the width of its
+/// physical type (a dictionary-encoded chunk's pages hold little more than its indices),
+/// and for byte arrays no less than their offsets.
+fn decoded_row_group_bytes(group: &RowGroupMetaData) -> u64 {
+    let rows = u64::try_from(group.num_rows()).unwrap_or(0);
+    group
+        .columns()
+        .iter()
+        .map(|chunk| {
+            let width = match chunk.column_type() {
+                PhysicalType::BOOLEAN => 1,
+                PhysicalType::INT32 | PhysicalType::FLOAT | PhysicalType::BYTE_ARRAY => 4,
+                PhysicalType::INT64 | PhysicalType::DOUBLE => 8,
+                PhysicalType::INT96 => 12,
+                PhysicalType::FIXED_LEN_BYTE_ARRAY => {
+                    u64::try_from(chunk.column_descr().type_length()).unwrap_or(0)
+                }
+            };
+            let uncompressed = u64::try_from(chunk.uncompressed_size()).unwrap_or(0);
+            uncompressed.max(rows * width)
+        })
+        .sum()
 }
 
 /// Rows and the largest row group's compressed bytes of a Parquet file, from its footer.
@@ -277,7 +303,7 @@ fn parquet_footer(path: &Path) -> Result<Footer, PipelineError> {
     let decoded_bytes = metadata
         .row_groups()
         .iter()
-        .map(|g| u64::try_from(g.total_byte_size()).unwrap_or(0))
+        .map(decoded_row_group_bytes)
         .sum();
     Ok(Footer {
         rows,

@@ -14,6 +14,10 @@
 //! - `schemas`: the inputs' columns compared, or merged by name.
 //! - `files_table`: the files as one table, read in input order.
 //! - `spill`: where a job spills and how much.
+//! - `ranged_job`: a job larger than its memory sorted by key range, one range after another.
+//! - `key_ranges`: the ranges' splitters, from a sample of the keys; each row's range.
+//! - `range_spill`: the input's rows spilled into their ranges' files.
+//! - `range_table`: one range's files read back as a table, in input order.
 //! - `leftovers`: temporary names, and what killed jobs left.
 //! - `output`: the atomic Parquet writer.
 //! - `row_groups`: one Parquet file, columns and row groups encoded in parallel.
@@ -34,11 +38,15 @@ mod encodings;
 mod error;
 mod files_table;
 mod inputs;
+mod key_ranges;
 mod leftovers;
 pub mod memory;
 mod order_by;
 mod output;
 mod progress;
+mod range_spill;
+mod range_table;
+mod ranged_job;
 mod row_groups;
 mod schemas;
 mod spill;
@@ -49,6 +57,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use datafusion::arrow::array::RecordBatch;
 use datafusion::common::config::SpillCompression;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::Column;
@@ -68,6 +77,7 @@ pub use inputs::{check_output_not_input, resolve_inputs, InputFormat, Inputs};
 pub use order_by::{parse_order_by, resolve_columns, SortKey};
 pub use output::{OutputOptions, ParquetOutput, WrittenOutput};
 pub use progress::{Progress, ProgressSnapshot};
+pub use ranged_job::{range_count, KeyRangeChoice};
 #[doc(hidden)]
 pub use row_groups::write_with_device_pages;
 pub use schemas::widen;
@@ -127,6 +137,9 @@ pub struct SortJob {
     pub backend: BackendChoice,
     /// Where the data pages of the columns the device can build are encoded.
     pub page_encoding: PageEncoding,
+    /// Whether a job larger than its memory is sorted by key range (each range sorted in
+    /// memory and written in turn) or by the operator's sorted runs merged at the end.
+    pub key_ranges: KeyRangeChoice,
     /// Partitions of the scan (default: the number of cores, fewer where a quarter of the
     /// memory limit cannot hold a row group being read per core: see
     /// [`memory::scan_partitions`]).
@@ -161,6 +174,7 @@ impl SortJob {
             sync: true,
             backend: BackendChoice::Auto,
             page_encoding: PageEncoding::Host,
+            key_ranges: KeyRangeChoice::Auto,
             target_partitions: None,
             inject_write_failure_after: None,
             inject_lost_batch: false,
@@ -369,8 +383,10 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
     crate::trace::event(|| "plan: inputs registered".to_string());
     let schema = Arc::new(input.schema().as_arrow().clone());
     resolve_columns(&mut keys, &schema)?;
+    let sort: Vec<SortExpr> = keys.iter().map(sort_expr).collect();
     let sorted = input
-        .sort(keys.iter().map(sort_expr).collect())
+        .clone()
+        .sort(sort.clone())
         .and_then(|df| df.limit(0, job.limit))
         .map_err(PipelineError::execution("planning the sort"))?;
     let plan = sorted
@@ -392,26 +408,62 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
     let expected = inputs
         .rows
         .map(|rows| job.limit.map_or(rows, |limit| rows.min(limit as u64)));
-    let (written, first_batch) = run_and_write(
-        job,
-        &ctx,
-        Arc::clone(&plan),
-        output,
-        expected,
-        scan,
-        progress,
-    )
-    .await
-    .map_err(|e| match e {
+    let ranges = range_count(
+        job.key_ranges,
+        pool,
+        (inputs.decoded_bytes, inputs.rows, schema.fields().len()),
+        job.limit,
+        partitions,
+    );
+    let spill_failed = |e: PipelineError| match e {
         // The sort's errors, not the writer's (its disk may be full too).
         PipelineError::Execution {
-            stage: "sorting" | "reading and sorting",
+            stage: "sorting" | "reading and sorting" | "reading and spilling by key range",
             ref source,
         } => spill::spill_error(source, &spill_root, max_spill).unwrap_or(e),
         e => e,
-    })?;
+    };
+    let ranged = match (ranges > 1, inputs.rows) {
+        (true, Some(rows)) => ranged_job::plan_ranges(
+            &ctx,
+            &input,
+            (&keys, &sort),
+            ranged_job::RangeSizes {
+                rows,
+                bytes_per_row,
+                pool,
+                ranges,
+                batch_rows,
+                compression: job.spill_compression,
+            },
+            progress,
+        )
+        .await
+        .map_err(spill_failed)?,
+        _ => None,
+    };
+    // The scan has read everything once the rows are spilled by range.
+    let scan = match ranged {
+        Some(_) => {
+            drop(scan);
+            None
+        }
+        None => Some(scan),
+    };
+    let (plans, ahead) = match &ranged {
+        Some(ranged) => (ranged.plans.clone(), ranged.ahead.clone()),
+        None => (vec![Arc::clone(&plan)], vec![false]),
+    };
+    let sorted = PlanOutputs::new(&plans, &ahead, &ctx);
+    let (written, first_batch) =
+        run_and_write(job, &plans, sorted, output, expected, scan, progress)
+            .await
+            .map_err(spill_failed)?;
     drop(spill_folder);
-    let (backend, algorithm, sort) = describe_sort(&plan, &rule);
+    let (backend, mut algorithm, sort) = describe_sort(&plans, &rule);
+    if let Some(ranged) = &ranged {
+        algorithm = format!("{algorithm}, {}", ranged.describe());
+    }
     let done = started.elapsed();
     let first_batch = first_batch.map_or(done, |t| t.duration_since(started));
     let stages = StageTimes {
@@ -572,14 +624,13 @@ const TRACE_ROWS: usize = 10 << 20;
 /// its input.
 async fn run_and_write(
     job: &SortJob,
-    ctx: &SessionContext,
-    plan: Arc<dyn ExecutionPlan>,
+    plans: &[Arc<dyn ExecutionPlan>],
+    mut sorted: PlanOutputs<'_>,
     mut output: ParquetOutput,
     expected: Option<u64>,
-    scan: MemoryReservation,
+    mut scan: Option<MemoryReservation>,
     progress: &Progress,
 ) -> Result<(WrittenOutput, Option<Instant>), PipelineError> {
-    let mut scan = Some(scan);
     let (tx, rx) = std::sync::mpsc::sync_channel(4);
     let written = progress.written_counter();
     let fail_after = job.inject_write_failure_after;
@@ -611,14 +662,11 @@ async fn run_and_write(
     let mut received = 0;
     let mut lose_one = job.inject_lost_batch;
     let produced = async {
-        let mut stream =
-            execute_stream(Arc::clone(&plan), ctx.task_ctx())
-                .map_err(PipelineError::execution("sorting"))?;
         let (mut awaiting, mut sending) = (Duration::ZERO, Duration::ZERO);
         let mut asked = Instant::now();
-        while let Some(batch) = stream.next().await {
+        while let Some(batch) = sorted.next().await {
             awaiting += asked.elapsed();
-            let batch = batch.map_err(PipelineError::execution("reading and sorting"))?;
+            let batch = batch?;
             if first_batch.is_none() {
                 first_batch = Some(Instant::now());
                 crate::trace::event(|| format!("pipeline: first batch; {}", cpu_time()));
@@ -663,7 +711,8 @@ async fn run_and_write(
     let output = output?;
     let expected = expected.or_else(|| {
         // Every row read must be written (without a limit).
-        job.limit.is_none().then(|| scanned_rows(&plan)).flatten()
+        let [plan] = plans else { return None };
+        job.limit.is_none().then(|| scanned_rows(plan)).flatten()
     });
     if let Some(expected) = expected {
         if output.rows() != expected {
@@ -677,6 +726,91 @@ async fn run_and_write(
     let committed = output.commit()?;
     crate::trace::event(|| "pipeline: committed".to_string());
     Ok((committed, first_batch))
+}
+
+/// The sorted batches of a job's plans, one plan after the other: a plan allowed to start
+/// ahead starts (reading and sorting its rows, up to a few batches of output) while the
+/// one before it is still handing its batches on; the others when it has ended.
+struct PlanOutputs<'a> {
+    plans: std::iter::Zip<
+        std::slice::Iter<'a, Arc<dyn ExecutionPlan>>,
+        std::iter::Copied<std::slice::Iter<'a, bool>>,
+    >,
+    ctx: &'a SessionContext,
+    current: Option<datafusion::physical_plan::SendableRecordBatchStream>,
+    next: Option<datafusion::physical_plan::SendableRecordBatchStream>,
+    started: bool,
+}
+
+/// Batches a plan started ahead may hold before the writer takes them.
+const AHEAD_BATCHES: usize = 2;
+
+impl<'a> PlanOutputs<'a> {
+    /// `ahead[i]`: whether `plans[i]` may start while `plans[i - 1]` is emitting.
+    fn new(
+        plans: &'a [Arc<dyn ExecutionPlan>],
+        ahead: &'a [bool],
+        ctx: &'a SessionContext,
+    ) -> Self {
+        Self {
+            plans: plans.iter().zip(ahead.iter().copied()),
+            ctx,
+            current: None,
+            next: None,
+            started: false,
+        }
+    }
+
+    /// Starts the next plan: as the current one (`ahead` false), or ahead of it where that
+    /// plan may start ahead (else it waits for the current one to end).
+    fn start(&mut self, ahead: bool) -> datafusion::error::Result<()> {
+        if ahead && !self.plans.clone().next().is_some_and(|(_, may)| may) {
+            return Ok(());
+        }
+        let Some((plan, _)) = self.plans.next() else {
+            return Ok(());
+        };
+        let stream = execute_stream(Arc::clone(plan), self.ctx.task_ctx())?;
+        if ahead {
+            self.next = Some(datafusion::physical_plan::common::spawn_buffered(
+                stream,
+                AHEAD_BATCHES,
+            ));
+        } else {
+            self.current = Some(stream);
+        }
+        Ok(())
+    }
+
+    async fn next(&mut self) -> Option<Result<RecordBatch, PipelineError>> {
+        let wrap = PipelineError::execution("reading and sorting");
+        if !self.started {
+            self.started = true;
+            if let Err(e) = self.start(false).and_then(|_| self.start(true)) {
+                return Some(Err(PipelineError::execution("sorting")(e)));
+            }
+        }
+        loop {
+            let current = self.current.as_mut()?;
+            match current.next().await {
+                Some(batch) => return Some(batch.map_err(wrap)),
+                None => {
+                    self.current = self.next.take();
+                    // The next plan, if it could not start ahead, starts now.
+                    let started = match self.current {
+                        Some(_) => Ok(()),
+                        None => self.start(false),
+                    };
+                    if self.current.is_some() {
+                        crate::trace::event(|| "ranges: the next key range's batches".into());
+                    }
+                    if let Err(e) = started.and_then(|_| self.start(true)) {
+                        return Some(Err(PipelineError::execution("sorting")(e)));
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The rows the plan's scans produced (the sum over its leaves), when they count them.
@@ -693,16 +827,23 @@ fn scanned_rows(plan: &Arc<dyn ExecutionPlan>) -> Option<u64> {
 }
 
 /// The backend, algorithms and operator time of the plan's sort, after it ran.
-fn describe_sort(plan: &Arc<dyn ExecutionPlan>, rule: &GpuSortRule) -> (String, String, Duration) {
-    let mut found = None;
-    let _ = plan.apply(|node| {
-        if let Some(exec) = node.downcast_ref::<GpuSortExec>() {
-            found = Some((exec.backend_name(), node.metrics()));
-            return Ok(TreeNodeRecursion::Stop);
-        }
-        Ok(TreeNodeRecursion::Continue)
-    });
-    let Some((backend, metrics)) = found else {
+fn describe_sort(
+    plans: &[Arc<dyn ExecutionPlan>],
+    rule: &GpuSortRule,
+) -> (String, String, Duration) {
+    let mut backend = None;
+    let mut all_metrics = Vec::new();
+    for plan in plans {
+        let _ = plan.apply(|node| {
+            if let Some(exec) = node.downcast_ref::<GpuSortExec>() {
+                backend.get_or_insert(exec.backend_name());
+                all_metrics.extend(node.metrics());
+                return Ok(TreeNodeRecursion::Stop);
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+    }
+    let Some(backend) = backend else {
         let why = rule
             .last_decisions()
             .iter()
@@ -716,10 +857,11 @@ fn describe_sort(plan: &Arc<dyn ExecutionPlan>, rule: &GpuSortRule) -> (String, 
         );
     };
     let count = |name: &str| {
-        metrics
-            .as_ref()
-            .and_then(|m| m.sum_by_name(name))
-            .map_or(0, |v| v.as_usize())
+        all_metrics
+            .iter()
+            .filter_map(|m| m.sum_by_name(name))
+            .map(|v| v.as_usize())
+            .sum::<usize>()
     };
     // Radix runs: OneSweep on the GPU, the CPU backend's LSD radix sort elsewhere.
     let radix = if backend == "cuda" {
@@ -739,11 +881,17 @@ fn describe_sort(plan: &Arc<dyn ExecutionPlan>, rule: &GpuSortRule) -> (String, 
     if parts.is_empty() {
         parts.push("none (no rows)".into());
     }
-    let runs = count("runs");
+    // Runs merged inside each plan's sort (a sort of one run merges nothing).
+    let runs: usize = all_metrics
+        .iter()
+        .filter_map(|m| m.sum_by_name("runs"))
+        .map(|v| v.as_usize())
+        .filter(|&runs| runs > 1)
+        .sum();
     if runs > 1 {
         parts.push(format!("{runs} runs merged"));
     }
-    let spills = metrics.as_ref().and_then(|m| m.spill_count()).unwrap_or(0);
+    let spills: usize = all_metrics.iter().filter_map(|m| m.spill_count()).sum();
     if spills > 0 {
         parts.push(format!("{spills} spill files"));
     }

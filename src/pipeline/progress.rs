@@ -20,7 +20,9 @@ pub struct Progress {
     input_bytes: AtomicU64,
     written: Arc<AtomicU64>,
     written_bytes: Arc<AtomicU64>,
-    plan: Mutex<Option<Arc<dyn ExecutionPlan>>>,
+    /// The plans of the job: the first one's scans count as read, every plan's topmost
+    /// sort as sorted.
+    plans: Mutex<Vec<Arc<dyn ExecutionPlan>>>,
 }
 
 /// One reading of [`Progress`].
@@ -65,12 +67,11 @@ impl Progress {
     /// The current counts.
     pub fn snapshot(&self) -> ProgressSnapshot {
         let total = self.total.load(Ordering::Relaxed);
-        let (read, sorted) = self
-            .plan
-            .lock()
-            .expect("progress lock")
-            .as_ref()
-            .map_or((0, 0), plan_counts);
+        let (read, sorted) = {
+            let plans = self.plans.lock().expect("progress lock");
+            let read = plans.first().map_or(0, |plan| plan_counts(plan).0);
+            (read, plans.iter().map(|plan| plan_counts(plan).1).sum())
+        };
         ProgressSnapshot {
             total: (total != u64::MAX).then_some(total),
             read,
@@ -88,7 +89,12 @@ impl Progress {
     }
 
     pub(super) fn watch(&self, plan: Arc<dyn ExecutionPlan>) {
-        *self.plan.lock().expect("progress lock") = Some(plan);
+        self.watch_all(vec![plan]);
+    }
+
+    /// Watches a job of several plans: `plans[0]` reads the input, each plan may sort.
+    pub(super) fn watch_all(&self, plans: Vec<Arc<dyn ExecutionPlan>>) {
+        *self.plans.lock().expect("progress lock") = plans;
     }
 
     pub(super) fn written_counter(&self) -> Arc<AtomicU64> {

@@ -137,6 +137,13 @@ enum Command {
         /// dictionary, uncompressed or snappy, built and compressed on the GPU).
         #[arg(long, default_value = "host")]
         page_encoding: gpusort::pipeline::PageEncoding,
+        /// An input larger than the memory limit is sorted by key range: auto (when its
+        /// decoded size passes half the memory pool: the keys sampled, every row spilled
+        /// into its range, each range sorted in memory and written in turn), off (sorted
+        /// runs spilled and merged at the end), or a number of ranges to use whatever the
+        /// input's size.
+        #[arg(long, default_value = "auto")]
+        key_ranges: gpusort::pipeline::KeyRangeChoice,
         /// No progress bars and no summary line.
         #[arg(short, long)]
         quiet: bool,
@@ -275,6 +282,7 @@ async fn run(cli: Cli) -> i32 {
             no_fsync,
             backend,
             page_encoding,
+            key_ranges,
             quiet,
             timings,
         } => {
@@ -294,6 +302,7 @@ async fn run(cli: Cli) -> i32 {
             job.sync = !no_fsync;
             job.backend = backend;
             job.page_encoding = page_encoding;
+            job.key_ranges = key_ranges;
             signals::install();
             return match sort::run(job, quiet, timings).await {
                 Ok(_) => 0,

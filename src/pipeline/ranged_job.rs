@@ -1,0 +1,294 @@
+//! A job larger than its memory, sorted by key range: how many ranges, and the plans that
+//! sort them one after the other.
+//!
+//! The alternative, the sort operator's own spilling, writes sorted runs and merges all of
+//! them at the end: a merge that feeds the writer at about 10 M rows a second on 16 cores
+//! (docs/performance.md, session 30) while the in-memory path feeds it three times faster.
+//! By key range, every row is still written to disk and read back once, but each range is
+//! then an in-memory sort (on the device, when there is one) whose output goes straight to
+//! the writer, and the next range is read and sorted while one is written.
+
+use std::sync::Arc;
+
+use datafusion::common::config::SpillCompression;
+use datafusion::logical_expr::SortExpr;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::{DataFrame, SessionContext};
+
+use super::error::PipelineError;
+use super::key_ranges::KeyRanges;
+use super::order_by::SortKey;
+use super::progress::Progress;
+use super::range_spill::spill_by_range;
+use super::range_table::RangeTable;
+
+/// How a job whose rows may not fit its memory is sorted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyRangeChoice {
+    /// By key range when the input's decoded size is more than [`RANGE_TRIGGER_SHARE`] of the
+    /// memory pool (Parquet inputs, no `--limit`); otherwise by the operator's own spilling.
+    #[default]
+    Auto,
+    /// Never by key range: the sort operator spills sorted runs and merges them.
+    Off,
+    /// By at most this many key ranges whatever the input's size (Parquet inputs, no
+    /// `--limit`); for tests and measurements.
+    Ranges(usize),
+}
+
+impl std::str::FromStr for KeyRangeChoice {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Self::Auto),
+            "off" | "merge" => Ok(Self::Off),
+            n => match n.parse::<usize>() {
+                Ok(n) if n >= 1 => Ok(Self::Ranges(n)),
+                _ => Err(format!(
+                    "key ranges {text:?}: expected auto, off, or a number of ranges"
+                )),
+            },
+        }
+    }
+}
+
+/// Inputs decoding to more than this share of the pool go by key range: the operator's
+/// buffer would fill and spill.
+pub(super) const RANGE_TRIGGER_SHARE: f64 = 0.5;
+
+/// A range is planned to hold this share of the pool once decoded: its sort holds its rows
+/// and the batches it gathers from them, while the next range is read and sorted and the
+/// writer encodes row groups of the one before.
+pub(super) const RANGE_POOL_SHARE: f64 = 0.2;
+
+/// A range's sort starts while the one before it is written only if its rows take at most
+/// this share of the pool.
+pub(super) const AHEAD_POOL_SHARE: f64 = 0.3;
+
+/// A Parquet writer's column encoders hold about this much each (a page being filled, a
+/// dictionary), and the writer encodes while the ranges' sorts run.
+pub(super) const WRITER_BYTES_PER_COLUMN: usize = 1 << 20;
+
+/// By default, ranges only where the writer's encoders take at most this share of the pool
+/// (below it the sorts of the ranges would have too little of it; the operator's spilling
+/// sorts before the writer starts).
+pub(super) const WRITER_POOL_SHARE: f64 = 0.25;
+
+/// Spill files open at once while rows are routed (one per scan partition and range)
+/// stay under this many; ranges past it are larger than planned, and their sorts spill.
+pub(super) const MAX_RANGE_FILES: usize = 1024;
+
+/// The number of key ranges for a job of `columns` columns: 1 sorts it in one piece (the
+/// operator spilling as it must).
+pub fn range_count(
+    choice: KeyRangeChoice,
+    pool: Option<usize>,
+    (decoded_bytes, rows, columns): (Option<u64>, Option<u64>, usize),
+    limit: Option<usize>,
+    partitions: usize,
+) -> usize {
+    let most = (MAX_RANGE_FILES / partitions.max(1)).max(2);
+    if limit.is_some() || rows.is_none() {
+        return 1;
+    }
+    match choice {
+        KeyRangeChoice::Off => 1,
+        KeyRangeChoice::Ranges(n) => n.clamp(1, most),
+        KeyRangeChoice::Auto => match (pool, decoded_bytes) {
+            (Some(pool), Some(decoded))
+                if decoded as f64 > pool as f64 * RANGE_TRIGGER_SHARE
+                    && (columns * WRITER_BYTES_PER_COLUMN) as f64
+                        <= pool as f64 * WRITER_POOL_SHARE =>
+            {
+                let range_bytes = (pool as f64 * RANGE_POOL_SHARE).max(1.0);
+                ((decoded as f64 / range_bytes).ceil() as usize).clamp(2, most)
+            }
+            _ => 1,
+        },
+    }
+}
+
+/// A spilled batch takes at most this share of the pool: the range's sort takes a few of
+/// them per scan partition in transit before it admits them.
+pub(super) const SPILL_BATCH_POOL_SHARE: usize = 64;
+
+/// Rows per batch of the range files: the job's `batch_rows`, fewer where such batches
+/// would be large for the pool (at least 64).
+fn spill_batch_rows(batch_rows: usize, pool: Option<usize>, bytes_per_row: Option<u64>) -> usize {
+    match (pool, bytes_per_row) {
+        (Some(pool), Some(row)) => {
+            (pool / SPILL_BATCH_POOL_SHARE / (row as usize).max(1)).clamp(64, batch_rows.max(64))
+        }
+        _ => batch_rows,
+    }
+}
+
+/// What a job sorted by key range is sized by.
+pub(super) struct RangeSizes {
+    /// The input's rows.
+    pub rows: u64,
+    /// Their decoded bytes a row, where known.
+    pub bytes_per_row: Option<u64>,
+    /// The memory pool's bytes (`None`: no limit).
+    pub pool: Option<usize>,
+    /// Ranges to plan ([`range_count`]).
+    pub ranges: usize,
+    /// The session's rows per batch.
+    pub batch_rows: usize,
+    /// Compression of the spilled rows.
+    pub compression: SpillCompression,
+}
+
+/// A job's plans when sorted by key range.
+pub(super) struct RangedJob {
+    /// One sort per range, in key order.
+    pub plans: Vec<Arc<dyn ExecutionPlan>>,
+    /// Whether each range's sort may start while the one before it is written: where its
+    /// rows take no more than [`AHEAD_POOL_SHARE`] of the pool (a range larger than
+    /// planned, of one frequent key, waits for the memory of the one before).
+    pub ahead: Vec<bool>,
+    /// Rows routed into each range.
+    pub range_rows: Vec<u64>,
+    /// Bytes spilled.
+    pub spilled_bytes: u64,
+}
+
+impl RangedJob {
+    /// A line for the job's summary.
+    pub(super) fn describe(&self) -> String {
+        let largest = self.range_rows.iter().max().copied().unwrap_or(0);
+        format!(
+            "{} key ranges (largest {largest} rows, {} spilled)",
+            self.plans.len(),
+            super::human_bytes(self.spilled_bytes)
+        )
+    }
+}
+
+/// Samples the keys of `input`, spills its rows by key range, and plans the sort of each
+/// range (`sort`: the job's sort expressions); `None` where fewer than two ranges come
+/// out (too few distinct keys, or keys without a row format): the job then sorts as one.
+pub(super) async fn plan_ranges(
+    ctx: &SessionContext,
+    input: &DataFrame,
+    (keys, sort): (&[SortKey], &[SortExpr]),
+    sizes: RangeSizes,
+    progress: &Progress,
+) -> Result<Option<RangedJob>, PipelineError> {
+    let RangeSizes {
+        rows,
+        bytes_per_row,
+        pool,
+        ranges,
+        batch_rows,
+        compression,
+    } = sizes;
+    let Some(key_ranges) = KeyRanges::sample(ctx, input, keys, rows, ranges).await? else {
+        return Ok(None);
+    };
+    crate::trace::event(|| format!("ranges: {} key ranges sampled", key_ranges.count()));
+    if key_ranges.count() < 2 {
+        return Ok(None);
+    }
+    let routing = input
+        .clone()
+        .create_physical_plan()
+        .await
+        .map_err(PipelineError::execution(
+            "planning the routing by key range",
+        ))?;
+    progress.watch(Arc::clone(&routing));
+    let files = spill_by_range(
+        ctx,
+        Arc::clone(&routing),
+        Arc::new(key_ranges),
+        spill_batch_rows(batch_rows, pool, bytes_per_row),
+        compression,
+    )
+    .await?;
+    crate::trace::event(|| format!("ranges: rows spilled by range ({} bytes)", files.bytes));
+    let schema = routing.schema();
+    let mut plans = Vec::with_capacity(files.files.len());
+    for (range, range_files) in files.files.into_iter().enumerate() {
+        let table = RangeTable::new(range, Arc::clone(&schema), range_files);
+        let plan = ctx
+            .read_table(Arc::new(table))
+            .and_then(|df| df.sort(sort.to_vec()))
+            .map_err(PipelineError::execution("planning a key range's sort"))?
+            .create_physical_plan()
+            .await
+            .map_err(PipelineError::execution("planning a key range's sort"))?;
+        plans.push(plan);
+    }
+    progress.watch_all(std::iter::once(&routing).chain(&plans).cloned().collect());
+    let ahead = files
+        .rows
+        .iter()
+        .enumerate()
+        .map(|(range, &rows)| {
+            let bytes = bytes_per_row.map_or(u64::MAX, |b| rows.saturating_mul(b));
+            range > 0 && pool.is_none_or(|pool| bytes as f64 <= pool as f64 * AHEAD_POOL_SHARE)
+        })
+        .collect();
+    Ok(Some(RangedJob {
+        plans,
+        ahead,
+        range_rows: files.rows,
+        spilled_bytes: files.bytes,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_when_the_input_outgrows_the_pool() {
+        let gib = 1usize << 30;
+        let auto = KeyRangeChoice::Auto;
+        let rows = Some(1_000_000);
+        let of = |decoded: u64| (Some(decoded), rows, 16);
+        // Fits: one piece.
+        assert_eq!(
+            range_count(auto, Some(4 * gib), of(gib as u64), None, 16),
+            1
+        );
+        // 12 GiB under a 4 GiB pool: ranges of a fifth of the pool.
+        assert_eq!(
+            range_count(auto, Some(4 * gib), of(12 * gib as u64), None, 16),
+            15
+        );
+        // No limit, no footers' sizes, a LIMIT, or rows unknown: one piece.
+        assert_eq!(range_count(auto, None, of(12 * gib as u64), None, 16), 1);
+        assert_eq!(range_count(auto, Some(gib), (None, rows, 16), None, 16), 1);
+        assert_eq!(
+            range_count(auto, Some(gib), of(8 * gib as u64), Some(10), 16),
+            1
+        );
+        let unknown_rows = (Some(8 * gib as u64), None, 16);
+        assert_eq!(range_count(auto, Some(gib), unknown_rows, None, 16), 1);
+        // A pool the writer's encoders would take a large share of: one piece.
+        let wide = (Some(1 << 30), rows, 100);
+        assert_eq!(range_count(auto, Some(256 << 20), wide, None, 16), 1);
+        assert_eq!(range_count(auto, Some(400 << 20), wide, None, 16), 13);
+        // Files open at once stay bounded.
+        assert_eq!(
+            range_count(auto, Some(gib), of(1 << 50), None, 16),
+            MAX_RANGE_FILES / 16
+        );
+        let off = KeyRangeChoice::Off;
+        assert_eq!(range_count(off, Some(gib), of(1 << 40), None, 4), 1);
+        let forced = KeyRangeChoice::Ranges(7);
+        assert_eq!(range_count(forced, None, (None, rows, 16), None, 4), 7);
+    }
+
+    #[test]
+    fn choices_parse() {
+        assert_eq!("auto".parse(), Ok(KeyRangeChoice::Auto));
+        assert_eq!("OFF".parse(), Ok(KeyRangeChoice::Off));
+        assert_eq!("12".parse(), Ok(KeyRangeChoice::Ranges(12)));
+        assert!("0".parse::<KeyRangeChoice>().is_err());
+        assert!("many".parse::<KeyRangeChoice>().is_err());
+    }
+}
