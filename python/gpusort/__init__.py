@@ -269,6 +269,7 @@ def sort_parquet(
     fsync: bool = True,
     backend: Optional[str] = None,
     page_encoding: Optional[str] = None,
+    key_ranges: Union[str, int, None] = None,
     progress: Union[bool, Callable[[dict], None], None] = None,
 ) -> dict:
     """Sorts Parquet or CSV files into Parquet, as ``gpusort sort`` does.
@@ -295,7 +296,10 @@ def sort_parquet(
     default 90 % of the free space there). ``page_encoding``: ``host`` (default) or
     ``device``: the Parquet pages of fixed-width columns written without a dictionary
     (``PLAIN``, or ``DELTA_BINARY_PACKED`` for integers; uncompressed or ``snappy``) are
-    built on the GPU, the CPU encoding them where no device can.
+    built on the GPU, the CPU encoding them where no device can. ``key_ranges``: how an
+    input larger than the memory pool is sorted: ``auto`` (default: by key range when its
+    decoded size passes half the pool; each range sorted in memory and written in turn),
+    ``off`` (sorted runs spilled and merged), or a number of ranges.
 
     Returns the job's summary (rows, bytes in and out, files, stage times, backend,
     algorithm, peak memory, the column chunks whose pages the device built
@@ -327,6 +331,7 @@ def sort_parquet(
             fsync=fsync,
             backend=backend,
             page_encoding=page_encoding,
+            key_ranges=None if key_ranges is None else str(key_ranges),
             progress=callback,
         )
     finally:

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use datafusion::common::config::SpillCompression;
 use gpusort::pipeline::{
-    sort_files, PageEncoding, Progress, ProgressSnapshot, SortJob, SortSummary,
+    sort_files, KeyRangeChoice, PageEncoding, Progress, ProgressSnapshot, SortJob, SortSummary,
 };
 use gpusort::BackendChoice;
 use pyo3::exceptions::PyValueError;
@@ -31,7 +31,8 @@ use crate::session::size_in_bytes;
     inputs, output, by, *, memory_limit = None, compression = None, limit = None,
     max_rows_per_file = None, row_group_rows = None, spill_compression = None,
     spill_dir = None, max_spill = None, union_by_name = false,
-    overwrite = false, fsync = true, backend = None, page_encoding = None, progress = None
+    overwrite = false, fsync = true, backend = None, page_encoding = None, key_ranges = None,
+    progress = None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn sort_parquet<'py>(
@@ -52,6 +53,7 @@ pub fn sort_parquet<'py>(
     fsync: bool,
     backend: Option<String>,
     page_encoding: Option<String>,
+    key_ranges: Option<String>,
     progress: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let mut job = SortJob::new(inputs, output, by);
@@ -84,6 +86,10 @@ pub fn sort_parquet<'py>(
     if let Some(encoding) = page_encoding {
         job.page_encoding = PageEncoding::from_str(&encoding)
             .map_err(|e| PyValueError::new_err(format!("page_encoding: {e}")))?;
+    }
+    if let Some(ranges) = key_ranges {
+        job.key_ranges = KeyRangeChoice::from_str(&ranges)
+            .map_err(|e| PyValueError::new_err(format!("key_ranges: {e}")))?;
     }
     let counts = Arc::new(Progress::new());
     let job_counts = Arc::clone(&counts);

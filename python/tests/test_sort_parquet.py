@@ -107,6 +107,16 @@ def test_bad_argument_values_raise_value_errors(parquet_dir, tmp_path):
         gpusort.sort_parquet(parquet_dir, tmp_path / "o.parquet", by="k", memory_limit="big")
     with pytest.raises(ValueError, match="page_encoding"):
         gpusort.sort_parquet(parquet_dir, tmp_path / "o.parquet", by="k", page_encoding="fpga")
+    with pytest.raises(ValueError, match="key_ranges"):
+        gpusort.sort_parquet(parquet_dir, tmp_path / "o.parquet", by="k", key_ranges="many")
+
+
+def test_key_ranges_sort_like_one_sort(reference, parquet_dir, tmp_path):
+    out = tmp_path / "ranged.parquet"
+    summary = gpusort.sort_parquet(parquet_dir, out, by="f DESC, k", key_ranges=5)
+    assert "key ranges" in summary["algorithm"], summary["algorithm"]
+    theirs = expected(reference, parquet_dir, "f DESC, k, row")
+    assert_same(pq.read_table(out), theirs)
 
 
 def test_pages_asked_of_the_device_make_the_same_file_content(parquet_dir, tmp_path):

@@ -27,6 +27,7 @@ use futures::StreamExt;
 
 use super::error::PipelineError;
 use super::key_ranges::KeyRanges;
+use crate::exec::views::array_memory;
 
 /// The spilled rows of a job, by range and scan partition.
 pub(super) struct RangeFiles {
@@ -34,6 +35,8 @@ pub(super) struct RangeFiles {
     pub files: Vec<Vec<Option<Arc<dyn SpillFile>>>>,
     /// Rows spilled into each range.
     pub rows: Vec<u64>,
+    /// Their bytes in memory (as written, before compression) in each range.
+    pub memory: Vec<u64>,
     /// Bytes written to disk.
     pub bytes: u64,
 }
@@ -55,6 +58,7 @@ pub(super) async fn spill_by_range(
         PipelineError::execution("reading and spilling by key range"),
     )?;
     let rows: Arc<Vec<AtomicU64>> = Arc::new((0..count).map(|_| AtomicU64::new(0)).collect());
+    let memory: Arc<Vec<AtomicU64>> = Arc::new((0..count).map(|_| AtomicU64::new(0)).collect());
     let mut tasks = tokio::task::JoinSet::new();
     for (partition, mut stream) in streams.into_iter().enumerate() {
         let manager = Arc::new(
@@ -71,6 +75,7 @@ pub(super) async fn spill_by_range(
         .register(&env.memory_pool);
         let ranges = Arc::clone(&ranges);
         let rows = Arc::clone(&rows);
+        let memory = Arc::clone(&memory);
         let schema = Arc::clone(&schema);
         tasks.spawn(async move {
             let mut router = Router::new(manager, schema, count, batch_rows, reservation);
@@ -80,6 +85,7 @@ pub(super) async fn spill_by_range(
             let files = router.finish()?;
             for (range, n) in router.rows.iter().enumerate() {
                 rows[range].fetch_add(*n, Ordering::Relaxed);
+                memory[range].fetch_add(router.memory[range], Ordering::Relaxed);
             }
             Ok::<_, DataFusionError>((partition, files))
         });
@@ -108,6 +114,7 @@ pub(super) async fn spill_by_range(
     Ok(RangeFiles {
         files,
         rows: rows.iter().map(|n| n.load(Ordering::Relaxed)).collect(),
+        memory: memory.iter().map(|n| n.load(Ordering::Relaxed)).collect(),
         bytes,
     })
 }
@@ -134,6 +141,8 @@ struct Router {
     /// Row indices of the current batch, by range (kept between batches).
     picks: Vec<Vec<u32>>,
     rows: Vec<u64>,
+    /// Bytes of the batches written, by range.
+    memory: Vec<u64>,
     reservation: datafusion::execution::memory_pool::MemoryReservation,
 }
 
@@ -153,6 +162,7 @@ impl Router {
             writers: (0..ranges).map(|_| None).collect(),
             picks: vec![Vec::new(); ranges],
             rows: vec![0; ranges],
+            memory: vec![0; ranges],
             reservation,
         }
     }
@@ -202,6 +212,12 @@ impl Router {
                 Some(writer) => writer,
                 empty => empty.insert(range_writer(&self.manager)?),
             };
+            // Bytes the rows take (a coalesced string view's buffers have room to spare).
+            self.memory[range] += batch
+                .columns()
+                .iter()
+                .map(|c| array_memory(c.as_ref()) as u64)
+                .sum::<u64>();
             writer(Some(&batch))?;
         }
         Ok(())

@@ -1,6 +1,8 @@
-//! One key range's spilled rows as a table: its files (one per scan partition of the
-//! routing, `range_spill`) read back as the partitions of a scan, in the same order, so
-//! that the job's sort over them keeps ties in input order as it does over the files.
+//! Consecutive key ranges' spilled rows as a table: their files (one per scan partition
+//! of the routing and range, `range_spill`) read back as the partitions of a scan,
+//! partition `p` reading routing partition `p`'s files of each range in turn. A range's
+//! rows so come back in input order, and the job's sort over them keeps ties (which never
+//! cross ranges) in input order as it does over the input files.
 
 use std::sync::Arc;
 
@@ -22,32 +24,43 @@ use futures::StreamExt;
 
 use crate::exec::read_spilled;
 
-/// A key range's rows: `files[p]` holds what scan partition `p` routed to it.
+/// Key ranges' rows: `files[p]` holds what scan partition `p` routed to them, range by
+/// range.
 #[derive(Clone)]
 pub(super) struct RangeTable {
-    /// The range's number, for display.
-    range: usize,
+    /// The ranges' numbers, for display.
+    ranges: std::ops::Range<usize>,
     schema: SchemaRef,
-    files: Vec<Option<Arc<dyn SpillFile>>>,
+    files: Vec<Vec<Arc<dyn SpillFile>>>,
 }
 
 impl std::fmt::Debug for RangeTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RangeTable")
-            .field("range", &self.range)
+            .field("ranges", &self.ranges)
             .field("files", &self.files.len())
             .finish()
     }
 }
 
 impl RangeTable {
+    /// The table of `ranges`, whose files are `files[range][partition]`.
     pub(super) fn new(
-        range: usize,
+        ranges: std::ops::Range<usize>,
         schema: SchemaRef,
-        files: Vec<Option<Arc<dyn SpillFile>>>,
+        files: &[Vec<Option<Arc<dyn SpillFile>>>],
     ) -> Self {
+        let partitions = files.iter().map(Vec::len).max().unwrap_or(0);
+        let files = (0..partitions)
+            .map(|p| {
+                ranges
+                    .clone()
+                    .filter_map(|r| files[r].get(p).cloned().flatten())
+                    .collect()
+            })
+            .collect();
         Self {
-            range,
+            ranges,
             schema,
             files,
         }
@@ -105,11 +118,11 @@ impl RangeScanExec {
 
 impl DisplayAs for RangeScanExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let files = self.table.files.iter().flatten().count();
+        let files = self.table.files.iter().map(Vec::len).sum::<usize>();
         write!(
             f,
-            "RangeScanExec: key range {}, {files} spill files",
-            self.table.range
+            "RangeScanExec: key ranges {:?}, {files} spill files",
+            self.table.ranges
         )
     }
 }
@@ -150,16 +163,26 @@ impl ExecutionPlan for RangeScanExec {
         _context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         let schema = self.schema();
-        let Some(file) = self.table.files.get(partition) else {
+        let Some(files) = self.table.files.get(partition) else {
             if partition == 0 {
                 return Ok(empty(schema));
             }
             return internal_err!("RangeScanExec has no partition {partition}");
         };
-        let Some(file) = file else {
-            return Ok(empty(schema));
-        };
-        let batches = read_spilled(Arc::clone(file), Arc::clone(&self.table.schema))?;
+        // One file after another, each opened when the one before has ended.
+        let full_schema = Arc::clone(&self.table.schema);
+        let batches = futures::stream::iter(files.clone())
+            .map(
+                move |file| match read_spilled(file, Arc::clone(&full_schema)) {
+                    Ok(stream) => stream.left_stream(),
+                    Err(e) => futures::stream::once(async move { Err(e) }).right_stream(),
+                },
+            )
+            .flatten();
+        let batches: SendableRecordBatchStream = Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.table.schema),
+            batches,
+        ));
         match self.projection.clone() {
             None => Ok(batches),
             Some(columns) => {

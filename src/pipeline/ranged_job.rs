@@ -62,6 +62,11 @@ pub(super) const RANGE_TRIGGER_SHARE: f64 = 0.5;
 /// writer encodes row groups of the one before.
 pub(super) const RANGE_POOL_SHARE: f64 = 0.2;
 
+/// Rows are routed into this many times the ranges the footers' sizes call for: the
+/// sizes are estimates (decoded strings can be larger), and consecutive ranges are then
+/// sorted together up to [`RANGE_POOL_SHARE`] of the pool by the bytes actually routed.
+pub(super) const ROUTED_PER_PLANNED: usize = 4;
+
 /// A range's sort starts while the one before it is written only if its rows take at most
 /// this share of the pool.
 pub(super) const AHEAD_POOL_SHARE: f64 = 0.3;
@@ -102,7 +107,8 @@ pub fn range_count(
                         <= pool as f64 * WRITER_POOL_SHARE =>
             {
                 let range_bytes = (pool as f64 * RANGE_POOL_SHARE).max(1.0);
-                ((decoded as f64 / range_bytes).ceil() as usize).clamp(2, most)
+                let planned = (decoded as f64 / range_bytes).ceil() as usize;
+                (planned * ROUTED_PER_PLANNED).clamp(2, most)
             }
             _ => 1,
         },
@@ -140,6 +146,29 @@ pub(super) struct RangeSizes {
     pub compression: SpillCompression,
 }
 
+/// Consecutive ranges grouped into sorts of at most `target` bytes each (a range larger
+/// than that alone); `None`: each range its own sort.
+fn consecutive_groups(memory: &[u64], target: Option<u64>) -> Vec<std::ops::Range<usize>> {
+    let Some(target) = target else {
+        return (0..memory.len()).map(|r| r..r + 1).collect();
+    };
+    let mut groups: Vec<std::ops::Range<usize>> = Vec::new();
+    let mut bytes = 0;
+    for (range, &size) in memory.iter().enumerate() {
+        match groups.last_mut() {
+            Some(last) if bytes + size <= target => {
+                last.end = range + 1;
+                bytes += size;
+            }
+            _ => {
+                groups.push(range..range + 1);
+                bytes = size;
+            }
+        }
+    }
+    groups
+}
+
 /// A job's plans when sorted by key range.
 pub(super) struct RangedJob {
     /// One sort per range, in key order.
@@ -148,7 +177,9 @@ pub(super) struct RangedJob {
     /// rows take no more than [`AHEAD_POOL_SHARE`] of the pool (a range larger than
     /// planned, of one frequent key, waits for the memory of the one before).
     pub ahead: Vec<bool>,
-    /// Rows routed into each range.
+    /// Ranges the rows were routed into (consecutive ones are sorted together).
+    pub routed: usize,
+    /// Rows sorted by each plan.
     pub range_rows: Vec<u64>,
     /// Bytes spilled.
     pub spilled_bytes: u64,
@@ -159,8 +190,9 @@ impl RangedJob {
     pub(super) fn describe(&self) -> String {
         let largest = self.range_rows.iter().max().copied().unwrap_or(0);
         format!(
-            "{} key ranges (largest {largest} rows, {} spilled)",
+            "{} key ranges (of {} routed; largest {largest} rows, {} spilled)",
             self.plans.len(),
+            self.routed,
             super::human_bytes(self.spilled_bytes)
         )
     }
@@ -209,9 +241,11 @@ pub(super) async fn plan_ranges(
     .await?;
     crate::trace::event(|| format!("ranges: rows spilled by range ({} bytes)", files.bytes));
     let schema = routing.schema();
-    let mut plans = Vec::with_capacity(files.files.len());
-    for (range, range_files) in files.files.into_iter().enumerate() {
-        let table = RangeTable::new(range, Arc::clone(&schema), range_files);
+    let target = pool.map(|pool| (pool as f64 * RANGE_POOL_SHARE) as u64);
+    let groups = consecutive_groups(&files.memory, target);
+    let mut plans = Vec::with_capacity(groups.len());
+    for group in &groups {
+        let table = RangeTable::new(group.clone(), Arc::clone(&schema), &files.files);
         let plan = ctx
             .read_table(Arc::new(table))
             .and_then(|df| df.sort(sort.to_vec()))
@@ -222,19 +256,23 @@ pub(super) async fn plan_ranges(
         plans.push(plan);
     }
     progress.watch_all(std::iter::once(&routing).chain(&plans).cloned().collect());
-    let ahead = files
-        .rows
+    let ahead = groups
         .iter()
         .enumerate()
-        .map(|(range, &rows)| {
-            let bytes = bytes_per_row.map_or(u64::MAX, |b| rows.saturating_mul(b));
-            range > 0 && pool.is_none_or(|pool| bytes as f64 <= pool as f64 * AHEAD_POOL_SHARE)
+        .map(|(i, group)| {
+            let bytes: u64 = files.memory[group.clone()].iter().sum();
+            i > 0 && pool.is_none_or(|pool| bytes as f64 <= pool as f64 * AHEAD_POOL_SHARE)
         })
+        .collect();
+    let range_rows = groups
+        .iter()
+        .map(|group| files.rows[group.clone()].iter().sum())
         .collect();
     Ok(Some(RangedJob {
         plans,
         ahead,
-        range_rows: files.rows,
+        routed: files.rows.len(),
+        range_rows,
         spilled_bytes: files.bytes,
     }))
 }
@@ -254,10 +292,11 @@ mod tests {
             range_count(auto, Some(4 * gib), of(gib as u64), None, 16),
             1
         );
-        // 12 GiB under a 4 GiB pool: ranges of a fifth of the pool.
+        // 12 GiB under a 4 GiB pool: sorts of a fifth of the pool, 15 of them, routed into
+        // four times as many ranges.
         assert_eq!(
             range_count(auto, Some(4 * gib), of(12 * gib as u64), None, 16),
-            15
+            60
         );
         // No limit, no footers' sizes, a LIMIT, or rows unknown: one piece.
         assert_eq!(range_count(auto, None, of(12 * gib as u64), None, 16), 1);
@@ -271,7 +310,7 @@ mod tests {
         // A pool the writer's encoders would take a large share of: one piece.
         let wide = (Some(1 << 30), rows, 100);
         assert_eq!(range_count(auto, Some(256 << 20), wide, None, 16), 1);
-        assert_eq!(range_count(auto, Some(400 << 20), wide, None, 16), 13);
+        assert_eq!(range_count(auto, Some(400 << 20), wide, None, 16), 52);
         // Files open at once stay bounded.
         assert_eq!(
             range_count(auto, Some(gib), of(1 << 50), None, 16),
@@ -281,6 +320,18 @@ mod tests {
         assert_eq!(range_count(off, Some(gib), of(1 << 40), None, 4), 1);
         let forced = KeyRangeChoice::Ranges(7);
         assert_eq!(range_count(forced, None, (None, rows, 16), None, 4), 7);
+    }
+
+    #[test]
+    fn consecutive_ranges_are_sorted_together_up_to_the_target() {
+        let memory = [3, 3, 3, 10, 1, 0, 4, 2];
+        let groups = consecutive_groups(&memory, Some(6));
+        assert_eq!(groups, vec![0..2, 2..3, 3..4, 4..7, 7..8]);
+        // Every range in exactly one group, in order.
+        let flat: Vec<usize> = groups.into_iter().flatten().collect();
+        assert_eq!(flat, (0..memory.len()).collect::<Vec<_>>());
+        assert_eq!(consecutive_groups(&memory, None).len(), memory.len());
+        assert!(consecutive_groups(&[], Some(6)).is_empty());
     }
 
     #[test]
