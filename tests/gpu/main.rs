@@ -27,7 +27,9 @@
 //! - `routing.rs`: hash routed window sorts and partition ids made on the device;
 //! - `windows.rs`: the window functions of `common/windows.rs` over device sorts;
 //! - `parquet_pages.rs`: Parquet data pages built and Snappy-compressed on the device, and
-//!   `gpusort sort --page-encoding device`.
+//!   `gpusort sort --page-encoding device`;
+//! - `ranges.rs`: `gpusort sort` of an input larger than its memory by key range on the
+//!   device, against the operator's spilling and merging.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -141,6 +143,7 @@ mod gather;
 mod merge;
 mod onesweep;
 mod parquet_pages;
+mod ranges;
 mod routing;
 mod segmented;
 mod windows;
