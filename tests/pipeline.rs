@@ -722,9 +722,8 @@ async fn memory_limited_sort_spills_and_matches() {
     let output = dir.path().join("out.parquet");
     let mut job = job(&[&input], &output, "k0, k1");
     job.memory_limit = Some(16 << 20);
-    // The operator's own spilling (by default a job this much larger than its memory goes
-    // by key range: the next test).
-    job.key_ranges = KeyRangeChoice::Off;
+    // The operator's own spilling (the default; by key range: the next test).
+    assert_eq!(job.key_ranges, KeyRangeChoice::Off);
     let summary = sort_files(&job, &Progress::new()).await.unwrap();
     assert!(
         summary.algorithm.contains("spill files"),
@@ -769,7 +768,7 @@ async fn ranged_job(
 
 /// Jobs sorted by key range: the keys sampled, every row spilled into its range, each range
 /// sorted and written in turn. The output equals DataFusion's sort, ties in input order,
-/// for every direction and null order, by default under a small limit and with a forced
+/// for every direction and null order, with `auto` under a small limit and with a forced
 /// number of ranges; keys of few values make fewer ranges (or none), and a range larger
 /// than the memory spills inside its own sort.
 #[tokio::test]
@@ -822,7 +821,7 @@ async fn key_ranges_sort_like_datafusion() {
         );
         assert_eq!(summary.rows, wide.num_rows() as u64, "{by}");
     }
-    // By default, under a limit the input outgrows.
+    // `auto`, under a limit the input outgrows.
     let small = narrow(&table(600_000, "pipeline-ranges-auto"));
     let input = dir.path().join("auto");
     write_parquet_files(&input, &small, 3);

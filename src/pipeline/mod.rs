@@ -138,7 +138,8 @@ pub struct SortJob {
     /// Where the data pages of the columns the device can build are encoded.
     pub page_encoding: PageEncoding,
     /// Whether a job larger than its memory is sorted by key range (each range sorted in
-    /// memory and written in turn) or by the operator's sorted runs merged at the end.
+    /// memory and written in turn) or by the operator's sorted runs merged at the end
+    /// (the default, [`KeyRangeChoice::Off`]).
     pub key_ranges: KeyRangeChoice,
     /// Partitions of the scan (default: the number of cores, fewer where a quarter of the
     /// memory limit cannot hold a row group being read per core: see
@@ -174,7 +175,7 @@ impl SortJob {
             sync: true,
             backend: BackendChoice::Auto,
             page_encoding: PageEncoding::Host,
-            key_ranges: KeyRangeChoice::Auto,
+            key_ranges: KeyRangeChoice::Off,
             target_partitions: None,
             inject_write_failure_after: None,
             inject_lost_batch: false,

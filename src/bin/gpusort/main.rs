@@ -137,12 +137,12 @@ enum Command {
         /// dictionary, uncompressed or snappy, built and compressed on the GPU).
         #[arg(long, default_value = "host")]
         page_encoding: gpusort::pipeline::PageEncoding,
-        /// An input larger than the memory limit is sorted by key range: auto (when its
-        /// decoded size passes half the memory pool: the keys sampled, every row spilled
-        /// into its range, each range sorted in memory and written in turn), off (sorted
-        /// runs spilled and merged at the end), or a number of ranges to use whatever the
-        /// input's size.
-        #[arg(long, default_value = "auto")]
+        /// How an input larger than the memory limit is sorted: off (default: sorted runs
+        /// spilled and merged at the end), auto (by key range when its decoded size passes
+        /// half the memory pool: the keys sampled, every row spilled into its range, each
+        /// range sorted in memory and written in turn; faster, but the process may peak
+        /// past the limit), or a number of ranges to use whatever the input's size.
+        #[arg(long, default_value = "off")]
         key_ranges: gpusort::pipeline::KeyRangeChoice,
         /// No progress bars and no summary line.
         #[arg(short, long)]
