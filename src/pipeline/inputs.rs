@@ -60,7 +60,7 @@ pub struct Inputs {
     /// what one scan partition fetches into memory at once.
     pub max_row_group_bytes: Option<u64>,
     /// The rows' bytes once decoded, when the format records it (Parquet: estimated from
-    /// the column chunks' uncompressed sizes and widths, [`decoded_row_group_bytes`]).
+    /// the column chunks' uncompressed sizes, each at least its rows × its type's width).
     pub decoded_bytes: Option<u64>,
 }
 

@@ -29,8 +29,8 @@ use super::range_table::RangeTable;
 /// past the limit + 20 % that the merge keeps (docs/performance.md, 2026-11-29).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KeyRangeChoice {
-    /// By key range when the input's decoded size is more than [`RANGE_TRIGGER_SHARE`] of the
-    /// memory pool (Parquet inputs, no `--limit`); otherwise by the operator's own spilling.
+    /// By key range when the input's decoded size is more than half the memory pool
+    /// (Parquet inputs, no `--limit`); otherwise by the operator's own spilling.
     Auto,
     /// Never by key range: the sort operator spills sorted runs and merges them.
     #[default]
