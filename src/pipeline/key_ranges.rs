@@ -24,7 +24,8 @@ use datafusion::arrow::compute::{concat_batches, take_record_batch, SortOptions}
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
-use datafusion::physical_plan::execute_stream_partitioned;
+use datafusion::error::DataFusionError;
+use datafusion::physical_plan::{execute_stream_partitioned, ExecutionPlan};
 use datafusion::prelude::{DataFrame, SessionContext};
 use futures::StreamExt;
 
@@ -109,52 +110,9 @@ impl KeyRanges {
             .create_physical_plan()
             .await
             .map_err(PipelineError::execution("planning the key sample"))?;
-        let key_schema = plan.schema();
-        let stride = (rows / SAMPLE_ROWS).max(1);
-        let streams = execute_stream_partitioned(plan, ctx.task_ctx())
+        let sample_rows = sample_rows(ctx, plan, keys, &converter, rows)
+            .await
             .map_err(PipelineError::execution("sampling the keys"))?;
-        let mut tasks = tokio::task::JoinSet::new();
-        for (partition, mut stream) in streams.into_iter().enumerate() {
-            tasks.spawn(async move {
-                let mut picker = Picker::new(stride, partition as u64);
-                let mut seen = 0u64;
-                let mut taken = Vec::new();
-                while let Some(batch) = stream.next().await {
-                    let batch = batch?;
-                    let n = batch.num_rows() as u64;
-                    let picks: UInt32Array = picker
-                        .picks_before(seen + n)
-                        .map(|i| (i - seen) as u32)
-                        .collect();
-                    seen += n;
-                    if !picks.is_empty() {
-                        taken.push(take_record_batch(&batch, &picks)?);
-                    }
-                }
-                Ok::<_, datafusion::error::DataFusionError>(taken)
-            });
-        }
-        let mut sampled = Vec::new();
-        while let Some(done) = tasks.join_next().await {
-            let batches = done
-                .map_err(|e| {
-                    PipelineError::execution("sampling the keys")(
-                        datafusion::error::DataFusionError::External(Box::new(e)),
-                    )
-                })?
-                .map_err(PipelineError::execution("sampling the keys"))?;
-            sampled.extend(batches);
-        }
-        let sample = concat_batches(&key_schema, &sampled)
-            .map_err(|e| PipelineError::execution("sampling the keys")(e.into()))?;
-        let key_arrays: Vec<ArrayRef> = keys
-            .iter()
-            .map(|key| Ok(Arc::clone(sample.column(key_schema.index_of(&key.column)?))))
-            .collect::<Result<_, ArrowError>>()
-            .map_err(|e| PipelineError::execution("sampling the keys")(e.into()))?;
-        let sample_rows = converter
-            .convert_columns(&key_arrays)
-            .map_err(|e| PipelineError::execution("sampling the keys")(e.into()))?;
         let splitters = splitters(&converter, &sample_rows, ranges);
         Ok(Some(Self {
             converter,
@@ -192,6 +150,53 @@ impl KeyRanges {
         }
         low
     }
+}
+
+/// The sort keys of one row picked in every block of `rows / SAMPLE_ROWS` rows of each
+/// partition of `plan` (the key columns alone), in `converter`'s row format.
+async fn sample_rows(
+    ctx: &SessionContext,
+    plan: Arc<dyn ExecutionPlan>,
+    keys: &[SortKey],
+    converter: &RowConverter,
+    rows: u64,
+) -> Result<Rows, DataFusionError> {
+    let key_schema = plan.schema();
+    let stride = (rows / SAMPLE_ROWS).max(1);
+    let mut tasks = tokio::task::JoinSet::new();
+    for (partition, mut stream) in execute_stream_partitioned(plan, ctx.task_ctx())?
+        .into_iter()
+        .enumerate()
+    {
+        tasks.spawn(async move {
+            let mut picker = Picker::new(stride, partition as u64);
+            let mut seen = 0u64;
+            let mut taken = Vec::new();
+            while let Some(batch) = stream.next().await {
+                let batch = batch?;
+                let n = batch.num_rows() as u64;
+                let picks: UInt32Array = picker
+                    .picks_before(seen + n)
+                    .map(|i| (i - seen) as u32)
+                    .collect();
+                seen += n;
+                if !picks.is_empty() {
+                    taken.push(take_record_batch(&batch, &picks)?);
+                }
+            }
+            Ok::<_, DataFusionError>(taken)
+        });
+    }
+    let mut sampled = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        sampled.extend(done.map_err(|e| DataFusionError::External(Box::new(e)))??);
+    }
+    let sample = concat_batches(&key_schema, &sampled)?;
+    let key_arrays = keys
+        .iter()
+        .map(|key| Ok(Arc::clone(sample.column(key_schema.index_of(&key.column)?))))
+        .collect::<Result<Vec<ArrayRef>, ArrowError>>()?;
+    Ok(converter.convert_columns(&key_arrays)?)
 }
 
 /// One row picked at random in every block of `stride` rows of a partition: an even

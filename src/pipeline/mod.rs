@@ -444,13 +444,7 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
         _ => None,
     };
     // The scan has read everything once the rows are spilled by range.
-    let scan = match ranged {
-        Some(_) => {
-            drop(scan);
-            None
-        }
-        None => Some(scan),
-    };
+    let scan = ranged.is_none().then_some(scan);
     let (plans, ahead) = match &ranged {
         Some(ranged) => (ranged.plans.clone(), ranged.ahead.clone()),
         None => (vec![Arc::clone(&plan)], vec![false]),

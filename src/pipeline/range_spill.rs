@@ -9,7 +9,6 @@
 //! the input in order, so a range's rows come back in input order, and a stable sort of
 //! them keeps ties as the whole job would.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{RecordBatch, UInt32Array};
@@ -57,8 +56,6 @@ pub(super) async fn spill_by_range(
     let streams = execute_stream_partitioned(plan, ctx.task_ctx()).map_err(
         PipelineError::execution("reading and spilling by key range"),
     )?;
-    let rows: Arc<Vec<AtomicU64>> = Arc::new((0..count).map(|_| AtomicU64::new(0)).collect());
-    let memory: Arc<Vec<AtomicU64>> = Arc::new((0..count).map(|_| AtomicU64::new(0)).collect());
     let mut tasks = tokio::task::JoinSet::new();
     for (partition, mut stream) in streams.into_iter().enumerate() {
         let manager = Arc::new(
@@ -74,8 +71,6 @@ pub(super) async fn spill_by_range(
         ))
         .register(&env.memory_pool);
         let ranges = Arc::clone(&ranges);
-        let rows = Arc::clone(&rows);
-        let memory = Arc::clone(&memory);
         let schema = Arc::clone(&schema);
         tasks.spawn(async move {
             let mut router = Router::new(manager, schema, count, batch_rows, reservation);
@@ -83,14 +78,15 @@ pub(super) async fn spill_by_range(
                 router.add(&batch?, &ranges)?;
             }
             let files = router.finish()?;
-            for (range, n) in router.rows.iter().enumerate() {
-                rows[range].fetch_add(*n, Ordering::Relaxed);
-                memory[range].fetch_add(router.memory[range], Ordering::Relaxed);
-            }
-            Ok::<_, DataFusionError>((partition, files))
+            Ok::<_, DataFusionError>((partition, files, router.rows, router.memory))
         });
     }
-    let mut files: Vec<Vec<Option<Arc<dyn SpillFile>>>> = (0..count).map(|_| Vec::new()).collect();
+    let mut spilled = RangeFiles {
+        files: vec![Vec::new(); count],
+        rows: vec![0; count],
+        memory: vec![0; count],
+        bytes: 0,
+    };
     let mut by_partition = Vec::new();
     while let Some(done) = tasks.join_next().await {
         let done = done
@@ -101,22 +97,20 @@ pub(super) async fn spill_by_range(
             ))?;
         by_partition.push(done);
     }
-    by_partition.sort_by_key(|(partition, _)| *partition);
-    for (_, partition_files) in by_partition {
-        for (range, file) in partition_files.into_iter().enumerate() {
-            files[range].push(file);
+    // Each range's files in partition order: the input's order.
+    by_partition.sort_by_key(|(partition, ..)| *partition);
+    for (_, files, rows, memory) in by_partition {
+        for (range, file) in files.into_iter().enumerate() {
+            spilled.files[range].push(file);
+            spilled.rows[range] += rows[range];
+            spilled.memory[range] += memory[range];
         }
     }
-    let bytes = metrics
+    spilled.bytes = metrics
         .clone_inner()
         .spilled_bytes()
         .map_or(0, |b| b as u64);
-    Ok(RangeFiles {
-        files,
-        rows: rows.iter().map(|n| n.load(Ordering::Relaxed)).collect(),
-        memory: memory.iter().map(|n| n.load(Ordering::Relaxed)).collect(),
-        bytes,
-    })
+    Ok(spilled)
 }
 
 /// One range's file being written: given a batch, appends it; given none, finishes the

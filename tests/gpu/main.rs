@@ -84,6 +84,18 @@ where
         .collect()
 }
 
+/// The rows of the Parquet file at `path`, as one batch.
+fn read_parquet(path: &std::path::Path) -> RecordBatch {
+    let file = std::fs::File::open(path).unwrap();
+    let reader =
+        datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+            .unwrap()
+            .build()
+            .unwrap();
+    let batches: Vec<RecordBatch> = reader.collect::<Result<_, _>>().unwrap();
+    datafusion::arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap()
+}
+
 fn splitmix64(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);

@@ -245,15 +245,6 @@ fn input_file(dir: &std::path::Path, rows: usize) -> std::path::PathBuf {
     path
 }
 
-fn read(path: &std::path::Path) -> RecordBatch {
-    let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap())
-        .unwrap()
-        .build()
-        .unwrap();
-    let batches: Vec<RecordBatch> = reader.collect::<Result<_, _>>().unwrap();
-    concat_batches(&batches[0].schema(), &batches).unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a CUDA GPU"]
 async fn sorted_files_with_device_pages_read_back_as_the_hosts() {
@@ -282,7 +273,11 @@ async fn sorted_files_with_device_pages_read_back_as_the_hosts() {
         }
         outputs.push(output);
     }
-    assert_eq!(read(&outputs[0]), read(&outputs[1]), "the files' rows");
+    assert_eq!(
+        read_parquet(&outputs[0]),
+        read_parquet(&outputs[1]),
+        "the files' rows"
+    );
     let meta = |path: &std::path::Path| {
         SerializedFileReader::new(std::fs::File::open(path).unwrap())
             .unwrap()
@@ -303,7 +298,7 @@ gpu_test!(
     every_eligible_chunk_of_a_file_is_built_on_the_device,
     |_runtime| {
         let dir = tempfile::tempdir().unwrap();
-        let batch = read(&input_file(dir.path(), 300_000));
+        let batch = read_parquet(&input_file(dir.path(), 300_000));
         let batches: Vec<RecordBatch> = (0..batch.num_rows())
             .step_by(7_000)
             .map(|at| batch.slice(at, 7_000.min(batch.num_rows() - at)))

@@ -5,19 +5,8 @@
 use super::*;
 
 use datafusion::arrow::array::Int32Array;
-use datafusion::arrow::compute::concat_batches;
-use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use datafusion::parquet::arrow::ArrowWriter;
 use gpusort::pipeline::{sort_files, KeyRangeChoice, Progress, SortJob};
-
-fn read(path: &std::path::Path) -> RecordBatch {
-    let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap())
-        .unwrap()
-        .build()
-        .unwrap();
-    let batches: Vec<RecordBatch> = reader.collect::<Result<_, _>>().unwrap();
-    concat_batches(&batches[0].schema(), &batches).unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a CUDA GPU"]
@@ -62,7 +51,7 @@ async fn key_ranges_on_the_device_write_what_the_merge_writes() {
         }
         outputs.push(output);
     }
-    let (merged, ranged) = (read(&outputs[0]), read(&outputs[1]));
+    let (merged, ranged) = (read_parquet(&outputs[0]), read_parquet(&outputs[1]));
     assert_eq!(merged.num_rows(), rows);
     assert_eq!(merged, ranged);
 }
