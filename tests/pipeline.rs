@@ -530,7 +530,8 @@ fn the_command_line_sorts_and_reports() {
     assert!(quiet.status.success() && quiet.stdout.is_empty());
     // Under a small limit the allocator purges freed memory at once and maps no huge
     // pages (read back from mimalloc under GPUSORT_TRACE); a limit below what the process
-    // can keep its peak near still runs, with a warning. A large limit changes nothing.
+    // can keep its peak near still runs, with a warning. Up to 8 GiB it purges after
+    // 100 ms; a large limit changes nothing.
     let limited = |limit: &str| {
         let run = Command::new(env!("CARGO_BIN_EXE_gpusort"))
             .args(["sort", &glob, "-o", output.to_str().unwrap(), "--by", "k0"])
@@ -561,6 +562,11 @@ fn the_command_line_sorts_and_reports() {
     assert!(
         tiny.contains("process: mimalloc purge_delay 0 ms, allow_thp 0"),
         "{tiny}"
+    );
+    let medium = limited("4G");
+    assert!(
+        medium.contains("process: mimalloc purge_delay 100 ms, allow_thp 0"),
+        "{medium}"
     );
     let large = limited("64G");
     assert!(!large.contains("is below the"), "{large}");
@@ -722,8 +728,9 @@ async fn memory_limited_sort_spills_and_matches() {
     let output = dir.path().join("out.parquet");
     let mut job = job(&[&input], &output, "k0, k1");
     job.memory_limit = Some(16 << 20);
-    // The operator's own spilling (the default; by key range: the next test).
-    assert_eq!(job.key_ranges, KeyRangeChoice::Off);
+    // The operator's own spilling (the default on the CPU backend; by key range: the
+    // next test).
+    assert_eq!(job.key_ranges, KeyRangeChoice::Auto);
     let summary = sort_files(&job, &Progress::new()).await.unwrap();
     assert!(
         summary.algorithm.contains("spill files"),
@@ -833,7 +840,7 @@ async fn key_ranges_sort_like_datafusion() {
         &[0, 1][..],
         rid,
     );
-    let summary = ranged_job(&input, &out, by, KeyRangeChoice::Auto, Some(64 << 20)).await;
+    let summary = ranged_job(&input, &out, by, KeyRangeChoice::On, Some(64 << 20)).await;
     assert!(
         summary.algorithm.contains("key ranges"),
         "{}",

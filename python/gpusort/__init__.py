@@ -297,9 +297,10 @@ def sort_parquet(
     ``device``: the Parquet pages of fixed-width columns written without a dictionary
     (``PLAIN``, or ``DELTA_BINARY_PACKED`` for integers; uncompressed or ``snappy``) are
     built on the GPU, the CPU encoding them where no device can. ``key_ranges``: how an
-    input larger than the memory pool is sorted: ``off`` (default: sorted runs spilled and
-    merged), ``auto`` (by key range when its decoded size passes half the pool; each range
-    sorted in memory and written in turn), or a number of ranges.
+    input larger than the memory pool is sorted: ``on`` (by key range when its decoded
+    size passes half the pool; each range sorted in memory and written in turn), ``off``
+    (sorted runs spilled and merged), ``auto`` (default: ``on`` where a GPU sorts, ``off``
+    on the CPU backend), or a number of ranges.
 
     Returns the job's summary (rows, bytes in and out, files, stage times, backend,
     algorithm, peak memory, the column chunks whose pages the device built

@@ -41,7 +41,7 @@ use crate::cuda::memory::download::download_into_buffers;
 use crate::cuda::memory::transfer::Staging;
 use crate::cuda::module::{arg, launch};
 use crate::cuda::runtime::{disabled_reason, note_failure_of, note_gather_failure, CudaRuntime};
-use crate::cuda::tuning::GATHER_THREADS as THREADS;
+use crate::cuda::tuning::{GATHER_THREADS as THREADS, GATHER_WINDOWS_KEPT};
 use crate::cuda::window::{compute_windows, SortedColumn, WindowDevice};
 use crate::gather::{PayloadGather, PayloadStats, RunRows, WindowRequest};
 use crate::sort::RunState;
@@ -50,6 +50,21 @@ use crate::sort::RunState;
 struct PayloadColumn {
     data_type: DataType,
     raw: RawColumn,
+}
+
+impl PayloadColumn {
+    /// Host bytes a gathered row of it takes on average, over a run of `rows` rows.
+    fn row_bytes(&self, rows: usize) -> usize {
+        let validity = usize::from(self.raw.validity.is_some());
+        match self.raw.layout {
+            PayloadLayout::Fixed(width) => width + validity,
+            PayloadLayout::Bits => 1 + validity,
+            PayloadLayout::Views => {
+                let data = self.raw.view_data.as_ref().map_or(0, |d| d.data.len());
+                VIEW_BYTES + validity + data.div_ceil(rows.max(1))
+            }
+        }
+    }
 }
 
 /// What a device sort leaves on the device for the payload gather: the CUDA backend's
@@ -295,6 +310,16 @@ impl PayloadGather for DevicePayload {
 
     fn stats(&self) -> PayloadStats {
         self.stats
+    }
+
+    fn window_rows(&self, most: usize) -> usize {
+        let row_bytes: usize = self
+            .columns
+            .iter()
+            .map(|column| column.row_bytes(self.rows))
+            .sum();
+        let budget = self.runtime.host_regions.limit() / GATHER_WINDOWS_KEPT;
+        (budget / row_bytes.max(1)).clamp(1, most.max(1))
     }
 
     fn windows(

@@ -221,6 +221,16 @@ pub(super) const LARGE_SEGMENT_TILE: TileShape = TileShape {
 /// segment): every block sorts a whole tile, so emptier tiles would waste the work.
 pub(super) const LARGE_TILE_MIN_FILL: usize = 4;
 
+// ---- The payload gather (payload.rs) ---------------------------------------------------
+
+/// A gather window's host memory is at most this share of the idle regions kept for
+/// reuse, so that the windows alive at once (one gathered ahead, one being emitted, the
+/// batches the consumer still holds) come back to locked, already touched regions. A
+/// larger window is fresh memory each time, copied back through the staging buffers and
+/// faulted in page by page: on SF10 `lineitem` under a 4 GiB limit (idle regions 256 MiB),
+/// windows of 600 MB came back at 2 to 6 GB/s (docs/performance.md, 2026-11-29).
+pub(super) const GATHER_WINDOWS_KEPT: usize = 4;
+
 // ---- Between the device sorts (dispatch.rs, refine.rs) -------------------------------
 
 /// How long the device stays idle before its memory pool's kept blocks go back to the

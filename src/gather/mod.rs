@@ -55,6 +55,12 @@ pub trait PayloadGather: Send {
     /// What it did so far.
     fn stats(&self) -> PayloadStats;
 
+    /// Rows per window, at most `most`: fewer where a window of `most` rows would take
+    /// more host memory than the gatherer keeps for reuse.
+    fn window_rows(&self, most: usize) -> usize {
+        most
+    }
+
     /// Gathers only those of its columns that are in `keep` from now on (the others were
     /// needed where the run is only, for window columns).
     fn retain_columns(&mut self, _keep: &[usize]) {}
@@ -348,8 +354,8 @@ fn gather_in_windows<'p, 'g: 'p>(
     let keep = keep.unwrap_or(&all);
     let schema = Arc::new(rows.batches[0].schema().project(keep)?);
     let batch_size = batch_size.max(1);
-    let window_rows = match payload {
-        Some(_) => device_window.max(batch_size),
+    let window_rows = match payload.as_deref() {
+        Some(payload) => payload.window_rows(device_window).max(batch_size),
         None => batch_size * rayon::current_num_threads().max(1),
     };
     let lengths = batches::batch_lengths(rows, permutation, batch_size, offset_bytes);

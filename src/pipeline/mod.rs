@@ -139,7 +139,7 @@ pub struct SortJob {
     pub page_encoding: PageEncoding,
     /// Whether a job larger than its memory is sorted by key range (each range sorted in
     /// memory and written in turn) or by the operator's sorted runs merged at the end
-    /// (the default, [`KeyRangeChoice::Off`]).
+    /// (the default, [`KeyRangeChoice::Auto`]: by key range where a device sorts).
     pub key_ranges: KeyRangeChoice,
     /// Partitions of the scan (default: the number of cores, fewer where a quarter of the
     /// memory limit cannot hold a row group being read per core: see
@@ -175,7 +175,7 @@ impl SortJob {
             sync: true,
             backend: BackendChoice::Auto,
             page_encoding: PageEncoding::Host,
-            key_ranges: KeyRangeChoice::Off,
+            key_ranges: KeyRangeChoice::Auto,
             target_partitions: None,
             inject_write_failure_after: None,
             inject_lost_batch: false,
@@ -414,7 +414,7 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
         pool,
         (inputs.decoded_bytes, inputs.rows, schema.fields().len()),
         job.limit,
-        partitions,
+        (partitions, cuda),
     );
     let spill_failed = |e: PipelineError| match e {
         // The sort's errors, not the writer's (its disk may be full too).

@@ -24,16 +24,21 @@ use super::range_table::RangeTable;
 
 /// How a job whose rows may not fit its memory is sorted.
 ///
-/// The default is `Off`: on SF10 `lineitem` under a 4 GiB limit (H200, 16 cores) key
-/// ranges took 9.5 to 10.2 s against 11.5 s, but the process peaked at 5.9 to 6.2 GiB,
-/// past the limit + 20 % that the merge keeps (docs/performance.md, 2026-11-29).
+/// By key range where that was measured faster: on SF10 `lineitem` under a 4 GiB limit
+/// (H200, 16 cores) a device sorting the ranges took 10.6 to 11.0 s against 12.7 to
+/// 13.0 s for the merge, both peaking at 3.2 to 3.3 GiB; on the CPU backend (2 cores,
+/// SF1 under 400 MiB) the merge took 5.1 to 6.1 s against 6.1 to 6.8 s
+/// (docs/performance.md, 2026-11-29).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KeyRangeChoice {
+    /// [`On`](Self::On) where a device sorts the job, [`Off`](Self::Off) on the CPU
+    /// backend.
+    #[default]
+    Auto,
     /// By key range when the input's decoded size is more than half the memory pool
     /// (Parquet inputs, no `--limit`); otherwise by the operator's own spilling.
-    Auto,
+    On,
     /// Never by key range: the sort operator spills sorted runs and merges them.
-    #[default]
     Off,
     /// By at most this many key ranges whatever the input's size (Parquet inputs, no
     /// `--limit`); for tests and measurements.
@@ -46,11 +51,12 @@ impl std::str::FromStr for KeyRangeChoice {
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         match text.trim().to_ascii_lowercase().as_str() {
             "auto" => Ok(Self::Auto),
+            "on" => Ok(Self::On),
             "off" | "merge" => Ok(Self::Off),
             n => match n.parse::<usize>() {
                 Ok(n) if n >= 1 => Ok(Self::Ranges(n)),
                 _ => Err(format!(
-                    "key ranges {text:?}: expected auto, off, or a number of ranges"
+                    "key ranges {text:?}: expected auto, on, off, or a number of ranges"
                 )),
             },
         }
@@ -88,14 +94,14 @@ pub(super) const WRITER_POOL_SHARE: f64 = 0.25;
 /// stay under this many; ranges past it are larger than planned, and their sorts spill.
 pub(super) const MAX_RANGE_FILES: usize = 1024;
 
-/// The number of key ranges for a job of `columns` columns: 1 sorts it in one piece (the
-/// operator spilling as it must).
+/// The number of key ranges for a job of `columns` columns, sorted on a device or not
+/// (`device`): 1 sorts it in one piece (the operator spilling as it must).
 pub fn range_count(
     choice: KeyRangeChoice,
     pool: Option<usize>,
     (decoded_bytes, rows, columns): (Option<u64>, Option<u64>, usize),
     limit: Option<usize>,
-    partitions: usize,
+    (partitions, device): (usize, bool),
 ) -> usize {
     let most = (MAX_RANGE_FILES / partitions.max(1)).max(2);
     if limit.is_some() || rows.is_none() {
@@ -103,8 +109,9 @@ pub fn range_count(
     }
     match choice {
         KeyRangeChoice::Off => 1,
+        KeyRangeChoice::Auto if !device => 1,
         KeyRangeChoice::Ranges(n) => n.clamp(1, most),
-        KeyRangeChoice::Auto => match (pool, decoded_bytes) {
+        KeyRangeChoice::Auto | KeyRangeChoice::On => match (pool, decoded_bytes) {
             (Some(pool), Some(decoded))
                 if decoded as f64 > pool as f64 * RANGE_TRIGGER_SHARE
                     && (columns * WRITER_BYTES_PER_COLUMN) as f64
@@ -288,42 +295,65 @@ mod tests {
     #[test]
     fn ranges_when_the_input_outgrows_the_pool() {
         let gib = 1usize << 30;
-        let auto = KeyRangeChoice::Auto;
+        let on = KeyRangeChoice::On;
         let rows = Some(1_000_000);
         let of = |decoded: u64| (Some(decoded), rows, 16);
         // Fits: one piece.
         assert_eq!(
-            range_count(auto, Some(4 * gib), of(gib as u64), None, 16),
+            range_count(on, Some(4 * gib), of(gib as u64), None, (16, false)),
             1
         );
         // 12 GiB under a 4 GiB pool: sorts of a fifth of the pool, 15 of them, routed into
         // four times as many ranges.
         assert_eq!(
-            range_count(auto, Some(4 * gib), of(12 * gib as u64), None, 16),
+            range_count(on, Some(4 * gib), of(12 * gib as u64), None, (16, false)),
             60
         );
         // No limit, no footers' sizes, a LIMIT, or rows unknown: one piece.
-        assert_eq!(range_count(auto, None, of(12 * gib as u64), None, 16), 1);
-        assert_eq!(range_count(auto, Some(gib), (None, rows, 16), None, 16), 1);
         assert_eq!(
-            range_count(auto, Some(gib), of(8 * gib as u64), Some(10), 16),
+            range_count(on, None, of(12 * gib as u64), None, (16, false)),
+            1
+        );
+        assert_eq!(
+            range_count(on, Some(gib), (None, rows, 16), None, (16, false)),
+            1
+        );
+        assert_eq!(
+            range_count(on, Some(gib), of(8 * gib as u64), Some(10), (16, false)),
             1
         );
         let unknown_rows = (Some(8 * gib as u64), None, 16);
-        assert_eq!(range_count(auto, Some(gib), unknown_rows, None, 16), 1);
+        assert_eq!(
+            range_count(on, Some(gib), unknown_rows, None, (16, false)),
+            1
+        );
         // A pool the writer's encoders would take a large share of: one piece.
         let wide = (Some(1 << 30), rows, 100);
-        assert_eq!(range_count(auto, Some(256 << 20), wide, None, 16), 1);
-        assert_eq!(range_count(auto, Some(400 << 20), wide, None, 16), 52);
+        assert_eq!(range_count(on, Some(256 << 20), wide, None, (16, false)), 1);
+        assert_eq!(
+            range_count(on, Some(400 << 20), wide, None, (16, false)),
+            52
+        );
         // Files open at once stay bounded.
         assert_eq!(
-            range_count(auto, Some(gib), of(1 << 50), None, 16),
+            range_count(on, Some(gib), of(1 << 50), None, (16, false)),
             MAX_RANGE_FILES / 16
         );
         let off = KeyRangeChoice::Off;
-        assert_eq!(range_count(off, Some(gib), of(1 << 40), None, 4), 1);
+        assert_eq!(
+            range_count(off, Some(gib), of(1 << 40), None, (4, false)),
+            1
+        );
+        // `auto`: by key range where a device sorts, merged on the CPU backend.
+        let big = of(12 * gib as u64);
+        let auto = KeyRangeChoice::Auto;
+        assert_eq!(range_count(auto, Some(4 * gib), big, None, (16, true)), 60);
+        assert_eq!(range_count(auto, Some(4 * gib), big, None, (16, false)), 1);
         let forced = KeyRangeChoice::Ranges(7);
-        assert_eq!(range_count(forced, None, (None, rows, 16), None, 4), 7);
+        assert_eq!(
+            range_count(forced, None, (None, rows, 16), None, (4, false)),
+            7
+        );
     }
 
     #[test]
@@ -341,6 +371,7 @@ mod tests {
     #[test]
     fn choices_parse() {
         assert_eq!("auto".parse(), Ok(KeyRangeChoice::Auto));
+        assert_eq!("On".parse(), Ok(KeyRangeChoice::On));
         assert_eq!("OFF".parse(), Ok(KeyRangeChoice::Off));
         assert_eq!("12".parse(), Ok(KeyRangeChoice::Ranges(12)));
         assert!("0".parse::<KeyRangeChoice>().is_err());

@@ -137,12 +137,13 @@ enum Command {
         /// dictionary, uncompressed or snappy, built and compressed on the GPU).
         #[arg(long, default_value = "host")]
         page_encoding: gpusort::pipeline::PageEncoding,
-        /// How an input larger than the memory limit is sorted: off (default: sorted runs
-        /// spilled and merged at the end), auto (by key range when its decoded size passes
-        /// half the memory pool: the keys sampled, every row spilled into its range, each
-        /// range sorted in memory and written in turn; faster, but the process may peak
-        /// past the limit), or a number of ranges to use whatever the input's size.
-        #[arg(long, default_value = "off")]
+        /// How an input larger than the memory limit is sorted: on (by key range when its
+        /// decoded size passes half the memory pool: the keys sampled, every row spilled
+        /// into its range, each range sorted in memory and written in turn), off (sorted
+        /// runs spilled and merged at the end), auto (the default: on where a GPU sorts,
+        /// off on the CPU backend, as measured faster on each), or a number of ranges to
+        /// use whatever the input's size.
+        #[arg(long, default_value = "auto")]
         key_ranges: gpusort::pipeline::KeyRangeChoice,
         /// No progress bars and no summary line.
         #[arg(short, long)]

@@ -7,7 +7,7 @@
 //!   buffers back to the kernel on every free, so that each new one was faulted in again
 //!   (docs/performance.md, session 28). mimalloc returns freed pages to the kernel after a
 //!   short delay instead, from whichever thread frees them.
-//! - **Under a small limit** ([`memory::SMALL_LIMIT`]) mimalloc maps no transparent huge
+//! - **Under a limit below 8 GiB** ([`PROMPT_PURGE_LIMIT`]) mimalloc maps no transparent huge
 //!   pages and purges freed memory sooner. By default it backs its arenas with 2 MiB pages
 //!   (the untouched rest of every huge page a job touches stays resident) and keeps freed
 //!   pages for a second (`purge_delay`, 1000 ms in mimalloc 3): a few hundred MiB whatever
@@ -22,9 +22,11 @@
 //!   | SF4, 2 GiB | 2 471 MiB | 1 947, 1 980 MiB, 25 s | | |
 //!
 //!   (no huge pages in the last three columns; SF4 with the pool's floor as well). So freed
-//!   memory is purged at once under 1 GiB, after 10 ms under 2 GiB and after 250 ms up to
-//!   4 GiB ([`purge_delay_ms`]); large limits keep the defaults. The default limit (half
-//!   the memory) is a limit like any other: on a host of less than 8 GiB it is small.
+//!   memory is purged at once under 1 GiB, after 10 ms under 2 GiB, after 250 ms up to
+//!   4 GiB and after 100 ms up to 8 GiB ([`purge_delay_ms`]: SF10 on the CUDA backend
+//!   under 4 GiB, 5.2 to 5.3 GiB with the defaults, 3.8 GiB with 100 ms); larger limits
+//!   keep the defaults. The default limit (half the memory) is a limit like any other: on
+//!   a host of less than 16 GiB it purges sooner.
 //! - **Idle page-locked regions** of the device gather (`GPUSORT_HOST_IDLE_BYTES`, by
 //!   default up to 4 GiB kept for reuse): [`memory::idle_regions_bytes`] of the limit
 //!   unless the variable is set.
@@ -49,7 +51,7 @@ pub fn bound_for_limit(memory_limit: Option<usize>, given: bool) {
             memory::SMALLEST_HELD_LIMIT >> 20
         );
     }
-    if memory::is_small_limit(limit) {
+    if limit < PROMPT_PURGE_LIMIT {
         purge_sooner_without_huge_pages(purge_delay_ms(limit));
     }
     if std::env::var_os("GPUSORT_TRACE").is_some() {
@@ -73,15 +75,27 @@ const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 const ALLOW_THP: libmimalloc_sys::mi_option_t = 43;
 const _: () = assert!(libmimalloc_sys::_mi_option_last == 47);
 
-/// How long mimalloc may keep freed memory under a [small](memory::SMALL_LIMIT) limit
-/// `limit`: not at all under 1 GiB, 10 ms under 2 GiB, 250 ms from there.
+/// Under limits below this, mimalloc purges sooner than its default and maps no huge
+/// pages. Up to 4 GiB that keeps the peak within the limit + 20 % (the table above); at
+/// 4 GiB, with mimalloc's defaults, SF10 `lineitem` peaked at 5.2 to 5.3 GiB both merged
+/// and by key range (H200, 2026-11-29): a job that frees a gathered group of rows every
+/// few hundred milliseconds keeps several of them for the second mimalloc waits. There,
+/// 250 ms peaked at 4.0 to 4.6 GiB by key range, and 100 ms at 3.8 GiB in the same time
+/// (docs/performance.md, 2026-11-29).
+pub const PROMPT_PURGE_LIMIT: usize = 8 << 30;
+
+/// How long mimalloc may keep freed memory under a limit `limit` below
+/// [`PROMPT_PURGE_LIMIT`]: not at all under 1 GiB, 10 ms under 2 GiB, 250 ms under 4 GiB,
+/// 100 ms from there.
 pub fn purge_delay_ms(limit: usize) -> c_long {
     if limit < 1 << 30 {
         0
     } else if limit < 2 << 30 {
         10
-    } else {
+    } else if limit < 4 << 30 {
         250
+    } else {
+        100
     }
 }
 
@@ -133,6 +147,8 @@ mod tests {
         assert_eq!(purge_delay_ms((2 << 30) - 1), 10);
         assert_eq!(purge_delay_ms(2 << 30), 250);
         assert_eq!(purge_delay_ms((4 << 30) - 1), 250);
+        assert_eq!(purge_delay_ms(4 << 30), 100);
+        assert_eq!(purge_delay_ms((8 << 30) - 1), 100);
         if mimalloc_variable_set(&[
             "MIMALLOC_PURGE_DELAY",
             "MIMALLOC_RESET_DELAY",

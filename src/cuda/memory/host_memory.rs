@@ -13,8 +13,8 @@
 //!  last part dropped ─► region idle again (freed instead past the idle limit)
 //! ```
 //!
-//! A consumer that keeps a few batches of a window keeps the whole region (one window,
-//! about 100 MB at most) until it drops them.
+//! A consumer that keeps a few batches of a window keeps the whole region (one window:
+//! at most a quarter of the idle limit, `payload.rs`) until it drops them.
 //!
 //! Regions that went back are also page-locked for the device (a [`PageLocker`]:
 //! `cuMemHostRegister`), by a thread of their own, off every query's critical path. The
@@ -188,6 +188,12 @@ impl HostRegions {
                 regions: Arc::clone(self),
             }),
         }
+    }
+
+    /// The most bytes kept idle: a window larger than this is a fresh allocation each
+    /// time, never locked.
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
     }
 
     /// Bytes held by idle regions.
