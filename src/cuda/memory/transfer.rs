@@ -3,7 +3,8 @@
 //! ```text
 //!  upload:    fill chunk 0 ─► copy 0 ─┐
 //!                     fill chunk 1 ───┴► copy 1 ─┐        (fill = convert/narrow the host
-//!                              fill chunk 2 ─────┴► ...     data into pinned memory, on all cores)
+//!                              fill chunk 2 ─────┴► ...     data into pinned memory, on the
+//!                                                           copy threads)
 //!  download:  copy 0 ─► copy 1 ─► copy 2 ...
 //!                 └► drain 0  └► drain 1  ...             (drain = pinned → destination)
 //! ```
@@ -12,6 +13,7 @@
 //! buffers the host's conversion of one chunk overlaps the copy of the other.
 
 use std::mem::MaybeUninit;
+use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
@@ -24,6 +26,29 @@ pub(crate) const CHUNK_BYTES: usize = 32 << 20;
 const PAR_ELEMS: usize = 1 << 16;
 /// Bytes per parallel piece of a drain into parts.
 const PAR_BYTES: usize = 1 << 18;
+
+/// Runs `copy` (a fill or a drain of the staging buffers) on the copy threads: a rayon pool
+/// of its own, as many threads as the global pool, so that a copy never queues behind the
+/// global pool's tasks. A Parquet writer encodes on the global pool while the next key
+/// range is sorted (`pipeline/ranged_job.rs`); behind its encoders, the payload of a
+/// range went up at 3 to 6 GB/s where it goes up at about 48 GB/s alone (SF10 `lineitem`
+/// under 4 GiB, H200, docs/performance.md, 2026-11-29). Where the pool cannot be built,
+/// the global pool copies.
+fn on_copy_threads<R: Send>(copy: impl FnOnce() -> R + Send) -> R {
+    static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
+    let pool = POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(rayon::current_num_threads())
+            .thread_name(|i| format!("gpusort-copy-{i}"))
+            .build()
+            .map_err(|e| log::warn!("gpusort: no copy threads ({e}); copies share the global pool"))
+            .ok()
+    });
+    match pool {
+        Some(pool) => pool.install(copy),
+        None => copy(),
+    }
+}
 
 /// Two pinned buffers and the events that say when the device is done with each.
 #[derive(Debug)]
@@ -72,10 +97,12 @@ impl Staging {
             let len = chunk.min(n - start);
             self.done[which].wait()?;
             let staged = self.slice_mut::<T>(which, len);
-            staged
-                .par_chunks_mut(PAR_ELEMS)
-                .enumerate()
-                .for_each(|(j, part)| fill(start + j * PAR_ELEMS, part));
+            on_copy_threads(|| {
+                staged
+                    .par_chunks_mut(PAR_ELEMS)
+                    .enumerate()
+                    .for_each(|(j, part)| fill(start + j * PAR_ELEMS, part))
+            });
             // SAFETY: the staged chunk is not touched again until `done[which]` (recorded
             // right after the copy) has completed.
             unsafe { device.upload(&out, start, &*staged)? };
@@ -97,10 +124,12 @@ impl Staging {
             "download into a slice of another length"
         );
         self.download_with(device, src, |start, staged| {
-            dst[start..start + staged.len()]
-                .par_chunks_mut(PAR_ELEMS)
-                .zip(staged.par_chunks(PAR_ELEMS))
-                .for_each(|(d, s)| d.copy_from_slice(s));
+            let dst = &mut dst[start..start + staged.len()];
+            on_copy_threads(|| {
+                dst.par_chunks_mut(PAR_ELEMS)
+                    .zip(staged.par_chunks(PAR_ELEMS))
+                    .for_each(|(d, s)| d.copy_from_slice(s))
+            });
         })
     }
 
@@ -140,16 +169,18 @@ impl Staging {
                 })
                 .flatten()
                 .collect();
-            pieces.into_par_iter().for_each(|(dst, src)| {
-                // SAFETY: `dst` and `src` have the same length and do not overlap (one is
-                // pinned staging memory, the other an output buffer).
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        src.as_ptr(),
-                        dst.as_mut_ptr() as *mut u8,
-                        src.len(),
-                    )
-                };
+            on_copy_threads(|| {
+                pieces.into_par_iter().for_each(|(dst, src)| {
+                    // SAFETY: `dst` and `src` have the same length and do not overlap (one
+                    // is pinned staging memory, the other an output buffer).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            src.as_ptr(),
+                            dst.as_mut_ptr() as *mut u8,
+                            src.len(),
+                        )
+                    };
+                })
             });
         })
     }
