@@ -522,6 +522,14 @@ impl PayloadGather for PartitionPayload<'_> {
         self.stats
     }
 
+    fn window_rows(&self, most: usize) -> usize {
+        self.shared
+            .gatherer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .window_rows(most)
+    }
+
     // The shared gatherer keeps the columns of the windows' request (see `sort_together`):
     // every part's request is the same.
     fn retain_columns(&mut self, _keep: &[usize]) {}

@@ -687,6 +687,69 @@ mod tests {
         }
     }
 
+    /// A payload whose windows must stay small (its host memory) gets windows of at most
+    /// the rows it asks for, in whole batches, and the same output.
+    #[test]
+    fn windows_are_as_small_as_the_payload_asks() {
+        /// [`TakeGather`] asking for windows of at most `rows` rows.
+        struct Narrow(TakeGather, usize);
+        impl PayloadGather for Narrow {
+            fn columns(&self) -> &[usize] {
+                self.0.columns()
+            }
+            fn gather(
+                &mut self,
+                start: usize,
+                batch_rows: &[usize],
+            ) -> Result<Option<Vec<Vec<ArrayRef>>>> {
+                assert!(batch_rows.iter().sum::<usize>() <= self.1.max(30));
+                self.0.gather(start, batch_rows)
+            }
+            fn stats(&self) -> PayloadStats {
+                self.0.stats()
+            }
+            fn window_rows(&self, most: usize) -> usize {
+                self.1.min(most)
+            }
+        }
+        let all = two_columns(0..1000);
+        let rows = RunRows::new(vec![all.slice(0, 500), all.slice(500, 500)]);
+        let permutation: Vec<u32> = (0..1000u32).map(|i| (i * 7919) % 1000).collect();
+        let mut outputs = Vec::new();
+        // 34 batches of 30 rows: windows of at most 100 rows hold 3 of them (12 windows);
+        // asked for 65 rows, 2 (17 windows); asked for fewer than a batch, 1 (34).
+        for (asked, windows) in [(usize::MAX, 12), (65, 17), (1, 34)] {
+            let mut payload = Narrow(
+                TakeGather {
+                    columns: vec![1],
+                    all: all.clone(),
+                    permutation: permutation.clone(),
+                    windows: 0,
+                    fail_at: usize::MAX,
+                },
+                asked,
+            );
+            let mut out = Vec::new();
+            gather_in_windows(
+                &rows,
+                &permutation,
+                30,
+                Some(&mut payload),
+                None,
+                100,
+                usize::MAX,
+                |b| {
+                    out.push(b);
+                    true
+                },
+            )
+            .unwrap();
+            assert_eq!(payload.0.windows, windows, "asked for {asked} rows");
+            outputs.push(out);
+        }
+        assert!(outputs.windows(2).all(|pair| pair[0] == pair[1]));
+    }
+
     /// Strings whose bytes would pass a batch's offsets are cut into more batches (here at
     /// most 1 000 bytes a batch: "row 0" to "row 999" take 5 to 7 bytes), on the host even
     /// where a payload gather is offered (it lays out only batches of one size).
