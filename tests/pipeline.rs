@@ -775,7 +775,7 @@ async fn ranged_job(
 
 /// Jobs sorted by key range: the keys sampled, every row spilled into its range, each range
 /// sorted and written in turn. The output equals DataFusion's sort, ties in input order,
-/// for every direction and null order, with `auto` under a small limit and with a forced
+/// for every direction and null order, with `on` under a small limit and with a forced
 /// number of ranges; keys of few values make fewer ranges (or none), and a range larger
 /// than the memory spills inside its own sort.
 #[tokio::test]
@@ -828,7 +828,7 @@ async fn key_ranges_sort_like_datafusion() {
         );
         assert_eq!(summary.rows, wide.num_rows() as u64, "{by}");
     }
-    // `auto`, under a limit the input outgrows.
+    // `on` (as `auto` where a device sorts), under a limit the input outgrows.
     let small = narrow(&table(600_000, "pipeline-ranges-auto"));
     let input = dir.path().join("auto");
     write_parquet_files(&input, &small, 3);

@@ -41,7 +41,9 @@ use crate::cuda::memory::download::download_into_buffers;
 use crate::cuda::memory::transfer::Staging;
 use crate::cuda::module::{arg, launch};
 use crate::cuda::runtime::{disabled_reason, note_failure_of, note_gather_failure, CudaRuntime};
-use crate::cuda::tuning::{GATHER_THREADS as THREADS, GATHER_WINDOWS_KEPT};
+use crate::cuda::tuning::{
+    GATHER_THREADS as THREADS, GATHER_WINDOWS_KEPT, MIN_GATHER_WINDOW_BYTES,
+};
 use crate::cuda::window::{compute_windows, SortedColumn, WindowDevice};
 use crate::gather::{PayloadGather, PayloadStats, RunRows, WindowRequest};
 use crate::sort::RunState;
@@ -318,7 +320,12 @@ impl PayloadGather for DevicePayload {
             .iter()
             .map(|column| column.row_bytes(self.rows))
             .sum();
-        let budget = self.runtime.host_regions.limit() / GATHER_WINDOWS_KEPT;
+        let kept = self.runtime.host_regions.limit();
+        if kept == 0 {
+            // Nothing is kept for reuse: no window size brings back locked memory.
+            return most;
+        }
+        let budget = (kept / GATHER_WINDOWS_KEPT).max(MIN_GATHER_WINDOW_BYTES);
         (budget / row_bytes.max(1)).clamp(1, most.max(1))
     }
 

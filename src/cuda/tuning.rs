@@ -231,6 +231,10 @@ pub(super) const LARGE_TILE_MIN_FILL: usize = 4;
 /// windows of 600 MB came back at 2 to 6 GB/s (docs/performance.md, 2026-11-29).
 pub(super) const GATHER_WINDOWS_KEPT: usize = 4;
 
+/// Windows take at least this many bytes whatever the idle regions' size (a small limit
+/// keeps a few MiB of them), so that each device round trip still moves megabytes.
+pub(super) const MIN_GATHER_WINDOW_BYTES: usize = 16 << 20;
+
 // ---- Between the device sorts (dispatch.rs, refine.rs) -------------------------------
 
 /// How long the device stays idle before its memory pool's kept blocks go back to the

@@ -34,7 +34,8 @@ pub use windows::{
     WindowKind, WindowRequest, DEVICE_WINDOWS_KEY,
 };
 
-/// Output rows per window when a [`PayloadGather`] takes part.
+/// Most output rows per window when a [`PayloadGather`] takes part (it may ask for fewer:
+/// [`PayloadGather::window_rows`]).
 pub const DEVICE_WINDOW_ROWS: usize = 1 << 22;
 /// Output batches larger than this are gathered on the host in pieces of this many rows,
 /// in parallel.

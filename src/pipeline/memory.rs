@@ -24,12 +24,12 @@ pub fn idle_regions_bytes(limit: usize) -> usize {
 }
 
 /// Limits below this are *small*: the 20 % over the limit that a job's peak may reach
-/// does not cover what the process holds beside its pool, unless the process holds less
-/// (`gpusort sort` then has its allocator purge sooner, and the pool leaves out
-/// [`PROCESS_FLOOR_BYTES`]). From 4 GiB up it does (SF10 `lineitem` under 4 GiB peaked at
-/// 4.20 GiB on the CUDA backend, docs/performance.md, session 29); before that change, SF1
-/// under 1 GiB on the CPU backend peaked at 1.19 to 1.37 GiB, and under 200 MiB at 0.8 to
-/// 0.9 GiB (session 31).
+/// does not cover what the process holds beside its pool, so the pool leaves out
+/// [`PROCESS_FLOOR_BYTES`] (`gpusort sort` also has its allocator purge sooner, below
+/// 8 GiB: its `process_memory.rs`). From 4 GiB up the 20 % covers it (SF10 `lineitem`
+/// under 4 GiB peaked at 4.20 GiB on the CUDA backend, docs/performance.md, session 29);
+/// before that change, SF1 under 1 GiB on the CPU backend peaked at 1.19 to 1.37 GiB, and
+/// under 200 MiB at 0.8 to 0.9 GiB (session 31).
 pub const SMALL_LIMIT: usize = 4 << 30;
 
 /// Resident memory the process holds whatever its job: the program's own pages, the

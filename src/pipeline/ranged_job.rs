@@ -35,8 +35,9 @@ pub enum KeyRangeChoice {
     /// backend.
     #[default]
     Auto,
-    /// By key range when the input's decoded size is more than half the memory pool
-    /// (Parquet inputs, no `--limit`); otherwise by the operator's own spilling.
+    /// By key range, whatever the backend, when the input's decoded size is more than
+    /// half the memory pool (Parquet inputs, no `--limit`); otherwise by the operator's
+    /// own spilling.
     On,
     /// Never by key range: the sort operator spills sorted runs and merges them.
     Off,
@@ -94,8 +95,10 @@ pub(super) const WRITER_POOL_SHARE: f64 = 0.25;
 /// stay under this many; ranges past it are larger than planned, and their sorts spill.
 pub(super) const MAX_RANGE_FILES: usize = 1024;
 
-/// The number of key ranges for a job of `columns` columns, sorted on a device or not
-/// (`device`): 1 sorts it in one piece (the operator spilling as it must).
+/// The number of key ranges for a job of `columns` columns, where a device may sort it or
+/// not (`device`: one is usable or still opening; where it then fails to open, or cannot
+/// take the keys, the ranges are sorted on the CPU, as correctly but slower): 1 sorts it
+/// in one piece (the operator spilling as it must).
 pub fn range_count(
     choice: KeyRangeChoice,
     pool: Option<usize>,

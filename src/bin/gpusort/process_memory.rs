@@ -11,7 +11,8 @@
 //!   pages and purges freed memory sooner. By default it backs its arenas with 2 MiB pages
 //!   (the untouched rest of every huge page a job touches stays resident) and keeps freed
 //!   pages for a second (`purge_delay`, 1000 ms in mimalloc 3): a few hundred MiB whatever
-//!   the limit, inside the 20 % over a limit of 4 GiB or more but not over 1 GiB. Peak RSS
+//!   the limit, and more where a job frees large buffers every few hundred milliseconds
+//!   (SF10 by key range under 4 GiB: 1.2 GiB past the limit + 20 %). Peak RSS
 //!   of `lineitem` on the CPU backend, by purge delay (docs/performance.md, session 31):
 //!
 //!   | input, limit | defaults | 250 ms | 10 ms | at once |
@@ -21,12 +22,12 @@
 //!   | SF4, 1 GiB | 1 792 MiB, 25 s | 1 228, 1 264 MiB | 999, 1 022 MiB, 31 s | 876, 924 MiB, 40 s |
 //!   | SF4, 2 GiB | 2 471 MiB | 1 947, 1 980 MiB, 25 s | | |
 //!
-//!   (no huge pages in the last three columns; SF4 with the pool's floor as well). So freed
-//!   memory is purged at once under 1 GiB, after 10 ms under 2 GiB, after 250 ms up to
-//!   4 GiB and after 100 ms up to 8 GiB ([`purge_delay_ms`]: SF10 on the CUDA backend
-//!   under 4 GiB, 5.2 to 5.3 GiB with the defaults, 3.8 GiB with 100 ms); larger limits
-//!   keep the defaults. The default limit (half the memory) is a limit like any other: on
-//!   a host of less than 16 GiB it purges sooner.
+//!   (no huge pages in the last three columns; SF4 with the pool's floor as well). SF10
+//!   on the CUDA backend under 4 GiB (2026-11-29): 5.2 to 5.3 GiB with the defaults, 4.0
+//!   to 4.6 GiB with 250 ms, 3.8 GiB with 100 ms, in the same time. So freed memory is
+//!   purged at once under 1 GiB, after 10 ms under 2 GiB and after 100 ms up to 8 GiB
+//!   ([`purge_delay_ms`]); larger limits keep the defaults. The default limit (half the
+//!   memory) is a limit like any other: on a host of less than 16 GiB it purges sooner.
 //! - **Idle page-locked regions** of the device gather (`GPUSORT_HOST_IDLE_BYTES`, by
 //!   default up to 4 GiB kept for reuse): [`memory::idle_regions_bytes`] of the limit
 //!   unless the variable is set.
@@ -76,24 +77,21 @@ const ALLOW_THP: libmimalloc_sys::mi_option_t = 43;
 const _: () = assert!(libmimalloc_sys::_mi_option_last == 47);
 
 /// Under limits below this, mimalloc purges sooner than its default and maps no huge
-/// pages. Up to 4 GiB that keeps the peak within the limit + 20 % (the table above); at
-/// 4 GiB, with mimalloc's defaults, SF10 `lineitem` peaked at 5.2 to 5.3 GiB both merged
-/// and by key range (H200, 2026-11-29): a job that frees a gathered group of rows every
-/// few hundred milliseconds keeps several of them for the second mimalloc waits. There,
-/// 250 ms peaked at 4.0 to 4.6 GiB by key range, and 100 ms at 3.8 GiB in the same time
-/// (docs/performance.md, 2026-11-29).
+/// pages. At 4 GiB, with mimalloc's defaults, SF10 `lineitem` peaked at 5.2 to 5.3 GiB
+/// both merged and by key range (H200, 2026-11-29): a job that frees a gathered group of
+/// rows every few hundred milliseconds keeps several of them for the second mimalloc
+/// waits. There, 250 ms peaked at 4.0 to 4.6 GiB by key range, and 100 ms at 3.8 GiB in
+/// the same time (docs/performance.md, 2026-11-29).
 pub const PROMPT_PURGE_LIMIT: usize = 8 << 30;
 
 /// How long mimalloc may keep freed memory under a limit `limit` below
-/// [`PROMPT_PURGE_LIMIT`]: not at all under 1 GiB, 10 ms under 2 GiB, 250 ms under 4 GiB,
-/// 100 ms from there.
+/// [`PROMPT_PURGE_LIMIT`]: not at all under 1 GiB, 10 ms under 2 GiB, 100 ms from there
+/// (SF4 under 2 GiB peaked within the limit at 250 ms, SF10 under 4 GiB only at 100 ms).
 pub fn purge_delay_ms(limit: usize) -> c_long {
     if limit < 1 << 30 {
         0
     } else if limit < 2 << 30 {
         10
-    } else if limit < 4 << 30 {
-        250
     } else {
         100
     }
@@ -145,8 +143,8 @@ mod tests {
         assert_eq!(purge_delay_ms((1 << 30) - 1), 0);
         assert_eq!(purge_delay_ms(1 << 30), 10);
         assert_eq!(purge_delay_ms((2 << 30) - 1), 10);
-        assert_eq!(purge_delay_ms(2 << 30), 250);
-        assert_eq!(purge_delay_ms((4 << 30) - 1), 250);
+        assert_eq!(purge_delay_ms(2 << 30), 100);
+        assert_eq!(purge_delay_ms((4 << 30) - 1), 100);
         assert_eq!(purge_delay_ms(4 << 30), 100);
         assert_eq!(purge_delay_ms((8 << 30) - 1), 100);
         if mimalloc_variable_set(&[

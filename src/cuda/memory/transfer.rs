@@ -34,6 +34,11 @@ const PAR_BYTES: usize = 1 << 18;
 /// range went up at 3 to 6 GB/s where it goes up at about 48 GB/s alone (SF10 `lineitem`
 /// under 4 GiB, H200, docs/performance.md, 2026-11-29). Where the pool cannot be built,
 /// the global pool copies.
+///
+/// Callers hold the staging buffers' lock, so they must not be workers of the global pool:
+/// one waiting in `install` runs other global jobs meanwhile, and such a job could ask for
+/// the staging buffers again. Every caller today is a thread of its own (tokio's blocking
+/// threads, the gather's scoped threads, the page jobs' threads).
 fn on_copy_threads<R: Send>(copy: impl FnOnce() -> R + Send) -> R {
     static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
     let pool = POOL.get_or_init(|| {
