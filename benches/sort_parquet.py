@@ -13,6 +13,8 @@ one warm-up, printed as one Markdown table with the breakdown each engine can re
 
   python3 benches/sort_parquet.py --gpusort PATH [--rows N] [--reps 3] [--dir /tmp/x]
   python3 benches/sort_parquet.py --gpusort PATH --lineitem /tmp/bd/sf10-16/lineitem
+  python3 benches/sort_parquet.py --gpusort PATH --lineitem DIR --memory-limit 4G \
+      --variant "--key-ranges off"    # the default (key ranges) and the merge, one run
 
 - gpusort (cuda / cpu backend): `gpusort sort t.parquet -o out.parquet --by k
   --compression snappy --timings` with `--backend auto` (the default; the run must report
@@ -293,6 +295,9 @@ def main():
     ap.add_argument("--hits", type=int, metavar="ROWS",
                     help="sort a generated table shaped like ClickBench hits of ROWS rows")
     ap.add_argument("--memory-limit", help="gpusort's --memory-limit and DuckDB's, e.g. 4G")
+    ap.add_argument("--variant", action="append", default=[], metavar="ARGS",
+                    help="also time `gpusort --no-fsync ARGS` (e.g. \"--key-ranges off\"); "
+                         "repeatable")
     ap.add_argument("--check", action="store_true",
                     help="compare gpusort's output with DataFusion's, row for row")
     args = ap.parse_args()
@@ -338,6 +343,13 @@ def main():
          lambda: run_gpusort(args.gpusort, case, case.output("gpusort-cpu"), "cpu")),
         ("DataFusion 55 alone, no limit", "datafusion",
          lambda: run_datafusion(args.gpusort, case, case.output("datafusion"))),
+    ] + [
+        # The same job with other options, in the same run (as many as asked for).
+        (f"gpusort --no-fsync {extra}", f"gpusort-variant{i}",
+         lambda extra=extra, i=i: run_gpusort(args.gpusort, case,
+                                              case.output(f"gpusort-variant{i}"), "auto",
+                                              "--no-fsync", *extra.split()))
+        for i, extra in enumerate(args.variant)
     ]:
         if name.split(" ")[0].lower() in skip or name in skip:
             continue
