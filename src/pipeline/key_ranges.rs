@@ -128,12 +128,7 @@ impl KeyRanges {
 
     /// The range of each row of `batch` (rows of the job's schema).
     pub(super) fn route(&self, batch: &RecordBatch) -> Result<Vec<u32>, ArrowError> {
-        let keys: Vec<ArrayRef> = self
-            .columns
-            .iter()
-            .map(|&c| Arc::clone(batch.column(c)))
-            .collect();
-        let rows = self.converter.convert_columns(&keys)?;
+        let rows = key_rows(&self.converter, &self.columns, batch)?;
         Ok(rows.iter().map(|row| self.range_of(row) as u32).collect())
     }
 
@@ -150,6 +145,19 @@ impl KeyRanges {
         }
         low
     }
+}
+
+/// The key columns `columns` of `batch` in `converter`'s row format.
+fn key_rows(
+    converter: &RowConverter,
+    columns: &[usize],
+    batch: &RecordBatch,
+) -> Result<Rows, ArrowError> {
+    let keys: Vec<ArrayRef> = columns
+        .iter()
+        .map(|&c| Arc::clone(batch.column(c)))
+        .collect();
+    converter.convert_columns(&keys)
 }
 
 /// The sort keys of one row picked in every block of `rows / SAMPLE_ROWS` rows of each
@@ -192,11 +200,11 @@ async fn sample_rows(
         sampled.extend(done.map_err(|e| DataFusionError::External(Box::new(e)))??);
     }
     let sample = concat_batches(&key_schema, &sampled)?;
-    let key_arrays = keys
+    let columns = keys
         .iter()
-        .map(|key| Ok(Arc::clone(sample.column(key_schema.index_of(&key.column)?))))
-        .collect::<Result<Vec<ArrayRef>, ArrowError>>()?;
-    Ok(converter.convert_columns(&key_arrays)?)
+        .map(|key| key_schema.index_of(&key.column))
+        .collect::<Result<Vec<usize>, ArrowError>>()?;
+    Ok(key_rows(converter, &columns, &sample)?)
 }
 
 /// One row picked at random in every block of `stride` rows of a partition: an even
@@ -286,11 +294,7 @@ mod tests {
 
     fn ranges_over(keys: &[SortKey], batch: &RecordBatch, ranges: usize) -> KeyRanges {
         let (converter, columns) = KeyRanges::converter(keys, &batch.schema()).unwrap();
-        let arrays: Vec<ArrayRef> = columns
-            .iter()
-            .map(|&c| Arc::clone(batch.column(c)))
-            .collect();
-        let sample = converter.convert_columns(&arrays).unwrap();
+        let sample = key_rows(&converter, &columns, batch).unwrap();
         let splitters = splitters(&converter, &sample, ranges);
         KeyRanges {
             converter,
@@ -304,12 +308,7 @@ mod tests {
     fn assert_ranges_follow_the_order(keys: &[SortKey], batch: &RecordBatch, ranges: usize) {
         let split = ranges_over(keys, batch, ranges);
         let range = split.route(batch).unwrap();
-        let (converter, columns) = KeyRanges::converter(keys, &batch.schema()).unwrap();
-        let arrays: Vec<ArrayRef> = columns
-            .iter()
-            .map(|&c| Arc::clone(batch.column(c)))
-            .collect();
-        let rows = converter.convert_columns(&arrays).unwrap();
+        let rows = key_rows(&split.converter, &split.columns, batch).unwrap();
         for a in 0..batch.num_rows() {
             for b in 0..batch.num_rows() {
                 if range[a] < range[b] {

@@ -18,7 +18,8 @@ use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+    DisplayAs, DisplayFormatType, EmptyRecordBatchStream, ExecutionPlan, Partitioning,
+    PlanProperties,
 };
 use futures::StreamExt;
 
@@ -165,7 +166,7 @@ impl ExecutionPlan for RangeScanExec {
         let schema = self.schema();
         let Some(files) = self.table.files.get(partition) else {
             if partition == 0 {
-                return Ok(empty(schema));
+                return Ok(Box::pin(EmptyRecordBatchStream::new(schema)));
             }
             return internal_err!("RangeScanExec has no partition {partition}");
         };
@@ -191,11 +192,4 @@ impl ExecutionPlan for RangeScanExec {
             }
         }
     }
-}
-
-fn empty(schema: SchemaRef) -> SendableRecordBatchStream {
-    Box::pin(RecordBatchStreamAdapter::new(
-        schema,
-        futures::stream::empty(),
-    ))
 }
