@@ -29,9 +29,7 @@ use crate::cuda::runtime::{
 use crate::cuda::sort_run::{self, Fitted};
 use crate::cuda::tuning::switches;
 use crate::keys::{column_rows, encode_keys, limb_sources, EncodedKeys, KeyColumn};
-use crate::sort::{
-    CpuBackend, KeySort, PartitionIdTable, RunState, Segments, SortBackend, SortedRun,
-};
+use crate::sort::{CpuBackend, IdTableMaker, KeySort, RunState, Segments, SortBackend, SortedRun};
 
 /// Runs are not split below this many rows: the CPU sorts such a piece about as fast as
 /// the device would, without the merge.
@@ -244,7 +242,7 @@ impl SortBackend for CudaBackend {
     fn sort_key_columns_by_ids(
         &self,
         columns: &[KeyColumn],
-        ids: &PartitionIdTable,
+        ids: &dyn IdTableMaker,
         algorithm: AlgorithmChoice,
     ) -> Result<Option<(SortedRun, Vec<usize>)>> {
         let rows = columns.first().map_or(0, column_rows);
@@ -265,7 +263,8 @@ impl SortBackend for CudaBackend {
             return Ok(None);
         };
         match sort_run::sort_columns_by_ids(runtime, columns, rows, ids, algorithm, share) {
-            Ok(Fitted::Done(sorted)) => Ok(Some(sorted)),
+            // `None`: the range was too wide for a table.
+            Ok(Fitted::Done(sorted)) => Ok(sorted),
             // The host makes the ids; the run then goes through `sort_key_columns`.
             Ok(Fitted::TooLarge { .. }) => Ok(None),
             Err(error) => {

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //!  per key column: values buffer (+ validity bitmap) ──pinned, chunked──► device
+//!                  (wide integer-like values narrowed across: `columns/narrow.rs`)
 //!                  byte-like: views (+ validity) and the data buffers   (`views.rs`)
 //!    byte-like:    encode_field_stats of the length and the first chunks → the window
 //!                  (`keys::bytes::choose_window`, as the host encoder chooses it, but
@@ -11,6 +12,8 @@
 //!  host: the same reductions and word placements as the host encoder (src/keys/)
 //!  per field part:                encode_pack_field  → packed key words, on the device
 //!  with a partition id table (a routed sort, `crate::exec::id_table`): before the fields,
+//!    encode_field_stats of the routing key's limb → its range, and the host's table over
+//!    it (none when too wide: the caller hashes the rows instead);
 //!    encode_partition_ids: each row's id looked up from the routing key's limb, and the
 //!    rows per partition (back to the host); the ids are the leading field
 //! ```
@@ -27,6 +30,7 @@ use arrow::datatypes::DataType;
 use cudarc::driver::sys::CUdeviceptr;
 use datafusion::arrow;
 
+use crate::cuda::columns::narrow::Narrowing;
 use crate::cuda::columns::views::{is_view_type, worth_encoding_on_device};
 use crate::cuda::columns::{upload_raw_column, DeviceColumn, PayloadLayout, RawColumn};
 use crate::cuda::error::{CudaError, CudaResult};
@@ -42,7 +46,7 @@ use crate::keys::{
     limb_sources, low_mask, placements, FieldStats, KeyColumn, LimbKind, LimbSource, LongKey,
     Reduction,
 };
-use crate::sort::PartitionIdTable;
+use crate::sort::{IdTableMaker, PartitionIdTable};
 
 /// Mirrors `struct FieldSource` of `fields.cuh` (kernel parameter, passed by value).
 #[repr(C)]
@@ -153,8 +157,9 @@ impl Encoder {
         staging: &mut Staging,
         columns: &[KeyColumn],
         rows: usize,
-        ids: Option<&PartitionIdTable>,
-    ) -> CudaResult<Encoded> {
+        ids: Option<&dyn IdTableMaker>,
+        narrowing: Option<&Narrowing>,
+    ) -> CudaResult<Option<Encoded>> {
         let mut h2d_bytes = 0;
         let mut on_device = Vec::with_capacity(columns.len());
         // Each field, and the key column it belongs to.
@@ -162,7 +167,7 @@ impl Encoder {
         // Byte-like columns with values longer than their window: (column, window).
         let mut longer = Vec::new();
         for (index, column) in columns.iter().enumerate() {
-            let (buffers, bytes) = upload_column(device, staging, column)?;
+            let (buffers, bytes) = upload_column(device, staging, column, narrowing)?;
             h2d_bytes += bytes;
             let base = base_source(column, &buffers);
             let views = buffers.raw.as_ref().and_then(|r| r.view_data.as_ref());
@@ -184,16 +189,30 @@ impl Encoder {
         let column_fields = fields.clone();
         // Kept until the words are packed (the free is in stream order after them).
         let mut partition_ids = None;
-        if let Some(table) = ids {
-            let Some((buffers, base)) = on_device.get(table.column) else {
+        if let Some(maker) = ids {
+            let column = maker.column();
+            let Some((buffers, base)) = on_device.get(column) else {
                 return Err(inconsistent(format!(
-                    "partition ids from key column {} of {}",
-                    table.column,
+                    "partition ids from key column {column} of {}",
                     columns.len()
                 )));
             };
+            let range = self.limb_range(device, &buffers.sources, *base, rows)?;
+            let table = maker
+                .table_over(range)
+                .map_err(|e| CudaError::Unavailable(format!("partition id table: {e}")))?;
+            let Some(table) = table else {
+                // Too wide a range for a table: the caller hashes the rows.
+                return Ok(None);
+            };
+            if table.column != column {
+                return Err(inconsistent(format!(
+                    "a table of column {} for ids from column {column}",
+                    table.column
+                )));
+            }
             let (made, counts) =
-                self.partition_ids(device, table, &buffers.sources, *base, rows)?;
+                self.partition_ids(device, &table, &buffers.sources, *base, rows)?;
             fields.insert(0, (id_field(&made), 0));
             partition_ids = Some((made, counts));
         }
@@ -253,13 +272,53 @@ impl Encoder {
                 })
             })
             .collect();
-        Ok(Encoded {
+        Ok(Some(Encoded {
             keys,
             h2d_bytes,
             columns,
             ties,
             partition_counts,
-        })
+        }))
+    }
+
+    /// The smallest and largest valid value of an integer-like key column of one limb
+    /// (`limbs`; `base`, its null flag field), read on the device; `None` when no row is
+    /// valid.
+    fn limb_range(
+        &self,
+        device: &Device,
+        limbs: &[LimbSource],
+        base: FieldSource,
+        rows: usize,
+    ) -> CudaResult<Option<(i128, i128)>> {
+        let (limb, signed) = match limbs {
+            [limb] if limb.kind == LimbKind::Signed => (limb, true),
+            [limb] if limb.kind == LimbKind::Unsigned => (limb, false),
+            _ => {
+                return Err(inconsistent(
+                    "partition ids from a key that is not one integer limb".to_string(),
+                ))
+            }
+        };
+        // The limb as stored, whatever the sort direction (as `partition_ids` reads it).
+        let source = FieldSource {
+            stride: limb.stride,
+            offset: limb.offset,
+            width: limb.width,
+            kind: limb.kind as u32,
+            descending: 0,
+            ..base
+        };
+        let stats = self.field_stats(device, &[source], rows)?;
+        let Some(stats) = stats.first().filter(|s| s.min <= s.max) else {
+            return Ok(None);
+        };
+        // A signed limb holds the value with its sign bit flipped (`partition_ids`).
+        let value = |limb: u64| match signed {
+            true => (limb ^ (1 << 63)) as i64 as i128,
+            false => limb as i128,
+        };
+        Ok(Some((value(stats.min), value(stats.max))))
     }
 
     /// Each row's partition id, looked up on the device in `table` from the limb of the
@@ -509,6 +568,7 @@ fn upload_column(
     device: &Device,
     staging: &mut Staging,
     column: &KeyColumn,
+    narrowing: Option<&Narrowing>,
 ) -> CudaResult<(ColumnOnDevice, usize)> {
     let data_type = column.arrays.first().map(|a| a.data_type().clone());
     // No rows, or every row null (`Null`): the null flag is constant and no limb exists.
@@ -517,7 +577,7 @@ fn upload_column(
     };
     if is_view_type(data_type) {
         let (raw, bytes) =
-            upload_raw_column(device, staging, &column.arrays, PayloadLayout::Views)?;
+            upload_raw_column(device, staging, &column.arrays, PayloadLayout::Views, None)?;
         let buffers = ColumnOnDevice {
             sources: Vec::new(),
             raw: Some(raw),
@@ -529,7 +589,7 @@ fn upload_column(
         Some(first) if first.kind == LimbKind::Bit => PayloadLayout::Bits,
         first => PayloadLayout::Fixed(first.map_or(0, |s| s.stride as usize)),
     };
-    let (raw, bytes) = upload_raw_column(device, staging, &column.arrays, layout)?;
+    let (raw, bytes) = upload_raw_column(device, staging, &column.arrays, layout, narrowing)?;
     let buffers = ColumnOnDevice {
         sources,
         raw: Some(raw),

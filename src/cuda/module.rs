@@ -130,6 +130,9 @@ pub(super) const GATHER: KernelFile = KernelFile {
         "gather_views",
         "scan_view_bytes",
         "copy_view_bytes",
+        "widen_4_8",
+        "widen_4_16",
+        "widen_8_16",
     ],
 };
 

@@ -209,7 +209,13 @@ impl DevicePayload {
                 });
                 let raw = match kept {
                     Some(kept) => kept.raw.clone(),
-                    None => match upload_raw_column(device, staging, &arrays, layout) {
+                    None => match upload_raw_column(
+                        device,
+                        staging,
+                        &arrays,
+                        layout,
+                        Some(&runtime.gatherer.narrowing),
+                    ) {
                         Ok((raw, bytes)) => {
                             payload.stats.h2d_bytes += bytes;
                             raw

@@ -28,7 +28,7 @@ use crate::cuda::refine::Sorters;
 use crate::cuda::runtime::CudaRuntime;
 use crate::keys::{working_limbs, EncodedKeys, KeyColumn};
 use crate::sort::{
-    identity, Algorithm, DeviceUse, PartitionIdTable, Permutation, Segments, SortedRun, TieRefine,
+    identity, Algorithm, DeviceUse, IdTableMaker, Permutation, Segments, SortedRun, TieRefine,
     TransferTimes,
 };
 
@@ -44,15 +44,6 @@ pub(super) enum Fitted<T> {
         /// Free within the limit when the run's turn came.
         available: usize,
     },
-}
-
-impl<T> Fitted<T> {
-    fn map<U>(self, f: impl FnOnce(T) -> U) -> Fitted<U> {
-        match self {
-            Self::Done(done) => Fitted::Done(f(done)),
-            Self::TooLarge { bytes, available } => Fitted::TooLarge { bytes, available },
-        }
-    }
 }
 
 /// Device memory per row besides the packed key words: the permutation and its radix
@@ -184,46 +175,73 @@ pub(super) fn sort_columns(
     if n < 2 {
         return Ok(Fitted::Done(in_order(n, segments)));
     }
-    let sorted = sort_columns_with(rt, columns, n, algorithm, segments, None, share)?;
-    Ok(sorted.map(|(run, _)| run))
-}
-
-/// Sorts the rows of key columns (every one fixed-width) by (partition id, columns),
-/// the ids made on the device from `ids` and key column `ids.column`: the order and
-/// the rows per partition.
-pub(super) fn sort_columns_by_ids(
-    rt: &Arc<CudaRuntime>,
-    columns: &[KeyColumn],
-    n: usize,
-    ids: &PartitionIdTable,
-    algorithm: AlgorithmChoice,
-    share: DeviceShare,
-) -> CudaResult<Fitted<(SortedRun, Vec<usize>)>> {
-    match sort_columns_with(rt, columns, n, algorithm, None, Some(ids), share)? {
-        Fitted::Done((run, Some(counts))) => Ok(Fitted::Done((run, counts))),
-        Fitted::Done((_, None)) => Err(CudaError::Inconsistent(
-            "a sort by partition ids made no ids".to_string(),
+    match sort_columns_with(rt, columns, n, algorithm, segments, None, share)? {
+        Fitted::Done(Some((run, _))) => Ok(Fitted::Done(run)),
+        Fitted::Done(None) => Err(CudaError::Inconsistent(
+            "a sort without partition ids asked for their table".to_string(),
         )),
         Fitted::TooLarge { bytes, available } => Ok(Fitted::TooLarge { bytes, available }),
     }
 }
 
+/// A run sorted by partition ids, and its rows per partition.
+type RoutedRun = (SortedRun, Vec<usize>);
+
+/// The rows per partition of a run sorted by partition ids (`None` without them).
+type Counts = Option<Vec<usize>>;
+
+/// Sorts the rows of key columns (every one fixed-width) by (partition id, columns),
+/// the ids made on the device from key column `ids.column()` and a table of `ids` over
+/// its range: the order and the rows per partition; `None` when that range is too wide
+/// for a table.
+pub(super) fn sort_columns_by_ids(
+    rt: &Arc<CudaRuntime>,
+    columns: &[KeyColumn],
+    n: usize,
+    ids: &dyn IdTableMaker,
+    algorithm: AlgorithmChoice,
+    share: DeviceShare,
+) -> CudaResult<Fitted<Option<RoutedRun>>> {
+    Ok(
+        match sort_columns_with(rt, columns, n, algorithm, None, Some(ids), share)? {
+            Fitted::Done(Some((run, Some(counts)))) => Fitted::Done(Some((run, counts))),
+            Fitted::Done(None) => Fitted::Done(None),
+            Fitted::Done(Some((_, None))) => {
+                return Err(CudaError::Inconsistent(
+                    "a sort by partition ids made no ids".to_string(),
+                ))
+            }
+            Fitted::TooLarge { bytes, available } => Fitted::TooLarge { bytes, available },
+        },
+    )
+}
+
 /// [`Self::sort_columns`], the partition ids of `ids` leading the key when given (and
-/// then the rows per partition).
+/// then the rows per partition); `None` when the table of `ids` was too wide.
 fn sort_columns_with(
     rt: &Arc<CudaRuntime>,
     columns: &[KeyColumn],
     n: usize,
     algorithm: AlgorithmChoice,
     segments: Option<&Segments>,
-    ids: Option<&PartitionIdTable>,
+    ids: Option<&dyn IdTableMaker>,
     share: DeviceShare,
-) -> CudaResult<Fitted<(SortedRun, Option<Vec<usize>>)>> {
+) -> CudaResult<Fitted<Option<(SortedRun, Counts)>>> {
     let bytes = columns_bytes(columns, n);
     within_budget(rt, bytes, share, |device, staging, lease| {
         let started = Instant::now();
         crate::trace::event(|| format!("  {n} rows: device taken"));
-        let mut encoded = rt.encoder.encode(device, staging, columns, n, ids)?;
+        let encoded = rt.encoder.encode(
+            device,
+            staging,
+            columns,
+            n,
+            ids,
+            Some(&rt.gatherer.narrowing),
+        )?;
+        let Some(mut encoded) = encoded else {
+            return Ok(None);
+        };
         let counts = encoded.partition_counts.take();
         let how = How {
             algorithm,
@@ -243,7 +261,7 @@ fn sort_columns_with(
             n,
         )?;
         run.device = device_use(lease);
-        Ok((run, counts))
+        Ok(Some((run, counts)))
     })
 }
 

@@ -34,6 +34,7 @@ mod window_merge;
 
 pub use gpu_sort_exec::{GpuSortExec, GpuSortOptions};
 pub use hash_routing::{HashRouting, MAX_ROUTED_PARTITIONS};
+pub use id_table::IdTables;
 pub use metrics::SortMetrics;
 pub use partition_top::{PartitionTop, TopRanking};
 pub(crate) use spill_read::read_trusted as read_spilled;

@@ -394,16 +394,16 @@ impl<'a> RunSorter<'a> {
         let columns = self.evaluate_keys(rows)?;
         crate::trace::event(|| format!("  {} rows: keys evaluated", rows.rows()));
         let started = Instant::now();
-        let table = {
+        let tables = {
             let _timer = metrics.encode_time.timer();
             let _compute = metrics.baseline.elapsed_compute().timer();
-            routing.id_table(&spec.exprs, &columns)?
+            routing.id_tables(&spec.exprs, &columns)?
         };
-        if let Some(table) = table {
+        if let Some(tables) = tables {
             let on_backend = {
                 let _compute = metrics.baseline.elapsed_compute().timer();
                 spec.backend
-                    .sort_key_columns_by_ids(&columns, &table, spec.algorithm)?
+                    .sort_key_columns_by_ids(&columns, &tables, spec.algorithm)?
             };
             if let Some((sorted, counts)) = on_backend {
                 metrics.record_run(&sorted, started.elapsed());

@@ -80,6 +80,18 @@ pub struct PartitionIdTable {
     pub partitions: usize,
 }
 
+/// The tables of a routing's partition ids over ranges of one key column's values: a
+/// backend that makes the ids itself finds the column's range where the column is (the
+/// device) and asks for the table over it, instead of the host reading every value first.
+pub trait IdTableMaker: Send + Sync {
+    /// The key column (index into the sorted columns) whose value decides the partition.
+    fn column(&self) -> usize;
+
+    /// The table over the values `first ..= last` (none valid: `None` for both), or
+    /// `None` when that range is too wide for a table (the caller then hashes the rows).
+    fn table_over(&self, range: Option<(i128, i128)>) -> Result<Option<PartitionIdTable>>;
+}
+
 impl PartitionIdTable {
     /// The partition of `value` (`None`: null), or `None` when the value lies outside the
     /// table.
@@ -159,14 +171,15 @@ pub trait SortBackend: Debug + Send + Sync {
 
     /// Sorts the rows of one run by (partition id, `columns`), as
     /// [`SortBackend::sort_key_columns`] would with the ids as a leading ascending key
-    /// column, making the ids itself from key column `ids.column` and the table `ids`;
-    /// also returns the rows of each partition. `None`: the caller computes the ids on the
-    /// host and sorts with them as a key column. The CUDA backend looks the ids up on the
-    /// device, from the column it uploads anyway.
+    /// column, making the ids itself from key column `ids.column()` and a table of `ids`
+    /// over that column's range; also returns the rows of each partition. `None`: the
+    /// caller computes the ids on the host and sorts with them as a key column. The CUDA
+    /// backend finds the range and looks the ids up on the device, from the column it
+    /// uploads anyway.
     fn sort_key_columns_by_ids(
         &self,
         _columns: &[KeyColumn],
-        _ids: &PartitionIdTable,
+        _ids: &dyn IdTableMaker,
         _algorithm: AlgorithmChoice,
     ) -> Result<Option<(SortedRun, Vec<usize>)>> {
         Ok(None)

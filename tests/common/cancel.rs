@@ -24,7 +24,7 @@ use datafusion::prelude::SessionConfig;
 use futures::StreamExt;
 use gpusort::exec::{GpuSortOptions, HashRouting};
 use gpusort::keys::{EncodedKeys, KeyColumn};
-use gpusort::sort::{KeySort, PartitionIdTable, Segments, SortBackend, SortedRun};
+use gpusort::sort::{IdTableMaker, KeySort, Segments, SortBackend, SortedRun};
 use gpusort::{AlgorithmChoice, GpuSortExec};
 
 use super::seed;
@@ -114,7 +114,7 @@ impl SortBackend for GateBackend {
     fn sort_key_columns_by_ids(
         &self,
         columns: &[KeyColumn],
-        ids: &PartitionIdTable,
+        ids: &dyn IdTableMaker,
         algorithm: AlgorithmChoice,
     ) -> Result<Option<(SortedRun, Vec<usize>)>> {
         let sorted = self

@@ -1,7 +1,8 @@
 //! The payload gather on the device: every fixed-width type and string/binary views,
 //! nulls, sliced and uneven input batches, batch sizes that split bitmap words, several
 //! windows, windows copied straight into page-locked memory; batch for batch equal to
-//! the host's gather; a sort's key columns reused.
+//! the host's gather; a sort's key columns reused; narrowed uploads of wide integer-like
+//! columns (`columns/narrow.rs`): every width they are sent as, and the fallbacks.
 
 use super::*;
 
@@ -305,4 +306,76 @@ gpu_test!(device_gather_reuses_a_string_keys_views, |rt| {
     assert_eq!(columns, vec![0, 1]);
     // Only the payload column's values go up: the key's views and the order are reused.
     assert_eq!(stats.h2d_bytes, n * 8, "{stats:?}");
+});
+
+gpu_test!(narrowed_uploads_keep_every_value, |_rt| {
+    use datafusion::arrow::array::{Decimal128Array, Float64Array, TimestampNanosecondArray};
+    let n = 600_000;
+    let decimal = |f: &dyn Fn(usize) -> Option<i128>| -> ArrayRef {
+        Arc::new(
+            Decimal128Array::from_iter((0..n).map(f))
+                .with_precision_and_scale(38, 2)
+                .unwrap(),
+        )
+    };
+    let wave = |i: usize| (i as i64).wrapping_mul(2_654_435_761) % 1_000_003 - 500_000;
+    // Sent as 4, 8, 16, 4 then 8, 8, 16 and 8 bytes per value; floats never narrowed.
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from_iter(
+            (0..n).map(|i| (i % 7 != 0).then(|| wave(i))),
+        )),
+        Arc::new(Int64Array::from_iter_values((0..n).map(|i| {
+            match i < n / 2 {
+                true => wave(i),
+                false => wave(i) << 33,
+            }
+        }))),
+        decimal(&|i| Some(wave(i) as i128 * 100)),
+        decimal(&|i| (i % 11 != 0).then(|| (wave(i) as i128) << 36)),
+        decimal(&|i| match i < 2 * n / 3 {
+            true => Some(wave(i) as i128),
+            false => Some(-((wave(i) as i128) << 40)),
+        }),
+        decimal(&|i| Some((wave(i) as i128) << 70)),
+        Arc::new(TimestampNanosecondArray::from_iter_values(
+            (0..n).map(|i| 1_700_000_000_000_000_000 + wave(i)),
+        )),
+        Arc::new(Float64Array::from_iter_values(
+            (0..n).map(|i| wave(i) as f64 * 0.5),
+        )),
+    ];
+    let sent_as = [4, 8, 4, 8, 8, 16, 8, 8];
+    // Each as a sort key, both ways: the order equals the host's, and only the narrowed
+    // bytes went up.
+    for (c, column) in columns.iter().enumerate() {
+        for descending in [false, true] {
+            let key = KeyColumn {
+                arrays: vec![column.slice(1, n - 1)],
+                options: SortOptions {
+                    descending,
+                    nulls_first: descending,
+                },
+            };
+            let label = format!("narrowed key {c}, descending {descending}");
+            super::encode::assert_device_encoding_matches(std::slice::from_ref(&key), &label);
+            let run = CudaBackend::new()
+                .unwrap()
+                .sort_key_columns(std::slice::from_ref(&key), AlgorithmChoice::Auto, None)
+                .unwrap()
+                .unwrap();
+            let most = (n - 1) * sent_as[c] + (n - 1).div_ceil(8) + 16;
+            assert!(run.h2d_bytes <= most, "{label}: {} > {most}", run.h2d_bytes);
+        }
+    }
+    // As payload, gathered in a shuffled order over several batches: equal to the host's
+    // gather, and only the narrowed bytes went up.
+    let (rows, n) = uneven_run(columns);
+    let permutation = shuffled(n, "narrowed perm");
+    let (on_device, stats) =
+        device_gather_against_host(&rows, &permutation, None, 8192, "narrowed gather");
+    assert_eq!(on_device, (0..sent_as.len()).collect::<Vec<_>>());
+    let values: usize = sent_as.iter().sum::<usize>() * n;
+    let bitmaps = 2 * (n.div_ceil(8) + 8);
+    let up = n * 4 + values + bitmaps;
+    assert!(stats.h2d_bytes <= up, "up: {} > {up}", stats.h2d_bytes);
 });

@@ -189,13 +189,18 @@ pub(super) fn partition_ids_made_on_the_device_equal_the_hosts() {
             let label = format!("{name}, {partitions} partitions, {v_options:?}");
             let routing =
                 HashRouting::try_new(vec![col("v", &schema).unwrap()], partitions).unwrap();
-            let table = routing
-                .id_table(&exprs, &columns)
+            // The host's table over the whole range is the one the device asks for.
+            assert!(
+                routing.id_table(&exprs, &columns).unwrap().is_some(),
+                "{label}: no id table"
+            );
+            let tables = routing
+                .id_tables(&exprs, &columns)
                 .unwrap()
-                .unwrap_or_else(|| panic!("{label}: no id table"));
+                .unwrap_or_else(|| panic!("{label}: no id tables"));
             let fallbacks = cuda::fallback_count();
             let (run, counts) = backend
-                .sort_key_columns_by_ids(&columns, &table, AlgorithmChoice::Auto)
+                .sort_key_columns_by_ids(&columns, &tables, AlgorithmChoice::Auto)
                 .unwrap()
                 .unwrap_or_else(|| panic!("{label}: ids not made on the device"));
             assert_eq!(cuda::fallback_count(), fallbacks, "{label}: fell back");
@@ -222,5 +227,86 @@ pub(super) fn partition_ids_made_on_the_device_equal_the_hosts() {
                 "{label}: order differs"
             );
         }
+    }
+}
+
+/// The device finds the routing key's whole range itself (`IdTableMaker`): a value the
+/// host's sample of arrays missed widens the table it asks for, and the ids still equal
+/// the host's; one that makes the range too wide for a table hands the ids back to the
+/// host (no sort on the device, no fallback counted).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+pub(super) fn partition_ids_over_a_range_the_sample_missed() {
+    use datafusion::physical_expr::expressions::col;
+    use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
+    use gpusort::exec::HashRouting;
+
+    if device().is_none() {
+        return;
+    }
+    let backend = CudaBackend::new().unwrap();
+    let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, true)]));
+    // 64 arrays of 1000 rows: the host samples every fourth and the last.
+    for (far, table_expected) in [(5_000i64, true), (-40_000, true), (10_000_000, false)] {
+        let mut rng = rng("partition ids: sample");
+        let batches: Vec<RecordBatch> = (0..64)
+            .map(|a| {
+                let values = (0..1000).map(|r| match (a, r) {
+                    (5, 500) | (6, 999) => Some(far),
+                    _ => rng.random_bool(0.97).then(|| rng.random_range(0..100)),
+                });
+                let array: ArrayRef = Arc::new(Int64Array::from_iter(values));
+                RecordBatch::try_new(Arc::clone(&schema), vec![array]).unwrap()
+            })
+            .collect();
+        let options = SortOptions {
+            descending: far < 0,
+            nulls_first: true,
+        };
+        let exprs = LexOrdering::new(vec![PhysicalSortExpr::new(
+            col("v", &schema).unwrap(),
+            options,
+        )])
+        .unwrap();
+        let columns = vec![KeyColumn {
+            arrays: batches.iter().map(|b| Arc::clone(b.column(0))).collect(),
+            options,
+        }];
+        let label = format!("far value {far}");
+        let routing = HashRouting::try_new(vec![col("v", &schema).unwrap()], 16).unwrap();
+        let tables = routing
+            .id_tables(&exprs, &columns)
+            .unwrap()
+            .unwrap_or_else(|| panic!("{label}: the sample alone is narrow"));
+        let fallbacks = cuda::fallback_count();
+        let sorted = backend
+            .sort_key_columns_by_ids(&columns, &tables, AlgorithmChoice::Auto)
+            .unwrap();
+        assert_eq!(cuda::fallback_count(), fallbacks, "{label}: fell back");
+        let Some((run, counts)) = sorted else {
+            assert!(!table_expected, "{label}: ids not made on the device");
+            continue;
+        };
+        assert!(table_expected, "{label}: a table over too wide a range");
+        let routed = routing.route_all(&batches).unwrap();
+        let mut host_counts = vec![0usize; 16];
+        for batch in &routed {
+            for (total, count) in host_counts.iter_mut().zip(&batch.counts) {
+                *total += count;
+            }
+        }
+        let ids = KeyColumn {
+            arrays: routed.iter().map(|r| Arc::clone(&r.ids)).collect(),
+            options: SortOptions::default(),
+        };
+        let all = vec![ids, columns[0].clone()];
+        let expected = CpuBackend
+            .sort(&encode_keys(&all).unwrap(), AlgorithmChoice::Auto, None)
+            .unwrap();
+        assert_eq!(counts, host_counts, "{label}: rows per partition");
+        assert!(
+            run.permutation == expected.permutation,
+            "{label}: order differs"
+        );
     }
 }

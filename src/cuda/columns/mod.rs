@@ -2,8 +2,10 @@
 //! the payload gather (`gather.rs`) read them: the values (the `Boolean` bitmap, or the
 //! 16-byte views of a byte-like column: `views.rs`) of every input array back to back, and
 //! their validity bitmaps back to back when some row is null. A key column the encoder put
-//! there is handed on to the gather instead of being uploaded again.
+//! there is handed on to the gather instead of being uploaded again. Wide integer-like
+//! values whose high bytes only repeat the sign cross PCIe narrowed (`narrow.rs`).
 
+pub(super) mod narrow;
 pub(super) mod views;
 
 use std::sync::Arc;
@@ -12,6 +14,7 @@ use arrow::array::{Array, ArrayData, ArrayRef, BooleanArray};
 use arrow::buffer::{BooleanBuffer, NullBuffer};
 use datafusion::arrow;
 
+use crate::cuda::columns::narrow::{upload_narrowed, worth_narrowing, Narrowing};
 use crate::cuda::columns::views::{upload_view_data, upload_views, RunBuffers, ViewData};
 use crate::cuda::error::CudaResult;
 use crate::cuda::memory::device::{Device, DeviceBuffer};
@@ -42,12 +45,14 @@ pub struct RawColumn {
 }
 
 /// Uploads the column given as `arrays` (all of one type, laid out as `layout`); returns
-/// its buffers and the bytes copied.
+/// its buffers and the bytes copied. With `narrowing`, wide integer-like values go across
+/// narrowed where they allow it.
 pub(super) fn upload_raw_column(
     device: &Device,
     staging: &mut Staging,
     arrays: &[ArrayRef],
     layout: PayloadLayout,
+    narrowing: Option<&Narrowing>,
 ) -> CudaResult<(RawColumn, usize)> {
     let mut view_data = None;
     let mut bytes = 0;
@@ -76,10 +81,26 @@ pub(super) fn upload_raw_column(
                 .iter()
                 .map(|d| &d.buffers()[0].as_slice()[d.offset() * width..][..d.len() * width])
                 .collect();
-            upload_bytes(device, staging, &parts, "column values")?
+            let narrowable = narrowing.filter(|_| {
+                arrays
+                    .first()
+                    .is_some_and(|a| worth_narrowing(a.data_type()))
+            });
+            match narrowable {
+                Some(kernels) => match upload_narrowed(device, staging, kernels, &parts, width)? {
+                    Some((values, sent)) => {
+                        bytes += sent;
+                        values
+                    }
+                    None => wide(device, staging, &parts, &mut bytes)?,
+                },
+                None => wide(device, staging, &parts, &mut bytes)?,
+            }
         }
     };
-    bytes += values.len();
+    if !matches!(layout, PayloadLayout::Fixed(_)) {
+        bytes += values.len();
+    }
     let validity = if arrays.iter().any(|a| a.logical_null_count() > 0) {
         let bits = concat_bits(arrays.iter().map(|a| match a.logical_nulls() {
             Some(nulls) => nulls.inner().clone(),
@@ -98,6 +119,18 @@ pub(super) fn upload_raw_column(
         view_data,
     };
     Ok((column, bytes))
+}
+
+/// Uploads fixed-width values whole, counting their bytes into `bytes`.
+fn wide(
+    device: &Device,
+    staging: &mut Staging,
+    parts: &[&[u8]],
+    bytes: &mut usize,
+) -> CudaResult<DeviceBuffer<u8>> {
+    let values = upload_bytes(device, staging, parts, "column values")?;
+    *bytes += values.len();
+    Ok(values)
 }
 
 /// The bitmaps one after the other, from bit 0.

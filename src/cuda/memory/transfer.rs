@@ -116,6 +116,52 @@ impl Staging {
         Ok(out)
     }
 
+    /// Uploads `n` elements as [`Self::upload`] fills them, but each chunk goes into one of
+    /// the two device buffers `scratch` (each at least a chunk long) and is then handed to
+    /// `place(scratch, start, len)`, which queues what puts it in its final place (a
+    /// kernel, in stream order, so a scratch buffer is written again only after it ran).
+    /// Stops at the first `fill` that returns `false` (what was queued then is harmless:
+    /// the scratch buffers and the destination belong to the caller) and returns `false`.
+    pub fn upload_through<T, F, P>(
+        &mut self,
+        device: &Device,
+        n: usize,
+        scratch: [&DeviceBuffer<T>; 2],
+        fill: F,
+        mut place: P,
+    ) -> CudaResult<bool>
+    where
+        T: Plain,
+        F: Fn(usize, &mut [T]) -> bool + Sync,
+        P: FnMut(&DeviceBuffer<T>, usize, usize) -> CudaResult<()>,
+    {
+        let chunk = CHUNK_BYTES / std::mem::size_of::<T>();
+        assert!(
+            scratch.iter().all(|s| s.len() >= chunk.min(n)),
+            "scratch buffers shorter than a chunk"
+        );
+        for (i, start) in (0..n).step_by(chunk).enumerate() {
+            let which = i % 2;
+            let len = chunk.min(n - start);
+            self.done[which].wait()?;
+            let staged = self.slice_mut::<T>(which, len);
+            let filled = on_copy_threads(|| {
+                staged
+                    .par_chunks_mut(PAR_ELEMS)
+                    .enumerate()
+                    .all(|(j, part)| fill(start + j * PAR_ELEMS, part))
+            });
+            if !filled {
+                return Ok(false);
+            }
+            // SAFETY: as in `upload`.
+            unsafe { device.upload(scratch[which], 0, &*staged)? };
+            self.done[which].record(device)?;
+            place(scratch[which], start, len)?;
+        }
+        Ok(true)
+    }
+
     /// Downloads all of `src` into `dst` (same length).
     pub fn download<T: Plain>(
         &mut self,

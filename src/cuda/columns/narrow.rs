@@ -1,0 +1,309 @@
+//! Narrowed uploads: an integer-like column of 8- or 16-byte values (`Int64`, `Decimal128`,
+//! timestamps, ...) whose every value is the sign extension of its low 4 or 8 bytes crosses
+//! PCIe as those low bytes only, and a kernel puts it back to full width on the device.
+//!
+//! ```text
+//!  host fill: low bytes of each value ─► pinned chunk ─► device scratch
+//!    (a value that needs more stops it: tried again wider, or sent whole)
+//!  widen_<n>_<wide>: scratch ─► the column's full-width buffer
+//! ```
+//!
+//! TPC-H's decimals (prices in cents) and keys fit 4 bytes, so a `Decimal128` sends a
+//! quarter of its bytes and an `Int64` half, and the host writes as much less into the
+//! pinned buffers. The host still reads every byte: on the H200 host the fill of SF10
+//! `lineitem`'s keys runs at about the host's read bandwidth, close to PCIe's, so what this
+//! saves there is mostly PCIe and host write bandwidth left to other work (docs/performance.md,
+//! 2026-11-29). Downloads stay whole: widening them again on the host cost more host memory
+//! bandwidth than the copy it saved (tried and measured the same day).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use arrow::datatypes::DataType;
+use datafusion::arrow;
+
+use crate::cuda::error::CudaResult;
+use crate::cuda::memory::device::{Device, DeviceBuffer};
+use crate::cuda::memory::transfer::{Plain, Staging, CHUNK_BYTES};
+use crate::cuda::module::{arg, launch, Kernel, Module};
+use crate::cuda::tuning::GATHER_THREADS as THREADS;
+
+/// Columns smaller than this go across whole: the scratch buffers and the launches would
+/// cost more than the bytes saved.
+const MIN_NARROWED_BYTES: usize = 4 << 20;
+
+/// The kernels of narrowed uploads (in `kernels/gather.cu`).
+#[derive(Debug, Clone, Copy)]
+pub struct Narrowing {
+    widen_4_8: Kernel,
+    widen_4_16: Kernel,
+    widen_8_16: Kernel,
+    grid: u32,
+}
+
+impl Narrowing {
+    /// The kernels of `module` (the gather module), launched with at most `grid` blocks.
+    pub(in crate::cuda) fn load(module: &Module, grid: u32) -> CudaResult<Self> {
+        Ok(Self {
+            widen_4_8: module.kernel("widen_4_8")?,
+            widen_4_16: module.kernel("widen_4_16")?,
+            widen_8_16: module.kernel("widen_8_16")?,
+            grid,
+        })
+    }
+
+    fn widen_kernel(&self, narrow: usize, wide: usize) -> Kernel {
+        match (narrow, wide) {
+            (4, 8) => self.widen_4_8,
+            (4, 16) => self.widen_4_16,
+            (8, 16) => self.widen_8_16,
+            other => unreachable!("no widening of {other:?}"),
+        }
+    }
+
+    /// Queues `out[i] = src[i]` sign-extended from `narrow` to `wide` bytes, for `n` values.
+    fn widen(
+        &self,
+        device: &Device,
+        (src, narrow): (u64, usize),
+        (out, wide): (u64, usize),
+        n: usize,
+    ) -> CudaResult<()> {
+        let (mut src, mut n32, mut out) = (src, n as u32, out);
+        let mut params = [arg(&mut src), arg(&mut n32), arg(&mut out)];
+        let grid = (n.div_ceil(THREADS as usize) as u32).clamp(1, self.grid);
+        launch(
+            device,
+            self.widen_kernel(narrow, wide),
+            grid,
+            THREADS,
+            &mut params,
+            n,
+        )
+    }
+}
+
+/// Whether columns of `data_type` are tried narrowed: integer-like values of 8 or 16 bytes
+/// (whose small values are common), not floats or binary.
+pub(super) fn worth_narrowing(data_type: &DataType) -> bool {
+    use DataType::*;
+    matches!(
+        data_type,
+        Int64
+            | UInt64
+            | Decimal64(_, _)
+            | Decimal128(_, _)
+            | Date64
+            | Time64(_)
+            | Timestamp(_, _)
+            | Duration(_)
+    )
+}
+
+/// Bytes (4, 8 or 16) that the `width`-byte little-endian value `bytes` needs: the fewest
+/// whose sign extension gives it back.
+#[inline]
+fn needed_bytes(bytes: &[u8], width: usize) -> usize {
+    let value = match width {
+        8 => i64::from_le_bytes(bytes.try_into().expect("8 bytes")) as i128,
+        16 => i128::from_le_bytes(bytes.try_into().expect("16 bytes")),
+        _ => return width,
+    };
+    if value as i32 as i128 == value {
+        4
+    } else if value as i64 as i128 == value {
+        8
+    } else {
+        16
+    }
+}
+
+/// A narrow value the fill writes: the low bytes of a wide one.
+trait Narrow: Plain {
+    const BYTES: usize;
+    fn low(bytes: &[u8]) -> Self;
+}
+
+impl Narrow for u32 {
+    const BYTES: usize = 4;
+    #[inline]
+    fn low(bytes: &[u8]) -> Self {
+        u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes"))
+    }
+}
+
+impl Narrow for u64 {
+    const BYTES: usize = 8;
+    #[inline]
+    fn low(bytes: &[u8]) -> Self {
+        u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"))
+    }
+}
+
+/// Uploads the concatenation of `parts` (values of `width` bytes) narrowed, when every
+/// value allows it and the column is large enough to gain: the device buffer of full-width
+/// values and the bytes copied. `None` leaves the
+/// column to the whole-width upload (nothing of it is kept on the device).
+///
+/// The width tried first is 4 bytes; a value that needs more ends the attempt there, and
+/// the next attempt sends what that value needed (a column whose later values outgrow its
+/// early ones pays for the part sent before).
+pub(in crate::cuda) fn upload_narrowed(
+    device: &Device,
+    staging: &mut Staging,
+    narrowing: &Narrowing,
+    parts: &[&[u8]],
+    width: usize,
+) -> CudaResult<Option<(DeviceBuffer<u8>, usize)>> {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    if !matches!(width, 8 | 16) || total < MIN_NARROWED_BYTES || !total.is_multiple_of(width) {
+        return Ok(None);
+    }
+    let n = total / width;
+    let mut starts = Vec::with_capacity(parts.len() + 1);
+    let mut at = 0;
+    for part in parts {
+        starts.push(at);
+        at += part.len() / width;
+    }
+    starts.push(at);
+    let values = Values {
+        parts,
+        starts: &starts,
+        width,
+    };
+    let mut narrow = 4;
+    while narrow < width {
+        let needed = AtomicUsize::new(narrow);
+        let sent = match narrow {
+            4 => attempt::<u32>(device, staging, narrowing, &values, &needed)?,
+            _ => attempt::<u64>(device, staging, narrowing, &values, &needed)?,
+        };
+        if let Some(out) = sent {
+            return Ok(Some((out, n * narrow)));
+        }
+        narrow = needed.load(Ordering::Relaxed).max(narrow * 2);
+    }
+    Ok(None)
+}
+
+/// The wide values of a column: `parts` back to back, value `starts[i]` the first of part
+/// `i`.
+struct Values<'a> {
+    parts: &'a [&'a [u8]],
+    starts: &'a [usize],
+    width: usize,
+}
+
+impl Values<'_> {
+    fn len(&self) -> usize {
+        self.starts[self.parts.len()]
+    }
+
+    /// Writes the low bytes of values `start .. start + out.len()` into `out`; `false` (and
+    /// the width it needs raised into `needed`) at the first value that does not fit.
+    fn narrow_into<N: Narrow>(&self, start: usize, out: &mut [N], needed: &AtomicUsize) -> bool {
+        let width = self.width;
+        let mut at = start;
+        let mut written = 0;
+        let mut part = self.starts.partition_point(|&s| s <= at).saturating_sub(1);
+        while written < out.len() {
+            let within = at - self.starts[part];
+            let in_part = self.parts[part].len() / width;
+            let take = (in_part - within).min(out.len() - written);
+            let src = &self.parts[part][within * width..(within + take) * width];
+            for (value, slot) in src
+                .chunks_exact(width)
+                .zip(&mut out[written..written + take])
+            {
+                let need = needed_bytes(value, width);
+                if need > N::BYTES {
+                    needed.fetch_max(need, Ordering::Relaxed);
+                    return false;
+                }
+                *slot = N::low(value);
+            }
+            written += take;
+            at += take;
+            part += 1;
+        }
+        true
+    }
+}
+
+/// One narrowed upload at `N::BYTES` per value: the full-width buffer, or `None` when a
+/// value did not fit (`needed` then says what it needs).
+fn attempt<N: Narrow>(
+    device: &Device,
+    staging: &mut Staging,
+    narrowing: &Narrowing,
+    values: &Values<'_>,
+    needed: &AtomicUsize,
+) -> CudaResult<Option<DeviceBuffer<u8>>> {
+    let (n, width) = (values.len(), values.width);
+    let chunk = (CHUNK_BYTES / N::BYTES).min(n);
+    // Out of memory here is out of memory for the column too: the caller splits the run.
+    let scratch = [
+        device.alloc::<N>(chunk, "narrowed upload chunk")?,
+        device.alloc::<N>(chunk, "narrowed upload chunk")?,
+    ];
+    let out = device.alloc::<u8>(n * width, "column values")?;
+    let sent = staging.upload_through::<N, _, _>(
+        device,
+        n,
+        [&scratch[0], &scratch[1]],
+        |start, slots| values.narrow_into(start, slots, needed),
+        |chunk, start, len| {
+            let at = out.ptr() + (start * width) as u64;
+            narrowing.widen(device, (chunk.ptr(), N::BYTES), (at, width), len)
+        },
+    )?;
+    Ok(sent.then_some(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_need_the_bytes_that_give_them_back() {
+        let w8 = |v: i64| needed_bytes(&v.to_le_bytes(), 8);
+        let w16 = |v: i128| needed_bytes(&v.to_le_bytes(), 16);
+        assert_eq!(w8(0), 4);
+        assert_eq!(w8(-1), 4);
+        assert_eq!(w8(i32::MAX as i64), 4);
+        assert_eq!(w8(i32::MIN as i64), 4);
+        assert_eq!(w8(i32::MAX as i64 + 1), 8);
+        assert_eq!(w8(i64::MIN), 8);
+        assert_eq!(w16(10_494_950), 4);
+        assert_eq!(w16(-(1 << 40)), 8);
+        assert_eq!(w16(i64::MAX as i128 + 1), 16);
+        assert_eq!(w16(i128::MIN), 16);
+    }
+
+    #[test]
+    fn the_fill_writes_low_bytes_across_parts_and_stops_at_a_wide_value() {
+        let a: Vec<u8> = [1i64, -2, 3].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let b: Vec<u8> = [].to_vec();
+        let c: Vec<u8> = [-4i64, 1 << 33]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let parts: Vec<&[u8]> = vec![&a, &b, &c];
+        let starts = [0, 3, 3, 5];
+        let values = Values {
+            parts: &parts,
+            starts: &starts,
+            width: 8,
+        };
+        let needed = AtomicUsize::new(4);
+        let mut out = [0u32; 3];
+        assert!(values.narrow_into(1, &mut out, &needed));
+        assert_eq!(out, [-2i32 as u32, 3, -4i32 as u32]);
+        let mut out = [0u32; 5];
+        assert!(!values.narrow_into(0, &mut out, &needed));
+        assert_eq!(needed.load(Ordering::Relaxed), 8);
+        let mut out = [0u64; 2];
+        assert!(values.narrow_into(3, &mut out, &needed));
+        assert_eq!(out, [-4i64 as u64, 1 << 33]);
+    }
+}
