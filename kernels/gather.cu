@@ -11,7 +11,6 @@
 //                             batch's own data buffer, and the buffer's size
 //   copy_view_bytes           the long values' bytes into their batch's data buffer; the
 //                             views then point there (buffer 0 of their batch)
-//   widen_*                   narrowed uploads put back to full width (below)
 //
 // `perm` points at the first permutation entry of the window being gathered; the host
 // passes `n` (rows of the window). Bitmaps are little-endian arrays of 32-bit words, the
@@ -53,30 +52,6 @@ GATHER_WIDTH(gather_w4, u32)
 GATHER_WIDTH(gather_w8, u64)
 GATHER_WIDTH(gather_w16, Bytes16)
 GATHER_WIDTH(gather_w32, Bytes32)
-
-// Narrowed uploads (src/cuda/columns/narrow.rs): a column whose every value is the sign
-// extension of its low 4 or 8 bytes crosses PCIe as those low bytes only, and
-// widen_<from>_<to> puts each chunk in place: out[i] = src[i] sign-extended.
-__device__ __forceinline__ Bytes16 extend16(long long v) {
-    Bytes16 out;
-    out.lo = (u64)v;
-    out.hi = (u64)(v >> 63);
-    return out;
-}
-
-#define WIDEN(NAME, FROM, TO, EXTEND)                                                        \
-    extern "C" __global__ void NAME(const FROM* __restrict__ src, u32 n,                     \
-                                    TO* __restrict__ out) {                                  \
-        const u32 stride = gridDim.x * blockDim.x;                                           \
-        for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {            \
-            out[i] = EXTEND(src[i]);                                                         \
-        }                                                                                    \
-    }
-
-#define AS_I64(v) ((long long)(v))
-WIDEN(widen_4_8, i32, long long, AS_I64)
-WIDEN(widen_4_16, i32, Bytes16, extend16)
-WIDEN(widen_8_16, long long, Bytes16, extend16)
 
 // Output batch b of the window (rows b*batch_rows .. up to n) owns words
 // [b*batch_words, (b+1)*batch_words): its bitmap starts at bit 0 of its own words, so the

@@ -150,7 +150,10 @@ impl Encoder {
     }
 
     /// Encodes the `rows` rows of `columns` (all encodable) into packed key words; with
-    /// `ids`, each row's partition id (made on the device from the table) leads the key.
+    /// `ids`, each row's partition id (looked up on the device in the table of `ids` over
+    /// the range of its key column, found on the device) leads the key, and `None` says
+    /// that range was too wide for a table. With `narrowing`, wide integer-like columns go
+    /// up narrowed where their values allow it.
     pub fn encode(
         &self,
         device: &Device,
@@ -166,10 +169,20 @@ impl Encoder {
         let mut fields: Vec<(FieldSource, usize)> = Vec::new();
         // Byte-like columns with values longer than their window: (column, window).
         let mut longer = Vec::new();
+        // The partition id table, made as soon as its column is up: over a range too wide
+        // for one, nothing else is uploaded.
+        let mut table = None;
         for (index, column) in columns.iter().enumerate() {
             let (buffers, bytes) = upload_column(device, staging, column, narrowing)?;
             h2d_bytes += bytes;
             let base = base_source(column, &buffers);
+            if let Some(maker) = ids.filter(|m| m.column() == index) {
+                match self.table_for(device, maker, &buffers.sources, base, rows)? {
+                    Some(made) => table = Some(made),
+                    // Too wide a range for a table: the caller hashes the rows.
+                    None => return Ok(None),
+                }
+            }
             let views = buffers.raw.as_ref().and_then(|r| r.view_data.as_ref());
             let column_fields = match views {
                 Some(_) => {
@@ -191,28 +204,14 @@ impl Encoder {
         let mut partition_ids = None;
         if let Some(maker) = ids {
             let column = maker.column();
-            let Some((buffers, base)) = on_device.get(column) else {
+            let (Some((buffers, base)), Some(table)) = (on_device.get(column), &table) else {
                 return Err(inconsistent(format!(
                     "partition ids from key column {column} of {}",
                     columns.len()
                 )));
             };
-            let range = self.limb_range(device, &buffers.sources, *base, rows)?;
-            let table = maker
-                .table_over(range)
-                .map_err(|e| CudaError::Unavailable(format!("partition id table: {e}")))?;
-            let Some(table) = table else {
-                // Too wide a range for a table: the caller hashes the rows.
-                return Ok(None);
-            };
-            if table.column != column {
-                return Err(inconsistent(format!(
-                    "a table of column {} for ids from column {column}",
-                    table.column
-                )));
-            }
             let (made, counts) =
-                self.partition_ids(device, &table, &buffers.sources, *base, rows)?;
+                self.partition_ids(device, table, &buffers.sources, *base, rows)?;
             fields.insert(0, (id_field(&made), 0));
             partition_ids = Some((made, counts));
         }
@@ -281,44 +280,38 @@ impl Encoder {
         }))
     }
 
-    /// The smallest and largest valid value of an integer-like key column of one limb
-    /// (`limbs`; `base`, its null flag field), read on the device; `None` when no row is
-    /// valid.
-    fn limb_range(
+    /// The table of `maker` over the range of its key column (`limbs`, its one integer
+    /// limb; `base`, its null flag field), read on the device; `None` when the range is too
+    /// wide for a table (or no row is valid).
+    fn table_for(
         &self,
         device: &Device,
+        maker: &dyn IdTableMaker,
         limbs: &[LimbSource],
         base: FieldSource,
         rows: usize,
-    ) -> CudaResult<Option<(i128, i128)>> {
-        let (limb, signed) = match limbs {
-            [limb] if limb.kind == LimbKind::Signed => (limb, true),
-            [limb] if limb.kind == LimbKind::Unsigned => (limb, false),
-            _ => {
-                return Err(inconsistent(
-                    "partition ids from a key that is not one integer limb".to_string(),
-                ))
-            }
-        };
-        // The limb as stored, whatever the sort direction (as `partition_ids` reads it).
-        let source = FieldSource {
-            stride: limb.stride,
-            offset: limb.offset,
-            width: limb.width,
-            kind: limb.kind as u32,
-            descending: 0,
-            ..base
-        };
+    ) -> CudaResult<Option<PartitionIdTable>> {
+        let (source, signed) = routing_limb(limbs, base)?;
         let stats = self.field_stats(device, &[source], rows)?;
-        let Some(stats) = stats.first().filter(|s| s.min <= s.max) else {
-            return Ok(None);
-        };
-        // A signed limb holds the value with its sign bit flipped (`partition_ids`).
-        let value = |limb: u64| match signed {
-            true => (limb ^ (1 << 63)) as i64 as i128,
-            false => limb as i128,
-        };
-        Ok(Some((value(stats.min), value(stats.max))))
+        let range = stats.first().filter(|s| s.min <= s.max).map(|stats| {
+            // A signed limb holds the value with its sign bit flipped (`partition_ids`).
+            let value = |limb: u64| match signed {
+                true => (limb ^ (1 << 63)) as i64 as i128,
+                false => limb as i128,
+            };
+            (value(stats.min), value(stats.max))
+        });
+        let table = maker
+            .table_over(range)
+            .map_err(|e| CudaError::HostStep(format!("the partition id table: {e}")))?;
+        match table {
+            Some(table) if table.column != maker.column() => Err(inconsistent(format!(
+                "a table of column {} for ids from column {}",
+                table.column,
+                maker.column()
+            ))),
+            other => Ok(other),
+        }
     }
 
     /// Each row's partition id, looked up on the device in `table` from the limb of the
@@ -332,25 +325,10 @@ impl Encoder {
         base: FieldSource,
         rows: usize,
     ) -> CudaResult<(DeviceBuffer<u16>, Vec<usize>)> {
-        let (limb, first) = match limbs {
-            [limb] if limb.kind == LimbKind::Signed => {
-                (limb, (table.first as i64 as u64) ^ (1 << 63))
-            }
-            [limb] if limb.kind == LimbKind::Unsigned => (limb, table.first as u64),
-            _ => {
-                return Err(inconsistent(
-                    "partition ids from a key that is not one integer limb".to_string(),
-                ))
-            }
-        };
-        // The key's limb as stored, whatever the sort direction.
-        let mut source = FieldSource {
-            stride: limb.stride,
-            offset: limb.offset,
-            width: limb.width,
-            kind: limb.kind as u32,
-            descending: 0,
-            ..base
+        let (mut source, signed) = routing_limb(limbs, base)?;
+        let first = match signed {
+            true => (table.first as i64 as u64) ^ (1 << 63),
+            false => table.first as u64,
         };
         let table_ids = device.alloc::<u16>(table.ids.len(), "partition id table")?;
         // SAFETY: `table.ids` outlives the copy: `download_now` below synchronizes.
@@ -524,6 +502,29 @@ fn id_field(ids: &DeviceBuffer<u16>) -> FieldSource {
         data: 0,
         buffer_starts: 0,
     }
+}
+
+/// The field of a routing key's one integer limb as stored, whatever the sort direction
+/// (`base`: the column's null flag field), and whether the limb is signed.
+fn routing_limb(limbs: &[LimbSource], base: FieldSource) -> CudaResult<(FieldSource, bool)> {
+    let (limb, signed) = match limbs {
+        [limb] if limb.kind == LimbKind::Signed => (limb, true),
+        [limb] if limb.kind == LimbKind::Unsigned => (limb, false),
+        _ => {
+            return Err(inconsistent(
+                "partition ids from a key that is not one integer limb".to_string(),
+            ))
+        }
+    };
+    let source = FieldSource {
+        stride: limb.stride,
+        offset: limb.offset,
+        width: limb.width,
+        kind: limb.kind as u32,
+        descending: 0,
+        ..base
+    };
+    Ok((source, signed))
 }
 
 fn inconsistent(what: String) -> CudaError {

@@ -90,6 +90,9 @@ pub enum CudaError {
     /// The device's result disagrees with what the host knows of the input.
     #[error("inconsistent device result: {0}")]
     Inconsistent(String),
+    /// A step the host does for the device's work failed (a partition id table).
+    #[error("a host step of a device sort failed: {0}")]
+    HostStep(String),
     /// An output batch of gathered views would need a data buffer past what views address.
     #[error("an output batch holds {bytes} bytes of long values (views address at most 4 GiB)")]
     BatchTooLarge {

@@ -24,7 +24,6 @@
 use arrow::datatypes::DataType;
 use datafusion::arrow;
 
-use crate::cuda::columns::narrow::Narrowing;
 use crate::cuda::columns::PayloadLayout;
 use crate::cuda::error::CudaResult;
 use crate::cuda::memory::device::Device;
@@ -57,8 +56,6 @@ pub struct Gatherer {
     pub(super) views: Kernel,
     pub(super) scan_view_bytes: Kernel,
     pub(super) copy_view_bytes: Kernel,
-    /// The kernels of narrowed transfers (`columns/narrow.rs`).
-    pub(super) narrowing: Narrowing,
     pub(super) grid: u32,
 }
 
@@ -80,7 +77,6 @@ impl Gatherer {
             views: kernel("gather_views")?,
             scan_view_bytes: kernel("scan_view_bytes")?,
             copy_view_bytes: kernel("copy_view_bytes")?,
-            narrowing: Narrowing::load(&module, device.sm_count * 16)?,
             grid: device.sm_count * 16,
             _module: module,
         })

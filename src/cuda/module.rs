@@ -130,10 +130,14 @@ pub(super) const GATHER: KernelFile = KernelFile {
         "gather_views",
         "scan_view_bytes",
         "copy_view_bytes",
-        "widen_4_8",
-        "widen_4_16",
-        "widen_8_16",
     ],
+};
+
+/// Narrowed uploads put back to full width on the device.
+pub(super) const NARROW: KernelFile = KernelFile {
+    name: "narrow.cu",
+    source: include_str!("../../kernels/narrow.cu"),
+    entry_points: &["widen_4_8", "widen_4_16", "widen_8_16"],
 };
 
 /// Window functions over a run's sorted rows.
@@ -309,6 +313,7 @@ pub(crate) const ALL_KERNELS: &[KernelFile] = &[
     ENCODE,
     REFINE,
     GATHER,
+    NARROW,
     WINDOW,
     WINDOW_VALUES,
     PARQUET_PAGES,

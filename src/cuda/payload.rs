@@ -214,7 +214,7 @@ impl DevicePayload {
                         staging,
                         &arrays,
                         layout,
-                        Some(&runtime.gatherer.narrowing),
+                        Some(&runtime.narrowing),
                     ) {
                         Ok((raw, bytes)) => {
                             payload.stats.h2d_bytes += bytes;

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::config::DeviceMemoryLimit;
+use crate::cuda::columns::narrow::Narrowing;
 use crate::cuda::encode::Encoder;
 use crate::cuda::error::{CudaError, CudaResult};
 use crate::cuda::faults::{self, FaultScope};
@@ -52,6 +53,8 @@ pub struct CudaRuntime {
     pub encoder: Encoder,
     /// The payload gather kernels.
     pub gatherer: Gatherer,
+    /// The kernels that put narrowed uploads back to full width.
+    pub narrowing: Narrowing,
     /// Window columns over sorted runs; `None` when its kernels did not load.
     pub windower: Option<Windower>,
     /// The kernels that order the ties of long byte-like keys.
@@ -213,6 +216,7 @@ fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
         let segmented = SegmentedSort::load(&device, &tuning)?;
         let encoder = Encoder::load(&device, &tuning)?;
         let gatherer = Gatherer::load(&device, &tuning)?;
+        let narrowing = Narrowing::load(&device, &tuning)?;
         // Without its window kernels the device still sorts; windows go to the host.
         let windower = Windower::load(&device, &tuning)
             .map_err(|e| log::warn!("gpusort: CUDA window kernels not loaded ({e})"))
@@ -232,6 +236,7 @@ fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
             segmented,
             encoder,
             gatherer,
+            narrowing,
             windower,
             refiner,
             pages,

@@ -231,14 +231,9 @@ fn sort_columns_with(
     within_budget(rt, bytes, share, |device, staging, lease| {
         let started = Instant::now();
         crate::trace::event(|| format!("  {n} rows: device taken"));
-        let encoded = rt.encoder.encode(
-            device,
-            staging,
-            columns,
-            n,
-            ids,
-            Some(&rt.gatherer.narrowing),
-        )?;
+        let encoded = rt
+            .encoder
+            .encode(device, staging, columns, n, ids, Some(&rt.narrowing))?;
         let Some(mut encoded) = encoded else {
             return Ok(None);
         };

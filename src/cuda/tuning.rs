@@ -289,6 +289,11 @@ pub(super) const TIE_STEP_BYTES: usize = 7;
 /// Threads of the gather kernels.
 pub(super) const GATHER_THREADS: u32 = 256;
 
+// ---- Narrowed uploads (narrow.cu) -----------------------------------------------------
+
+/// Threads per block of the widening kernels (grid-stride loops over one uploaded chunk).
+pub(super) const NARROW_THREADS: u32 = 256;
+
 /// Threads of a window kernel's block (`window.cu`).
 pub(super) const WINDOW_THREADS: u32 = 256;
 /// Consecutive elements each thread of a window prefix scan owns: a tile is
@@ -491,6 +496,7 @@ impl Tuning {
             .chain(named(&fields))
             .collect(),
             "gather.cu" => named(&[("GATHER_THREADS", GATHER_THREADS as u64)]),
+            "narrow.cu" => named(&[("NARROW_THREADS", NARROW_THREADS as u64)]),
             "window.cu" | "window_values.cu" => named(&[
                 ("WINDOW_THREADS", WINDOW_THREADS as u64),
                 ("WINDOW_SCAN_ITEMS", WINDOW_SCAN_ITEMS as u64),
@@ -727,6 +733,7 @@ mod tests {
             "encode.cu",
             "refine.cu",
             "gather.cu",
+            "narrow.cu",
         ] {
             let defines = t.defines(file);
             assert!(!defines.is_empty(), "{file}");

@@ -33,15 +33,17 @@ pub(super) const MAX_TABLE_VALUES: usize = 1 << 20;
 /// Fewest values a table may always cover, however few rows there are.
 const MIN_TABLE_LIMIT: usize = 1 << 12;
 
-/// Arrays of the key column read on the host before the device finds its whole range:
-/// the table is tried only when these span few enough values.
+/// The host reads every `len / SAMPLED_ARRAYS`-th array of the key column (and the last)
+/// before the device finds its whole range: between this many and twice as many arrays
+/// (every array when there are fewer), and the table is tried only when they span few
+/// enough values.
 const SAMPLED_ARRAYS: usize = 16;
 
 impl HashRouting {
     /// The tables of this routing's partition ids over ranges of the sort key it routes by
     /// (`sort_exprs`, evaluated as `columns`), or `None` when it routes by something else
     /// than one sort key, the key's type is not integer-like, or the values of a sample of
-    /// its arrays (about [`SAMPLED_ARRAYS`]) already span more than a table may cover:
+    /// its arrays ([`SAMPLED_ARRAYS`]) already span more than a table may cover:
     /// `MAX_TABLE_VALUES`, and no more than the rows (hashing the rows is then the cheaper
     /// way). A backend finds the whole range and asks for its table
     /// ([`IdTableMaker::table_over`]), which may still be too wide.
@@ -87,7 +89,8 @@ impl HashRouting {
 
     /// The table of this routing's partition ids over the whole range of the sort key it
     /// routes by, read on the host: [`Self::id_tables`]'s table over that range.
-    pub fn id_table(
+    #[cfg(test)]
+    fn id_table(
         &self,
         sort_exprs: &LexOrdering,
         columns: &[KeyColumn],

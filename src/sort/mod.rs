@@ -87,8 +87,9 @@ pub trait IdTableMaker: Send + Sync {
     /// The key column (index into the sorted columns) whose value decides the partition.
     fn column(&self) -> usize;
 
-    /// The table over the values `first ..= last` (none valid: `None` for both), or
-    /// `None` when that range is too wide for a table (the caller then hashes the rows).
+    /// The table over the values `first ..= last` of `range` (`None`: no value is
+    /// valid), or `None` when there is no table to make: the range is too wide (or
+    /// absent), and the caller hashes the rows.
     fn table_over(&self, range: Option<(i128, i128)>) -> Result<Option<PartitionIdTable>>;
 }
 

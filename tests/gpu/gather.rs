@@ -379,3 +379,46 @@ gpu_test!(narrowed_uploads_keep_every_value, |_rt| {
     let up = n * 4 + values + bitmaps;
     assert!(stats.h2d_bytes <= up, "up: {} > {up}", stats.h2d_bytes);
 });
+
+gpu_test!(narrowed_uploads_over_several_chunks, |_rt| {
+    use datafusion::arrow::array::Decimal128Array;
+    // 9 M values: two staging chunks at 4 bytes, three at 8. The decimals need 8 bytes
+    // from row 8.5 M on, so their first attempt gives up after a chunk went across.
+    let n = 9_000_000;
+    let wave = |i: usize| (i as i64).wrapping_mul(2_654_435_761) % 1_000_003 - 500_000;
+    let ints: ArrayRef = Arc::new(Int64Array::from_iter_values((0..n).map(wave)));
+    let decimals: ArrayRef = Arc::new(
+        Decimal128Array::from_iter_values((0..n).map(|i| match i < 8_500_000 {
+            true => wave(i) as i128,
+            false => (wave(i) as i128) << 35,
+        }))
+        .with_precision_and_scale(38, 0)
+        .unwrap(),
+    );
+    for (column, sent_as, given_up) in [(&ints, 4, 0), (&decimals, 8, 32 << 20)] {
+        let key = KeyColumn {
+            arrays: vec![column.slice(0, n / 2), column.slice(n / 2, n - n / 2)],
+            options: SortOptions::default(),
+        };
+        let label = format!("{} over several chunks", column.data_type());
+        super::encode::assert_device_encoding_matches(std::slice::from_ref(&key), &label);
+        let run = CudaBackend::new()
+            .unwrap()
+            .sort_key_columns(std::slice::from_ref(&key), AlgorithmChoice::Auto, None)
+            .unwrap()
+            .unwrap();
+        // What went across: the values at their narrow width, and the chunk an attempt
+        // sent before giving up.
+        let sent = n * sent_as + given_up;
+        assert!(
+            (sent..sent + 4096).contains(&run.h2d_bytes),
+            "{label}: {} bytes up, {sent} expected",
+            run.h2d_bytes
+        );
+    }
+    let (rows, n) = uneven_run(vec![ints, decimals]);
+    let permutation = shuffled(n, "narrowed chunks perm");
+    let (on_device, _) =
+        device_gather_against_host(&rows, &permutation, None, 65536, "narrowed chunks");
+    assert_eq!(on_device, vec![0, 1]);
+});

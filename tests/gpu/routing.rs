@@ -189,11 +189,6 @@ pub(super) fn partition_ids_made_on_the_device_equal_the_hosts() {
             let label = format!("{name}, {partitions} partitions, {v_options:?}");
             let routing =
                 HashRouting::try_new(vec![col("v", &schema).unwrap()], partitions).unwrap();
-            // The host's table over the whole range is the one the device asks for.
-            assert!(
-                routing.id_table(&exprs, &columns).unwrap().is_some(),
-                "{label}: no id table"
-            );
             let tables = routing
                 .id_tables(&exprs, &columns)
                 .unwrap()
@@ -230,10 +225,30 @@ pub(super) fn partition_ids_made_on_the_device_equal_the_hosts() {
     }
 }
 
-/// The device finds the routing key's whole range itself (`IdTableMaker`): a value the
-/// host's sample of arrays missed widens the table it asks for, and the ids still equal
-/// the host's; one that makes the range too wide for a table hands the ids back to the
-/// host (no sort on the device, no fallback counted).
+/// The tables of a routing, recording the ranges a backend asks them for.
+struct AskedTables<'a> {
+    tables: gpusort::exec::IdTables<'a>,
+    asked: std::sync::Mutex<Vec<Option<(i128, i128)>>>,
+}
+
+impl gpusort::sort::IdTableMaker for AskedTables<'_> {
+    fn column(&self) -> usize {
+        self.tables.column()
+    }
+
+    fn table_over(
+        &self,
+        range: Option<(i128, i128)>,
+    ) -> datafusion::common::Result<Option<gpusort::sort::PartitionIdTable>> {
+        self.asked.lock().unwrap().push(range);
+        self.tables.table_over(range)
+    }
+}
+
+/// The device finds the routing key's whole range itself (`IdTableMaker`), exactly: a
+/// value the host's sample of arrays missed widens the table it asks for, and the ids
+/// still equal the host's; one that makes the range too wide for a table hands the ids
+/// back to the host (no sort on the device, no fallback counted).
 #[test]
 #[ignore = "needs a CUDA GPU"]
 pub(super) fn partition_ids_over_a_range_the_sample_missed() {
@@ -274,15 +289,34 @@ pub(super) fn partition_ids_over_a_range_the_sample_missed() {
         }];
         let label = format!("far value {far}");
         let routing = HashRouting::try_new(vec![col("v", &schema).unwrap()], 16).unwrap();
-        let tables = routing
-            .id_tables(&exprs, &columns)
-            .unwrap()
-            .unwrap_or_else(|| panic!("{label}: the sample alone is narrow"));
+        let tables = AskedTables {
+            tables: routing
+                .id_tables(&exprs, &columns)
+                .unwrap()
+                .unwrap_or_else(|| panic!("{label}: the sample alone is narrow")),
+            asked: Default::default(),
+        };
         let fallbacks = cuda::fallback_count();
         let sorted = backend
             .sort_key_columns_by_ids(&columns, &tables, AlgorithmChoice::Auto)
             .unwrap();
         assert_eq!(cuda::fallback_count(), fallbacks, "{label}: fell back");
+        let valid: Vec<i64> = batches
+            .iter()
+            .flat_map(|b| {
+                let values = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                values.iter().flatten().collect::<Vec<_>>()
+            })
+            .collect();
+        let range = (
+            *valid.iter().min().unwrap() as i128,
+            *valid.iter().max().unwrap() as i128,
+        );
+        assert_eq!(
+            *tables.asked.lock().unwrap(),
+            vec![Some(range)],
+            "{label}: the range the device found"
+        );
         let Some((run, counts)) = sorted else {
             assert!(!table_expected, "{label}: ids not made on the device");
             continue;

@@ -46,7 +46,7 @@ pub struct RawColumn {
 
 /// Uploads the column given as `arrays` (all of one type, laid out as `layout`); returns
 /// its buffers and the bytes copied. With `narrowing`, wide integer-like values go across
-/// narrowed where they allow it.
+/// narrowed where they allow it (`narrow.rs`).
 pub(super) fn upload_raw_column(
     device: &Device,
     staging: &mut Staging,
@@ -55,15 +55,14 @@ pub(super) fn upload_raw_column(
     narrowing: Option<&Narrowing>,
 ) -> CudaResult<(RawColumn, usize)> {
     let mut view_data = None;
-    let mut bytes = 0;
-    let values = match layout {
+    let (values, mut bytes) = match layout {
         PayloadLayout::Views => {
             let run = RunBuffers::new(arrays);
             let (views, _) = upload_views(device, staging, arrays, &run)?;
             let (data, data_bytes) = upload_view_data(device, staging, &run.buffers)?;
             view_data = Some(Arc::new(data));
-            bytes += data_bytes;
-            views
+            let sent = views.len() + data_bytes;
+            (views, sent)
         }
         PayloadLayout::Bits => {
             let bits = concat_bits(arrays.iter().map(|a| {
@@ -73,7 +72,9 @@ pub(super) fn upload_raw_column(
                     .values()
                     .clone()
             }));
-            upload_bytes(device, staging, &[bits.values()], "Boolean column values")?
+            let values = upload_bytes(device, staging, &[bits.values()], "Boolean column values")?;
+            let sent = values.len();
+            (values, sent)
         }
         PayloadLayout::Fixed(width) => {
             let data: Vec<ArrayData> = arrays.iter().map(|a| a.to_data()).collect();
@@ -81,26 +82,9 @@ pub(super) fn upload_raw_column(
                 .iter()
                 .map(|d| &d.buffers()[0].as_slice()[d.offset() * width..][..d.len() * width])
                 .collect();
-            let narrowable = narrowing.filter(|_| {
-                arrays
-                    .first()
-                    .is_some_and(|a| worth_narrowing(a.data_type()))
-            });
-            match narrowable {
-                Some(kernels) => match upload_narrowed(device, staging, kernels, &parts, width)? {
-                    Some((values, sent)) => {
-                        bytes += sent;
-                        values
-                    }
-                    None => wide(device, staging, &parts, &mut bytes)?,
-                },
-                None => wide(device, staging, &parts, &mut bytes)?,
-            }
+            upload_fixed(device, staging, arrays, &parts, width, narrowing)?
         }
     };
-    if !matches!(layout, PayloadLayout::Fixed(_)) {
-        bytes += values.len();
-    }
     let validity = if arrays.iter().any(|a| a.logical_null_count() > 0) {
         let bits = concat_bits(arrays.iter().map(|a| match a.logical_nulls() {
             Some(nulls) => nulls.inner().clone(),
@@ -121,16 +105,31 @@ pub(super) fn upload_raw_column(
     Ok((column, bytes))
 }
 
-/// Uploads fixed-width values whole, counting their bytes into `bytes`.
-fn wide(
+/// Uploads fixed-width values (`parts` of `arrays`), narrowed when `narrowing` is given,
+/// the type is worth it and every value allows it, else whole; returns the buffer and the
+/// bytes copied.
+fn upload_fixed(
     device: &Device,
     staging: &mut Staging,
+    arrays: &[ArrayRef],
     parts: &[&[u8]],
-    bytes: &mut usize,
-) -> CudaResult<DeviceBuffer<u8>> {
+    width: usize,
+    narrowing: Option<&Narrowing>,
+) -> CudaResult<(DeviceBuffer<u8>, usize)> {
+    let worth = arrays
+        .first()
+        .is_some_and(|a| worth_narrowing(a.data_type()));
+    let mut copied = 0;
+    if let Some(kernels) = narrowing.filter(|_| worth) {
+        let narrowed = upload_narrowed(device, staging, kernels, parts, width)?;
+        copied += narrowed.copied;
+        if let Some(values) = narrowed.values {
+            return Ok((values, copied));
+        }
+    }
     let values = upload_bytes(device, staging, parts, "column values")?;
-    *bytes += values.len();
-    Ok(values)
+    copied += values.len();
+    Ok((values, copied))
 }
 
 /// The bitmaps one after the other, from bit 0.

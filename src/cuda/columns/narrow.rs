@@ -1,20 +1,26 @@
 //! Narrowed uploads: an integer-like column of 8- or 16-byte values (`Int64`, `Decimal128`,
 //! timestamps, ...) whose every value is the sign extension of its low 4 or 8 bytes crosses
-//! PCIe as those low bytes only, and a kernel puts it back to full width on the device.
+//! PCIe as those low bytes only, and a kernel (`kernels/narrow.cu`) puts it back to full
+//! width on the device.
 //!
 //! ```text
-//!  host fill: low bytes of each value ─► pinned chunk ─► device scratch
+//!  host fill: low bytes of each value ─► pinned chunk ─► device scratch chunk
 //!    (a value that needs more stops it: tried again wider, or sent whole)
-//!  widen_<n>_<wide>: scratch ─► the column's full-width buffer
+//!  widen_<n>_<wide>: scratch chunk ─► its place in the column's full-width buffer
 //! ```
 //!
 //! TPC-H's decimals (prices in cents) and keys fit 4 bytes, so a `Decimal128` sends a
 //! quarter of its bytes and an `Int64` half, and the host writes as much less into the
-//! pinned buffers. The host still reads every byte: on the H200 host the fill of SF10
-//! `lineitem`'s keys runs at about the host's read bandwidth, close to PCIe's, so what this
-//! saves there is mostly PCIe and host write bandwidth left to other work (docs/performance.md,
-//! 2026-11-29). Downloads stay whole: widening them again on the host cost more host memory
-//! bandwidth than the copy it saved (tried and measured the same day).
+//! pinned buffers. The host still reads every byte: on the H200 host (16 cores) the fill
+//! runs at about the host's memory read bandwidth, close to PCIe's, so W1's keys (an `Int64`
+//! and a `Decimal128`, 1.44 GB) went up in 30.5 ms instead of 32.3, while W10's decimal
+//! arguments took 14 to 15 ms each instead of about 21 (docs/performance.md, 2026-11-29
+//! evening). Downloads stay whole: widening them again on the host cost more host memory
+//! bandwidth than the copy saved (tried and measured the same day).
+//!
+//! Beyond the column, an upload holds one scratch chunk (`CHUNK_BYTES`) of device memory,
+//! charged to the device budget like every allocation; where it does not fit, the column
+//! goes across whole.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -24,16 +30,17 @@ use datafusion::arrow;
 use crate::cuda::error::CudaResult;
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::transfer::{Plain, Staging, CHUNK_BYTES};
-use crate::cuda::module::{arg, launch, Kernel, Module};
-use crate::cuda::tuning::GATHER_THREADS as THREADS;
+use crate::cuda::module::{arg, launch, load_module, Kernel, Module, NARROW};
+use crate::cuda::tuning::{Tuning, NARROW_THREADS as THREADS};
 
-/// Columns smaller than this go across whole: the scratch buffers and the launches would
+/// Columns smaller than this go across whole: the scratch chunk and the launches would
 /// cost more than the bytes saved.
 const MIN_NARROWED_BYTES: usize = 4 << 20;
 
-/// The kernels of narrowed uploads (in `kernels/gather.cu`).
-#[derive(Debug, Clone, Copy)]
+/// The loaded kernels of narrowed uploads (`kernels/narrow.cu`) of one device.
+#[derive(Debug)]
 pub struct Narrowing {
+    _module: Module,
     widen_4_8: Kernel,
     widen_4_16: Kernel,
     widen_8_16: Kernel,
@@ -41,13 +48,15 @@ pub struct Narrowing {
 }
 
 impl Narrowing {
-    /// The kernels of `module` (the gather module), launched with at most `grid` blocks.
-    pub(in crate::cuda) fn load(module: &Module, grid: u32) -> CudaResult<Self> {
+    /// Compiles (or takes from the cache) and loads the kernels for `device`.
+    pub fn load(device: &Device, tuning: &Tuning) -> CudaResult<Self> {
+        let module = load_module(NARROW, device.arch, tuning)?;
         Ok(Self {
             widen_4_8: module.kernel("widen_4_8")?,
             widen_4_16: module.kernel("widen_4_16")?,
             widen_8_16: module.kernel("widen_8_16")?,
-            grid,
+            grid: device.sm_count * 16,
+            _module: module,
         })
     }
 
@@ -139,10 +148,15 @@ impl Narrow for u64 {
     }
 }
 
+/// What a narrowed upload did: the column's full-width buffer (`None`: the column is to go
+/// across whole, nothing of it kept) and the bytes it copied, attempts given up included.
+pub(in crate::cuda) struct Narrowed {
+    pub values: Option<DeviceBuffer<u8>>,
+    pub copied: usize,
+}
+
 /// Uploads the concatenation of `parts` (values of `width` bytes) narrowed, when every
-/// value allows it and the column is large enough to gain: the device buffer of full-width
-/// values and the bytes copied. `None` leaves the
-/// column to the whole-width upload (nothing of it is kept on the device).
+/// value allows it and the column is large enough to gain.
 ///
 /// The width tried first is 4 bytes; a value that needs more ends the attempt there, and
 /// the next attempt sends what that value needed (a column whose later values outgrow its
@@ -153,12 +167,15 @@ pub(in crate::cuda) fn upload_narrowed(
     narrowing: &Narrowing,
     parts: &[&[u8]],
     width: usize,
-) -> CudaResult<Option<(DeviceBuffer<u8>, usize)>> {
+) -> CudaResult<Narrowed> {
+    let mut narrowed = Narrowed {
+        values: None,
+        copied: 0,
+    };
     let total: usize = parts.iter().map(|p| p.len()).sum();
     if !matches!(width, 8 | 16) || total < MIN_NARROWED_BYTES || !total.is_multiple_of(width) {
-        return Ok(None);
+        return Ok(narrowed);
     }
-    let n = total / width;
     let mut starts = Vec::with_capacity(parts.len() + 1);
     let mut at = 0;
     for part in parts {
@@ -174,16 +191,21 @@ pub(in crate::cuda) fn upload_narrowed(
     let mut narrow = 4;
     while narrow < width {
         let needed = AtomicUsize::new(narrow);
-        let sent = match narrow {
-            4 => attempt::<u32>(device, staging, narrowing, &values, &needed)?,
-            _ => attempt::<u64>(device, staging, narrowing, &values, &needed)?,
+        let attempt = match narrow {
+            4 => upload_at::<u32>(device, staging, narrowing, &values, &needed)?,
+            _ => upload_at::<u64>(device, staging, narrowing, &values, &needed)?,
         };
-        if let Some(out) = sent {
-            return Ok(Some((out, n * narrow)));
+        narrowed.copied += attempt.copied;
+        match attempt.outcome {
+            Outcome::Sent(out) => {
+                narrowed.values = Some(out);
+                return Ok(narrowed);
+            }
+            Outcome::NoScratch => return Ok(narrowed),
+            Outcome::TooNarrow => narrow = needed.load(Ordering::Relaxed).max(narrow * 2),
         }
-        narrow = needed.load(Ordering::Relaxed).max(narrow * 2);
     }
-    Ok(None)
+    Ok(narrowed)
 }
 
 /// The wide values of a column: `parts` back to back, value `starts[i]` the first of part
@@ -230,34 +252,62 @@ impl Values<'_> {
     }
 }
 
-/// One narrowed upload at `N::BYTES` per value: the full-width buffer, or `None` when a
-/// value did not fit (`needed` then says what it needs).
-fn attempt<N: Narrow>(
+/// How one attempt at a width ended.
+enum Outcome {
+    /// Every value went across: the column's full-width buffer.
+    Sent(DeviceBuffer<u8>),
+    /// A value needs more bytes (`needed` says how many).
+    TooNarrow,
+    /// The scratch chunk did not fit in device memory (the column itself did).
+    NoScratch,
+}
+
+/// An attempt and the bytes it copied.
+struct Attempt {
+    outcome: Outcome,
+    copied: usize,
+}
+
+/// One narrowed upload at `N::BYTES` per value.
+fn upload_at<N: Narrow>(
     device: &Device,
     staging: &mut Staging,
     narrowing: &Narrowing,
     values: &Values<'_>,
     needed: &AtomicUsize,
-) -> CudaResult<Option<DeviceBuffer<u8>>> {
+) -> CudaResult<Attempt> {
     let (n, width) = (values.len(), values.width);
-    let chunk = (CHUNK_BYTES / N::BYTES).min(n);
-    // Out of memory here is out of memory for the column too: the caller splits the run.
-    let scratch = [
-        device.alloc::<N>(chunk, "narrowed upload chunk")?,
-        device.alloc::<N>(chunk, "narrowed upload chunk")?,
-    ];
+    // The column first: out of memory for it is out of memory for the run (the caller
+    // splits it or gathers on the host), as for a whole upload.
     let out = device.alloc::<u8>(n * width, "column values")?;
+    let chunk = (CHUNK_BYTES / N::BYTES).min(n);
+    let scratch = match device.alloc::<N>(chunk, "narrowed upload chunk") {
+        Ok(scratch) => scratch,
+        Err(error) if error.is_out_of_memory() => {
+            return Ok(Attempt {
+                outcome: Outcome::NoScratch,
+                copied: 0,
+            })
+        }
+        Err(other) => return Err(other),
+    };
+    let mut copied = 0;
     let sent = staging.upload_through::<N, _, _>(
         device,
         n,
-        [&scratch[0], &scratch[1]],
+        &scratch,
         |start, slots| values.narrow_into(start, slots, needed),
         |chunk, start, len| {
+            copied += len * N::BYTES;
             let at = out.ptr() + (start * width) as u64;
             narrowing.widen(device, (chunk.ptr(), N::BYTES), (at, width), len)
         },
     )?;
-    Ok(sent.then_some(out))
+    let outcome = match sent {
+        true => Outcome::Sent(out),
+        false => Outcome::TooNarrow,
+    };
+    Ok(Attempt { outcome, copied })
 }
 
 #[cfg(test)]

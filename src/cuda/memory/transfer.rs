@@ -116,17 +116,17 @@ impl Staging {
         Ok(out)
     }
 
-    /// Uploads `n` elements as [`Self::upload`] fills them, but each chunk goes into one of
-    /// the two device buffers `scratch` (each at least a chunk long) and is then handed to
+    /// Uploads `n` elements as [`Self::upload`] fills them, but each chunk goes into the
+    /// device buffer `scratch` (at least a chunk long) and is then handed to
     /// `place(scratch, start, len)`, which queues what puts it in its final place (a
-    /// kernel, in stream order, so a scratch buffer is written again only after it ran).
+    /// kernel: in stream order, so the next chunk's copy into `scratch` waits for it).
     /// Stops at the first `fill` that returns `false` (what was queued then is harmless:
-    /// the scratch buffers and the destination belong to the caller) and returns `false`.
+    /// the scratch buffer and the destination belong to the caller) and returns `false`.
     pub fn upload_through<T, F, P>(
         &mut self,
         device: &Device,
         n: usize,
-        scratch: [&DeviceBuffer<T>; 2],
+        scratch: &DeviceBuffer<T>,
         fill: F,
         mut place: P,
     ) -> CudaResult<bool>
@@ -137,8 +137,8 @@ impl Staging {
     {
         let chunk = CHUNK_BYTES / std::mem::size_of::<T>();
         assert!(
-            scratch.iter().all(|s| s.len() >= chunk.min(n)),
-            "scratch buffers shorter than a chunk"
+            scratch.len() >= chunk.min(n),
+            "a scratch buffer shorter than a chunk"
         );
         for (i, start) in (0..n).step_by(chunk).enumerate() {
             let which = i % 2;
@@ -155,9 +155,9 @@ impl Staging {
                 return Ok(false);
             }
             // SAFETY: as in `upload`.
-            unsafe { device.upload(scratch[which], 0, &*staged)? };
+            unsafe { device.upload(scratch, 0, &*staged)? };
             self.done[which].record(device)?;
-            place(scratch[which], start, len)?;
+            place(scratch, start, len)?;
         }
         Ok(true)
     }
