@@ -43,7 +43,7 @@ impl HashRouting {
     /// The tables of this routing's partition ids over ranges of the sort key it routes by
     /// (`sort_exprs`, evaluated as `columns`), or `None` when it routes by something else
     /// than one sort key, the key's type is not integer-like, or the values of a sample of
-    /// its arrays ([`SAMPLED_ARRAYS`]) already span more than a table may cover:
+    /// its arrays (`SAMPLED_ARRAYS`) already span more than a table may cover:
     /// `MAX_TABLE_VALUES`, and no more than the rows (hashing the rows is then the cheaper
     /// way). A backend finds the whole range and asks for its table
     /// ([`IdTableMaker::table_over`]), which may still be too wide.
