@@ -27,8 +27,8 @@ pub(super) fn key_column(
 }
 
 /// The device-encoded sort of `columns` equals the host-encoded CPU sort; only the key
-/// columns' bytes (values and validity) go up.
-pub(super) fn assert_device_encoding_matches(columns: &[KeyColumn], label: &str) {
+/// columns' bytes (values and validity) go up. Returns the bytes that went up.
+pub(super) fn assert_device_encoding_matches(columns: &[KeyColumn], label: &str) -> usize {
     let backend = CudaBackend::new().unwrap();
     let expected = CpuBackend
         .sort(&encode_keys(columns).unwrap(), AlgorithmChoice::Auto, None)
@@ -59,6 +59,7 @@ pub(super) fn assert_device_encoding_matches(columns: &[KeyColumn], label: &str)
             run.h2d_bytes
         );
     }
+    run.h2d_bytes
 }
 
 gpu_test!(device_encoding_every_type_nulls_directions, |_rt| {

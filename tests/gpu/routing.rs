@@ -199,30 +199,42 @@ pub(super) fn partition_ids_made_on_the_device_equal_the_hosts() {
                 .unwrap()
                 .unwrap_or_else(|| panic!("{label}: ids not made on the device"));
             assert_eq!(cuda::fallback_count(), fallbacks, "{label}: fell back");
-
-            let routed = routing.route_all(&batches).unwrap();
-            let mut host_counts = vec![0usize; partitions];
-            for batch in &routed {
-                for (total, count) in host_counts.iter_mut().zip(&batch.counts) {
-                    *total += count;
-                }
-            }
-            let ids = KeyColumn {
-                arrays: routed.iter().map(|r| Arc::clone(&r.ids)).collect(),
-                options: SortOptions::default(),
-            };
-            let mut all = vec![ids];
-            all.extend(columns.iter().cloned());
-            let expected = CpuBackend
-                .sort(&encode_keys(&all).unwrap(), AlgorithmChoice::Auto, None)
-                .unwrap();
-            assert_eq!(counts, host_counts, "{label}: rows per partition");
-            assert!(
-                run.permutation == expected.permutation,
-                "{label}: order differs"
-            );
+            assert_ids_of_the_host(&routing, &batches, &columns, (run, counts), &label);
         }
     }
+}
+
+/// A run sorted by ids made on the device, and its rows per partition, equal the host's:
+/// `batches` routed by `routing` on the host (`HashRouting::route_all`), then sorted on
+/// the CPU by (id, `columns`).
+fn assert_ids_of_the_host(
+    routing: &gpusort::exec::HashRouting,
+    batches: &[RecordBatch],
+    columns: &[KeyColumn],
+    (run, counts): (gpusort::sort::SortedRun, Vec<usize>),
+    label: &str,
+) {
+    let routed = routing.route_all(batches).unwrap();
+    let mut host_counts = vec![0usize; routing.partitions()];
+    for batch in &routed {
+        for (total, count) in host_counts.iter_mut().zip(&batch.counts) {
+            *total += count;
+        }
+    }
+    let ids = KeyColumn {
+        arrays: routed.iter().map(|r| Arc::clone(&r.ids)).collect(),
+        options: SortOptions::default(),
+    };
+    let mut all = vec![ids];
+    all.extend(columns.iter().cloned());
+    let expected = CpuBackend
+        .sort(&encode_keys(&all).unwrap(), AlgorithmChoice::Auto, None)
+        .unwrap();
+    assert_eq!(counts, host_counts, "{label}: rows per partition");
+    assert!(
+        run.permutation == expected.permutation,
+        "{label}: order differs"
+    );
 }
 
 /// The tables of a routing, recording the ranges a backend asks them for.
@@ -322,25 +334,6 @@ pub(super) fn partition_ids_over_a_range_the_sample_missed() {
             continue;
         };
         assert!(table_expected, "{label}: a table over too wide a range");
-        let routed = routing.route_all(&batches).unwrap();
-        let mut host_counts = vec![0usize; 16];
-        for batch in &routed {
-            for (total, count) in host_counts.iter_mut().zip(&batch.counts) {
-                *total += count;
-            }
-        }
-        let ids = KeyColumn {
-            arrays: routed.iter().map(|r| Arc::clone(&r.ids)).collect(),
-            options: SortOptions::default(),
-        };
-        let all = vec![ids, columns[0].clone()];
-        let expected = CpuBackend
-            .sort(&encode_keys(&all).unwrap(), AlgorithmChoice::Auto, None)
-            .unwrap();
-        assert_eq!(counts, host_counts, "{label}: rows per partition");
-        assert!(
-            run.permutation == expected.permutation,
-            "{label}: order differs"
-        );
+        assert_ids_of_the_host(&routing, &batches, &columns, (run, counts), &label);
     }
 }

@@ -6,6 +6,7 @@
 //! values whose high bytes only repeat the sign cross PCIe narrowed (`narrow.rs`).
 
 pub(super) mod narrow;
+mod parts;
 pub(super) mod views;
 
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use arrow::buffer::{BooleanBuffer, NullBuffer};
 use datafusion::arrow;
 
 use crate::cuda::columns::narrow::{upload_narrowed, worth_narrowing, Narrowing};
+use crate::cuda::columns::parts::Parts;
 use crate::cuda::columns::views::{upload_view_data, upload_views, RunBuffers, ViewData};
 use crate::cuda::error::CudaResult;
 use crate::cuda::memory::device::{Device, DeviceBuffer};
@@ -149,37 +151,11 @@ pub(in crate::cuda) fn upload_bytes(
     parts: &[&[u8]],
     what: &'static str,
 ) -> CudaResult<DeviceBuffer<u8>> {
-    let mut starts = Vec::with_capacity(parts.len() + 1);
-    let mut total = 0usize;
-    for part in parts {
-        starts.push(total);
-        total += part.len();
-    }
-    starts.push(total);
-    let padded = total.div_ceil(8).max(1) * 8;
+    let parts = Parts::new(parts);
+    let padded = parts.len().div_ceil(8).max(1) * 8;
     staging.upload::<u8, _>(device, padded, what, |start, out| {
-        copy_from_parts(parts, &starts, start, out)
+        parts.copy_into(start, out)
     })
-}
-
-/// Fills `out` with bytes `start ..` of the concatenation of `parts` (zeros past the end);
-/// `starts[i]` is where part `i` begins, `starts[parts.len()]` the total.
-fn copy_from_parts(parts: &[&[u8]], starts: &[usize], start: usize, out: &mut [u8]) {
-    let mut at = start;
-    let mut written = 0;
-    let mut part = starts.partition_point(|&s| s <= at).saturating_sub(1);
-    while written < out.len() {
-        if part >= parts.len() {
-            out[written..].fill(0);
-            return;
-        }
-        let within = at - starts[part];
-        let take = (parts[part].len() - within).min(out.len() - written);
-        out[written..written + take].copy_from_slice(&parts[part][within..within + take]);
-        written += take;
-        at += take;
-        part += 1;
-    }
 }
 
 /// A key column the encoder uploaded, kept for the gather.
@@ -188,24 +164,4 @@ pub struct DeviceColumn {
     pub arrays: Vec<ArrayRef>,
     /// Its buffers on the device.
     pub raw: RawColumn,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn copy_from_parts_crosses_parts_and_pads() {
-        let parts: [&[u8]; 4] = [&[1, 2, 3], &[], &[4, 5], &[6]];
-        let starts = [0, 3, 3, 5, 6];
-        let mut out = [9u8; 8];
-        copy_from_parts(&parts, &starts, 0, &mut out);
-        assert_eq!(out, [1, 2, 3, 4, 5, 6, 0, 0]);
-        let mut out = [9u8; 3];
-        copy_from_parts(&parts, &starts, 2, &mut out);
-        assert_eq!(out, [3, 4, 5]);
-        let mut out = [9u8; 2];
-        copy_from_parts(&parts, &starts, 5, &mut out);
-        assert_eq!(out, [6, 0]);
-    }
 }

@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use arrow::datatypes::DataType;
 use datafusion::arrow;
 
+use crate::cuda::columns::parts::Parts;
 use crate::cuda::error::CudaResult;
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::transfer::{Plain, Staging, CHUNK_BYTES};
@@ -172,22 +173,14 @@ pub(in crate::cuda) fn upload_narrowed(
         values: None,
         copied: 0,
     };
-    let total: usize = parts.iter().map(|p| p.len()).sum();
+    let values = Values {
+        parts: Parts::new(parts),
+        width,
+    };
+    let total = values.parts.len();
     if !matches!(width, 8 | 16) || total < MIN_NARROWED_BYTES || !total.is_multiple_of(width) {
         return Ok(narrowed);
     }
-    let mut starts = Vec::with_capacity(parts.len() + 1);
-    let mut at = 0;
-    for part in parts {
-        starts.push(at);
-        at += part.len() / width;
-    }
-    starts.push(at);
-    let values = Values {
-        parts,
-        starts: &starts,
-        width,
-    };
     let mut narrow = 4;
     while narrow < width {
         let needed = AtomicUsize::new(narrow);
@@ -208,47 +201,37 @@ pub(in crate::cuda) fn upload_narrowed(
     Ok(narrowed)
 }
 
-/// The wide values of a column: `parts` back to back, value `starts[i]` the first of part
-/// `i`.
+/// The wide values of a column: its value buffers back to back, `width` bytes each.
 struct Values<'a> {
-    parts: &'a [&'a [u8]],
-    starts: &'a [usize],
+    parts: Parts<'a>,
     width: usize,
 }
 
 impl Values<'_> {
     fn len(&self) -> usize {
-        self.starts[self.parts.len()]
+        self.parts.len() / self.width
     }
 
     /// Writes the low bytes of values `start .. start + out.len()` into `out`; `false` (and
     /// the width it needs raised into `needed`) at the first value that does not fit.
     fn narrow_into<N: Narrow>(&self, start: usize, out: &mut [N], needed: &AtomicUsize) -> bool {
         let width = self.width;
-        let mut at = start;
-        let mut written = 0;
-        let mut part = self.starts.partition_point(|&s| s <= at).saturating_sub(1);
-        while written < out.len() {
-            let within = at - self.starts[part];
-            let in_part = self.parts[part].len() / width;
-            let take = (in_part - within).min(out.len() - written);
-            let src = &self.parts[part][within * width..(within + take) * width];
-            for (value, slot) in src
-                .chunks_exact(width)
-                .zip(&mut out[written..written + take])
-            {
-                let need = needed_bytes(value, width);
-                if need > N::BYTES {
-                    needed.fetch_max(need, Ordering::Relaxed);
-                    return false;
+        // Every part holds whole values, so each piece starts at a value.
+        let walked = self
+            .parts
+            .walk(start * width, out.len() * width, |piece, at| {
+                let slots = &mut out[at / width..];
+                for (value, slot) in piece.chunks_exact(width).zip(slots) {
+                    let need = needed_bytes(value, width);
+                    if need > N::BYTES {
+                        needed.fetch_max(need, Ordering::Relaxed);
+                        return false;
+                    }
+                    *slot = N::low(value);
                 }
-                *slot = N::low(value);
-            }
-            written += take;
-            at += take;
-            part += 1;
-        }
-        true
+                true
+            });
+        walked.is_some()
     }
 }
 
@@ -339,10 +322,8 @@ mod tests {
             .flat_map(|v| v.to_le_bytes())
             .collect();
         let parts: Vec<&[u8]> = vec![&a, &b, &c];
-        let starts = [0, 3, 3, 5];
         let values = Values {
-            parts: &parts,
-            starts: &starts,
+            parts: Parts::new(&parts),
             width: 8,
         };
         let needed = AtomicUsize::new(4);

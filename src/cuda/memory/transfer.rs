@@ -96,23 +96,11 @@ impl Staging {
         F: Fn(usize, &mut [T]) + Sync,
     {
         let out = device.alloc::<T>(n, what)?;
-        let chunk = CHUNK_BYTES / std::mem::size_of::<T>();
-        for (i, start) in (0..n).step_by(chunk).enumerate() {
-            let which = i % 2;
-            let len = chunk.min(n - start);
-            self.done[which].wait()?;
-            let staged = self.slice_mut::<T>(which, len);
-            on_copy_threads(|| {
-                staged
-                    .par_chunks_mut(PAR_ELEMS)
-                    .enumerate()
-                    .for_each(|(j, part)| fill(start + j * PAR_ELEMS, part))
-            });
-            // SAFETY: the staged chunk is not touched again until `done[which]` (recorded
-            // right after the copy) has completed.
-            unsafe { device.upload(&out, start, &*staged)? };
-            self.done[which].record(device)?;
-        }
+        let fill = |start: usize, part: &mut [T]| {
+            fill(start, part);
+            true
+        };
+        self.upload_chunks(device, n, fill, |start| (&out, start), |_, _| Ok(()))?;
         Ok(out)
     }
 
@@ -140,6 +128,28 @@ impl Staging {
             scratch.len() >= chunk.min(n),
             "a scratch buffer shorter than a chunk"
         );
+        self.upload_chunks(
+            device,
+            n,
+            fill,
+            |_| (scratch, 0),
+            |start, len| place(scratch, start, len),
+        )
+    }
+
+    /// The chunk loop of the uploads: each chunk of `n` elements filled by `fill` (on the
+    /// copy threads) into a staging buffer while the other one is copied, then copied to
+    /// `to(start)` (a device buffer and the element there), then `then(start, len)`.
+    /// Stops at the first `fill` that returns `false` and returns `false`.
+    fn upload_chunks<'d, T: Plain + 'd>(
+        &mut self,
+        device: &Device,
+        n: usize,
+        fill: impl Fn(usize, &mut [T]) -> bool + Sync,
+        to: impl Fn(usize) -> (&'d DeviceBuffer<T>, usize),
+        mut then: impl FnMut(usize, usize) -> CudaResult<()>,
+    ) -> CudaResult<bool> {
+        let chunk = CHUNK_BYTES / std::mem::size_of::<T>();
         for (i, start) in (0..n).step_by(chunk).enumerate() {
             let which = i % 2;
             let len = chunk.min(n - start);
@@ -154,10 +164,12 @@ impl Staging {
             if !filled {
                 return Ok(false);
             }
-            // SAFETY: as in `upload`.
-            unsafe { device.upload(scratch, 0, &*staged)? };
+            let (dst, at) = to(start);
+            // SAFETY: the staged chunk is not touched again until `done[which]` (recorded
+            // right after the copy) has completed.
+            unsafe { device.upload(dst, at, &*staged)? };
             self.done[which].record(device)?;
-            place(scratch, start, len)?;
+            then(start, len)?;
         }
         Ok(true)
     }
