@@ -2,8 +2,9 @@
 //!
 //! ```text
 //!  gpu_sort.backend = cpu   → sort::CpuBackend
-//!                     auto  → cuda::CudaBackend when a device opens, else CpuBackend;
-//!                             deferred to the first sort while the device is being opened
+//!                     auto  → cuda::CudaBackend over gpu_sort.devices when one of them
+//!                             opens, else CpuBackend; deferred to the first sort while
+//!                             they are being opened
 //!                     cuda  → cuda::CudaBackend, or the reason none is usable
 //! ```
 //!
@@ -20,15 +21,14 @@ use crate::sort::{CpuBackend, SortBackend};
 /// none is usable.
 pub fn resolve_backend(settings: &GpuSortConfig) -> Result<Arc<dyn SortBackend>, String> {
     let faults = FaultScope::from_id(settings.fault_scope);
-    let cuda = || {
-        CudaBackend::with_limit(settings.device_memory_limit).map(|cuda| cuda.with_faults(faults))
-    };
+    let (limit, devices) = (settings.device_memory_limit, settings.devices);
+    let cuda = || CudaBackend::on_devices(limit, devices).map(|cuda| cuda.with_faults(faults));
     match settings.backend {
         BackendChoice::Cpu => Ok(Arc::new(CpuBackend)),
         // A device being opened (`cuda::start_opening`) is waited for at the first sort,
         // so that planning and scanning go on meanwhile.
-        BackendChoice::Auto if open_state() == OpenState::Opening => Ok(Arc::new(
-            CudaBackend::deferred(settings.device_memory_limit).with_faults(faults),
+        BackendChoice::Auto if open_state(devices) == OpenState::Opening => Ok(Arc::new(
+            CudaBackend::deferred(limit, devices).with_faults(faults),
         )),
         BackendChoice::Auto => match cuda() {
             Ok(cuda) => Ok(Arc::new(cuda)),

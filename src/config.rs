@@ -259,6 +259,101 @@ impl FromStr for DeviceMemoryLimit {
 
 config_field!(DeviceMemoryLimit);
 
+/// The most device ordinals a [`DeviceSelection`] may name.
+pub(crate) const MAX_DEVICES: usize = 32;
+
+/// Which of the host's GPUs a session's sorts use (`gpu_sort.devices`). Each run of a sort
+/// goes to the least busy device of the set; a device that fails is left out for the
+/// process, and the others go on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceSelection {
+    /// `all`: every device the driver sees (only `GPUSORT_CUDA_DEVICE`'s where that
+    /// variable is set).
+    #[default]
+    All,
+    /// `2`: the first this many devices.
+    First(usize),
+    /// `0,2` (or `1,` for device 1 alone): these ordinals, a bit each.
+    Ordinals(u32),
+}
+
+impl DeviceSelection {
+    /// The ordinals selected on a host of `count` devices, where `all` means `all` (every
+    /// one, or just `pinned` when set); ordinals past `count` are left out.
+    pub fn ordinals(self, count: usize, pinned: Option<usize>) -> Vec<usize> {
+        match self {
+            Self::All => match pinned {
+                Some(ordinal) => vec![ordinal],
+                None => (0..count).collect(),
+            },
+            Self::First(n) => (0..count.min(n)).collect(),
+            Self::Ordinals(mask) => (0..count.min(MAX_DEVICES))
+                .filter(|&d| mask & (1 << d) != 0)
+                .collect(),
+        }
+    }
+}
+
+impl fmt::Display for DeviceSelection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::All => f.write_str("all"),
+            Self::First(n) => write!(f, "{n}"),
+            Self::Ordinals(mask) => {
+                let listed: Vec<String> = (0..MAX_DEVICES)
+                    .filter(|&d| mask & (1 << d) != 0)
+                    .map(|d| d.to_string())
+                    .collect();
+                match listed.as_slice() {
+                    [one] => write!(f, "{one},"),
+                    many => f.write_str(&many.join(",")),
+                }
+            }
+        }
+    }
+}
+
+impl FromStr for DeviceSelection {
+    type Err = DataFusionError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let text = s.trim();
+        let invalid = |why: String| {
+            DataFusionError::Configuration(format!(
+                "gpu_sort.devices: {why} (expected all, a count like 2, or ordinals like 0,2; \
+                 1, for device 1 alone)"
+            ))
+        };
+        if text.eq_ignore_ascii_case("all") {
+            return Ok(Self::All);
+        }
+        if !text.contains(',') {
+            return match text.parse::<usize>() {
+                Ok(n) if n > 0 => Ok(Self::First(n)),
+                _ => Err(invalid(format!("'{text}' is not a count of devices"))),
+            };
+        }
+        let mut mask = 0u32;
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let ordinal: usize = part
+                .parse()
+                .map_err(|_| invalid(format!("'{part}' is not a device ordinal")))?;
+            if ordinal >= MAX_DEVICES {
+                return Err(invalid(format!(
+                    "device {ordinal} is past the most ordinals ({MAX_DEVICES})"
+                )));
+            }
+            mask |= 1 << ordinal;
+        }
+        if mask == 0 {
+            return Err(invalid(format!("'{text}' names no device")));
+        }
+        Ok(Self::Ordinals(mask))
+    }
+}
+
+config_field!(DeviceSelection);
+
 /// Parses a size: `1048576`, `512K`, `64MiB`, `2G`, `1.5GB` (binary units either way).
 pub fn parse_bytes(text: &str) -> Result<usize, String> {
     let trimmed = text.trim();
@@ -374,6 +469,10 @@ gpu_sort_settings! {
         /// size (`12G`). Runs are sized to what is free within it; a sort waits for its
         /// turn until its run fits.
         pub device_memory_limit: DeviceMemoryLimit, default = DeviceMemoryLimit::Auto
+        /// The GPUs this session's sorts use: `all` (default), a count (`2`: the first
+        /// two) or ordinals (`0,2`; `1,` for device 1 alone). Each run goes to the least
+        /// busy of them, and `device_memory_limit` applies to each device on its own.
+        pub devices: DeviceSelection, default = DeviceSelection::All
         /// Tests only: the faults of `gpusort::cuda::FaultScope::from_id(fault_scope)` are
         /// injected into this session's device work (0: none).
         pub fault_scope: u64, default = 0
@@ -514,6 +613,30 @@ mod tests {
     }
 
     #[test]
+    fn device_selections_as_all_a_count_or_ordinals() {
+        let parse = |t: &str| t.parse::<DeviceSelection>();
+        assert_eq!(parse("all").unwrap(), DeviceSelection::All);
+        assert_eq!(parse("2").unwrap(), DeviceSelection::First(2));
+        assert_eq!(parse("0,2").unwrap(), DeviceSelection::Ordinals(0b101));
+        assert_eq!(parse(" 1, ").unwrap(), DeviceSelection::Ordinals(0b10));
+        for text in ["all", "2", "0,2", "1,"] {
+            assert_eq!(parse(text).unwrap().to_string(), text, "round trip");
+        }
+        for bad in ["0", "-1", "two", ",", "0,x", "40,1"] {
+            let err = parse(bad).unwrap_err().to_string();
+            assert!(err.contains("gpu_sort.devices"), "{bad}: {err}");
+        }
+        // On a host of 2 devices.
+        assert_eq!(DeviceSelection::All.ordinals(2, None), vec![0, 1]);
+        assert_eq!(DeviceSelection::All.ordinals(2, Some(1)), vec![1]);
+        assert_eq!(DeviceSelection::First(4).ordinals(2, None), vec![0, 1]);
+        assert_eq!(parse("1,3").unwrap().ordinals(2, None), vec![1]);
+        let mut config = GpuSortConfig::default();
+        ExtensionOptions::set(&mut config, "devices", "0,1").unwrap();
+        assert_eq!(config.devices, DeviceSelection::Ordinals(0b11));
+    }
+
+    #[test]
     fn device_memory_limits_as_share_or_size() {
         let mut config = GpuSortConfig::default();
         assert_eq!(config.device_memory_limit.bytes_of(1000, 0.8), 800);
@@ -557,6 +680,7 @@ mod tests {
             "whole_partition_windows",
             "window_batch_rows",
             "device_memory_limit",
+            "devices",
         ] {
             assert!(keys.iter().any(|k| k == key), "{key} missing from {keys:?}");
         }

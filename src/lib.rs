@@ -82,7 +82,9 @@ use std::sync::Arc;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
-pub use config::{parse_bytes, AlgorithmChoice, BackendChoice, DeviceMemoryLimit, GpuSortConfig};
+pub use config::{
+    parse_bytes, AlgorithmChoice, BackendChoice, DeviceMemoryLimit, DeviceSelection, GpuSortConfig,
+};
 pub use exec::GpuSortExec;
 pub use planner::{DeclineReason, GpuSortRule, SortDecision};
 pub use window::SortedWindowExec;

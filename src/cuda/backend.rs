@@ -1,8 +1,11 @@
-//! [`CudaBackend`]: the sort contract (`crate::sort::SortBackend`) on the device, and its
-//! fallback policy.
+//! [`CudaBackend`]: the sort contract (`crate::sort::SortBackend`) on a set of devices, and
+//! its fallback policy.
 //!
 //! ```text
-//!  CudaBackend::sort*(..)   a lease of the device for the run's estimated bytes, under the
+//!  CudaBackend::sort*(..)   the set's least busy device (fewest runs in flight, then least
+//!                           memory held; the lower ordinal on a tie), disabled ones left out;
+//!                           the run's gather and windows stay on that device
+//!                           a lease of it for the run's estimated bytes, under the
 //!                           session's gpu_sort.device_memory_limit (memory/budget.rs)
 //!     too large for what is free, or out of memory: sort_or_split hands the run back to be
 //!            sorted in pieces (KeySort::Split), down to MIN_DEVICE_PIECE_ROWS; every other
@@ -12,19 +15,20 @@
 //!            with a run state that still lets the device gather its payload
 //! ```
 
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use datafusion::common::Result;
 
 use crate::config::AlgorithmChoice;
-use crate::config::DeviceMemoryLimit;
+use crate::config::{DeviceMemoryLimit, DeviceSelection};
 use crate::cuda::encode::encodable_on_device;
 use crate::cuda::error::CudaError;
 use crate::cuda::faults::FaultScope;
 use crate::cuda::memory::budget::DeviceShare;
 use crate::cuda::payload::DeviceRun;
 use crate::cuda::runtime::{
-    count_fallback, disabled_reason, note_failure_of, runtime, CudaRuntime,
+    count_fallback, first_ordinal, note_failure_of, runtime_of, selected_ordinals, CudaRuntime,
 };
 use crate::cuda::sort_run::{self, Fitted};
 use crate::cuda::tuning::switches;
@@ -35,75 +39,194 @@ use crate::sort::{CpuBackend, IdTableMaker, KeySort, RunState, Segments, SortBac
 /// the device would, without the merge.
 pub const MIN_DEVICE_PIECE_ROWS: usize = 1 << 16;
 
-/// Sorts on the GPU; any failure sorts that run on the CPU backend instead.
+/// Sorts on a set of GPUs, each run on one of them; any failure sorts that run on the CPU
+/// backend instead.
 ///
-/// Made while the runtime is still being opened ([`CudaBackend::deferred`]), it waits for
-/// the device at its first sort, not when planned; should the device then fail to open,
-/// its sorts run on the CPU as after any other device failure.
+/// Made while the runtimes are still being opened ([`CudaBackend::deferred`]), it waits for
+/// the devices at its first sort, not when planned; a device that then fails to open is
+/// left out, and with none left its sorts run on the CPU as after any other device failure.
 #[derive(Debug, Clone)]
 pub struct CudaBackend {
-    /// The device, and the memory its sorts may use; opened at the first sort when
-    /// deferred.
-    device: Arc<OnceLock<std::result::Result<OpenDevice, String>>>,
-    /// The limit asked for, applied once the device is open.
+    /// The devices, and the memory its sorts may use on each; opened at the first sort
+    /// when deferred.
+    devices: Arc<OnceLock<std::result::Result<Vec<OpenDevice>, String>>>,
+    /// The devices asked for.
+    selection: Selection,
+    /// The limit asked for, applied to each device once it is open.
     limit: DeviceMemoryLimit,
     /// Faults injected into its device work (tests).
     faults: FaultScope,
 }
 
-/// The open runtime and the device memory this backend's sorts may use.
+/// Which devices a backend sorts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Selection {
+    /// The process's first device (`cuda::runtime`): tools, benchmarks and tests.
+    First,
+    /// The devices a session's `gpu_sort.devices` names.
+    Set(DeviceSelection),
+}
+
+/// An open device's runtime and the device memory this backend's sorts may use on it.
 #[derive(Debug)]
 struct OpenDevice {
     runtime: Arc<CudaRuntime>,
     limit: usize,
 }
 
+/// A run given to a device: counted in the device's runs in flight until dropped.
+struct Claim<'a> {
+    runtime: &'a Arc<CudaRuntime>,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.runtime.runs_in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Held while a run's device is chosen, so that runs started at once spread out.
+static CHOOSING: Mutex<()> = Mutex::new(());
+
 impl CudaBackend {
-    /// The backend over the process's device, under the default device memory limit, or
-    /// why there is none.
+    /// The backend over the process's first device, under the default device memory limit,
+    /// or why there is none.
     pub fn new() -> std::result::Result<Self, String> {
         Self::with_limit(DeviceMemoryLimit::Auto)
     }
 
-    /// The backend over the process's device, its sorts within `limit`; the device is
+    /// The backend over the process's first device, its sorts within `limit`; the device is
     /// opened now (waiting for it), or why there is none.
     pub fn with_limit(limit: DeviceMemoryLimit) -> std::result::Result<Self, String> {
-        let backend = Self::deferred(limit);
+        let backend = Self::unopened(limit, Selection::First);
         backend.open().map_err(str::to_string)?;
         Ok(backend)
     }
 
-    /// The backend over the process's device, its sorts within `limit`, opened at its
-    /// first sort: for a runtime being opened meanwhile (`cuda::start_opening`).
-    pub fn deferred(limit: DeviceMemoryLimit) -> Self {
+    /// The backend over the devices `devices` names, its sorts within `limit` on each; they
+    /// are opened now (waiting for them), or why none is usable.
+    pub fn on_devices(
+        limit: DeviceMemoryLimit,
+        devices: DeviceSelection,
+    ) -> std::result::Result<Self, String> {
+        let backend = Self::unopened(limit, Selection::Set(devices));
+        backend.open().map_err(str::to_string)?;
+        Ok(backend)
+    }
+
+    /// The backend over the devices `devices` names, its sorts within `limit`, opened at
+    /// its first sort: for runtimes being opened meanwhile (`cuda::start_opening`).
+    pub fn deferred(limit: DeviceMemoryLimit, devices: DeviceSelection) -> Self {
+        Self::unopened(limit, Selection::Set(devices))
+    }
+
+    fn unopened(limit: DeviceMemoryLimit, selection: Selection) -> Self {
         Self {
-            device: Arc::new(OnceLock::new()),
+            devices: Arc::new(OnceLock::new()),
+            selection,
             limit,
             faults: FaultScope::NONE,
         }
     }
 
-    /// The open device, waiting for it if it is being opened; or why it is unusable.
-    fn open(&self) -> std::result::Result<&OpenDevice, &str> {
-        self.device
+    /// The ordinals this backend asks for.
+    fn ordinals(&self) -> Vec<usize> {
+        match self.selection {
+            Selection::First => vec![first_ordinal()],
+            Selection::Set(devices) => selected_ordinals(devices),
+        }
+    }
+
+    /// The open devices, waiting for those being opened (each on a thread of its own); or
+    /// why none is usable.
+    fn open(&self) -> std::result::Result<&[OpenDevice], &str> {
+        self.devices
             .get_or_init(|| {
-                runtime().map(|runtime| OpenDevice {
-                    limit: runtime.device_memory_limit(self.limit),
-                    runtime,
-                })
+                let ordinals = self.ordinals();
+                if ordinals.is_empty() {
+                    // No driver or no device: the first device's runtime says why.
+                    return Err(runtime_of(first_ordinal())
+                        .err()
+                        .unwrap_or_else(|| "no CUDA device is selected".into()));
+                }
+                let opened: Vec<_> = std::thread::scope(|scope| {
+                    let opening: Vec<_> = ordinals
+                        .iter()
+                        .map(|&d| scope.spawn(move || runtime_of(d)))
+                        .collect();
+                    opening
+                        .into_iter()
+                        .map(|o| o.join().unwrap_or_else(|_| Err("opening panicked".into())))
+                        .collect()
+                });
+                let mut devices = Vec::new();
+                let mut reasons = Vec::new();
+                for (ordinal, opened) in ordinals.iter().zip(opened) {
+                    match opened {
+                        Ok(runtime) => devices.push(OpenDevice {
+                            limit: runtime.device_memory_limit(self.limit),
+                            runtime,
+                        }),
+                        Err(why) if ordinals.len() > 1 => {
+                            reasons.push(format!("device {ordinal}: {why}"))
+                        }
+                        Err(why) => reasons.push(why),
+                    }
+                }
+                if devices.is_empty() {
+                    return Err(reasons.join("; "));
+                }
+                Ok(devices)
             })
             .as_ref()
+            .map(Vec::as_slice)
             .map_err(String::as_str)
     }
 
-    /// The open device and this backend's share of it; `None` when it is unusable.
-    fn device(&self) -> Option<(&Arc<CudaRuntime>, DeviceShare)> {
-        let device = self.open().ok()?;
+    /// The least busy usable device for a run, claimed for it, and this backend's share of
+    /// it; `None` when no device of the set is usable.
+    fn device(&self) -> Option<(Claim<'_>, DeviceShare)> {
+        let devices = self.open().ok()?;
+        let _choosing = CHOOSING.lock().unwrap_or_else(|p| p.into_inner());
+        let chosen = devices
+            .iter()
+            .filter(|d| !d.runtime.is_disabled())
+            .min_by_key(|d| {
+                (
+                    d.runtime.runs_in_flight.load(Ordering::Acquire),
+                    d.runtime.device_memory().used,
+                )
+            })?;
+        chosen.runtime.runs_in_flight.fetch_add(1, Ordering::AcqRel);
         let share = DeviceShare {
-            limit: device.limit,
+            limit: chosen.limit,
             faults: self.faults,
         };
-        Some((&device.runtime, share))
+        Some((
+            Claim {
+                runtime: &chosen.runtime,
+            },
+            share,
+        ))
+    }
+
+    /// The ordinals of the usable devices this backend sorts on (opening them if needed):
+    /// empty when none is usable.
+    pub fn device_ordinals(&self) -> Vec<usize> {
+        self.open().map_or(Vec::new(), |devices| {
+            devices
+                .iter()
+                .filter(|d| !d.runtime.is_disabled())
+                .map(|d| d.runtime.ordinal())
+                .collect()
+        })
+    }
+
+    /// Whether no device of the set is usable (none opened, or all disabled).
+    fn unusable(&self) -> bool {
+        self.open().map_or(true, |devices| {
+            devices.iter().all(|d| d.runtime.is_disabled())
+        })
     }
 
     /// This backend with the faults `scope` arms injected into its device work (tests).
@@ -112,18 +235,25 @@ impl CudaBackend {
         self
     }
 
-    /// The device memory this backend's sorts may use, in bytes (0 when the device is
-    /// unusable); waits for a deferred device.
+    /// The device memory this backend's sorts may use on one device, in bytes: the least
+    /// of the set's (0 when no device is usable); waits for deferred devices.
     pub fn memory_limit(&self) -> usize {
-        self.device().map_or(0, |(_, share)| share.limit)
+        self.open().map_or(0, |devices| {
+            devices
+                .iter()
+                .filter(|d| !d.runtime.is_disabled())
+                .map(|d| d.limit)
+                .min()
+                .unwrap_or(0)
+        })
     }
 
     /// A run state that keeps nothing on the device: its payload gather uploads the
-    /// permutation and every column (for runs the device did not sort, and for tests).
-    /// `None` when the device is unusable.
+    /// permutation and every column (for runs the device did not sort, and for tests), on
+    /// the least busy device. `None` when no device is usable.
     pub fn empty_run_state(&self) -> Option<Box<dyn RunState>> {
-        let (runtime, share) = self.device()?;
-        Some(Box::new(DeviceRun::empty(Arc::clone(runtime), share)) as Box<dyn RunState>)
+        let (claim, share) = self.device()?;
+        Some(Box::new(DeviceRun::empty(Arc::clone(claim.runtime), share)) as Box<dyn RunState>)
     }
 
     fn over_budget(share: DeviceShare, bytes: usize, available: usize) -> CudaError {
@@ -145,12 +275,13 @@ impl CudaBackend {
         segments: Option<&Segments>,
         splittable: bool,
     ) -> Result<KeySort> {
-        if disabled_reason().is_some() || !encodable_on_device(columns) {
+        if !encodable_on_device(columns) {
             return Ok(KeySort::OnHost);
         }
-        let Some((runtime, share)) = self.device() else {
+        let Some((claim, share)) = self.device() else {
             return Ok(KeySort::OnHost);
         };
+        let runtime = claim.runtime;
         let rows = columns.first().map_or(0, column_rows);
         let error = match sort_run::sort_columns(runtime, columns, rows, algorithm, segments, share)
         {
@@ -174,7 +305,8 @@ impl CudaBackend {
                 error
             }
         };
-        note_failure(&error, rows);
+        note_failure(runtime.ordinal(), &error, rows);
+        drop(claim);
         let keys = encode_keys(columns)?;
         let mut run = self.with_empty_state(cpu_fallback(&keys, algorithm, segments, self.faults)?);
         run.refine_keys = (!keys.long_keys.is_empty()).then_some(keys);
@@ -194,26 +326,47 @@ impl SortBackend for CudaBackend {
         "cuda"
     }
 
+    fn devices(&self) -> Option<String> {
+        let Some(opened) = self.devices.get() else {
+            return Some(match self.selection {
+                Selection::First => first_ordinal().to_string(),
+                Selection::Set(devices) => devices.to_string(),
+            });
+        };
+        let usable: Vec<String> = opened
+            .as_ref()
+            .map_or(&[][..], Vec::as_slice)
+            .iter()
+            .filter(|d| !d.runtime.is_disabled())
+            .map(|d| d.runtime.ordinal().to_string())
+            .collect();
+        Some(if usable.is_empty() {
+            "none".to_string()
+        } else {
+            usable.join(",")
+        })
+    }
+
     fn sort(
         &self,
         keys: &EncodedKeys,
         algorithm: AlgorithmChoice,
         segments: Option<&Segments>,
     ) -> Result<SortedRun> {
-        if let Some(reason) = disabled_reason() {
-            log::debug!("gpusort: CUDA disabled ({reason}); sorting on the CPU");
-            return cpu_fallback(keys, algorithm, segments, self.faults);
-        }
-        let Some((runtime, share)) = self.device() else {
-            // A deferred device that failed to open (said once, by `cuda::runtime`).
+        let Some((claim, share)) = self.device() else {
+            // Every device disabled, or deferred devices that failed to open (said once,
+            // by `cuda::runtime`).
+            log::debug!("gpusort: no CUDA device usable; sorting on the CPU");
             return cpu_fallback(keys, algorithm, segments, self.faults);
         };
+        let runtime = claim.runtime;
         let error = match sort_run::sort_rows(runtime, keys, algorithm, segments, share) {
             Ok(Fitted::Done(run)) => return Ok(run),
             Ok(Fitted::TooLarge { bytes, available }) => Self::over_budget(share, bytes, available),
             Err(error) => error,
         };
-        note_failure(&error, keys.rows);
+        note_failure(runtime.ordinal(), &error, keys.rows);
+        drop(claim);
         Ok(self.with_empty_state(cpu_fallback(keys, algorithm, segments, self.faults)?))
     }
 
@@ -256,12 +409,13 @@ impl SortBackend for CudaBackend {
         // For measurement (`bench sql --variant env:GPUSORT_HOST_PARTITION_IDS=1`): keep the
         // host's hashing.
         let host_ids = switches().host_partition_ids();
-        if disabled_reason().is_some() || rows < 2 || !fixed_width || host_ids {
+        if rows < 2 || !fixed_width || host_ids || self.unusable() {
             return Ok(None);
         }
-        let Some((runtime, share)) = self.device() else {
+        let Some((claim, share)) = self.device() else {
             return Ok(None);
         };
+        let runtime = claim.runtime;
         match sort_run::sort_columns_by_ids(runtime, columns, rows, ids, algorithm, share) {
             // `None`: the range was too wide for a table.
             Ok(Fitted::Done(sorted)) => Ok(sorted),
@@ -269,6 +423,7 @@ impl SortBackend for CudaBackend {
             Ok(Fitted::TooLarge { .. }) => Ok(None),
             Err(error) => {
                 note_failure_of(
+                    runtime.ordinal(),
                     "partition id sort",
                     "hashing the rows on the host",
                     &error,
@@ -280,14 +435,15 @@ impl SortBackend for CudaBackend {
     }
 }
 
-/// Logs a failed device sort; a fatal error disables the device for the process.
-fn note_failure(error: &CudaError, rows: usize) {
+/// Logs a failed sort on device `ordinal`; a fatal error disables the device for the
+/// process.
+fn note_failure(ordinal: usize, error: &CudaError, rows: usize) {
     if let CudaError::OverBudget { .. } = error {
         // Not a failure of the device: it is busy, or the limit is lower than the run.
         log::debug!("gpusort: {rows} rows do not fit the device now ({error}); sorting on the CPU");
         return;
     }
-    note_failure_of("sort", "sorting this run on the CPU", error, rows);
+    note_failure_of(ordinal, "sort", "sorting this run on the CPU", error, rows);
 }
 
 fn cpu_fallback(

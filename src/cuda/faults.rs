@@ -5,7 +5,8 @@
 //!  FaultScope::new()       a scope of its own; a session joins it with
 //!                          `SET gpu_sort.fault_scope = <scope.id()>` (tests only), a backend
 //!                          with `CudaBackend::with_faults`
-//!  scope.arm(fault)        fires once, in that scope's device work only:
+//!  scope.arm(fault)        fires once, in that scope's device work only (on any device;
+//!                          `scope.arm_on(ordinal, fault)`: on that device only):
 //!     OutOfMemory          the next device allocation
 //!     StickyError          the next stream synchronization (as an illegal address would)
 //!     LaunchFailure        the next kernel launch (CUDA_ERROR_LAUNCH_FAILED, sticky)
@@ -44,7 +45,8 @@ pub enum Fault {
 pub struct FaultScope(u64);
 
 static NEXT_SCOPE: AtomicU64 = AtomicU64::new(1);
-static ARMED: Mutex<Vec<(FaultScope, Fault)>> = Mutex::new(Vec::new());
+/// Armed faults: the scope, the fault, and the device it fires on (`None`: any).
+static ARMED: Mutex<Vec<(FaultScope, Fault, Option<usize>)>> = Mutex::new(Vec::new());
 /// Fallbacks to the CPU of each scope's work.
 static FALLBACKS: Mutex<Vec<(FaultScope, u64)>> = Mutex::new(Vec::new());
 /// Whether any fault is armed: the device's hot paths look no further when none is.
@@ -72,18 +74,28 @@ impl FaultScope {
     /// Arms `fault` in this scope; it fires once, at the next matching site of the
     /// scope's device work.
     pub fn arm(self, fault: Fault) {
+        self.arm_where(fault, None);
+    }
+
+    /// Arms `fault` in this scope on device `ordinal` only: it fires once, at the next
+    /// matching site of the scope's work on that device.
+    pub fn arm_on(self, ordinal: usize, fault: Fault) {
+        self.arm_where(fault, Some(ordinal));
+    }
+
+    fn arm_where(self, fault: Fault, device: Option<usize>) {
         if self.0 == 0 {
             return;
         }
         let mut armed = ARMED.lock().unwrap_or_else(|p| p.into_inner());
-        armed.push((self, fault));
+        armed.push((self, fault, device));
         ANY_ARMED.store(true, Ordering::SeqCst);
     }
 
     /// Whether `fault` is still armed (it has not fired yet).
     pub fn is_armed(self, fault: Fault) -> bool {
         let armed = ARMED.lock().unwrap_or_else(|p| p.into_inner());
-        armed.contains(&(self, fault))
+        armed.iter().any(|&(s, f, _)| (s, f) == (self, fault))
     }
 
     /// Runs and gathers of this scope's work that the CPU took over.
@@ -104,13 +116,16 @@ impl FaultScope {
         }
     }
 
-    /// Takes `fault` if it is armed in this scope.
-    fn take(self, fault: Fault) -> bool {
+    /// Takes `fault` if it is armed in this scope for device `ordinal` (or any device).
+    fn take(self, fault: Fault, ordinal: usize) -> bool {
         if self.0 == 0 || !ANY_ARMED.load(Ordering::Relaxed) {
             return false;
         }
         let mut armed = ARMED.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(at) = armed.iter().position(|a| *a == (self, fault)) else {
+        let Some(at) = armed
+            .iter()
+            .position(|&(s, f, on)| (s, f) == (self, fault) && on.is_none_or(|d| d == ordinal))
+        else {
             return false;
         };
         armed.remove(at);
@@ -124,26 +139,37 @@ pub(crate) fn any_armed() -> bool {
     ANY_ARMED.load(Ordering::Relaxed)
 }
 
-/// Fails an allocation of `bytes` for `what` if `scope` armed an out-of-memory fault.
+/// Where device work runs, for the faults armed in it: the work's scope, whether it is a
+/// payload gather's, and the device's ordinal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FaultSite {
+    /// The scope of the work holding the device.
+    pub scope: FaultScope,
+    /// Whether that work is a payload gather.
+    pub gathering: bool,
+    /// The device's ordinal.
+    pub ordinal: usize,
+}
+
+/// Fails an allocation of `bytes` for `what` if the work at `site` armed an out-of-memory
+/// fault.
 pub(crate) fn take_out_of_memory(
-    scope: FaultScope,
+    site: FaultSite,
     bytes: usize,
     what: &'static str,
 ) -> CudaResult<()> {
-    if scope.take(Fault::OutOfMemory) {
+    if site.scope.take(Fault::OutOfMemory, site.ordinal) {
         return Err(CudaError::OutOfMemory { bytes, what });
     }
     Ok(())
 }
 
-/// Fails `call` with a sticky error if `scope` armed one (`gathering`: the work is a
-/// payload gather's).
-pub(crate) fn take_sticky(
-    scope: FaultScope,
-    gathering: bool,
-    call: &'static str,
-) -> CudaResult<()> {
-    if scope.take(Fault::StickyError) || (gathering && scope.take(Fault::GatherStickyError)) {
+/// Fails `call` with a sticky error if the work at `site` armed one.
+pub(crate) fn take_sticky(site: FaultSite, call: &'static str) -> CudaResult<()> {
+    let FaultSite { scope, ordinal, .. } = site;
+    if scope.take(Fault::StickyError, ordinal)
+        || (site.gathering && scope.take(Fault::GatherStickyError, ordinal))
+    {
         return Err(CudaError::Driver {
             call,
             code: CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
@@ -152,9 +178,9 @@ pub(crate) fn take_sticky(
     Ok(())
 }
 
-/// Whether `scope` armed a launch failure (then taken).
-pub(crate) fn take_launch_failure(scope: FaultScope) -> bool {
-    scope.take(Fault::LaunchFailure)
+/// Whether the work at `site` armed a launch failure (then taken).
+pub(crate) fn take_launch_failure(site: FaultSite) -> bool {
+    site.scope.take(Fault::LaunchFailure, site.ordinal)
 }
 
 /// A fault injected when the runtime opens (`GPUSORT_INJECT_FAULT`).
@@ -201,17 +227,42 @@ mod tests {
     #[test]
     fn a_fault_fires_once_and_only_in_its_scope() {
         let (mine, other) = (FaultScope::new(), FaultScope::new());
+        let site = |scope, gathering| FaultSite {
+            scope,
+            gathering,
+            ordinal: 0,
+        };
         mine.arm(Fault::OutOfMemory);
-        assert!(take_out_of_memory(other, 8, "x").is_ok());
-        assert!(take_out_of_memory(FaultScope::default(), 8, "x").is_ok());
-        assert!(take_out_of_memory(mine, 8, "x").is_err());
-        assert!(take_out_of_memory(mine, 8, "x").is_ok());
+        assert!(take_out_of_memory(site(other, false), 8, "x").is_ok());
+        assert!(take_out_of_memory(site(FaultScope::default(), false), 8, "x").is_ok());
+        assert!(take_out_of_memory(site(mine, false), 8, "x").is_err());
+        assert!(take_out_of_memory(site(mine, false), 8, "x").is_ok());
         mine.arm(Fault::GatherStickyError);
-        assert!(take_sticky(mine, false, "sync").is_ok(), "not in a gather");
-        assert!(take_sticky(mine, true, "sync").unwrap_err().is_fatal());
+        assert!(
+            take_sticky(site(mine, false), "sync").is_ok(),
+            "not in a gather"
+        );
+        assert!(take_sticky(site(mine, true), "sync")
+            .unwrap_err()
+            .is_fatal());
         assert!(!mine.is_armed(Fault::GatherStickyError));
         FaultScope::default().arm(Fault::LaunchFailure);
-        assert!(!take_launch_failure(FaultScope::default()));
+        assert!(!take_launch_failure(site(FaultScope::default(), false)));
+    }
+
+    #[test]
+    fn a_fault_armed_on_a_device_fires_there_only() {
+        let scope = FaultScope::new();
+        let on = |ordinal| FaultSite {
+            scope,
+            gathering: false,
+            ordinal,
+        };
+        scope.arm_on(1, Fault::LaunchFailure);
+        assert!(!take_launch_failure(on(0)), "device 0 is not the one named");
+        assert!(scope.is_armed(Fault::LaunchFailure));
+        assert!(take_launch_failure(on(1)));
+        assert!(!take_launch_failure(on(1)), "it fires once");
     }
 
     #[test]

@@ -56,8 +56,9 @@ pub use pages::encode_on_device;
 pub use parquet::{EncodedPage, PageColumn, PageCut, PageEncoder};
 pub use radix::onesweep::{RadixKey, Sorted, Values};
 pub use runtime::{
-    disabled_reason, fallback_count, is_driver_present, open_state, runtime, start_opening,
-    CudaRuntime, OpenState, DEFAULT_DEVICE_MEMORY_FRACTION,
+    device_count, disabled_reason, disabled_reason_of, fallback_count, is_driver_present,
+    open_state, pinned_ordinal, runtime, runtime_of, selected_ordinals, start_opening, CudaRuntime,
+    OpenState, DEFAULT_DEVICE_MEMORY_FRACTION,
 };
 pub use tuning::{
     switches, PassMode, Switches, Tuning, DEVICE_IDLE_RELEASE, LOCALITY_WINDOW_HALO, MERGE_TILE,

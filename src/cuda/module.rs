@@ -682,7 +682,7 @@ pub(super) fn launch_shared(
 
 /// Whether the work holding `device` armed a launch failure (then taken).
 fn injected_launch_failure(device: &Device) -> bool {
-    faults::any_armed() && faults::take_launch_failure(device.budget.holder_faults().0)
+    faults::any_armed() && faults::take_launch_failure(device.budget.holder_faults())
 }
 
 #[cfg(test)]

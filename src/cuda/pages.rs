@@ -25,6 +25,7 @@ pub fn encode_on_device(
         .with_device(|device, staging| encoder.encode(device, staging, columns, snappy))
         .map_err(|error: CudaError| {
             note_failure_of(
+                runtime.ordinal(),
                 "Parquet page encoding",
                 "encoding on the host",
                 &error,

@@ -40,7 +40,7 @@ use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::download::download_into_buffers;
 use crate::cuda::memory::transfer::Staging;
 use crate::cuda::module::{arg, launch};
-use crate::cuda::runtime::{disabled_reason, note_failure_of, note_gather_failure, CudaRuntime};
+use crate::cuda::runtime::{note_failure_of, note_gather_failure, CudaRuntime};
 use crate::cuda::tuning::{
     GATHER_THREADS as THREADS, GATHER_WINDOWS_KEPT, MIN_GATHER_WINDOW_BYTES,
 };
@@ -101,14 +101,14 @@ impl RunState for DeviceRun {
         rows: &RunRows,
         permutation: &[u32],
     ) -> Option<Box<dyn PayloadGather>> {
-        if disabled_reason().is_some() {
+        if self.runtime.is_disabled() {
             return None;
         }
         let (runtime, faults) = (Arc::clone(&self.runtime), self.share.faults);
         match DevicePayload::upload(&runtime, rows, permutation, *self) {
             Ok(payload) => payload.map(|p| Box::new(p) as Box<dyn PayloadGather>),
             Err(error) => {
-                note_gather_failure(&error, permutation.len(), faults);
+                note_gather_failure(runtime.ordinal(), &error, permutation.len(), faults);
                 None
             }
         }
@@ -267,7 +267,7 @@ impl PayloadGather for DevicePayload {
         let host = match host {
             Ok(host) => host,
             Err(error) => {
-                note_gather_failure(&error, rows, self.share.faults);
+                note_gather_failure(runtime.ordinal(), &error, rows, self.share.faults);
                 return Ok(None);
             }
         };
@@ -373,7 +373,13 @@ impl PayloadGather for DevicePayload {
                 Ok(columns)
             }
             Err(error) => {
-                note_failure_of("window", "computing it on the host", &error, self.rows);
+                note_failure_of(
+                    self.runtime.ordinal(),
+                    "window",
+                    "computing it on the host",
+                    &error,
+                    self.rows,
+                );
                 Ok(None)
             }
         }

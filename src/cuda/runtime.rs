@@ -1,11 +1,15 @@
-//! The process's CUDA runtime: the probe, the opened device and its kernels, and the
-//! process-wide state of failures (the device disabled after a fatal error, fallbacks).
+//! The process's CUDA runtimes, one per device: the probe, each opened device and its
+//! kernels, and the process-wide state of failures (a device disabled after a fatal error,
+//! fallbacks).
 //!
 //! ```text
-//!  runtime()  once per process: the tuning read (tuning.rs) → libcuda present? → the device
-//!             → NVRTC (cached CUBIN, compiled with the tuning's -D options) → kernels
-//!     any failure: the reason is kept, `backend = auto` uses the CPU
-//!  a fatal (sticky) error anywhere → disable_device: every later run goes to the CPU
+//!  runtime_of(d)  once per process and device: the tuning read (tuning.rs) → libcuda
+//!             present? → device d → NVRTC (cached CUBIN, compiled with the tuning's -D
+//!             options) → kernels
+//!     any failure: the reason is kept, `backend = auto` uses the other devices or the CPU
+//!  runtime()  the process's first device (`GPUSORT_CUDA_DEVICE`, default 0): tools, benches
+//!  a fatal (sticky) error on device d → disable_device(d): every later run goes to the
+//!            set's other devices, or to the CPU
 //!  work on the device: a lease from the device's budget (memory/budget.rs), then the
 //!            staging buffers; a thread gives idle pool memory back to the driver
 //! ```
@@ -14,11 +18,11 @@
 //! the library first and runs the rest under `catch_unwind`; a machine without a GPU gets a
 //! reason, never a panic.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use crate::config::DeviceMemoryLimit;
+use crate::config::{DeviceMemoryLimit, DeviceSelection, MAX_DEVICES};
 use crate::cuda::columns::narrow::Narrowing;
 use crate::cuda::encode::Encoder;
 use crate::cuda::error::{CudaError, CudaResult};
@@ -38,7 +42,7 @@ use crate::cuda::refine::TieRefiner;
 use crate::cuda::tuning::{switches, Tuning};
 use crate::cuda::window::Windower;
 
-/// The opened device and what is loaded on it; one per process.
+/// The opened device and what is loaded on it; one per device and process.
 #[derive(Debug)]
 pub struct CudaRuntime {
     /// The device.
@@ -70,10 +74,17 @@ pub struct CudaRuntime {
     pub(super) host_regions: Arc<HostRegions>,
     /// Permutation vectors given back after a sort, filled again by the next download.
     pub(super) idle_permutations: Arc<IdleVectors>,
+    /// Runs given to this device and not finished yet, by every backend of the process
+    /// (how busy it is, for the choice of a device: `backend.rs`).
+    pub(super) runs_in_flight: AtomicUsize,
 }
 
-static RUNTIME: OnceLock<std::result::Result<Arc<CudaRuntime>, String>> = OnceLock::new();
-static DISABLED: Mutex<Option<String>> = Mutex::new(None);
+type Opened = std::result::Result<Arc<CudaRuntime>, String>;
+
+/// Each device's runtime, or why it did not open.
+static RUNTIMES: [OnceLock<Opened>; MAX_DEVICES] = [const { OnceLock::new() }; MAX_DEVICES];
+/// Each device disabled after a fatal error, and why, in the order they were.
+static DISABLED: Mutex<Vec<(usize, String)>> = Mutex::new(Vec::new());
 static FALLBACKS: AtomicU64 = AtomicU64::new(0);
 
 /// Runs and gathers that the CUDA backend handed to the CPU in this process (after an
@@ -83,58 +94,96 @@ pub fn fallback_count() -> u64 {
     FALLBACKS.load(Ordering::Relaxed)
 }
 
-/// The process's CUDA runtime, or why there is none.
-pub fn runtime() -> std::result::Result<Arc<CudaRuntime>, String> {
-    if let Some(reason) = disabled_reason() {
-        return Err(format!(
-            "the CUDA device was disabled after a fatal error: {reason}"
-        ));
-    }
-    RUNTIME
-        .get_or_init(|| {
-            open_runtime().map_err(|error| {
-                let reason = error.to_string();
-                // Said once per process: sorts of `backend = auto` run on the CPU from
-                // here on. A machine without the NVIDIA driver, or told to use none, is no
-                // surprise; any other failure is.
-                if is_expected_absence(&error) {
-                    log::info!("gpusort: no CUDA device, sorting on the CPU: {reason}");
-                } else {
-                    log::warn!(
-                        "gpusort: the CUDA device is not usable, sorting on the CPU: {reason}"
-                    );
-                }
-                reason
-            })
-        })
-        .clone()
+/// The runtime of the process's first device (`GPUSORT_CUDA_DEVICE`, default 0), or why
+/// there is none: what tools and benchmarks use.
+pub fn runtime() -> Opened {
+    runtime_of(first_ordinal())
 }
 
-/// Set once [`start_opening`] has started a thread that opens the runtime.
-static OPENING: AtomicBool = AtomicBool::new(false);
+/// The ordinal `GPUSORT_CUDA_DEVICE` names, if set.
+pub fn pinned_ordinal() -> Option<usize> {
+    static PINNED: OnceLock<Option<usize>> = OnceLock::new();
+    *PINNED.get_or_init(|| Tuning::from_env().pinned_device)
+}
 
-/// Starts opening the process's CUDA runtime on a thread of its own, unless it is open,
-/// failed, or already being opened. Opening (driver, context, kernels, pinned staging)
-/// takes a good part of a second in a fresh process; a job that starts it first plans
-/// and scans meanwhile, and its first device sort waits only for what is left
-/// ([`OpenState::Opening`] makes the planner defer the device to then).
-pub fn start_opening() {
-    if RUNTIME.get().is_some() || OPENING.swap(true, Ordering::AcqRel) {
-        return;
+pub(super) fn first_ordinal() -> usize {
+    pinned_ordinal().unwrap_or(0)
+}
+
+/// The devices the driver sees (0 without a driver, or told to use none).
+pub fn device_count() -> usize {
+    static COUNT: OnceLock<usize> = OnceLock::new();
+    *COUNT.get_or_init(|| {
+        if Tuning::from_env().disable_cuda || !is_driver_present() {
+            return 0;
+        }
+        std::panic::catch_unwind(Device::count)
+            .unwrap_or(0)
+            .min(MAX_DEVICES)
+    })
+}
+
+/// The runtime of device `ordinal`, opened on first use, or why there is none.
+pub fn runtime_of(ordinal: usize) -> Opened {
+    if let Some(reason) = disabled_reason_of(ordinal) {
+        return Err(format!(
+            "CUDA device {ordinal} was disabled after a fatal error: {reason}"
+        ));
     }
+    let Some(slot) = RUNTIMES.get(ordinal) else {
+        return Err(format!("no CUDA device {ordinal} (at most {MAX_DEVICES})"));
+    };
+    slot.get_or_init(|| {
+        open_runtime(ordinal).map_err(|error| {
+            let reason = error.to_string();
+            // Said once per process and device: sorts of `backend = auto` run on the
+            // other devices or on the CPU from here on. A machine without the NVIDIA
+            // driver, or told to use none, is no surprise; any other failure is.
+            if is_expected_absence(&error) {
+                log::info!("gpusort: no CUDA device, sorting on the CPU: {reason}");
+            } else {
+                log::warn!(
+                    "gpusort: CUDA device {ordinal} is not usable, sorting without it: {reason}"
+                );
+            }
+            reason
+        })
+    })
+    .clone()
+}
+
+/// Each device whose runtime [`start_opening`] has started opening on a thread.
+static OPENING: [AtomicBool; MAX_DEVICES] = [const { AtomicBool::new(false) }; MAX_DEVICES];
+
+/// The ordinals `selection` names on this host.
+pub fn selected_ordinals(selection: DeviceSelection) -> Vec<usize> {
+    selection.ordinals(device_count(), pinned_ordinal())
+}
+
+/// Starts opening the runtimes of the devices `selection` names, each on a thread of its
+/// own, unless open, failed, or already being opened. Opening (driver, context, kernels,
+/// pinned staging) takes a good part of a second in a fresh process; a job that starts it
+/// first plans and scans meanwhile, and its first device sort waits only for what is left
+/// ([`OpenState::Opening`] makes the planner defer the devices to then).
+pub fn start_opening(selection: DeviceSelection) {
     // Without a driver, or told to use no device, opening fails at once: it does so here,
     // so that nothing is planned for a device being opened that will never be.
     if !is_driver_present() || Tuning::from_env().disable_cuda {
         let _ = runtime();
         return;
     }
-    let spawned = std::thread::Builder::new()
-        .name("gpusort-cuda-open".into())
-        .spawn(|| {
-            let _ = runtime();
-        });
-    if spawned.is_err() {
-        OPENING.store(false, Ordering::Release);
+    for ordinal in selected_ordinals(selection) {
+        if RUNTIMES[ordinal].get().is_some() || OPENING[ordinal].swap(true, Ordering::AcqRel) {
+            continue;
+        }
+        let spawned = std::thread::Builder::new()
+            .name(format!("gpusort-cuda-open-{ordinal}"))
+            .spawn(move || {
+                let _ = runtime_of(ordinal);
+            });
+        if spawned.is_err() {
+            OPENING[ordinal].store(false, Ordering::Release);
+        }
     }
 }
 
@@ -151,15 +200,45 @@ pub enum OpenState {
     Unusable(String),
 }
 
-/// The runtime's [`OpenState`] now.
-pub fn open_state() -> OpenState {
-    if let Some(reason) = disabled_reason() {
+/// Where the runtimes of the devices `selection` names stand, without waiting: `Open` when
+/// one is, else `Opening` when one is being opened, else `NotStarted` when one is not,
+/// else `Unusable` (each device's reason).
+pub fn open_state(selection: DeviceSelection) -> OpenState {
+    let ordinals = selected_ordinals(selection);
+    if ordinals.is_empty() {
+        // No driver (or no device at all): opening says why.
+        return match runtime() {
+            Ok(_) => OpenState::Open,
+            Err(why) => OpenState::Unusable(why),
+        };
+    }
+    let states: Vec<OpenState> = ordinals.iter().map(|&d| open_state_of(d)).collect();
+    for wanted in [OpenState::Open, OpenState::Opening, OpenState::NotStarted] {
+        if states.contains(&wanted) {
+            return wanted;
+        }
+    }
+    let reasons: Vec<String> = states
+        .into_iter()
+        .zip(&ordinals)
+        .map(|(state, d)| match state {
+            OpenState::Unusable(why) if ordinals.len() > 1 => format!("device {d}: {why}"),
+            OpenState::Unusable(why) => why,
+            _ => unreachable!("the other states were returned above"),
+        })
+        .collect();
+    OpenState::Unusable(reasons.join("; "))
+}
+
+/// Where device `ordinal`'s runtime stands, without waiting for it.
+fn open_state_of(ordinal: usize) -> OpenState {
+    if let Some(reason) = disabled_reason_of(ordinal) {
         return OpenState::Unusable(reason);
     }
-    match RUNTIME.get() {
+    match RUNTIMES[ordinal].get() {
         Some(Ok(_)) => OpenState::Open,
         Some(Err(why)) => OpenState::Unusable(why.clone()),
-        None if OPENING.load(Ordering::Acquire) => OpenState::Opening,
+        None if OPENING[ordinal].load(Ordering::Acquire) => OpenState::Opening,
         None => OpenState::NotStarted,
     }
 }
@@ -174,16 +253,28 @@ fn is_expected_absence(error: &CudaError) -> bool {
     }
 }
 
-/// Marks the device unusable for the rest of the process (after a sticky error).
-pub(super) fn disable_device(reason: &str) {
-    log::error!("gpusort: disabling the CUDA device for this process: {reason}");
+/// Marks device `ordinal` unusable for the rest of the process (after a sticky error).
+pub(super) fn disable_device(ordinal: usize, reason: &str) {
+    log::error!("gpusort: disabling CUDA device {ordinal} for this process: {reason}");
     let mut disabled = DISABLED.lock().unwrap_or_else(|p| p.into_inner());
-    disabled.get_or_insert_with(|| reason.to_string());
+    if !disabled.iter().any(|(d, _)| *d == ordinal) {
+        disabled.push((ordinal, reason.to_string()));
+    }
 }
 
-/// Why the device was disabled, if it was.
+/// Why a device was disabled, if one was (the first one's reason).
 pub fn disabled_reason() -> Option<String> {
-    DISABLED.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    let disabled = DISABLED.lock().unwrap_or_else(|p| p.into_inner());
+    disabled.first().map(|(_, why)| why.clone())
+}
+
+/// Why device `ordinal` was disabled, if it was.
+pub fn disabled_reason_of(ordinal: usize) -> Option<String> {
+    let disabled = DISABLED.lock().unwrap_or_else(|p| p.into_inner());
+    disabled
+        .iter()
+        .find(|(d, _)| *d == ordinal)
+        .map(|(_, why)| why.clone())
 }
 
 /// Whether libcuda can be loaded here (never panics).
@@ -192,7 +283,7 @@ pub fn is_driver_present() -> bool {
     std::panic::catch_unwind(|| unsafe { cudarc::driver::sys::is_culib_present() }).unwrap_or(false)
 }
 
-fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
+fn open_runtime(ordinal: usize) -> CudaResult<Arc<CudaRuntime>> {
     let tuning = Tuning::from_env();
     switches().open_with(&tuning);
     faults::arm_open(tuning.open_fault);
@@ -210,7 +301,7 @@ fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
         });
     }
     let opened = std::panic::catch_unwind(|| -> CudaResult<CudaRuntime> {
-        let device = Device::open(tuning.device_ordinal as i32)?;
+        let device = Device::open(ordinal as i32)?;
         let onesweep = Onesweep::load(&device, &tuning)?;
         let locality = LocalitySort::load(&device, &tuning)?;
         let segmented = SegmentedSort::load(&device, &tuning)?;
@@ -244,13 +335,14 @@ fn open_runtime() -> CudaResult<Arc<CudaRuntime>> {
             host_regions: Arc::new(HostRegions::new(idle, page_locker)),
             idle_permutations: Arc::new(IdleVectors::new(idle / 4)),
             tuning: tuning.clone(),
+            runs_in_flight: AtomicUsize::new(0),
         })
     })
     .map_err(|_| {
         CudaError::Unavailable("the CUDA driver panicked while opening the device".into())
     })??;
     log::info!(
-        "gpusort: CUDA device {} (sm_{}, {} SMs, {} GiB)",
+        "gpusort: CUDA device {ordinal}: {} (sm_{}, {} SMs, {} GiB)",
         opened.device.name,
         opened.device.arch,
         opened.device.sm_count,
@@ -268,7 +360,7 @@ fn release_when_idle(runtime: Arc<CudaRuntime>, after: Duration) {
         .name("gpusort-device-idle".into())
         .spawn(move || loop {
             let lease = runtime.device.budget.wait_idle(after);
-            if disabled_reason().is_some() {
+            if runtime.is_disabled() {
                 return;
             }
             if let Err(error) = runtime.release_idle_memory_leased() {
@@ -282,6 +374,16 @@ fn release_when_idle(runtime: Arc<CudaRuntime>, after: Duration) {
 }
 
 impl CudaRuntime {
+    /// Whether this device was disabled after a fatal error.
+    pub fn is_disabled(&self) -> bool {
+        disabled_reason_of(self.device.ordinal).is_some()
+    }
+
+    /// The device's ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.device.ordinal
+    }
+
     /// Waits until the host memory of gathered windows that went back is page-locked, and
     /// returns the bytes of idle memory that are (for tests and benchmarks).
     pub fn settle_host_memory(&self) -> usize {
@@ -362,18 +464,30 @@ pub(super) fn count_fallback(scope: FaultScope) {
     }
 }
 
-/// Logs a failed device gather of work in fault scope `scope` (the host gathers instead,
-/// counted as a fallback); a fatal error disables the device for the process.
-pub(super) fn note_gather_failure(error: &CudaError, rows: usize, scope: FaultScope) {
+/// Logs a failed gather on device `ordinal` of work in fault scope `scope` (the host
+/// gathers instead, counted as a fallback); a fatal error disables the device for the
+/// process.
+pub(super) fn note_gather_failure(
+    ordinal: usize,
+    error: &CudaError,
+    rows: usize,
+    scope: FaultScope,
+) {
     count_fallback(scope);
-    note_failure_of("gather", "gathering on the host", error, rows);
+    note_failure_of(ordinal, "gather", "gathering on the host", error, rows);
 }
 
-/// Logs a failed device step (`what`, handled as `then`); a fatal error disables the
-/// device for the process.
-pub(super) fn note_failure_of(what: &str, then: &str, error: &CudaError, rows: usize) {
+/// Logs a failed step on device `ordinal` (`what`, handled as `then`); a fatal error
+/// disables the device for the process.
+pub(super) fn note_failure_of(
+    ordinal: usize,
+    what: &str,
+    then: &str,
+    error: &CudaError,
+    rows: usize,
+) {
     if error.is_fatal() {
-        disable_device(&error.to_string());
+        disable_device(ordinal, &error.to_string());
     }
-    log::warn!("gpusort: CUDA {what} of {rows} rows failed ({error}); {then}");
+    log::warn!("gpusort: CUDA {what} of {rows} rows on device {ordinal} failed ({error}); {then}");
 }

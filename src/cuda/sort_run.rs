@@ -100,6 +100,7 @@ fn device_use(lease: &Lease<'_>) -> DeviceUse {
     DeviceUse {
         peak_bytes: lease.peak_bytes(),
         wait: lease.waited,
+        ordinal: Some(lease.ordinal()),
     }
 }
 

@@ -20,7 +20,7 @@
 //! | variable | effect |
 //! | --- | --- |
 //! | `GPUSORT_DISABLE_CUDA` | set (not `0`): no device; `backend = auto` sorts on the CPU |
-//! | `GPUSORT_CUDA_DEVICE` | the device ordinal (default 0) |
+//! | `GPUSORT_CUDA_DEVICE` | the one device to use (default: every device, as `gpu_sort.devices` says) |
 //! | `GPUSORT_KERNEL_DIR` | kernel sources read from this folder instead of the embedded ones |
 //! | `GPUSORT_KERNEL_CACHE` | the folder of compiled kernels (default `$XDG_CACHE_HOME/gpusort`) |
 //! | `GPUSORT_HOST_IDLE_BYTES` | idle host memory kept for reuse (default: 4 GiB, at most 1/8 of RAM) |
@@ -325,8 +325,9 @@ pub(super) type Defines = Vec<(String, String)>;
 pub struct Tuning {
     /// `GPUSORT_DISABLE_CUDA`: open no device.
     pub disable_cuda: bool,
-    /// `GPUSORT_CUDA_DEVICE`: the device ordinal.
-    pub device_ordinal: usize,
+    /// `GPUSORT_CUDA_DEVICE`: the one device to use (`gpu_sort.devices = all` means it
+    /// alone), and the device of tools and benchmarks; unset: every device, device 0 first.
+    pub pinned_device: Option<usize>,
     /// `GPUSORT_KERNEL_DIR`: where kernel sources are read from, when not embedded.
     pub kernel_dir: Option<PathBuf>,
     /// `GPUSORT_KERNEL_CACHE`: the folder of compiled kernels.
@@ -404,7 +405,7 @@ impl Tuning {
         Self {
             disable_cuda: lookup("GPUSORT_DISABLE_CUDA")
                 .is_some_and(|v| !v.trim().is_empty() && v.trim() != "0"),
-            device_ordinal: number("GPUSORT_CUDA_DEVICE").unwrap_or(0) as usize,
+            pinned_device: number("GPUSORT_CUDA_DEVICE").map(|d| d as usize),
             kernel_dir: lookup("GPUSORT_KERNEL_DIR").map(PathBuf::from),
             kernel_cache: lookup("GPUSORT_KERNEL_CACHE").map(PathBuf::from),
             host_idle_bytes: number("GPUSORT_HOST_IDLE_BYTES").map(|b| b as usize),
@@ -669,7 +670,7 @@ mod tests {
     fn no_overrides_is_the_measured_tuning() {
         let t = Tuning::default();
         assert!(!t.disable_cuda);
-        assert_eq!(t.device_ordinal, 0);
+        assert_eq!(t.pinned_device, None);
         assert_eq!(t.passes, ONESWEEP_PASSES);
         assert_eq!(t.large_segment_tile, LARGE_SEGMENT_TILE);
         assert_eq!(t.segment_tiles_max_rows, SEGMENT_TILES_MAX_ROWS);
@@ -693,7 +694,7 @@ mod tests {
             ("GPUSORT_HOST_PARTITION_IDS", "1"),
         ]);
         assert!(t.disable_cuda);
-        assert_eq!(t.device_ordinal, 2);
+        assert_eq!(t.pinned_device, Some(2));
         assert_eq!(t.pass(1, PassMode::Pairs), PassTuning::new(384, 16, 2));
         assert_eq!(t.pass(0, PassMode::Keys), ONESWEEP_PASSES[0][0]);
         assert_eq!(t.large_segment_tile.rows(), 4096);

@@ -416,6 +416,9 @@ impl DisplayAs for GpuSortExec {
                     self.options.backend.name(),
                     self.options.algorithm
                 )?;
+                if let Some(devices) = self.options.backend.devices() {
+                    write!(f, ", devices=[{devices}]")?;
+                }
                 if self.uses_segments() {
                     write!(f, ", segmented_prefix={}", self.prefix)?;
                 }
@@ -439,6 +442,9 @@ impl DisplayAs for GpuSortExec {
             DisplayFormatType::TreeRender => {
                 writeln!(f, "sort keys=[{}]", self.expr)?;
                 writeln!(f, "backend={}", self.options.backend.name())?;
+                if let Some(devices) = self.options.backend.devices() {
+                    writeln!(f, "devices=[{devices}]")?;
+                }
                 write!(f, "algorithm={}", self.options.algorithm)?;
                 if self.uses_segments() {
                     write!(f, "\nsegmented_prefix={}", self.prefix)?;

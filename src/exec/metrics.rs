@@ -14,12 +14,14 @@
 //! `device_peak_bytes` (the most device memory in use at once, every query's, while this
 //! sort held the device), `device_wait_time` (waiting for the device: other work on it, or
 //! memory held by other runs) and `device_splits` (runs the device could not hold whole,
-//! sorted in pieces instead).
+//! sorted in pieces instead); `device<N>_runs` (runs sorted on device N, one count per
+//! device that sorted any, where a sort spreads its runs over several GPUs).
 
 use datafusion::physical_plan::metrics::{
     BaselineMetrics, Count, ExecutionPlanMetricsSet, Gauge, MetricBuilder, Time,
 };
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::gather::PayloadStats;
@@ -73,6 +75,31 @@ pub struct SortMetrics {
     pub device_splits: Count,
     /// Rows whose window columns the backend computed where the run was (the device).
     pub device_window_rows: Count,
+    /// Runs sorted on each device, registered as `device<N>_runs` at its first run.
+    pub(super) device_runs: DeviceRuns,
+}
+
+/// The `device<N>_runs` counters of one output partition, made when device N sorts its
+/// first run (a sort names only the devices it used).
+#[derive(Debug, Clone)]
+pub(super) struct DeviceRuns {
+    set: ExecutionPlanMetricsSet,
+    partition: usize,
+    counts: Arc<Mutex<Vec<(usize, Count)>>>,
+}
+
+impl DeviceRuns {
+    fn add(&self, ordinal: usize) {
+        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, count)) = counts.iter().find(|(d, _)| *d == ordinal) {
+            count.add(1);
+            return;
+        }
+        let count =
+            MetricBuilder::new(&self.set).counter(format!("device{ordinal}_runs"), self.partition);
+        count.add(1);
+        counts.push((ordinal, count));
+    }
 }
 
 impl SortMetrics {
@@ -106,6 +133,11 @@ impl SortMetrics {
             device_wait_time: time("device_wait_time"),
             device_splits: counter("device_splits"),
             device_window_rows: counter("device_window_rows"),
+            device_runs: DeviceRuns {
+                set: set.clone(),
+                partition,
+                counts: Arc::default(),
+            },
         }
     }
     /// What a device gather did for a run: bytes and times, and how many of its columns
@@ -139,6 +171,9 @@ impl SortMetrics {
         }
         self.device_peak_bytes.set_max(run.device.peak_bytes);
         self.device_wait_time.add_duration(run.device.wait);
+        if let Some(ordinal) = run.device.ordinal {
+            self.device_runs.add(ordinal);
+        }
         let index = Algorithm::ALL
             .iter()
             .position(|a| *a == run.algorithm)

@@ -82,7 +82,9 @@ pub use ranged_job::{range_count, KeyRangeChoice};
 pub use row_groups::write_with_device_pages;
 pub use schemas::widen;
 
-use crate::{BackendChoice, GpuSortConfig, GpuSortExec, GpuSortRule, SessionStateBuilderExt};
+use crate::{
+    BackendChoice, DeviceSelection, GpuSortConfig, GpuSortExec, GpuSortRule, SessionStateBuilderExt,
+};
 
 /// Limits up to this many rows keep DataFusion's TopK heap (cheaper than sorting all rows);
 /// larger ones sort on gpusort's operator with the limit applied to each run.
@@ -135,6 +137,8 @@ pub struct SortJob {
     pub sync: bool,
     /// Sort backend.
     pub backend: BackendChoice,
+    /// The GPUs the sort uses (`gpu_sort.devices`): `all` by default.
+    pub devices: DeviceSelection,
     /// Where the data pages of the columns the device can build are encoded.
     pub page_encoding: PageEncoding,
     /// Whether a job larger than its memory is sorted by key range (each range sorted in
@@ -174,6 +178,7 @@ impl SortJob {
             overwrite: false,
             sync: true,
             backend: BackendChoice::Auto,
+            devices: DeviceSelection::All,
             page_encoding: PageEncoding::Host,
             key_ranges: KeyRangeChoice::Auto,
             target_partitions: None,
@@ -329,7 +334,7 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
     // (the footers just read) on a thread of its own, and with `auto` the plan's sort
     // waits for it only at its first device sort.
     if backend != BackendChoice::Cpu {
-        crate::cuda::start_opening();
+        crate::cuda::start_opening(job.devices);
     }
     progress.set_total(
         inputs.rows.map(|rows| match job.limit {
@@ -350,7 +355,7 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
     // failed).
     let cuda = backend != BackendChoice::Cpu
         && !matches!(
-            crate::cuda::open_state(),
+            crate::cuda::open_state(job.devices),
             crate::cuda::OpenState::Unusable(_)
         );
     let pool = job
@@ -549,6 +554,7 @@ fn session(
 ) -> Result<SessionContext, PipelineError> {
     let config = GpuSortConfig {
         backend,
+        devices: job.devices,
         // The user asked for gpusort: small inputs too.
         min_rows: 0,
         topk: job.limit.is_some_and(|limit| limit > TOPK_MAX_ROWS),

@@ -136,6 +136,13 @@ pub trait SortBackend: Debug + Send + Sync {
     /// Short name shown in EXPLAIN: `cpu` or `cuda`.
     fn name(&self) -> &'static str;
 
+    /// The devices its runs go to, shown in EXPLAIN (`0,1`, or the selection asked for,
+    /// `all`, while they are being opened); `None` for a backend without devices. Never
+    /// waits for a device.
+    fn devices(&self) -> Option<String> {
+        None
+    }
+
     /// Sorts the `keys.rows` rows of one run. `keys.rows` fits in `u32`. With
     /// `segments`, rows stay within their segment (the keys order rows within one).
     fn sort(

@@ -179,6 +179,8 @@ pub struct DeviceUse {
     pub peak_bytes: usize,
     /// Time spent waiting for the device (other work on it, or memory other runs held).
     pub wait: Duration,
+    /// The device that sorted the run (`None`: the host did).
+    pub ordinal: Option<usize>,
 }
 
 /// Where a device sort's wall time went besides the sort kernels themselves.

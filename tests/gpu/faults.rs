@@ -143,9 +143,10 @@ async fn answers_as_datafusion(
     plan
 }
 
-/// Arms `fault` in a session on the CUDA backend and runs a sort whose payload the device
-/// gathers: the answer stays right, the device is disabled, and the next queries (a new
-/// session on `auto`) answer on the CPU.
+/// Arms `fault` on device 0 in a session on the CUDA backend and runs a sort whose payload
+/// the device gathers (the first run of an idle process goes to device 0): the answer stays
+/// right, device 0 is disabled, and the next queries (a new session on `auto`) answer on
+/// the host's other devices, or on the CPU where it has none.
 async fn fatal_fault_child(fault: Fault) {
     let faults = FaultScope::new();
     let table = table(1 << 21, "fatal");
@@ -155,16 +156,25 @@ async fn fatal_fault_child(fault: Fault) {
     ctx.sql("SET gpu_sort.device_gather_min_rows = 1")
         .await
         .unwrap();
-    faults.arm(fault);
+    faults.arm_on(0, fault);
     let what = format!("{fault:?}");
     let plan = answers_as_datafusion(&ctx, &table, sql, &what).await;
     assert!(plan.contains("GpuSortExec"), "{plan}");
     assert!(!faults.is_armed(fault), "{what} never fired");
-    let reason = cuda::disabled_reason().expect("a sticky error disables the device");
+    let reason = cuda::disabled_reason_of(0).expect("a sticky error disables the device");
     println!("{what}: device disabled: {reason}");
     let later = forced(gpusort::BackendChoice::Auto, FaultScope::default());
     let plan = answers_as_datafusion(&later, &table, sql, "after").await;
-    assert!(plan.contains("backend=cpu"), "{plan}");
+    let others = cuda::selected_ordinals(gpusort::DeviceSelection::All).len() > 1;
+    if others {
+        // The other devices sort; device 0 is left out of the set.
+        assert!(
+            plan.contains("backend=cuda") && plan.contains("devices=[1"),
+            "{plan}"
+        );
+    } else {
+        assert!(plan.contains("backend=cpu"), "{plan}");
+    }
     assert!(cuda::runtime().unwrap_err().contains("disabled"));
 }
 
@@ -227,6 +237,8 @@ pub(super) fn a_runtime_that_fails_to_open_warns_once_and_sorts_on_the_cpu() {
         let text = run_child(
             "faults::failed_open_child",
             &[
+                // One device: opening fails once, and says so once.
+                ("GPUSORT_CUDA_DEVICE", "0"),
                 ("GPUSORT_INJECT_FAULT", fault),
                 ("GPUSORT_KERNEL_CACHE", cache.path().to_str().unwrap()),
                 ("GPUSORT_EXPECT_WARNING", says),

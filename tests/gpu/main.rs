@@ -29,7 +29,9 @@
 //! - `parquet_pages.rs`: Parquet data pages built and Snappy-compressed on the device, and
 //!   `gpusort sort --page-encoding device`;
 //! - `ranges.rs`: `gpusort sort` of an input larger than its memory by key range on the
-//!   device, against the operator's spilling and merging.
+//!   device, against the operator's spilling and merging;
+//! - `devices.rs`: several GPUs in one host: `gpu_sort.devices`, runs spread over the set, a
+//!   failed device left out (tests that need two devices return on a host of one).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -148,6 +150,7 @@ macro_rules! gpu_test {
 /// Keys-only and row-id sorts of every size of [`sizes_for`] on random keys.
 mod budget;
 mod cancel;
+mod devices;
 mod differential;
 mod encode;
 mod faults;

@@ -132,6 +132,11 @@ enum Command {
         /// (known from Parquet footers) sort on the CPU without opening the device.
         #[arg(long, default_value = "auto")]
         backend: BackendChoice,
+        /// The GPUs to sort on: all (the default), a count (2: the first two) or ordinals
+        /// (0,2; "1," for device 1 alone). Spilled runs and key ranges are sorted on all
+        /// of them at once, each run on the least busy one.
+        #[arg(long, default_value = "all")]
+        devices: gpusort::DeviceSelection,
         /// Where Parquet data pages are built: host (every page on the CPU), or device
         /// (the pages of columns of 4- and 8-byte values written PLAIN without a
         /// dictionary, uncompressed or snappy, built and compressed on the GPU).
@@ -282,6 +287,7 @@ async fn run(cli: Cli) -> i32 {
             overwrite,
             no_fsync,
             backend,
+            devices,
             page_encoding,
             key_ranges,
             quiet,
@@ -302,6 +308,7 @@ async fn run(cli: Cli) -> i32 {
             job.overwrite = overwrite;
             job.sync = !no_fsync;
             job.backend = backend;
+            job.devices = devices;
             job.page_encoding = page_encoding;
             job.key_ranges = key_ranges;
             signals::install();

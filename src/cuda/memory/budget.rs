@@ -22,7 +22,7 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::cuda::error::{CudaError, CudaResult};
-use crate::cuda::faults::FaultScope;
+use crate::cuda::faults::{FaultScope, FaultSite};
 
 /// What one session's work may do on the device: the memory its leases may fill, and the
 /// faults injected into it (tests).
@@ -72,6 +72,8 @@ pub struct DeviceMemoryStats {
 /// The ledger of the device's memory and the queue for the device.
 #[derive(Debug, Default)]
 pub(crate) struct DeviceBudget {
+    /// The device's ordinal (where injected faults fire).
+    ordinal: usize,
     ledger: Mutex<Ledger>,
     changed: Condvar,
 }
@@ -132,6 +134,11 @@ pub(crate) struct Lease<'a> {
 }
 
 impl Lease<'_> {
+    /// The ordinal of the device held.
+    pub(crate) fn ordinal(&self) -> usize {
+        self.budget.ordinal
+    }
+
     /// The most device memory alive at once (every holder's) during this lease so far.
     pub(crate) fn peak_bytes(&self) -> usize {
         self.budget.lock().lease_peak
@@ -151,6 +158,14 @@ impl Drop for Lease<'_> {
 }
 
 impl DeviceBudget {
+    /// The budget of device `ordinal`, nothing used.
+    pub(crate) fn of_device(ordinal: usize) -> Self {
+        Self {
+            ordinal,
+            ..Self::default()
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Ledger> {
         self.ledger.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -224,10 +239,15 @@ impl DeviceBudget {
             .0
     }
 
-    /// The faults of the work holding the device, and whether it is a gather.
-    pub(crate) fn holder_faults(&self) -> (FaultScope, bool) {
+    /// Where the work holding the device runs, for its faults: its scope, whether it is a
+    /// gather, and this device's ordinal.
+    pub(crate) fn holder_faults(&self) -> FaultSite {
         let ledger = self.lock();
-        (ledger.faults, ledger.gathering)
+        FaultSite {
+            scope: ledger.faults,
+            gathering: ledger.gathering,
+            ordinal: self.ordinal,
+        }
     }
 
     /// Charges an allocation of `bytes` for `what`: refused when it would pass the limit

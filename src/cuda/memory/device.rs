@@ -29,6 +29,8 @@ pub struct Device {
     pool: sys::CUmemoryPool,
     /// The ledger every buffer is charged to.
     pub(crate) budget: Arc<DeviceBudget>,
+    /// The driver's ordinal of the device.
+    pub ordinal: usize,
     /// The device's name, e.g. "NVIDIA H100 80GB HBM3".
     pub name: String,
     /// Compute capability as one number, e.g. 90.
@@ -51,6 +53,15 @@ fn call<T>(name: &'static str, r: Result<T, cudarc::driver::DriverError>) -> Cud
 }
 
 impl Device {
+    /// The devices the driver sees (0 when it cannot be initialized). The driver library
+    /// must be present (see `super::probe`).
+    pub fn count() -> usize {
+        match result::init().and_then(|_| result::device::get_count()) {
+            Ok(count) => count.max(0) as usize,
+            Err(_) => 0,
+        }
+    }
+
     /// Opens device `ordinal`. The driver library must be present (see `super::probe`).
     pub fn open(ordinal: i32) -> CudaResult<Self> {
         call("cuInit", result::init())?;
@@ -89,7 +100,8 @@ impl Device {
             context,
             stream,
             pool,
-            budget: Arc::new(DeviceBudget::default()),
+            budget: Arc::new(DeviceBudget::of_device(ordinal as usize)),
+            ordinal: ordinal as usize,
             name: call("cuDeviceGetName", result::device::get_name(device))?,
             arch: (major * 10 + minor) as u32,
             sm_count: attribute(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
@@ -168,8 +180,7 @@ impl Device {
     /// Waits for all queued work; a failed kernel reports here.
     pub fn synchronize(&self) -> CudaResult<()> {
         if faults::any_armed() {
-            let (scope, gathering) = self.budget.holder_faults();
-            faults::take_sticky(scope, gathering, "cuStreamSynchronize")?;
+            faults::take_sticky(self.budget.holder_faults(), "cuStreamSynchronize")?;
         }
         // SAFETY: the stream lives as long as `self`.
         call("cuStreamSynchronize", unsafe {
@@ -181,7 +192,7 @@ impl Device {
     pub fn alloc<T: Copy>(&self, len: usize, what: &'static str) -> CudaResult<DeviceBuffer<T>> {
         let bytes = (len.max(1)) * std::mem::size_of::<T>();
         if faults::any_armed() {
-            faults::take_out_of_memory(self.budget.holder_faults().0, bytes, what)?;
+            faults::take_out_of_memory(self.budget.holder_faults(), bytes, what)?;
         }
         self.budget.charge(bytes, what)?;
         // SAFETY: the stream is valid; the memory is only used on it.

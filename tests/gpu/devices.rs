@@ -1,0 +1,225 @@
+//! Several GPUs in one host: a session's `gpu_sort.devices`, each run on the least busy
+//! device of the set, and a device that fails left out while the others sort. Tests that
+//! need two devices say so and return on a host of one.
+
+use super::*;
+use gpusort::{DeviceMemoryLimit, DeviceSelection};
+
+use common::load::gpu_sort_metric;
+use faults::{is_child, run_child};
+
+/// Whether this host has at least two devices (said when not).
+fn two_devices() -> bool {
+    let count = cuda::selected_ordinals(DeviceSelection::All).len();
+    if count < 2 {
+        eprintln!("skipped: needs 2 CUDA devices, this host has {count}");
+    }
+    count >= 2
+}
+
+/// A session forcing gpusort on the CUDA backend over `devices`, runs of at most
+/// `run_rows` rows, the faults of `faults` injected.
+fn session(
+    devices: &str,
+    run_rows: usize,
+    faults: FaultScope,
+) -> datafusion::prelude::SessionContext {
+    let mut gpu = gpusort::GpuSortConfig::forced_cpu();
+    gpu.backend = Cuda;
+    gpu.devices = devices.parse().unwrap();
+    gpu.run_rows = run_rows;
+    gpu.fault_scope = faults.id();
+    gpusort::gpu_sort_context_with(common::session_config(4, 8192), gpu)
+}
+
+/// `rows` rows of `k` (Int64, random, with repeats) and `rid` (the row's position), in 4
+/// partitions.
+fn table(rows: usize, label: &str) -> Vec<Vec<RecordBatch>> {
+    let keys = random_keys(rows, label, |x| (x % 100_000) as i64);
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("rid", DataType::Int64, false),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from(keys)),
+            Arc::new(Int64Array::from_iter_values(0..rows as i64)),
+        ],
+    )
+    .unwrap();
+    let per = rows / 4;
+    (0..4).map(|p| vec![batch.slice(p * per, per)]).collect()
+}
+
+/// Runs `sql` on `ctx` and on stock DataFusion over `table`: the answers must be equal
+/// (ties in input order: `rid` is part of no key). Returns the plan, with its metrics, and
+/// its text.
+async fn same_as_datafusion(
+    ctx: &datafusion::prelude::SessionContext,
+    table: &[Vec<RecordBatch>],
+    sql: &str,
+) -> (Arc<dyn datafusion::physical_plan::ExecutionPlan>, String) {
+    let stock = common::stock_context(common::session_config(4, 8192));
+    common::register(&[&stock, ctx], "t", table.to_vec());
+    let expected = stock.sql(sql).await.unwrap().collect().await.unwrap();
+    let plan = common::physical_plan(ctx, sql).await.unwrap();
+    let actual = datafusion::physical_plan::collect(Arc::clone(&plan), ctx.task_ctx())
+        .await
+        .unwrap();
+    let schema = expected[0].schema();
+    assert_eq!(
+        datafusion::arrow::compute::concat_batches(&schema, &actual).unwrap(),
+        datafusion::arrow::compute::concat_batches(&schema, &expected).unwrap(),
+        "{sql}"
+    );
+    let text = common::plan_text(&plan);
+    (plan, text)
+}
+
+/// Runs sorted on each of the first `devices` devices (`device<N>_runs`).
+fn runs_by_device(
+    plan: &Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+    devices: usize,
+) -> Vec<usize> {
+    (0..devices)
+        .map(|d| gpu_sort_metric(plan, &format!("device{d}_runs")))
+        .collect()
+}
+
+// A run sorted while another's state holds memory on one device goes to a device that
+// holds less. Both orders are the CPU's.
+gpu_test!(a_second_run_goes_to_the_idle_device, |_rt| {
+    if !two_devices() {
+        return;
+    }
+    let backend = CudaBackend::on_devices(DeviceMemoryLimit::Auto, DeviceSelection::All).unwrap();
+    let ordinals = backend.device_ordinals();
+    assert!(ordinals.len() >= 2, "{ordinals:?}");
+    let (keys, other) = (
+        faults::encoded(1 << 20, "devices first"),
+        faults::encoded(1 << 20, "devices second"),
+    );
+    let first = backend.sort(&keys, AlgorithmChoice::Auto, None).unwrap();
+    let at = first.device.ordinal.expect("sorted on a device");
+    let used = |d: usize| cuda::runtime_of(d).unwrap().device_memory().used;
+    let idle = *ordinals.iter().find(|&&d| d != at).unwrap();
+    assert!(
+        used(idle) < used(at),
+        "the first run's state keeps its order on device {at}: {} bytes there, {} on {idle}",
+        used(at),
+        used(idle)
+    );
+    let second = backend.sort(&other, AlgorithmChoice::Auto, None).unwrap();
+    let next = second.device.ordinal.expect("sorted on a device");
+    assert_ne!(
+        next, at,
+        "device {at} holds the first run: another is less busy"
+    );
+    for (run, keys) in [(&first, &keys), (&second, &other)] {
+        let expected = CpuBackend.sort(keys, AlgorithmChoice::Auto, None).unwrap();
+        assert!(!run.fell_back);
+        assert_eq!(run.permutation, expected.permutation);
+    }
+});
+
+/// `gpu_sort.devices` picks the devices a session sorts on: EXPLAIN names them, and every
+/// run sorted on a device is counted under that device; the answers are DataFusion's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a CUDA GPU"]
+async fn a_session_sorts_on_the_devices_it_names() {
+    if device().is_none() || !two_devices() {
+        return;
+    }
+    let count = cuda::selected_ordinals(DeviceSelection::All).len();
+    let table = table(1 << 21, "devices session");
+    let sql = "SELECT k, rid FROM t ORDER BY k DESC";
+    let window = "SELECT k, rid, ROW_NUMBER() OVER (PARTITION BY k % 7 ORDER BY k) AS rn \
+                  FROM t ORDER BY rid";
+    for (query, every_run_on_a_device) in [(sql, true), (window, false)] {
+        // Device 1 alone.
+        let ctx = session("1,", 1 << 19, FaultScope::default());
+        let (plan, text) = same_as_datafusion(&ctx, &table, query).await;
+        assert!(text.contains("devices=[1]"), "{text}");
+        let by_device = runs_by_device(&plan, count);
+        let runs = gpu_sort_metric(&plan, "runs");
+        assert_eq!(gpu_sort_metric(&plan, "gpu_fallbacks"), 0, "{query}");
+        assert_eq!(by_device[0], 0, "{query}: device 0 is not in the set");
+        assert!(by_device[1] > 0, "{query}: {by_device:?} of {runs} runs");
+        // Every device: each run counted once, on the device that sorted it.
+        let ctx = session("all", 1 << 19, FaultScope::default());
+        let (plan, text) = same_as_datafusion(&ctx, &table, query).await;
+        let all: Vec<String> = (0..count).map(|d| d.to_string()).collect();
+        assert!(
+            text.contains(&format!("devices=[{}]", all.join(","))),
+            "{text}"
+        );
+        let by_device = runs_by_device(&plan, count);
+        let runs = gpu_sort_metric(&plan, "runs");
+        let on_devices = by_device.iter().sum::<usize>();
+        assert!(
+            on_devices > 0 && on_devices <= runs,
+            "{query}: {by_device:?}"
+        );
+        if every_run_on_a_device {
+            // 2 Mi rows in runs of 512 Ki: four runs, each sorted on some device.
+            assert_eq!((runs, on_devices), (4, 4), "{query}: {by_device:?}");
+        }
+        println!("{query}: {runs} runs, by device {by_device:?}");
+    }
+}
+
+/// A fatal error on device 1 disables it alone: the query that hit it answers right (on
+/// the CPU), and later sessions over every device sort on the others (in a child process:
+/// the device stays disabled for the process).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_failed_device_is_left_out_and_the_others_sort() {
+    if device().is_none() || !two_devices() {
+        return;
+    }
+    let text = run_child("devices::failed_device_child", &[]);
+    assert!(text.contains("device 1 disabled"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a CUDA GPU"]
+async fn failed_device_child() {
+    if !is_child("devices::failed_device_child") || device().is_none() {
+        return;
+    }
+    let count = cuda::selected_ordinals(DeviceSelection::All).len();
+    let table = table(1 << 20, "devices fault");
+    let sql = "SELECT k, rid FROM t ORDER BY k";
+    let faults = FaultScope::new();
+    faults.arm_on(1, Fault::LaunchFailure);
+    let ctx = session("1,", 1 << 28, faults);
+    let (plan, _) = same_as_datafusion(&ctx, &table, sql).await;
+    assert!(
+        !faults.is_armed(Fault::LaunchFailure),
+        "the fault never fired"
+    );
+    assert_eq!(gpu_sort_metric(&plan, "gpu_fallbacks"), 1);
+    let reason = cuda::disabled_reason_of(1).expect("a launch failure disables the device");
+    assert!(
+        cuda::disabled_reason_of(0).is_none(),
+        "device 0 is not touched"
+    );
+    println!("device 1 disabled: {reason}");
+    let later = session("all", 1 << 28, FaultScope::default());
+    let (plan, text) = same_as_datafusion(&later, &table, sql).await;
+    let others: Vec<String> = (0..count)
+        .filter(|&d| d != 1)
+        .map(|d| d.to_string())
+        .collect();
+    assert!(
+        text.contains(&format!("devices=[{}]", others.join(","))),
+        "{text}"
+    );
+    let by_device = runs_by_device(&plan, count);
+    assert_eq!(gpu_sort_metric(&plan, "gpu_fallbacks"), 0);
+    assert_eq!(by_device[1], 0, "{by_device:?}");
+    assert_eq!(by_device.iter().sum::<usize>(), 1, "{by_device:?}");
+    assert!(cuda::runtime_of(1).unwrap_err().contains("disabled"));
+    assert!(cuda::runtime_of(0).is_ok());
+}
