@@ -53,8 +53,8 @@ fn table(rows: usize, label: &str) -> Vec<Vec<RecordBatch>> {
 }
 
 /// Runs `sql` on `ctx` and on stock DataFusion over `table`: the answers must be equal
-/// (ties in input order: `rid` is part of no key). Returns the plan, with its metrics, and
-/// its text.
+/// (the queries order by `rid` last, since DataFusion's own sort does not keep ties in
+/// input order). Returns the plan, with its metrics, and its text.
 async fn same_as_datafusion(
     ctx: &datafusion::prelude::SessionContext,
     table: &[Vec<RecordBatch>],
@@ -133,8 +133,8 @@ async fn a_session_sorts_on_the_devices_it_names() {
     }
     let count = cuda::selected_ordinals(DeviceSelection::All).len();
     let table = table(1 << 21, "devices session");
-    let sql = "SELECT k, rid FROM t ORDER BY k DESC";
-    let window = "SELECT k, rid, ROW_NUMBER() OVER (PARTITION BY k % 7 ORDER BY k) AS rn \
+    let sql = "SELECT k, rid FROM t ORDER BY k DESC, rid";
+    let window = "SELECT k, rid, ROW_NUMBER() OVER (PARTITION BY k % 7 ORDER BY k, rid) AS rn \
                   FROM t ORDER BY rid";
     for (query, every_run_on_a_device) in [(sql, true), (window, false)] {
         // Device 1 alone.
@@ -190,7 +190,7 @@ async fn failed_device_child() {
     }
     let count = cuda::selected_ordinals(DeviceSelection::All).len();
     let table = table(1 << 20, "devices fault");
-    let sql = "SELECT k, rid FROM t ORDER BY k";
+    let sql = "SELECT k, rid FROM t ORDER BY k, rid";
     let faults = FaultScope::new();
     faults.arm_on(1, Fault::LaunchFailure);
     let ctx = session("1,", 1 << 28, faults);

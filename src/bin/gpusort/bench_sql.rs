@@ -78,6 +78,11 @@ pub struct QueryRuns {
     /// `setting=value` and `env:VARIABLE=value`; repeat for several.
     #[arg(long = "variant", value_name = "CHANGES")]
     pub variants: Vec<String>,
+    /// With --variant: each timed run of the plain run and of every variant runs this
+    /// many copies of the query at once in the session (queries sharing the host and its
+    /// GPUs), timed until the last one ends; every copy's result is checked.
+    #[arg(long, default_value_t = 1)]
+    pub concurrent: usize,
 }
 
 impl QueryRuns {
@@ -456,30 +461,40 @@ async fn compare_variants(
     for spec in &options.variants {
         variants.push((spec.clone(), parse_variant(spec)?));
     }
+    let copies = options.concurrent.max(1);
     let mut times = vec![Vec::new(); variants.len()];
     for rep in 0..=options.reps {
         for ((name, changes), times) in variants.iter().zip(&mut times) {
             let undo = apply(ctx, changes).await?;
-            let (elapsed, batches, _) = run_once(ctx, query).await?;
+            let started = Instant::now();
+            let results =
+                futures::future::try_join_all((0..copies).map(|_| run_once(ctx, query))).await?;
+            let elapsed = started.elapsed();
             apply(ctx, &undo).await?;
             if rep == 0 {
-                let got = fingerprint(&batches, query.ordered_by)?;
-                if &got != expected {
-                    return exec_err!(
-                        "{} with {name}: result differs from DataFusion's",
-                        query.name
-                    );
+                for (_, batches, _) in &results {
+                    let got = fingerprint(batches, query.ordered_by)?;
+                    if &got != expected {
+                        return exec_err!(
+                            "{} with {name}: result differs from DataFusion's",
+                            query.name
+                        );
+                    }
                 }
             } else {
                 times.push(elapsed.as_secs_f64());
             }
         }
     }
+    let at_once = match copies {
+        1 => String::new(),
+        n => format!(", {n} copies at once"),
+    };
     for ((name, _), mut times) in variants.iter().zip(times) {
         times.sort_by(f64::total_cmp);
         let runs: Vec<String> = times.iter().map(|t| format!("{t:.3}")).collect();
         eprintln!(
-            "{} {name}: median {:.3} s (runs {})",
+            "{} {name}: median {:.3} s{at_once} (runs {})",
             query.name,
             times[times.len() / 2],
             runs.join(" ")
