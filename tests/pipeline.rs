@@ -528,6 +528,34 @@ fn the_command_line_sorts_and_reports() {
         "-q",
     ]);
     assert!(quiet.status.success() && quiet.stdout.is_empty());
+    // A device set: any set sorts (on the CPU where there is no GPU); a set that names no
+    // device is refused before anything is read.
+    let sort_on = |devices: &str| {
+        run(&[
+            "sort",
+            &glob,
+            "-o",
+            output.to_str().unwrap(),
+            "--by",
+            "k0",
+            "--overwrite",
+            "-q",
+            "--devices",
+            devices,
+        ])
+    };
+    for devices in ["all", "1", "0,1", "1,"] {
+        let sorted = sort_on(devices);
+        assert!(
+            sorted.status.success(),
+            "--devices {devices}: {}",
+            String::from_utf8_lossy(&sorted.stderr)
+        );
+    }
+    let refused = sort_on("0");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("gpu_sort.devices"), "{stderr}");
     // Under a small limit the allocator purges freed memory at once and maps no huge
     // pages (read back from mimalloc under GPUSORT_TRACE); a limit below what the process
     // can keep its peak near still runs, with a warning. Up to 8 GiB it purges after

@@ -251,6 +251,17 @@ class _LogicalCodec:
         return self._core.logical_codec(session)
 
 
+def _devices_text(devices: Union[str, int, Iterable[int], None]) -> Optional[str]:
+    """``devices`` as ``gpu_sort.devices`` reads it: ``all``, a count, or ordinals."""
+    if devices is None or isinstance(devices, str):
+        return devices
+    if isinstance(devices, int):
+        return str(devices)
+    ordinals = [str(int(d)) for d in devices]
+    # One ordinal alone is written "1,": a bare number is a count.
+    return ",".join(ordinals) + ("," if len(ordinals) == 1 else "")
+
+
 def sort_parquet(
     inputs: Union[PathLike, Iterable[PathLike]],
     output: PathLike,
@@ -268,6 +279,7 @@ def sort_parquet(
     overwrite: bool = False,
     fsync: bool = True,
     backend: Optional[str] = None,
+    devices: Union[str, int, Iterable[int], None] = None,
     page_encoding: Optional[str] = None,
     key_ranges: Union[str, int, None] = None,
     progress: Union[bool, Callable[[dict], None], None] = None,
@@ -291,7 +303,9 @@ def sort_parquet(
     the output to disk before it is renamed into place (still atomic, but a crash soon
     after may lose it; DuckDB's ``COPY`` does not flush either). ``backend``: ``auto``
     (default: the GPU when usable; inputs of fewer than 100 000 rows sort on the CPU
-    backend without opening the device), ``cuda`` or ``cpu``. ``spill_dir``: where to
+    backend without opening the device), ``cuda`` or ``cpu``. ``devices``: the GPUs to sort
+    on: ``"all"`` (default), a count (``2``: the first two) or a list of ordinals
+    (``[0, 2]``); each run goes to the least busy of them. ``spill_dir``: where to
     spill (default ``$TMPDIR``); ``max_spill``: the most it may spill (bytes or ``"200G"``;
     default 90 % of the free space there). ``page_encoding``: ``host`` (default) or
     ``device``: the Parquet pages of fixed-width columns written without a dictionary
@@ -331,6 +345,7 @@ def sort_parquet(
             overwrite=overwrite,
             fsync=fsync,
             backend=backend,
+            devices=_devices_text(devices),
             page_encoding=page_encoding,
             key_ranges=None if key_ranges is None else str(key_ranges),
             progress=callback,

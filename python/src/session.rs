@@ -263,23 +263,35 @@ pub fn size_in_bytes(value: &Bound<'_, PyAny>) -> PyResult<usize> {
 }
 
 /// Whether this process can sort on a GPU: `{"gpu": bool, "backend": "cuda" | "cpu",
-/// "reason": why not, or None}`. Opening the device runs with the GIL released.
+/// "devices": the usable GPUs' ordinals (`gpu_sort.devices = all`), "reason": why not, or
+/// None}`. Opening the devices runs with the GIL released.
 #[pyfunction]
 pub fn gpu_status(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let mut settings = GpuSortConfig::default();
     settings.backend = BackendChoice::Cuda;
     let status = PyDict::new(py);
-    let resolved =
-        py.detach(|| resolve_backend(&settings).map(|backend| backend.name().to_string()));
+    let resolved = py.detach(|| {
+        resolve_backend(&settings).map(|backend| {
+            let devices: Vec<usize> = backend
+                .devices()
+                .unwrap_or_default()
+                .split(',')
+                .filter_map(|d| d.trim().parse().ok())
+                .collect();
+            (backend.name().to_string(), devices)
+        })
+    });
     match resolved {
-        Ok(backend) => {
+        Ok((backend, devices)) => {
             status.set_item("gpu", true)?;
             status.set_item("backend", backend)?;
+            status.set_item("devices", devices)?;
             status.set_item("reason", py.None())?;
         }
         Err(why) => {
             status.set_item("gpu", false)?;
             status.set_item("backend", "cpu")?;
+            status.set_item("devices", Vec::<usize>::new())?;
             status.set_item("reason", why)?;
         }
     }

@@ -14,7 +14,7 @@ use datafusion::common::config::SpillCompression;
 use gpusort::pipeline::{
     sort_files, KeyRangeChoice, PageEncoding, Progress, ProgressSnapshot, SortJob, SortSummary,
 };
-use gpusort::BackendChoice;
+use gpusort::{BackendChoice, DeviceSelection};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -31,8 +31,8 @@ use crate::session::size_in_bytes;
     inputs, output, by, *, memory_limit = None, compression = None, limit = None,
     max_rows_per_file = None, row_group_rows = None, spill_compression = None,
     spill_dir = None, max_spill = None, union_by_name = false,
-    overwrite = false, fsync = true, backend = None, page_encoding = None, key_ranges = None,
-    progress = None
+    overwrite = false, fsync = true, backend = None, devices = None, page_encoding = None,
+    key_ranges = None, progress = None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn sort_parquet<'py>(
@@ -52,6 +52,7 @@ pub fn sort_parquet<'py>(
     overwrite: bool,
     fsync: bool,
     backend: Option<String>,
+    devices: Option<String>,
     page_encoding: Option<String>,
     key_ranges: Option<String>,
     progress: Option<Bound<'py, PyAny>>,
@@ -82,6 +83,10 @@ pub fn sort_parquet<'py>(
     if let Some(backend) = backend {
         job.backend = BackendChoice::from_str(&backend)
             .map_err(|e| PyValueError::new_err(format!("backend: {e}")))?;
+    }
+    if let Some(devices) = devices {
+        job.devices = DeviceSelection::from_str(&devices)
+            .map_err(|e| PyValueError::new_err(format!("devices: {e}")))?;
     }
     if let Some(encoding) = page_encoding {
         job.page_encoding = PageEncoding::from_str(&encoding)

@@ -123,8 +123,10 @@ def test_settings_are_shown_as_datafusion_shows_its_own(ctx):
 
 def test_gpu_status_says_why_not():
     status = gpusort.gpu_status()
-    assert set(status) == {"gpu", "backend", "reason"}
+    assert set(status) == {"gpu", "backend", "devices", "reason"}
     assert status["gpu"] == (status["reason"] is None)
+    # The usable GPUs: at least one where there is a GPU, none where there is not.
+    assert (len(status["devices"]) > 0) == status["gpu"], status
 
 
 def test_memory_limited_session_spills_and_agrees(reference, table):

@@ -109,6 +109,17 @@ def test_bad_argument_values_raise_value_errors(parquet_dir, tmp_path):
         gpusort.sort_parquet(parquet_dir, tmp_path / "o.parquet", by="k", page_encoding="fpga")
     with pytest.raises(ValueError, match="key_ranges"):
         gpusort.sort_parquet(parquet_dir, tmp_path / "o.parquet", by="k", key_ranges="many")
+    for devices in ["gpus", 0, [40]]:
+        with pytest.raises(ValueError, match="devices"):
+            gpusort.sort_parquet(parquet_dir, tmp_path / "o.parquet", by="k", devices=devices)
+
+
+@pytest.mark.parametrize("devices", ["all", 1, [0], [0, 1]])
+def test_a_device_set_sorts_like_any_other(reference, parquet_dir, tmp_path, devices):
+    # Without a GPU every set sorts on the CPU backend; on a GPU host, on those devices.
+    out = tmp_path / "o.parquet"
+    gpusort.sort_parquet(parquet_dir, out, by="f DESC, k", devices=devices)
+    assert_same(pq.read_table(out), expected(reference, parquet_dir, "f DESC, k, row"))
 
 
 def test_key_ranges_sort_like_one_sort(reference, parquet_dir, tmp_path):

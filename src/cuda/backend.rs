@@ -28,7 +28,8 @@ use crate::cuda::faults::FaultScope;
 use crate::cuda::memory::budget::DeviceShare;
 use crate::cuda::payload::DeviceRun;
 use crate::cuda::runtime::{
-    count_fallback, first_ordinal, note_failure_of, runtime_of, selected_ordinals, CudaRuntime,
+    count_fallback, device_count, first_ordinal, note_failure_of, runtime_of, selected_ordinals,
+    CudaRuntime,
 };
 use crate::cuda::sort_run::{self, Fitted};
 use crate::cuda::tuning::switches;
@@ -145,9 +146,13 @@ impl CudaBackend {
                 let ordinals = self.ordinals();
                 if ordinals.is_empty() {
                     // No driver or no device: the first device's runtime says why.
-                    return Err(runtime_of(first_ordinal())
-                        .err()
-                        .unwrap_or_else(|| "no CUDA device is selected".into()));
+                    let count = device_count();
+                    return Err(match runtime_of(first_ordinal()) {
+                        Err(why) if count == 0 => why,
+                        _ => format!(
+                            "gpu_sort.devices names none of this host's {count} CUDA devices"
+                        ),
+                    });
                 }
                 let opened: Vec<_> = std::thread::scope(|scope| {
                     let opening: Vec<_> = ordinals
