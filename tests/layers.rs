@@ -63,6 +63,8 @@ const CUDA_LAYERS: &[&[&str]] = &[
 const ROOT_ITEMS: &[(&str, &str)] = &[
     ("AlgorithmChoice", "config"),
     ("BackendChoice", "config"),
+    ("DeviceMemoryLimit", "config"),
+    ("DeviceSelection", "config"),
     ("GpuSortConfig", "config"),
     ("GpuSortExec", "exec"),
     ("SortedWindowExec", "window"),

@@ -317,9 +317,8 @@ fn open_runtime(ordinal: usize) -> CudaResult<Arc<CudaRuntime>> {
         let pages = PageEncoder::load(&device, &tuning)
             .map_err(|e| log::warn!("gpusort: CUDA Parquet page kernels not loaded ({e})"))
             .ok();
-        let idle = idle_limit(tuning.host_idle_bytes);
         let staging = Mutex::new(Staging::new(&device)?);
-        let page_locker: Option<Arc<dyn PageLocker>> = Some(Arc::new(device.page_locker()));
+        let (host_regions, idle_permutations) = host_memory(&device, &tuning);
         Ok(CudaRuntime {
             device,
             onesweep,
@@ -332,8 +331,8 @@ fn open_runtime(ordinal: usize) -> CudaResult<Arc<CudaRuntime>> {
             refiner,
             pages,
             staging,
-            host_regions: Arc::new(HostRegions::new(idle, page_locker)),
-            idle_permutations: Arc::new(IdleVectors::new(idle / 4)),
+            host_regions,
+            idle_permutations,
             tuning: tuning.clone(),
             runs_in_flight: AtomicUsize::new(0),
         })
@@ -351,6 +350,24 @@ fn open_runtime(ordinal: usize) -> CudaResult<Arc<CudaRuntime>> {
     let opened = Arc::new(opened);
     release_when_idle(Arc::clone(&opened), tuning.device_idle_release);
     Ok(opened)
+}
+
+/// The process's idle host memory: gather regions and permutation vectors kept for reuse,
+/// shared by every device's runtime, so the process keeps `GPUSORT_HOST_IDLE_BYTES` at
+/// most however many devices it sorts on. Made by the first runtime to open, whose context
+/// page-locks the regions for every context (`cuMemHostRegister` portable).
+fn host_memory(device: &Device, tuning: &Tuning) -> (Arc<HostRegions>, Arc<IdleVectors>) {
+    static HOST_MEMORY: OnceLock<(Arc<HostRegions>, Arc<IdleVectors>)> = OnceLock::new();
+    HOST_MEMORY
+        .get_or_init(|| {
+            let idle = idle_limit(tuning.host_idle_bytes);
+            let page_locker: Option<Arc<dyn PageLocker>> = Some(Arc::new(device.page_locker()));
+            (
+                Arc::new(HostRegions::new(idle, page_locker)),
+                Arc::new(IdleVectors::new(idle / 4)),
+            )
+        })
+        .clone()
 }
 
 /// Starts the thread that gives the device memory pool's kept blocks back to the driver

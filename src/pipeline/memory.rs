@@ -50,13 +50,14 @@ pub fn is_small_limit(limit: usize) -> bool {
 }
 
 /// The memory pool of a job under `limit`: less what the CUDA backend holds outside the
-/// pool ([`CUDA_HOST_BYTES`] and [`idle_regions_bytes`]) when it is in use, and under a
-/// [small](SMALL_LIMIT) limit less the [process's floor](PROCESS_FLOOR_BYTES) too, so that
-/// the process as a whole stays near the limit; never under half of it.
-pub fn pool_bytes(limit: usize, cuda: bool) -> usize {
+/// pool when it is in use on `devices` GPUs ([`CUDA_HOST_BYTES`] for each, and
+/// [`idle_regions_bytes`] once: the devices share them), and under a [small](SMALL_LIMIT)
+/// limit less the [process's floor](PROCESS_FLOOR_BYTES) too, so that the process as a
+/// whole stays near the limit; never under half of it.
+pub fn pool_bytes(limit: usize, devices: usize) -> usize {
     let mut outside = 0;
-    if cuda {
-        outside += CUDA_HOST_BYTES + idle_regions_bytes(limit);
+    if devices > 0 {
+        outside += devices * CUDA_HOST_BYTES + idle_regions_bytes(limit);
     }
     if is_small_limit(limit) {
         outside += PROCESS_FLOOR_BYTES;
@@ -198,21 +199,23 @@ mod tests {
     #[test]
     fn the_pool_leaves_room_for_what_the_process_holds_outside_it() {
         // From 4 GiB up, the CPU backend's pool is the limit.
-        assert_eq!(pool_bytes(4 << 30, false), 4 << 30);
+        assert_eq!(pool_bytes(4 << 30, 0), 4 << 30);
         assert_eq!(
-            pool_bytes(4 << 30, true),
+            pool_bytes(4 << 30, 1),
             (4 << 30) - (512 << 20) - (256 << 20)
         );
+        // Each device's context and staging; the idle regions once.
+        assert_eq!(pool_bytes(8 << 30, 2), (8 << 30) - (1 << 30) - (512 << 20));
         // Under a small limit, the process's floor too.
         assert!(is_small_limit((4 << 30) - 1) && !is_small_limit(4 << 30));
-        assert_eq!(pool_bytes(1 << 30, false), (1 << 30) - PROCESS_FLOOR_BYTES);
+        assert_eq!(pool_bytes(1 << 30, 0), (1 << 30) - PROCESS_FLOOR_BYTES);
         assert_eq!(
-            pool_bytes(3 << 30, true),
+            pool_bytes(3 << 30, 1),
             (3 << 30) - (512 << 20) - (192 << 20) - PROCESS_FLOOR_BYTES
         );
         // Never under half the limit.
-        assert_eq!(pool_bytes(1 << 30, true), 512 << 20);
-        assert_eq!(pool_bytes(150 << 20, false), 75 << 20);
+        assert_eq!(pool_bytes(1 << 30, 1), 512 << 20);
+        assert_eq!(pool_bytes(150 << 20, 0), 75 << 20);
     }
 
     #[test]

@@ -350,17 +350,21 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
         )
     });
     let rule = Arc::new(GpuSortRule::new());
-    // The pool leaves room for what the CUDA backend holds outside it wherever a device may
-    // be in use (one still being opened counts; without a driver, opening has already
+    // The pool leaves room for what the CUDA backend holds outside it on each device that
+    // may be in use (one still being opened counts; without a driver, opening has already
     // failed).
     let cuda = backend != BackendChoice::Cpu
         && !matches!(
             crate::cuda::open_state(job.devices),
             crate::cuda::OpenState::Unusable(_)
         );
+    let devices = match cuda {
+        true => crate::cuda::selected_ordinals(job.devices).len().max(1),
+        false => 0,
+    };
     let pool = job
         .memory_limit
-        .map(|limit| memory::pool_bytes(limit, cuda));
+        .map(|limit| memory::pool_bytes(limit, devices));
     let partitions = job.target_partitions.unwrap_or_else(|| {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         memory::scan_partitions(pool, inputs.max_row_group_bytes, cores)

@@ -403,7 +403,8 @@ fn note_exit_before_the_driver() {
     });
 }
 
-/// Page-locks host memory for one context (`cuMemHostRegister`), from any thread.
+/// Page-locks host memory through one context (`cuMemHostRegister`, portable: every
+/// context of the process may copy to and from it), from any thread.
 #[derive(Debug)]
 pub struct ContextPageLocker {
     context: sys::CUcontext,
@@ -421,8 +422,10 @@ impl PageLocker for ContextPageLocker {
         }
         // SAFETY: the caller owns `len` bytes at `ptr` and keeps them until `unlock`.
         let locked = unsafe {
-            result::ctx::set_current(self.context)
-                .and_then(|()| sys::cuMemHostRegister_v2(ptr as *mut c_void, len, 0).result())
+            result::ctx::set_current(self.context).and_then(|()| {
+                sys::cuMemHostRegister_v2(ptr as *mut c_void, len, sys::CU_MEMHOSTREGISTER_PORTABLE)
+                    .result()
+            })
         };
         match &locked {
             // The process is exiting (the check above raced the exit): nothing is lost.
