@@ -28,8 +28,8 @@ use crate::cuda::faults::FaultScope;
 use crate::cuda::memory::budget::DeviceShare;
 use crate::cuda::payload::DeviceRun;
 use crate::cuda::runtime::{
-    count_fallback, device_count, first_ordinal, note_failure_of, runtime_of, selected_ordinals,
-    CudaRuntime,
+    count_fallback, device_count, first_ordinal, is_settled, note_failure_of, runtime_of,
+    selected_ordinals, CudaRuntime,
 };
 use crate::cuda::sort_run::{self, Fitted};
 use crate::cuda::tuning::switches;
@@ -154,16 +154,22 @@ impl CudaBackend {
                         ),
                     });
                 }
-                let opened: Vec<_> = std::thread::scope(|scope| {
-                    let opening: Vec<_> = ordinals
-                        .iter()
-                        .map(|&d| scope.spawn(move || runtime_of(d)))
-                        .collect();
-                    opening
-                        .into_iter()
-                        .map(|o| o.join().unwrap_or_else(|_| Err("opening panicked".into())))
-                        .collect()
-                });
+                // Devices not opened yet open at once, each on a thread (every query
+                // plans a backend: once they are open, no thread is needed).
+                let opened: Vec<_> = if ordinals.iter().all(|&d| is_settled(d)) {
+                    ordinals.iter().map(|&d| runtime_of(d)).collect()
+                } else {
+                    std::thread::scope(|scope| {
+                        let opening: Vec<_> = ordinals
+                            .iter()
+                            .map(|&d| scope.spawn(move || runtime_of(d)))
+                            .collect();
+                        opening
+                            .into_iter()
+                            .map(|o| o.join().unwrap_or_else(|_| Err("opening panicked".into())))
+                            .collect()
+                    })
+                };
                 let mut devices = Vec::new();
                 let mut reasons = Vec::new();
                 for (ordinal, opened) in ordinals.iter().zip(opened) {

@@ -123,6 +123,14 @@ pub fn device_count() -> usize {
     })
 }
 
+/// Whether device `ordinal`'s runtime was opened, or failed to, already ([`runtime_of`]
+/// then answers at once).
+pub(super) fn is_settled(ordinal: usize) -> bool {
+    RUNTIMES
+        .get(ordinal)
+        .is_none_or(|slot| slot.get().is_some())
+}
+
 /// The runtime of device `ordinal`, opened on first use, or why there is none.
 pub fn runtime_of(ordinal: usize) -> Opened {
     if let Some(reason) = disabled_reason_of(ordinal) {
