@@ -517,33 +517,26 @@ fn the_command_line_sorts_and_reports() {
         "{}",
         String::from_utf8_lossy(&ok.stderr)
     );
-    let quiet = run(&[
-        "sort",
-        &glob,
-        "-o",
-        output.to_str().unwrap(),
-        "--by",
-        "k0",
-        "--overwrite",
-        "-q",
-    ]);
-    assert!(quiet.status.success() && quiet.stdout.is_empty());
-    // A device set: any set sorts (on the CPU where there is no GPU); a set that names no
-    // device is refused before anything is read.
-    let sort_on = |devices: &str| {
-        run(&[
+    let output_path = output.to_str().unwrap();
+    let sort_quietly = |extra: &[&str]| {
+        let mut args = vec![
             "sort",
             &glob,
             "-o",
-            output.to_str().unwrap(),
+            output_path,
             "--by",
             "k0",
             "--overwrite",
             "-q",
-            "--devices",
-            devices,
-        ])
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
     };
+    let quiet = sort_quietly(&[]);
+    assert!(quiet.status.success() && quiet.stdout.is_empty());
+    // A device set: any set sorts (on the CPU where there is no GPU); a set that names no
+    // device is refused before anything is read.
+    let sort_on = |devices: &str| sort_quietly(&["--devices", devices]);
     for devices in ["all", "1", "0,1", "1,"] {
         let sorted = sort_on(devices);
         assert!(

@@ -75,6 +75,16 @@ struct OpenDevice {
     limit: usize,
 }
 
+/// The devices of `opened` not disabled since they opened.
+fn usable(opened: &[OpenDevice]) -> impl Iterator<Item = &OpenDevice> {
+    opened.iter().filter(|d| !d.runtime.is_disabled())
+}
+
+/// The ordinals of [`usable`] devices of `opened`.
+fn usable_ordinals(opened: &[OpenDevice]) -> Vec<usize> {
+    usable(opened).map(|d| d.runtime.ordinal()).collect()
+}
+
 /// A run given to a device: counted in the device's runs in flight until dropped.
 struct Claim<'a> {
     runtime: &'a Arc<CudaRuntime>,
@@ -199,15 +209,12 @@ impl CudaBackend {
     fn device(&self) -> Option<(Claim<'_>, DeviceShare)> {
         let devices = self.open().ok()?;
         let _choosing = CHOOSING.lock().unwrap_or_else(|p| p.into_inner());
-        let chosen = devices
-            .iter()
-            .filter(|d| !d.runtime.is_disabled())
-            .min_by_key(|d| {
-                (
-                    d.runtime.runs_in_flight.load(Ordering::Acquire),
-                    d.runtime.device_memory().used,
-                )
-            })?;
+        let chosen = usable(devices).min_by_key(|d| {
+            (
+                d.runtime.runs_in_flight.load(Ordering::Acquire),
+                d.runtime.device_memory().used,
+            )
+        })?;
         chosen.runtime.runs_in_flight.fetch_add(1, Ordering::AcqRel);
         let share = DeviceShare {
             limit: chosen.limit,
@@ -224,20 +231,7 @@ impl CudaBackend {
     /// The ordinals of the usable devices this backend sorts on (opening them if needed):
     /// empty when none is usable.
     pub fn device_ordinals(&self) -> Vec<usize> {
-        self.open().map_or(Vec::new(), |devices| {
-            devices
-                .iter()
-                .filter(|d| !d.runtime.is_disabled())
-                .map(|d| d.runtime.ordinal())
-                .collect()
-        })
-    }
-
-    /// Whether no device of the set is usable (none opened, or all disabled).
-    fn unusable(&self) -> bool {
-        self.open().map_or(true, |devices| {
-            devices.iter().all(|d| d.runtime.is_disabled())
-        })
+        usable_ordinals(self.open().unwrap_or_default())
     }
 
     /// This backend with the faults `scope` arms injected into its device work (tests).
@@ -249,14 +243,10 @@ impl CudaBackend {
     /// The device memory this backend's sorts may use on one device, in bytes: the least
     /// of the set's (0 when no device is usable); waits for deferred devices.
     pub fn memory_limit(&self) -> usize {
-        self.open().map_or(0, |devices| {
-            devices
-                .iter()
-                .filter(|d| !d.runtime.is_disabled())
-                .map(|d| d.limit)
-                .min()
-                .unwrap_or(0)
-        })
+        usable(self.open().unwrap_or_default())
+            .map(|d| d.limit)
+            .min()
+            .unwrap_or(0)
     }
 
     /// A run state that keeps nothing on the device: its payload gather uploads the
@@ -344,17 +334,14 @@ impl SortBackend for CudaBackend {
                 Selection::Set(devices) => devices.to_string(),
             });
         };
-        let usable: Vec<String> = opened
-            .as_ref()
-            .map_or(&[][..], Vec::as_slice)
+        let ordinals: Vec<String> = usable_ordinals(opened.as_deref().unwrap_or_default())
             .iter()
-            .filter(|d| !d.runtime.is_disabled())
-            .map(|d| d.runtime.ordinal().to_string())
+            .map(usize::to_string)
             .collect();
-        Some(if usable.is_empty() {
+        Some(if ordinals.is_empty() {
             "none".to_string()
         } else {
-            usable.join(",")
+            ordinals.join(",")
         })
     }
 
@@ -420,7 +407,7 @@ impl SortBackend for CudaBackend {
         // For measurement (`bench sql --variant env:GPUSORT_HOST_PARTITION_IDS=1`): keep the
         // host's hashing.
         let host_ids = switches().host_partition_ids();
-        if rows < 2 || !fixed_width || host_ids || self.unusable() {
+        if rows < 2 || !fixed_width || host_ids {
             return Ok(None);
         }
         let Some((claim, share)) = self.device() else {
