@@ -7,6 +7,7 @@
 //!  runtime.rs     the probe, the opened device and its kernels, failures of the process
 //!  payload.rs     a run's payload gathered on the device (DeviceRun: the run's state)
 //!  window.rs      window columns over a run's sorted rows (kernels and their use)
+//!  multi_gpu/     one sort spread over several devices by key ranges (spread.rs: its kernels)
 //!  encode.rs · refine.rs · gather.rs          key encoding · long-string ties · gather kernels
 //!  parquet.rs · pages.rs                      Parquet data pages built on the device · for the writer
 //!  tuning.rs                                  launch shapes, thresholds, GPUSORT_* overrides
@@ -25,6 +26,7 @@ mod gather;
 mod memory;
 mod merge;
 mod module;
+mod multi_gpu;
 mod pages;
 mod parquet;
 mod payload;
@@ -32,6 +34,7 @@ mod radix;
 mod refine;
 mod runtime;
 mod sort_run;
+mod spread;
 mod tuning;
 mod window;
 
@@ -45,13 +48,14 @@ pub use encode::DeviceKeys;
 pub use error::{CudaError, CudaResult};
 pub use faults::{Fault, FaultScope, OpenFault};
 pub use memory::budget::DeviceMemoryStats;
-pub use memory::device::{Device, DeviceBuffer, Event};
+pub use memory::device::{is_page_locked, Device, DeviceBuffer, Event, HostLock};
 pub use memory::transfer::{Plain as TransferPlain, Staging};
 pub use merge::locality_probe::{LocalityProbe, Probe};
 pub use merge::segment_starts::StartsEncoding;
 pub use merge::segment_tiles::SegmentTile;
 pub use merge::{MergeKeys, MergeSorted};
 pub use module::cached_kernel_path;
+pub use multi_gpu::{sort_host_words, SpreadSorted, SpreadTimes};
 pub use pages::encode_on_device;
 pub use parquet::{EncodedPage, PageColumn, PageCut, PageEncoder};
 pub use radix::onesweep::{RadixKey, Sorted, Values};

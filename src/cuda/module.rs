@@ -307,6 +307,18 @@ pub(super) const SEGMENT_TILES_LARGE: KernelFile = KernelFile {
     ],
 };
 
+/// The steps of one sort spread over several devices by key ranges.
+pub(super) const SPREAD: KernelFile = KernelFile {
+    name: "spread.cu",
+    source: include_str!("../../kernels/spread.cu"),
+    entry_points: &[
+        "spread_sample",
+        "spread_classify",
+        "spread_row_ids",
+        "spread_gather_u32",
+    ],
+};
+
 /// Every kernel file (compile checks, cache paths).
 pub(crate) const ALL_KERNELS: &[KernelFile] = &[
     ONESWEEP,
@@ -320,6 +332,7 @@ pub(crate) const ALL_KERNELS: &[KernelFile] = &[
     LOCALITY,
     SEGMENTED,
     SEGMENT_TILES_LARGE,
+    SPREAD,
 ];
 
 /// The source of a kernel file or header: embedded, or, for kernel tuning runs, read from

@@ -39,6 +39,7 @@ use crate::cuda::module::is_nvrtc_present;
 use crate::cuda::parquet::PageEncoder;
 use crate::cuda::radix::onesweep::Onesweep;
 use crate::cuda::refine::TieRefiner;
+use crate::cuda::spread::Spreader;
 use crate::cuda::tuning::{switches, Tuning};
 use crate::cuda::window::Windower;
 
@@ -63,6 +64,8 @@ pub struct CudaRuntime {
     pub windower: Option<Windower>,
     /// The kernels that order the ties of long byte-like keys.
     pub refiner: TieRefiner,
+    /// The steps of sorts spread over several devices (`multi_gpu/`).
+    pub spreader: Spreader,
     /// Parquet data pages built and compressed on the device; `None` when its kernels did
     /// not load.
     pub pages: Option<PageEncoder>,
@@ -321,6 +324,7 @@ fn open_runtime(ordinal: usize) -> CudaResult<Arc<CudaRuntime>> {
             .map_err(|e| log::warn!("gpusort: CUDA window kernels not loaded ({e})"))
             .ok();
         let refiner = TieRefiner::load(&device, &tuning)?;
+        let spreader = Spreader::load(&device, &tuning)?;
         // Without them the device still sorts; pages are encoded on the host.
         let pages = PageEncoder::load(&device, &tuning)
             .map_err(|e| log::warn!("gpusort: CUDA Parquet page kernels not loaded ({e})"))
@@ -337,6 +341,7 @@ fn open_runtime(ordinal: usize) -> CudaResult<Arc<CudaRuntime>> {
             narrowing,
             windower,
             refiner,
+            spreader,
             pages,
             staging,
             host_regions,

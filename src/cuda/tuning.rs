@@ -31,8 +31,9 @@
 //! | `GPUSORT_PLACE_MAX_RADIUS` | the largest radius placed in one pass (0: never) |
 //! | `GPUSORT_HOST_LOCK` | switch, `0`: idle host regions are not page-locked |
 //! | `GPUSORT_HOST_PARTITION_IDS` | switch, `1`: routed sorts hash their rows on the host |
+//! | `GPUSORT_PEER_COPIES` | switch, `0`: a sort spread over devices exchanges through host memory |
 //!
-//! All are read when the runtime opens. The two switches can also be flipped later, between
+//! All are read when the runtime opens. The three switches can also be flipped later, between
 //! the runs of a benchmark (`gpusort bench sql --variant env:GPUSORT_HOST_LOCK=0`), through
 //! [`Switches::set`] on the process's [`switches`].
 
@@ -294,6 +295,11 @@ pub(super) const GATHER_THREADS: u32 = 256;
 /// Threads per block of the widening kernels (grid-stride loops over one uploaded chunk).
 pub(super) const NARROW_THREADS: u32 = 256;
 
+// ---- Spread sorts over several devices (spread.cu) -------------------------------------
+
+/// Threads per block of the spread kernels (grid-stride loops; sampling one row each).
+pub(super) const SPREAD_THREADS: u32 = 256;
+
 /// Threads of a window kernel's block (`window.cu`).
 pub(super) const WINDOW_THREADS: u32 = 256;
 /// Consecutive elements each thread of a window prefix scan owns: a tile is
@@ -353,6 +359,8 @@ pub struct Tuning {
     pub host_lock: bool,
     /// `GPUSORT_HOST_PARTITION_IDS`: the host-ids switch when the runtime opens.
     pub host_partition_ids: bool,
+    /// `GPUSORT_PEER_COPIES`: the peer-copy switch when the runtime opens.
+    pub peer_copies: bool,
 }
 
 /// How the windowed locality sort picks its halo.
@@ -422,6 +430,7 @@ impl Tuning {
                 .map_or(MAX_PLACE_RADIUS, |r| r.min(u32::MAX as u64) as u32),
             host_lock: switch("GPUSORT_HOST_LOCK", true),
             host_partition_ids: switch("GPUSORT_HOST_PARTITION_IDS", false),
+            peer_copies: switch("GPUSORT_PEER_COPIES", true),
         }
     }
 
@@ -498,6 +507,7 @@ impl Tuning {
             .collect(),
             "gather.cu" => named(&[("GATHER_THREADS", GATHER_THREADS as u64)]),
             "narrow.cu" => named(&[("NARROW_THREADS", NARROW_THREADS as u64)]),
+            "spread.cu" => named(&[("SPREAD_THREADS", SPREAD_THREADS as u64)]),
             "window.cu" | "window_values.cu" => named(&[
                 ("WINDOW_THREADS", WINDOW_THREADS as u64),
                 ("WINDOW_SCAN_ITEMS", WINDOW_SCAN_ITEMS as u64),
@@ -539,9 +549,10 @@ fn read<T>(
 pub struct Switches {
     host_lock: AtomicBool,
     host_partition_ids: AtomicBool,
+    peer_copies: AtomicBool,
 }
 
-static SWITCHES: Switches = Switches::new(true, false);
+static SWITCHES: Switches = Switches::new(true, false, true);
 
 /// The process's switches: as the environment set them when the runtime opened
 /// ([`Switches::open_with`]), or as a benchmark set them since.
@@ -550,10 +561,11 @@ pub fn switches() -> &'static Switches {
 }
 
 impl Switches {
-    const fn new(host_lock: bool, host_partition_ids: bool) -> Self {
+    const fn new(host_lock: bool, host_partition_ids: bool, peer_copies: bool) -> Self {
         Self {
             host_lock: AtomicBool::new(host_lock),
             host_partition_ids: AtomicBool::new(host_partition_ids),
+            peer_copies: AtomicBool::new(peer_copies),
         }
     }
 
@@ -562,10 +574,16 @@ impl Switches {
         self.host_lock.store(tuning.host_lock, Ordering::Relaxed);
         self.host_partition_ids
             .store(tuning.host_partition_ids, Ordering::Relaxed);
+        self.peer_copies
+            .store(tuning.peer_copies, Ordering::Relaxed);
     }
 
     /// The variables that name a switch.
-    pub const VARIABLES: [&'static str; 2] = ["GPUSORT_HOST_LOCK", "GPUSORT_HOST_PARTITION_IDS"];
+    pub const VARIABLES: [&'static str; 3] = [
+        "GPUSORT_HOST_LOCK",
+        "GPUSORT_HOST_PARTITION_IDS",
+        "GPUSORT_PEER_COPIES",
+    ];
 
     /// Whether idle host regions are page-locked and copied into directly.
     pub fn host_lock(&self) -> bool {
@@ -577,11 +595,18 @@ impl Switches {
         self.host_partition_ids.load(Ordering::Relaxed)
     }
 
+    /// Whether a sort spread over several devices exchanges its rows with peer copies
+    /// where the devices can reach each other's memory (else through host memory).
+    pub fn peer_copies(&self) -> bool {
+        self.peer_copies.load(Ordering::Relaxed)
+    }
+
     /// The state of the switch of `variable`, or `None` for another variable.
     pub fn value(&self, variable: &str) -> Option<bool> {
         match variable {
             "GPUSORT_HOST_LOCK" => Some(self.host_lock()),
             "GPUSORT_HOST_PARTITION_IDS" => Some(self.host_partition_ids()),
+            "GPUSORT_PEER_COPIES" => Some(self.peer_copies()),
             _ => None,
         }
     }
@@ -592,10 +617,11 @@ impl Switches {
         let (flag, on) = match variable {
             "GPUSORT_HOST_LOCK" => (&self.host_lock, true),
             "GPUSORT_HOST_PARTITION_IDS" => (&self.host_partition_ids, false),
+            "GPUSORT_PEER_COPIES" => (&self.peer_copies, true),
             other => {
                 return Err(format!(
                     "{other} is read once, when the device opens; only {} change later",
-                    Self::VARIABLES.join(" and ")
+                    Self::VARIABLES.join(", ")
                 ))
             }
         };
@@ -711,13 +737,17 @@ mod tests {
 
     #[test]
     fn switches_flip_and_refuse_other_variables() {
-        let switches = Switches::new(true, false);
+        let switches = Switches::new(true, false, true);
         switches.set("GPUSORT_HOST_LOCK", "0").unwrap();
         switches.set("GPUSORT_HOST_PARTITION_IDS", "1").unwrap();
         assert!(!switches.host_lock() && switches.host_partition_ids());
         switches.set("GPUSORT_HOST_LOCK", "").unwrap();
         switches.set("GPUSORT_HOST_PARTITION_IDS", "0").unwrap();
         assert!(switches.host_lock() && !switches.host_partition_ids());
+        switches.set("GPUSORT_PEER_COPIES", "0").unwrap();
+        assert!(!switches.peer_copies());
+        switches.set("GPUSORT_PEER_COPIES", "").unwrap();
+        assert!(switches.peer_copies());
         assert!(switches.set("GPUSORT_PLACE_MAX_RADIUS", "2").is_err());
         switches.open_with(&with(&[("GPUSORT_HOST_LOCK", "0")]));
         assert!(!switches.host_lock() && !switches.host_partition_ids());

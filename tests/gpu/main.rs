@@ -31,7 +31,9 @@
 //! - `ranges.rs`: `gpusort sort` of an input larger than its memory by key range on the
 //!   device, against the operator's spilling and merging;
 //! - `devices.rs`: several GPUs in one host: `gpu_sort.devices`, runs spread over the set, a
-//!   failed device left out (tests that need two devices return on a host of one).
+//!   failed device left out (tests that need two devices return on a host of one);
+//! - `spread.rs`: one sort spread over several devices by key ranges, against the one-device
+//!   sort and the host's order (two devices needed past the one-device path).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -161,6 +163,7 @@ mod parquet_pages;
 mod ranges;
 mod routing;
 mod segmented;
+mod spread;
 mod windows;
 
 #[allow(unused_imports)]

@@ -399,7 +399,7 @@ fn parse_variant(spec: &str) -> Result<Vec<Change>> {
                         "--variant {spec}: {variable} is read once, when the device opens; \
                          run the benchmark again with it set instead (only {} change \
                          between runs)",
-                        cuda::Switches::VARIABLES.join(" and ")
+                        cuda::Switches::VARIABLES.join(", ")
                     );
                 }
                 Some(variable) => Change::Env(variable.to_string(), value),

@@ -7,6 +7,7 @@
 //! gpusort bench kernels [--sizes 20,24,26,28] [--cub PATH]   (needs a GPU)
 //! gpusort bench merge [--size 26] [--cub PATH]        segmented and locality sorts vs CUB
 //! gpusort bench sql [--rows N] [--query Q1 ...]         rule on vs off, stage breakdown
+//! gpusort bench spread [--log2-rows 30] [--devices 1 --devices all]   one GPU vs several
 //! ```
 //!
 //! `demo`, `sql` and `sort` run on machines without a GPU (the CPU backend answers).
@@ -14,6 +15,7 @@
 mod bench;
 mod bench_merge;
 mod bench_pages;
+mod bench_spread;
 mod bench_sql;
 mod bench_tables;
 mod bench_tpch;
@@ -226,6 +228,8 @@ enum BenchCommand {
     },
     /// Q1–Q8 on generated tables with gpusort's rule on and off (medians, stage breakdown).
     Sql(bench_sql::SqlBench),
+    /// A host-resident key sort on one device against the same sort spread over several.
+    Spread(bench_spread::SpreadBench),
 }
 
 fn main() {
@@ -378,6 +382,9 @@ async fn run(cli: Cli) -> i32 {
         Command::Bench {
             what: BenchCommand::Sql(options),
         } => bench_sql::run(&options).await,
+        Command::Bench {
+            what: BenchCommand::Spread(options),
+        } => bench_spread::run(&options),
     };
     match result {
         Ok(()) => 0,

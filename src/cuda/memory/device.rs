@@ -280,6 +280,70 @@ impl Device {
         Ok(copy)
     }
 
+    /// Queues a copy of `len` elements of `src` (on device `from`, this one or another)
+    /// from `src_at` on into `dst[dst_at..]`, on this device's stream. Between two devices
+    /// it goes over their peer link where [`Self::share_pool_with`] granted access.
+    ///
+    /// # Safety
+    /// `src` must stay alive and unchanged until the copy has completed on this stream.
+    pub unsafe fn copy_from<T>(
+        &self,
+        dst: &DeviceBuffer<T>,
+        dst_at: usize,
+        from: &Device,
+        src: &DeviceBuffer<T>,
+        src_at: usize,
+        len: usize,
+    ) -> CudaResult<()> {
+        assert!(
+            dst_at + len <= dst.len && src_at + len <= src.len,
+            "a device copy past the end of a buffer"
+        );
+        let size = std::mem::size_of::<T>();
+        let (to, at) = (
+            dst.ptr + (dst_at * size) as u64,
+            src.ptr + (src_at * size) as u64,
+        );
+        if from.ordinal == self.ordinal {
+            return call("cuMemcpyDtoDAsync", unsafe {
+                result::memcpy_dtod_async(to, at, len * size, self.stream)
+            });
+        }
+        // SAFETY: both ranges lie within live buffers (asserted above); the contexts are
+        // retained for the lives of `self` and `from`.
+        call("cuMemcpyPeerAsync", unsafe {
+            sys::cuMemcpyPeerAsync(to, self.context, at, from.context, len * size, self.stream)
+                .result()
+        })
+    }
+
+    /// Lets `reader` access this device's pool memory (its peer copies and kernels) where
+    /// the hardware allows it (NVLink, or PCIe peer-to-peer); false where it does not.
+    pub fn share_pool_with(&self, reader: &Device) -> CudaResult<bool> {
+        let handle = |ordinal: usize| call("cuDeviceGet", result::device::get(ordinal as i32));
+        let (holder, peer) = (handle(self.ordinal)?, handle(reader.ordinal)?);
+        let mut can: std::ffi::c_int = 0;
+        // SAFETY: valid device handles and an out pointer to an int.
+        call("cuDeviceCanAccessPeer", unsafe {
+            sys::cuDeviceCanAccessPeer(&mut can, peer, holder).result()
+        })?;
+        if can == 0 {
+            return Ok(false);
+        }
+        let access = sys::CUmemAccessDesc {
+            location: sys::CUmemLocation {
+                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                id: reader.ordinal as std::ffi::c_int,
+            },
+            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        // SAFETY: a valid pool and one access descriptor.
+        call("cuMemPoolSetAccess", unsafe {
+            sys::cuMemPoolSetAccess(self.pool, &access, 1).result()
+        })?;
+        Ok(true)
+    }
+
     /// Copies a small device buffer back, waiting for it.
     pub fn download_now<T: Copy + Default>(&self, src: &DeviceBuffer<T>) -> CudaResult<Vec<T>> {
         let mut out = vec![T::default(); src.len];
@@ -450,6 +514,50 @@ impl PageLocker for ContextPageLocker {
                 .and_then(|()| sys::cuMemHostUnregister(ptr as *mut c_void).result())
         };
     }
+}
+
+/// Host memory page-locked for every context until this drops: copies to and from it
+/// go straight between host memory and the devices (see [`is_page_locked`]).
+#[derive(Debug)]
+pub struct HostLock {
+    locker: ContextPageLocker,
+    ptr: *mut u8,
+}
+
+// SAFETY: only the address is kept, to unlock it.
+unsafe impl Send for HostLock {}
+
+impl Device {
+    /// Page-locks `memory` (portable: for every device's context) until the returned lock
+    /// drops; `None` where the driver refused.
+    ///
+    /// # Safety
+    /// `memory` must outlive the lock and not be freed or moved while locked.
+    pub unsafe fn lock_host<T>(&self, memory: &[T]) -> Option<HostLock> {
+        let (ptr, len) = (memory.as_ptr() as *mut u8, std::mem::size_of_val(memory));
+        let locker = self.page_locker();
+        (len > 0 && locker.lock(ptr, len)).then_some(HostLock { locker, ptr })
+    }
+}
+
+impl Drop for HostLock {
+    fn drop(&mut self) {
+        self.locker.unlock(self.ptr);
+    }
+}
+
+/// Whether `memory` starts in page-locked host memory (allocated or registered with the
+/// driver), so that a copy can go straight to or from it instead of through the staging
+/// buffers.
+pub fn is_page_locked<T>(memory: &[T]) -> bool {
+    if memory.is_empty() {
+        return false;
+    }
+    let mut flags: std::ffi::c_uint = 0;
+    // SAFETY: the driver only reads the address; it fails for memory it does not know.
+    unsafe { sys::cuMemHostGetFlags(&mut flags, memory.as_ptr() as *mut c_void) }
+        .result()
+        .is_ok()
 }
 
 /// A CUDA event.

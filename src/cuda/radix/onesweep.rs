@@ -247,7 +247,7 @@ impl Onesweep {
             }
             let keys = match &perm {
                 None => word,
-                Some(perm) => self.gather(device, &word, perm, n)?,
+                Some(perm) => self.gather_word(device, &word, perm, n)?,
             };
             let values = perm.take().map_or(Values::RowIds, Values::Given);
             let mut run = PassRun::new(keys, values);
@@ -380,7 +380,7 @@ impl Onesweep {
     }
 
     /// `word[perm[i]]` for every row: the next word in the current order.
-    fn gather(
+    pub(crate) fn gather_word(
         &self,
         device: &Device,
         word: &DeviceBuffer<u64>,

@@ -1,0 +1,94 @@
+//! The devices of one sort spread over several of them: each held (its lease and staging
+//! buffers) for the whole sort, and the sort's steps run on all of them at once, one
+//! thread per device.
+//!
+//! Devices are taken in the order given (ascending ordinals, from the backend), so two
+//! spread sorts never wait for each other's devices in a cycle.
+
+use std::sync::MutexGuard;
+
+use crate::cuda::error::{CudaError, CudaResult};
+use crate::cuda::memory::budget::{DeviceShare, Lease, LeaseKind};
+use crate::cuda::memory::transfer::Staging;
+use crate::cuda::runtime::CudaRuntime;
+
+/// One device held for a spread sort.
+pub(super) struct Held<'a> {
+    /// The device's runtime.
+    pub rt: &'a CudaRuntime,
+    /// The lease: the device is this sort's until it drops.
+    _lease: Lease<'a>,
+    staging: MutexGuard<'a, Staging>,
+}
+
+/// Takes each of `runtimes` in order, as `kind` and `share` say.
+pub(super) fn hold_all<'a>(
+    runtimes: &[&'a CudaRuntime],
+    kind: LeaseKind,
+    share: DeviceShare,
+) -> Vec<Held<'a>> {
+    runtimes
+        .iter()
+        .map(|&rt| {
+            let lease = rt.device.budget.lease(kind, share);
+            let staging = rt.staging.lock().unwrap_or_else(|p| p.into_inner());
+            Held {
+                rt,
+                _lease: lease,
+                staging,
+            }
+        })
+        .collect()
+}
+
+/// One device's view in a step: its runtime and staging buffers, and its part of the
+/// step's state.
+pub(super) struct Step<'s, S> {
+    /// The device's runtime.
+    pub rt: &'s CudaRuntime,
+    /// Its staging buffers.
+    pub staging: &'s mut Staging,
+    /// Its state.
+    pub state: &'s mut S,
+}
+
+/// Runs `work(i, step)` for every device `i` at once, each on a thread of its own bound to
+/// the device, with `states[i]`; the results in device order, or the first error.
+pub(super) fn on_each<S, T, F>(
+    held: &mut [Held<'_>],
+    states: &mut [S],
+    work: F,
+) -> CudaResult<Vec<T>>
+where
+    S: Send,
+    T: Send,
+    F: Fn(usize, Step<'_, S>) -> CudaResult<T> + Sync,
+{
+    assert_eq!(held.len(), states.len(), "one state per held device");
+    let work = &work;
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = held
+            .iter_mut()
+            .zip(states.iter_mut())
+            .enumerate()
+            .map(|(i, (h, state))| {
+                let rt = h.rt;
+                let staging: &mut Staging = &mut h.staging;
+                scope.spawn(move || {
+                    rt.device.bind()?;
+                    work(i, Step { rt, staging, state })
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| {
+                t.join().unwrap_or_else(|_| {
+                    Err(CudaError::Inconsistent(
+                        "a device thread of a spread sort panicked".to_string(),
+                    ))
+                })
+            })
+            .collect()
+    })
+}

@@ -1,0 +1,413 @@
+//! One sort spread over several devices by key ranges, with no merge.
+//!
+//! ```text
+//!  rows 0..n in D contiguous slices, slice d ──its own PCIe link──► device d (key words)
+//!  1. each device samples its keys ─► host: D-1 splitters, (key words, row id) pairs
+//!     (splitters.rs): equal keys split by row id, so ranges stay even and stable
+//!  2. each device classifies its rows by range (spread.cu) and partitions them stably by
+//!     range: one OneSweep pass on the range id; words and global row ids follow
+//!  3. exchange (exchange.rs): device r receives range r's rows from every device in device
+//!     order (row order), peer copies over NVLink, or through host memory
+//!  4. device r sorts range r (OneSweep, stable: ties stay in row order) and sends its row
+//!     ids back over its own link, at range r's place in the permutation
+//! ```
+//!
+//! The ranges concatenate into the one stable order a single device gives. With one device
+//! the steps between the upload and the sort are skipped: the same sort as one GPU's.
+//! Every device is held (`held.rs`) for the whole sort; each step runs on all of them at
+//! once, one thread per device, and ends when every device has finished it.
+
+mod exchange;
+mod held;
+mod splitters;
+
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+use crate::cuda::error::{CudaError, CudaResult};
+use crate::cuda::memory::budget::{DeviceShare, LeaseKind};
+use crate::cuda::memory::device::{is_page_locked, Device, DeviceBuffer};
+use crate::cuda::memory::transfer::Staging;
+use crate::cuda::radix::onesweep::Values;
+use crate::cuda::runtime::CudaRuntime;
+use crate::cuda::spread::{Samples, MAX_SPLITTERS, MAX_WORDS};
+use crate::cuda::tuning::switches;
+use exchange::{HostRows, Layout, Partitioned};
+use held::{hold_all, on_each, Held, Step};
+
+/// Samples each device takes per device of the sort: with D devices, D² × this in all, so
+/// each range's size is within about a percent of n / D.
+const SAMPLES_PER_RANGE: usize = 4096;
+
+/// Where a spread sort's time went, step by step (each step ends when every device is done).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SpreadTimes {
+    /// Each slice's keys up to its device, and the samples back.
+    pub upload: Duration,
+    /// Classifying and partitioning each slice by range (with the splitters' choice).
+    pub partition: Duration,
+    /// The ranges exchanged between devices.
+    pub exchange: Duration,
+    /// Each range sorted on its device (the slowest device).
+    pub sort: Duration,
+    /// Each range's row ids back to the host (the slowest device).
+    pub download: Duration,
+}
+
+/// How a spread sort went.
+#[derive(Debug, Clone)]
+pub struct SpreadSorted {
+    /// Rows each device sorted, in device order.
+    pub range_rows: Vec<usize>,
+    /// Whether the ranges went between devices with peer copies (else through the host).
+    pub peer_copies: bool,
+    /// Whether the keys came up and the permutation went back straight, from and into
+    /// page-locked host memory (else through the staging buffers).
+    pub direct_copies: bool,
+    /// Where the time went.
+    pub times: SpreadTimes,
+}
+
+/// One device's slice of the rows and its keys there.
+#[derive(Default)]
+struct Slice {
+    rows: Range<usize>,
+    words: Vec<DeviceBuffer<u64>>,
+}
+
+/// Sorts the rows keyed by `words` in host memory (each as long as `permutation`, word 0
+/// most significant) over `runtimes`, each device taking a contiguous slice, and writes
+/// their stable sort permutation into `permutation`. Copies go straight from and into
+/// host memory that is page-locked ([`crate::cuda::is_page_locked`]), through the staging
+/// buffers otherwise. Holds every device, in the order given, for the whole sort.
+pub fn sort_host_words(
+    runtimes: &[&CudaRuntime],
+    words: &[&[u64]],
+    permutation: &mut [u32],
+) -> CudaResult<SpreadSorted> {
+    let n = permutation.len();
+    let ordinals: Vec<usize> = runtimes.iter().map(|rt| rt.ordinal()).collect();
+    check_shape(&ordinals, words, n)?;
+    let direct_copies = words.iter().all(|w| is_page_locked(w)) && is_page_locked(permutation);
+    let mut held = hold_all(runtimes, LeaseKind::Gather, DeviceShare::UNLIMITED);
+    let d = held.len();
+    let mut slices: Vec<Slice> = (0..d)
+        .map(|i| Slice {
+            rows: i * n / d..(i + 1) * n / d,
+            words: Vec::new(),
+        })
+        .collect();
+    let mut times = SpreadTimes::default();
+    let started = Instant::now();
+    let samples = on_each(&mut held, &mut slices, |_, step| {
+        let rows = step.state.rows.clone();
+        step.state.words = upload_words(&step.rt.device, step.staging, words, rows.clone())?;
+        if d == 1 {
+            return Ok(Samples::default());
+        }
+        let count = SAMPLES_PER_RANGE * d;
+        let device = &step.rt.device;
+        let words = &step.state.words;
+        step.rt
+            .spreader
+            .sample(device, words, rows.len(), rows.start as u32, count)
+    })?;
+    times.upload = started.elapsed();
+    if d == 1 {
+        return sort_on_one(&mut held, slices, permutation, times, direct_copies);
+    }
+    let started = Instant::now();
+    let chosen = splitters::choose(&samples, words.len(), d);
+    let mut parts: Vec<Option<Partitioned>> = (0..d).map(|_| None).collect();
+    let mut states: Vec<(Slice, &mut Option<Partitioned>)> =
+        slices.into_iter().zip(parts.iter_mut()).collect();
+    let counts = on_each(&mut held, &mut states, |_, step| {
+        let (slice, part) = step.state;
+        let (counts, partitioned) = partition(step.rt, slice, &chosen)?;
+        **part = Some(partitioned);
+        Ok(counts)
+    })?;
+    drop(states);
+    times.partition = started.elapsed();
+    let layout = Layout::new(counts);
+    let started = Instant::now();
+    let devices: Vec<&Device> = runtimes.iter().map(|rt| &rt.device).collect();
+    let peer_copies = switches().peer_copies() && exchange::is_peer_connected(&devices)?;
+    let mut received = exchange_ranges(&mut held, parts, &layout, chosen.ranges(), peer_copies)?;
+    times.exchange = started.elapsed();
+    let range_rows: Vec<usize> = (0..d).map(|r| layout.range_rows(r)).collect();
+    let outputs = split_by_lengths(permutation, &range_rows);
+    let mut states: Vec<_> = received.iter_mut().zip(outputs).collect();
+    let steps = on_each(&mut held, &mut states, |_, step| {
+        let (received, out) = step.state;
+        match received.take() {
+            Some(part) => sort_and_download(step.rt, step.staging, part.words, Some(part.ids), out),
+            None => Ok((Duration::ZERO, Duration::ZERO)),
+        }
+    })?;
+    times.sort = steps.iter().map(|s| s.0).max().unwrap_or_default();
+    times.download = steps.iter().map(|s| s.1).max().unwrap_or_default();
+    Ok(SpreadSorted {
+        range_rows,
+        peer_copies,
+        direct_copies,
+        times,
+    })
+}
+
+/// Refuses shapes the spread kernels cannot take, and a device named twice (it would
+/// wait for itself).
+fn check_shape(ordinals: &[usize], words: &[&[u64]], n: usize) -> CudaResult<()> {
+    let devices = ordinals.len();
+    let repeated = (1..devices).any(|i| ordinals[..i].contains(&ordinals[i]));
+    let fault = if devices == 0 || devices > MAX_SPLITTERS + 1 {
+        Some(format!("{devices} devices (1 to {})", MAX_SPLITTERS + 1))
+    } else if repeated {
+        Some(format!("devices {ordinals:?}, one named twice"))
+    } else if words.is_empty() || words.len() > MAX_WORDS {
+        Some(format!("{} key words (1 to {MAX_WORDS})", words.len()))
+    } else if words.iter().any(|w| w.len() != n) {
+        Some("key words of different lengths".to_string())
+    } else {
+        None
+    };
+    if let Some(fault) = fault {
+        return Err(CudaError::Inconsistent(format!("a spread sort of {fault}")));
+    }
+    if n > u32::MAX as usize {
+        return Err(CudaError::TooLarge {
+            rows: n,
+            max: u32::MAX as usize,
+        });
+    }
+    Ok(())
+}
+
+/// Rows `rows` of every key word, uploaded: straight from page-locked memory, else
+/// through the staging buffers.
+fn upload_words(
+    device: &Device,
+    staging: &mut Staging,
+    words: &[&[u64]],
+    rows: Range<usize>,
+) -> CudaResult<Vec<DeviceBuffer<u64>>> {
+    let uploaded = words
+        .iter()
+        .map(|word| {
+            let slice = &word[rows.clone()];
+            if is_page_locked(slice) {
+                let buffer = device.alloc::<u64>(slice.len(), "key words")?;
+                // SAFETY: `slice` outlives the copy: the device is synchronized below.
+                unsafe { device.upload(&buffer, 0, slice)? };
+                return Ok(buffer);
+            }
+            staging.upload::<u64, _>(device, slice.len(), "key words", |start, out| {
+                out.copy_from_slice(&slice[start..start + out.len()])
+            })
+        })
+        .collect::<CudaResult<Vec<_>>>()?;
+    device.synchronize()?;
+    Ok(uploaded)
+}
+
+/// The one-device sort: the slice is every row.
+fn sort_on_one(
+    held: &mut [Held<'_>],
+    mut slices: Vec<Slice>,
+    permutation: &mut [u32],
+    mut times: SpreadTimes,
+    direct_copies: bool,
+) -> CudaResult<SpreadSorted> {
+    let n = permutation.len();
+    let mut states = vec![(std::mem::take(&mut slices[0].words), permutation)];
+    let steps = on_each(held, &mut states, |_, step| {
+        let (words, out) = step.state;
+        let words = std::mem::take(words);
+        sort_and_download(step.rt, step.staging, words, None, out)
+    })?;
+    drop(states);
+    (times.sort, times.download) = steps[0];
+    Ok(SpreadSorted {
+        range_rows: vec![n],
+        peer_copies: false,
+        direct_copies,
+        times,
+    })
+}
+
+/// Classifies a slice's rows by range and groups them by range, stably: the rows per
+/// range, and the slice's key words and global row ids in that order.
+fn partition(
+    rt: &CudaRuntime,
+    slice: &mut Slice,
+    chosen: &splitters::Splitters,
+) -> CudaResult<(Vec<usize>, Partitioned)> {
+    let device = &rt.device;
+    let (rows, first) = (slice.rows.len(), slice.rows.start as u32);
+    let words = std::mem::take(&mut slice.words);
+    let (ranges, counts) =
+        rt.spreader
+            .classify(device, &words, rows, first, &chosen.words, &chosen.rows)?;
+    let order = match rows {
+        0 => None,
+        _ => {
+            rt.onesweep
+                .sort(device, ranges, Values::RowIds, rows)?
+                .values
+        }
+    };
+    let words = match &order {
+        Some(order) => words
+            .iter()
+            .map(|word| rt.onesweep.gather_word(device, word, order, rows))
+            .collect::<CudaResult<Vec<_>>>()?,
+        None => words,
+    };
+    let ids = rt.spreader.row_ids(device, order.as_ref(), first, rows)?;
+    device.synchronize()?;
+    Ok((counts, Partitioned { words, ids }))
+}
+
+/// The exchange: range `r` of every device's partitioned rows on device `r`, for each of
+/// the `ranges` ranges (devices past them get nothing).
+fn exchange_ranges(
+    held: &mut [Held<'_>],
+    mut parts: Vec<Option<Partitioned>>,
+    layout: &Layout,
+    ranges: usize,
+    peer_copies: bool,
+) -> CudaResult<Vec<Option<Partitioned>>> {
+    let mut received: Vec<Option<Partitioned>> = (0..held.len()).map(|_| None).collect();
+    if peer_copies {
+        let runtimes: Vec<&CudaRuntime> = held.iter().map(|h| h.rt).collect();
+        let sources: Vec<(&Device, &Partitioned)> = runtimes
+            .iter()
+            .zip(&parts)
+            .map(|(rt, p)| (&rt.device, p.as_ref().expect("every device partitioned")))
+            .collect();
+        let pulled = on_each(
+            held,
+            &mut received,
+            |r, step: Step<'_, Option<Partitioned>>| {
+                if r < ranges {
+                    let device = &step.rt.device;
+                    *step.state = Some(exchange::receive_from_peers(device, r, &sources, layout)?);
+                }
+                Ok(())
+            },
+        );
+        drop(sources);
+        // The sources are freed on their own devices once every receiver has its copies.
+        on_each(held, &mut parts, |_, step| {
+            step.state.take();
+            Ok(())
+        })?;
+        pulled?;
+        return Ok(received);
+    }
+    let hosts: Vec<HostRows> = on_each(held, &mut parts, |_, step| {
+        let part = step.state.take().expect("every device partitioned");
+        exchange::to_host(&step.rt.device, step.staging, &part)
+    })?;
+    on_each(held, &mut received, |r, step| {
+        if r < ranges {
+            let device = &step.rt.device;
+            *step.state = Some(exchange::receive_from_host(
+                device,
+                step.staging,
+                r,
+                &hosts,
+                layout,
+            )?);
+        }
+        Ok(())
+    })?;
+    Ok(received)
+}
+
+/// Sorts one device's rows (`words`, with their global row `ids` in the order received;
+/// `None`: rows 0..) and downloads their row ids in sorted order into `out`: the time of
+/// each.
+fn sort_and_download(
+    rt: &CudaRuntime,
+    staging: &mut Staging,
+    words: Vec<DeviceBuffer<u64>>,
+    ids: Option<DeviceBuffer<u32>>,
+    out: &mut [u32],
+) -> CudaResult<(Duration, Duration)> {
+    let device = &rt.device;
+    let n = out.len();
+    let started = Instant::now();
+    let order = if n < 2 {
+        ids
+    } else if words.len() == 1 {
+        let values = ids.map_or(Values::RowIds, Values::Given);
+        let keys = words.into_iter().next().expect("one word");
+        rt.onesweep.sort(device, keys, values, n)?.values
+    } else {
+        match (rt.onesweep.sort_rows_by_words(device, words, n)?, ids) {
+            (Some(perm), Some(ids)) => Some(rt.spreader.gather_u32(device, &ids, &perm, n)?),
+            (perm, ids) => ids.or(perm),
+        }
+    };
+    device.synchronize()?;
+    let sorted = started.elapsed();
+    let started = Instant::now();
+    match order {
+        Some(order) if is_page_locked(out) => {
+            // SAFETY: `out` outlives the copy: the device is synchronized right after.
+            unsafe { device.download(out, &order, 0)? };
+            device.synchronize()?;
+        }
+        Some(order) => {
+            staging.download(device, &order, out)?;
+            device.synchronize()?;
+        }
+        None => out.iter_mut().zip(0u32..).for_each(|(o, i)| *o = i),
+    }
+    Ok((sorted, started.elapsed()))
+}
+
+/// `out` cut into consecutive pieces of `lengths` (which add up to its length).
+fn split_by_lengths<'a>(mut out: &'a mut [u32], lengths: &[usize]) -> Vec<&'a mut [u32]> {
+    let mut pieces = Vec::with_capacity(lengths.len());
+    for &len in lengths {
+        let (piece, rest) = std::mem::take(&mut out).split_at_mut(len);
+        pieces.push(piece);
+        out = rest;
+    }
+    pieces
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_cover_the_output_in_order() {
+        let mut out = [0u32; 6];
+        let pieces = split_by_lengths(&mut out, &[2, 0, 4]);
+        assert_eq!(
+            pieces.iter().map(|p| p.len()).collect::<Vec<_>>(),
+            [2, 0, 4]
+        );
+        for (i, piece) in pieces.into_iter().enumerate() {
+            piece.fill(i as u32);
+        }
+        assert_eq!(out, [0, 0, 2, 2, 2, 2]);
+    }
+
+    #[test]
+    fn shapes_past_the_kernels_are_refused() {
+        let word = [1u64, 2, 3];
+        let two = [0, 1];
+        assert!(check_shape(&two, &[&word], 3).is_ok());
+        assert!(check_shape(&[], &[&word], 3).is_err());
+        assert!(check_shape(&[1, 1], &[&word], 3).is_err());
+        let many: Vec<usize> = (0..MAX_SPLITTERS + 2).collect();
+        assert!(check_shape(&many, &[&word], 3).is_err());
+        assert!(check_shape(&two, &[], 0).is_err());
+        assert!(check_shape(&two, &[&word, &word[..2]], 3).is_err());
+        assert!(check_shape(&two, &[&word; MAX_WORDS + 1], 3).is_err());
+    }
+}
