@@ -22,13 +22,19 @@ use crate::sort::{CpuBackend, SortBackend};
 pub fn resolve_backend(settings: &GpuSortConfig) -> Result<Arc<dyn SortBackend>, String> {
     let faults = FaultScope::from_id(settings.fault_scope);
     let (limit, devices) = (settings.device_memory_limit, settings.devices);
-    let cuda = || CudaBackend::on_devices(limit, devices).map(|cuda| cuda.with_faults(faults));
+    let spread = settings.spread_min_rows;
+    let cuda = || {
+        CudaBackend::on_devices(limit, devices)
+            .map(|cuda| cuda.with_faults(faults).with_spread_min_rows(spread))
+    };
     match settings.backend {
         BackendChoice::Cpu => Ok(Arc::new(CpuBackend)),
         // A device being opened (`cuda::start_opening`) is waited for at the first sort,
         // so that planning and scanning go on meanwhile.
         BackendChoice::Auto if open_state(devices) == OpenState::Opening => Ok(Arc::new(
-            CudaBackend::deferred(limit, devices).with_faults(faults),
+            CudaBackend::deferred(limit, devices)
+                .with_faults(faults)
+                .with_spread_min_rows(spread),
         )),
         BackendChoice::Auto => match cuda() {
             Ok(cuda) => Ok(Arc::new(cuda)),

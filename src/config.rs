@@ -397,6 +397,9 @@ pub(crate) const DEFAULT_INPUT_BATCH_ROWS: usize = 65_536;
 /// Default rows per device run: 2^28 rows of up to 256 key bits fit any lent GPU.
 pub(crate) const DEFAULT_RUN_ROWS: usize = 1 << 28;
 
+/// Default least rows of a run sorted over several devices at once (`spread_min_rows`).
+pub(crate) const DEFAULT_SPREAD_MIN_ROWS: usize = 1 << 27;
+
 gpu_sort_settings! {
     /// Settings of the gpusort operator, under the `gpu_sort` prefix.
     pub struct GpuSortConfig {
@@ -473,6 +476,10 @@ gpu_sort_settings! {
         /// two) or ordinals (`0,2`; `1,` for device 1 alone). Each run goes to the least
         /// busy of them, and `device_memory_limit` applies to each device on its own.
         pub devices: DeviceSelection, default = DeviceSelection::All
+        /// A run of at least this many rows, with fixed-width keys only, is sorted over
+        /// all the usable devices of `devices` at once, each sorting a range of its keys
+        /// (when there are two or more); smaller runs go to one device each.
+        pub spread_min_rows: usize, default = DEFAULT_SPREAD_MIN_ROWS
         /// Tests only: the faults of `gpusort::cuda::FaultScope::from_id(fault_scope)` are
         /// injected into this session's device work (0: none).
         pub fault_scope: u64, default = 0
@@ -681,6 +688,7 @@ mod tests {
             "window_batch_rows",
             "device_memory_limit",
             "devices",
+            "spread_min_rows",
         ] {
             assert!(keys.iter().any(|k| k == key), "{key} missing from {keys:?}");
         }

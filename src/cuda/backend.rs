@@ -21,11 +21,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use datafusion::common::Result;
 
 use crate::config::AlgorithmChoice;
+use crate::config::DEFAULT_SPREAD_MIN_ROWS;
 use crate::config::{DeviceMemoryLimit, DeviceSelection};
 use crate::cuda::encode::encodable_on_device;
 use crate::cuda::error::CudaError;
 use crate::cuda::faults::FaultScope;
 use crate::cuda::memory::budget::DeviceShare;
+use crate::cuda::multi_gpu::{sort_columns_spread, ColumnsSpread};
 use crate::cuda::payload::DeviceRun;
 use crate::cuda::runtime::{
     count_fallback, device_count, first_ordinal, is_settled, note_failure_of, runtime_of,
@@ -34,7 +36,10 @@ use crate::cuda::runtime::{
 use crate::cuda::sort_run::{self, Fitted};
 use crate::cuda::tuning::switches;
 use crate::keys::{column_rows, encode_keys, limb_sources, EncodedKeys, KeyColumn};
-use crate::sort::{CpuBackend, IdTableMaker, KeySort, RunState, Segments, SortBackend, SortedRun};
+use crate::sort::{
+    Algorithm, CpuBackend, DeviceUse, IdTableMaker, KeySort, Permutation, RunState, Segments,
+    SortBackend, SortedRun, TransferTimes,
+};
 
 /// Runs are not split below this many rows: the CPU sorts such a piece about as fast as
 /// the device would, without the merge.
@@ -57,6 +62,8 @@ pub struct CudaBackend {
     limit: DeviceMemoryLimit,
     /// Faults injected into its device work (tests).
     faults: FaultScope,
+    /// Runs of at least this many rows are sorted over every usable device at once.
+    spread_min_rows: usize,
 }
 
 /// Which devices a backend sorts on.
@@ -88,6 +95,14 @@ fn usable_ordinals(opened: &[OpenDevice]) -> Vec<usize> {
 /// A run given to a device: counted in the device's runs in flight until dropped.
 struct Claim<'a> {
     runtime: &'a Arc<CudaRuntime>,
+}
+
+impl<'a> Claim<'a> {
+    /// Counts a run in `runtime`'s runs in flight (the caller holds [`CHOOSING`]).
+    fn of(runtime: &'a Arc<CudaRuntime>) -> Self {
+        runtime.runs_in_flight.fetch_add(1, Ordering::AcqRel);
+        Self { runtime }
+    }
 }
 
 impl Drop for Claim<'_> {
@@ -137,6 +152,7 @@ impl CudaBackend {
             selection,
             limit,
             faults: FaultScope::NONE,
+            spread_min_rows: DEFAULT_SPREAD_MIN_ROWS,
         }
     }
 
@@ -215,23 +231,24 @@ impl CudaBackend {
                 d.runtime.device_memory().used,
             )
         })?;
-        chosen.runtime.runs_in_flight.fetch_add(1, Ordering::AcqRel);
         let share = DeviceShare {
             limit: chosen.limit,
             faults: self.faults,
         };
-        Some((
-            Claim {
-                runtime: &chosen.runtime,
-            },
-            share,
-        ))
+        Some((Claim::of(&chosen.runtime), share))
     }
 
     /// The ordinals of the usable devices this backend sorts on (opening them if needed):
     /// empty when none is usable.
     pub fn device_ordinals(&self) -> Vec<usize> {
         usable_ordinals(self.open().unwrap_or_default())
+    }
+
+    /// This backend sorting runs of at least `rows` rows over all its usable devices at
+    /// once, each a range of the keys (`gpu_sort.spread_min_rows`).
+    pub fn with_spread_min_rows(mut self, rows: usize) -> Self {
+        self.spread_min_rows = rows;
+        self
     }
 
     /// This backend with the faults `scope` arms injected into its device work (tests).
@@ -279,6 +296,9 @@ impl CudaBackend {
         if !encodable_on_device(columns) {
             return Ok(KeySort::OnHost);
         }
+        if let Some(run) = self.sort_spread(columns, algorithm, segments) {
+            return Ok(KeySort::Sorted(run));
+        }
         let Some((claim, share)) = self.device() else {
             return Ok(KeySort::OnHost);
         };
@@ -312,6 +332,61 @@ impl CudaBackend {
         let mut run = self.with_empty_state(cpu_fallback(&keys, algorithm, segments, self.faults)?);
         run.refine_keys = (!keys.long_keys.is_empty()).then_some(keys);
         Ok(KeySort::Sorted(run))
+    }
+
+    /// A run of at least `spread_min_rows` rows of fixed-width keys, with no segments and
+    /// no other algorithm asked for, sorted over every usable device at once by key ranges
+    /// (`multi_gpu/`) when there are two or more; its payload is gathered on the first.
+    /// `None` leaves the run to one device: too small, devices short of memory now, or a
+    /// failure (noted; a fatal one disables its device).
+    fn sort_spread(
+        &self,
+        columns: &[KeyColumn],
+        algorithm: AlgorithmChoice,
+        segments: Option<&Segments>,
+    ) -> Option<SortedRun> {
+        let rows = columns.first().map_or(0, column_rows);
+        let radix = matches!(algorithm, AlgorithmChoice::Auto | AlgorithmChoice::Onesweep);
+        if rows < self.spread_min_rows.max(2) || segments.is_some() || !radix {
+            return None;
+        }
+        if !is_fixed_width(columns) {
+            return None;
+        }
+        let chosen: Vec<&OpenDevice> = usable(self.open().ok()?).collect();
+        if chosen.len() < 2 {
+            return None;
+        }
+        let _claims: Vec<Claim<'_>> = {
+            let _choosing = CHOOSING.lock().unwrap_or_else(|p| p.into_inner());
+            chosen.iter().map(|d| Claim::of(&d.runtime)).collect()
+        };
+        let share = DeviceShare {
+            limit: chosen.iter().map(|d| d.limit).min()?,
+            faults: self.faults,
+        };
+        let runtimes: Vec<&CudaRuntime> = chosen.iter().map(|d| d.runtime.as_ref()).collect();
+        let first = &chosen[0].runtime;
+        let mut permutation = first.idle_permutations.take(rows);
+        match sort_columns_spread(&runtimes, columns, &mut permutation, share) {
+            Ok(Some(spread)) => Some(spread_run(first, permutation, spread, share)),
+            Ok(None) => {
+                first.idle_permutations.give_back(permutation);
+                None
+            }
+            Err(failure) => {
+                first.idle_permutations.give_back(permutation);
+                match failure.ordinal {
+                    Some(ordinal) => note_failure(ordinal, &failure.error, rows),
+                    None => log::warn!(
+                        "gpusort: sorting {rows} rows over several devices failed ({}); \
+                         sorting them on one",
+                        failure.error
+                    ),
+                }
+                None
+            }
+        }
     }
 
     /// `run` (sorted by the CPU backend after the device failed or was disabled) with a
@@ -430,6 +505,48 @@ impl SortBackend for CudaBackend {
                 Ok(None)
             }
         }
+    }
+}
+
+/// Whether every key column is fixed-width (the keys a spread sort takes).
+fn is_fixed_width(columns: &[KeyColumn]) -> bool {
+    columns.iter().all(|c| {
+        c.arrays
+            .first()
+            .is_none_or(|a| limb_sources(a.data_type()).is_some())
+    })
+}
+
+/// The sorted run of a spread sort: its permutation (from `first`'s idle vectors) and a
+/// state whose payload gather runs on `first`.
+fn spread_run(
+    first: &Arc<CudaRuntime>,
+    permutation: Vec<u32>,
+    spread: ColumnsSpread,
+    share: DeviceShare,
+) -> SortedRun {
+    let rows = permutation.len();
+    let times = spread.sorted.times;
+    let spread_devices = spread
+        .sorted
+        .ordinals
+        .iter()
+        .fold(0u32, |set, &d| set | 1 << d);
+    SortedRun {
+        permutation: Permutation::with_home(permutation, Arc::clone(&first.idle_permutations) as _),
+        algorithm: Algorithm::Radix,
+        h2d_bytes: spread.h2d_bytes,
+        d2h_bytes: rows * 4,
+        transfer: TransferTimes {
+            upload: times.upload,
+            download: times.download,
+        },
+        state: Some(Box::new(DeviceRun::empty(Arc::clone(first), share))),
+        device: DeviceUse {
+            spread_devices,
+            ..DeviceUse::default()
+        },
+        ..SortedRun::default()
     }
 }
 

@@ -488,6 +488,86 @@ impl Encoder {
     }
 }
 
+/// A slice of a run's fixed-width key columns on one device of a sort spread over several
+/// (`multi_gpu/`): uploaded, with the fields the whole run's columns have, so that every
+/// device packs its slice by the same reductions into comparable words.
+pub(crate) struct SliceUpload {
+    fields: Vec<FieldSource>,
+    /// The buffers `fields` read, kept until the words are packed.
+    _columns: Vec<ColumnOnDevice>,
+    /// Bytes uploaded.
+    pub h2d_bytes: usize,
+}
+
+impl Encoder {
+    /// Uploads the `rows` rows of `columns` (fixed-width; a slice of a run whose column `c`
+    /// has a null somewhere when `nullable[c]`) and reads their fields' statistics, which
+    /// the caller merges over every slice for [`Self::pack_slice`].
+    pub(crate) fn upload_slice(
+        &self,
+        device: &Device,
+        staging: &mut Staging,
+        columns: &[KeyColumn],
+        nullable: &[bool],
+        rows: usize,
+        narrowing: Option<&Narrowing>,
+    ) -> CudaResult<(SliceUpload, Vec<FieldStats>)> {
+        let mut upload = SliceUpload {
+            fields: Vec::new(),
+            _columns: Vec::with_capacity(columns.len()),
+            h2d_bytes: 0,
+        };
+        for (column, &nullable) in columns.iter().zip(nullable) {
+            let (buffers, bytes) = upload_column(device, staging, column, narrowing)?;
+            if buffers.raw.as_ref().is_some_and(|r| r.view_data.is_some()) {
+                return Err(inconsistent(
+                    "a byte-like key in a sort spread over devices".to_string(),
+                ));
+            }
+            upload.h2d_bytes += bytes;
+            let base = base_source(column, &buffers);
+            let fields = fields_with_flag(base, &buffers.sources, nullable);
+            upload.fields.extend(fields);
+            upload._columns.push(buffers);
+        }
+        let stats = self.field_stats(device, &upload.fields, rows)?;
+        Ok((upload, stats))
+    }
+
+    /// The `rows` rows of `upload` packed into 64-bit key words by the reductions of
+    /// `stats` (the whole run's, field by field); none when every key is equal.
+    pub(crate) fn pack_slice(
+        &self,
+        device: &Device,
+        upload: &SliceUpload,
+        stats: &[FieldStats],
+        rows: usize,
+    ) -> CudaResult<Vec<DeviceBuffer<u64>>> {
+        if stats.len() != upload.fields.len() {
+            return Err(inconsistent(format!(
+                "{} field statistics for {} fields",
+                stats.len(),
+                upload.fields.len()
+            )));
+        }
+        let reduced: Vec<(FieldSource, Reduction)> = upload
+            .fields
+            .iter()
+            .zip(stats)
+            .filter_map(|(field, stats)| stats.reduction().map(|r| (*field, r)))
+            .collect();
+        let widths: Vec<u32> = reduced.iter().map(|(_, r)| r.width).collect();
+        let total_bits: u32 = widths.iter().sum();
+        (0..total_bits.div_ceil(64) as usize)
+            .map(|w| {
+                let word = device.alloc::<u64>(rows, "key words")?;
+                self.pack_word(device, &reduced, &widths, w, 64, &word, rows)?;
+                Ok(word)
+            })
+            .collect()
+    }
+}
+
 /// The field of partition ids made by `encode_partition_ids` (u16, never null).
 fn id_field(ids: &DeviceBuffer<u16>) -> FieldSource {
     FieldSource {
@@ -552,7 +632,13 @@ fn base_source(column: &KeyColumn, buffers: &ColumnOnDevice) -> FieldSource {
 
 /// The fields of a fixed-width column, in the host encoder's order: null flag, then limbs.
 fn fixed_fields(base: FieldSource, sources: &[LimbSource]) -> Vec<FieldSource> {
-    let flag = (base.valid != 0).then_some(base);
+    fields_with_flag(base, sources, base.valid != 0)
+}
+
+/// [`fixed_fields`], the null flag there when `flag` says (a column with no validity
+/// bitmap has every row valid: its flag is constant).
+fn fields_with_flag(base: FieldSource, sources: &[LimbSource], flag: bool) -> Vec<FieldSource> {
+    let flag = flag.then_some(base);
     let limbs = sources.iter().map(|source| FieldSource {
         stride: source.stride,
         offset: source.offset,

@@ -101,6 +101,7 @@ fn device_use(lease: &Lease<'_>) -> DeviceUse {
         peak_bytes: lease.peak_bytes(),
         wait: lease.waited,
         ordinal: Some(lease.ordinal()),
+        spread_devices: 0,
     }
 }
 

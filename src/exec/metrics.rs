@@ -88,6 +88,9 @@ pub(super) struct DeviceRuns {
     counts: Arc<Mutex<Vec<(usize, Count)>>>,
 }
 
+/// The key of the `spread_runs` counter among the `device<N>_runs` ones.
+const SPREAD: usize = usize::MAX;
+
 impl DeviceRuns {
     fn add(&self, ordinal: usize) {
         let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
@@ -95,10 +98,22 @@ impl DeviceRuns {
             count.add(1);
             return;
         }
-        let count =
-            MetricBuilder::new(&self.set).counter(format!("device{ordinal}_runs"), self.partition);
+        let name = match ordinal {
+            SPREAD => "spread_runs".to_string(),
+            d => format!("device{d}_runs"),
+        };
+        let count = MetricBuilder::new(&self.set).counter(name, self.partition);
         count.add(1);
         counts.push((ordinal, count));
+    }
+
+    /// A run spread over the devices of `devices` (bit `d`: device `d`): counted in each
+    /// one's `device<N>_runs` and in `spread_runs`.
+    fn add_spread(&self, devices: u32) {
+        (0..32)
+            .filter(|d| devices >> d & 1 == 1)
+            .for_each(|d| self.add(d));
+        self.add(SPREAD);
     }
 }
 
@@ -173,6 +188,9 @@ impl SortMetrics {
         self.device_wait_time.add_duration(run.device.wait);
         if let Some(ordinal) = run.device.ordinal {
             self.device_runs.add(ordinal);
+        }
+        if run.device.spread_devices != 0 {
+            self.device_runs.add_spread(run.device.spread_devices);
         }
         let index = Algorithm::ALL
             .iter()

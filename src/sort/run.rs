@@ -179,8 +179,11 @@ pub struct DeviceUse {
     pub peak_bytes: usize,
     /// Time spent waiting for the device (other work on it, or memory other runs held).
     pub wait: Duration,
-    /// The device that sorted the run (`None`: the host did).
+    /// The device that sorted the run (`None`: the host did, or several devices).
     pub ordinal: Option<usize>,
+    /// The devices a run spread over by key ranges sorted, as a set of ordinals (bit `d`:
+    /// device `d`); 0 when one device or the host sorted it.
+    pub spread_devices: u32,
 }
 
 /// Where a device sort's wall time went besides the sort kernels themselves.

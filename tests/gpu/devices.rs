@@ -223,3 +223,94 @@ async fn failed_device_child() {
     assert!(cuda::runtime_of(1).unwrap_err().contains("disabled"));
     assert!(cuda::runtime_of(0).is_ok());
 }
+
+/// A session whose runs of at least `spread_min_rows` rows are sorted over all its devices
+/// at once (`gpu_sort.spread_min_rows`); `devices` as `gpu_sort.devices` takes them.
+fn spread_session(devices: &str, spread_min_rows: usize) -> datafusion::prelude::SessionContext {
+    let mut gpu = gpusort::GpuSortConfig::forced_cpu();
+    gpu.backend = Cuda;
+    gpu.devices = devices.parse().unwrap();
+    gpu.run_rows = 1 << 22;
+    gpu.spread_min_rows = spread_min_rows;
+    gpusort::gpu_sort_context_with(common::session_config(4, 8192), gpu)
+}
+
+/// `rows` rows: `k` (Int64, a null every 13th row, repeats), `d` (Float64 with NaN, -0.0,
+/// +0.0 and infinities), `b` (Int32, 5 values), `rid`, in 4 partitions.
+fn mixed_table(rows: usize, label: &str) -> Vec<Vec<RecordBatch>> {
+    use datafusion::arrow::array::{Float64Array, Int32Array};
+    let keys = random_keys(rows, label, |x| x);
+    let specials = [
+        f64::NAN,
+        -0.0,
+        0.0,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        -f64::NAN,
+    ];
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("d", DataType::Float64, false),
+        Field::new("b", DataType::Int32, false),
+        Field::new("rid", DataType::Int64, false),
+    ]));
+    let k = Int64Array::from_iter(
+        (0..rows).map(|i| (i % 13 != 5).then_some((keys[i] % 50_000) as i64 - 25_000)),
+    );
+    let d = Float64Array::from_iter_values((0..rows).map(|i| match keys[i] % 97 {
+        s @ 0..=5 => specials[s as usize],
+        v => (v as f64 - 48.0) / 4.0,
+    }));
+    let b = Int32Array::from_iter_values(keys.iter().map(|x| (x >> 40) as i32 % 5));
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(k),
+            Arc::new(d),
+            Arc::new(b),
+            Arc::new(Int64Array::from_iter_values(0..rows as i64)),
+        ],
+    )
+    .unwrap();
+    let per = rows / 4;
+    (0..4).map(|p| vec![batch.slice(p * per, per)]).collect()
+}
+
+/// A run at least `spread_min_rows` long is sorted over both devices by key ranges: the
+/// answers are DataFusion's (nulls, float order, directions), ties keep input order as on
+/// one device, and the run counts on every device and in `spread_runs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a CUDA GPU"]
+async fn large_runs_spread_over_the_devices() {
+    if device().is_none() || !two_devices() {
+        return;
+    }
+    let table = mixed_table((1 << 21) + 12, "spread session");
+    let ctx = spread_session("all", 1 << 16);
+    for sql in [
+        "SELECT * FROM t ORDER BY k NULLS FIRST, d DESC, b, rid",
+        "SELECT k, d, rid FROM t ORDER BY d, k DESC NULLS LAST, rid",
+        "SELECT b, rid FROM t ORDER BY b DESC, rid",
+    ] {
+        let (plan, text) = same_as_datafusion(&ctx, &table, sql).await;
+        assert_eq!(gpu_sort_metric(&plan, "gpu_fallbacks"), 0, "{sql}");
+        assert!(gpu_sort_metric(&plan, "spread_runs") >= 1, "{sql}: {text}");
+        assert!(
+            runs_by_device(&plan, 2).iter().all(|&r| r >= 1),
+            "{sql}: {text}"
+        );
+    }
+    // Ties without a tiebreak: the input order (one partition, so it is fixed), as one
+    // device keeps it.
+    let (ctx, one) = (spread_session("all", 1 << 16), spread_session("1", 1 << 16));
+    let single_partition: Vec<RecordBatch> = table.iter().flatten().cloned().collect();
+    common::register(&[&ctx, &one], "t", vec![single_partition]);
+    let sql = "SELECT b, rid FROM t ORDER BY b";
+    let spread = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+    let single = one.sql(sql).await.unwrap().collect().await.unwrap();
+    let schema = spread[0].schema();
+    assert_eq!(
+        datafusion::arrow::compute::concat_batches(&schema, &spread).unwrap(),
+        datafusion::arrow::compute::concat_batches(&schema, &single).unwrap(),
+    );
+}

@@ -174,7 +174,7 @@ fn page_locked_keys_go_straight_and_sort_the_same() {
         locks.0.is_some() && locks.1.is_some(),
         "page-locking failed"
     );
-    assert!(cuda::is_page_locked(&keys[n / 2..]) && !cuda::is_page_locked(&vec![0u8; 8]));
+    assert!(cuda::is_page_locked(&keys[n / 2..]) && !cuda::is_page_locked(&[0u8; 8]));
     let devices = all_devices();
     for count in 1..=devices.len().min(2) {
         let refs: Vec<&CudaRuntime> = devices[..count].iter().map(|r| r.as_ref()).collect();

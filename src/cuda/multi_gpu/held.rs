@@ -17,8 +17,15 @@ pub(super) struct Held<'a> {
     /// The device's runtime.
     pub rt: &'a CudaRuntime,
     /// The lease: the device is this sort's until it drops.
-    _lease: Lease<'a>,
+    lease: Lease<'a>,
     staging: MutexGuard<'a, Staging>,
+}
+
+impl Held<'_> {
+    /// Device memory free within the lease's limit when it was granted.
+    pub(super) fn available(&self) -> usize {
+        self.lease.available
+    }
 }
 
 /// Takes each of `runtimes` in order, as `kind` and `share` say.
@@ -32,11 +39,7 @@ pub(super) fn hold_all<'a>(
         .map(|&rt| {
             let lease = rt.device.budget.lease(kind, share);
             let staging = rt.staging.lock().unwrap_or_else(|p| p.into_inner());
-            Held {
-                rt,
-                _lease: lease,
-                staging,
-            }
+            Held { rt, lease, staging }
         })
         .collect()
 }
@@ -52,13 +55,31 @@ pub(super) struct Step<'s, S> {
     pub state: &'s mut S,
 }
 
+/// A spread sort's failure, and the device it happened on (`None`: on the host).
+#[derive(Debug)]
+pub(crate) struct Failure {
+    /// The device whose step failed.
+    pub ordinal: Option<usize>,
+    /// What failed.
+    pub error: CudaError,
+}
+
+impl From<CudaError> for Failure {
+    fn from(error: CudaError) -> Self {
+        Self {
+            ordinal: None,
+            error,
+        }
+    }
+}
+
 /// Runs `work(i, step)` for every device `i` at once, each on a thread of its own bound to
-/// the device, with `states[i]`; the results in device order, or the first error.
+/// the device, with `states[i]`; the results in device order, or the first failure.
 pub(super) fn on_each<S, T, F>(
     held: &mut [Held<'_>],
     states: &mut [S],
     work: F,
-) -> CudaResult<Vec<T>>
+) -> Result<Vec<T>, Failure>
 where
     S: Send,
     T: Send,
@@ -75,8 +96,12 @@ where
                 let rt = h.rt;
                 let staging: &mut Staging = &mut h.staging;
                 scope.spawn(move || {
-                    rt.device.bind()?;
-                    work(i, Step { rt, staging, state })
+                    let step = Step { rt, staging, state };
+                    let done = rt.device.bind().and_then(|()| work(i, step));
+                    done.map_err(|error| Failure {
+                        ordinal: Some(rt.ordinal()),
+                        error,
+                    })
                 })
             })
             .collect();
@@ -84,9 +109,9 @@ where
             .into_iter()
             .map(|t| {
                 t.join().unwrap_or_else(|_| {
-                    Err(CudaError::Inconsistent(
+                    Err(Failure::from(CudaError::Inconsistent(
                         "a device thread of a spread sort panicked".to_string(),
-                    ))
+                    )))
                 })
             })
             .collect()

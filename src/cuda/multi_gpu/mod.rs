@@ -24,15 +24,23 @@ mod splitters;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
+use arrow::array::Array;
+use arrow::datatypes::DataType;
+use datafusion::arrow;
+
+use crate::cuda::encode::SliceUpload;
 use crate::cuda::error::{CudaError, CudaResult};
 use crate::cuda::memory::budget::{DeviceShare, LeaseKind};
 use crate::cuda::memory::device::{is_page_locked, Device, DeviceBuffer};
 use crate::cuda::memory::transfer::Staging;
 use crate::cuda::radix::onesweep::Values;
 use crate::cuda::runtime::CudaRuntime;
-use crate::cuda::spread::{Samples, MAX_SPLITTERS, MAX_WORDS};
+use crate::cuda::sort_run::columns_bytes;
+use crate::cuda::spread::{MAX_SPLITTERS, MAX_WORDS};
 use crate::cuda::tuning::switches;
+use crate::keys::{FieldStats, KeyColumn};
 use exchange::{HostRows, Layout, Partitioned};
+pub(crate) use held::Failure;
 use held::{hold_all, on_each, Held, Step};
 
 /// Samples each device takes per device of the sort: with D devices, D² × this in all, so
@@ -57,6 +65,8 @@ pub struct SpreadTimes {
 /// How a spread sort went.
 #[derive(Debug, Clone)]
 pub struct SpreadSorted {
+    /// The devices, in the order their ranges follow each other.
+    pub ordinals: Vec<usize>,
     /// Rows each device sorted, in device order.
     pub range_rows: Vec<usize>,
     /// Whether the ranges went between devices with peer copies (else through the host).
@@ -72,7 +82,19 @@ pub struct SpreadSorted {
 #[derive(Default)]
 struct Slice {
     rows: Range<usize>,
+    /// Its key columns on the device, before they are packed into words.
+    upload: Option<SliceUpload>,
     words: Vec<DeviceBuffer<u64>>,
+}
+
+/// `n` rows cut into `d` contiguous slices.
+fn cut(n: usize, d: usize) -> Vec<Slice> {
+    (0..d)
+        .map(|i| Slice {
+            rows: i * n / d..(i + 1) * n / d,
+            ..Slice::default()
+        })
+        .collect()
 }
 
 /// Sorts the rows keyed by `words` in host memory (each as long as `permutation`, word 0
@@ -90,38 +112,183 @@ pub fn sort_host_words(
     check_shape(&ordinals, words, n)?;
     let direct_copies = words.iter().all(|w| is_page_locked(w)) && is_page_locked(permutation);
     let mut held = hold_all(runtimes, LeaseKind::Gather, DeviceShare::UNLIMITED);
-    let d = held.len();
-    let mut slices: Vec<Slice> = (0..d)
-        .map(|i| Slice {
-            rows: i * n / d..(i + 1) * n / d,
-            words: Vec::new(),
-        })
-        .collect();
-    let mut times = SpreadTimes::default();
+    let mut slices = cut(n, held.len());
     let started = Instant::now();
-    let samples = on_each(&mut held, &mut slices, |_, step| {
+    on_each(&mut held, &mut slices, |_, step| {
         let rows = step.state.rows.clone();
-        step.state.words = upload_words(&step.rt.device, step.staging, words, rows.clone())?;
-        if d == 1 {
-            return Ok(Samples::default());
+        step.state.words = upload_words(&step.rt.device, step.staging, words, rows)?;
+        Ok(())
+    })
+    .map_err(|f| f.error)?;
+    let upload = started.elapsed();
+    let mut sorted =
+        sort_loaded(&mut held, slices, words.len(), permutation).map_err(|f| f.error)?;
+    sorted.times.upload += upload;
+    sorted.direct_copies = direct_copies;
+    Ok(sorted)
+}
+
+/// A run's key columns sorted over several devices.
+pub(crate) struct ColumnsSpread {
+    /// How it went.
+    pub sorted: SpreadSorted,
+    /// Bytes of key columns uploaded.
+    pub h2d_bytes: usize,
+}
+
+/// Sorts a run's fixed-width key `columns` (as long as `permutation`) over `runtimes`
+/// within `share`: each device uploads a contiguous slice of the columns, the statistics
+/// of every slice's fields are merged so that all devices pack comparable words, and the
+/// words are sorted as [`sort_host_words`] sorts them. `None` when some device lacks the
+/// memory now (the caller sorts the run on one device, in pieces if need be).
+pub(crate) fn sort_columns_spread(
+    runtimes: &[&CudaRuntime],
+    columns: &[KeyColumn],
+    permutation: &mut [u32],
+    share: DeviceShare,
+) -> Result<Option<ColumnsSpread>, Failure> {
+    let n = permutation.len();
+    let d = runtimes.len();
+    let ordinals: Vec<usize> = runtimes.iter().map(|rt| rt.ordinal()).collect();
+    check_shape(&ordinals, &[&[]], 0)?;
+    if n > u32::MAX as usize {
+        return Ok(None);
+    }
+    // Each device's slice, its words, and its share of the partition and the exchange.
+    let bytes = columns_bytes(columns, n) / d * 3 / 2;
+    let mut held = hold_all(runtimes, LeaseKind::Sort { bytes }, share);
+    if held.iter().any(|h| h.available() < bytes) {
+        return Ok(None);
+    }
+    let nullable: Vec<bool> = columns.iter().map(has_nulls).collect();
+    let mut slices = cut(n, d);
+    let started = Instant::now();
+    let stats = on_each(&mut held, &mut slices, |_, step| {
+        let (rt, slice) = (step.rt, step.state);
+        let part = slice_columns(columns, slice.rows.clone());
+        let rows = slice.rows.len();
+        let (upload, stats) = rt.encoder.upload_slice(
+            &rt.device,
+            step.staging,
+            &part,
+            &nullable,
+            rows,
+            Some(&rt.narrowing),
+        )?;
+        slice.upload = Some(upload);
+        Ok(stats)
+    })?;
+    let merged = merge_stats(&stats)?;
+    let h2d_bytes = slices
+        .iter()
+        .filter_map(|s| s.upload.as_ref())
+        .map(|u| u.h2d_bytes)
+        .sum();
+    on_each(&mut held, &mut slices, |_, step| {
+        let (rt, slice) = (step.rt, step.state);
+        let upload = slice.upload.take().expect("every slice uploaded");
+        slice.words = rt
+            .encoder
+            .pack_slice(&rt.device, &upload, &merged, slice.rows.len())?;
+        drop(upload);
+        rt.device.synchronize()
+    })?;
+    let upload = started.elapsed();
+    let word_count = slices[0].words.len();
+    let mut sorted = match word_count {
+        // Every key equal: the input order.
+        0 => {
+            permutation.iter_mut().zip(0u32..).for_each(|(p, i)| *p = i);
+            SpreadSorted {
+                ordinals,
+                range_rows: vec![n],
+                peer_copies: false,
+                direct_copies: false,
+                times: SpreadTimes::default(),
+            }
         }
+        _ => sort_loaded(&mut held, slices, word_count, permutation)?,
+    };
+    sorted.times.upload += upload;
+    Ok(Some(ColumnsSpread { sorted, h2d_bytes }))
+}
+
+/// Whether some row of `column` is null.
+fn has_nulls(column: &KeyColumn) -> bool {
+    column
+        .arrays
+        .iter()
+        .any(|a| a.data_type() != &DataType::Null && a.null_count() > 0)
+}
+
+/// Rows `rows` of every key column (its arrays sliced, none copied).
+fn slice_columns(columns: &[KeyColumn], rows: Range<usize>) -> Vec<KeyColumn> {
+    columns
+        .iter()
+        .map(|column| {
+            let mut arrays = Vec::new();
+            let mut at = 0;
+            for array in &column.arrays {
+                let (lo, hi) = (rows.start.max(at), rows.end.min(at + array.len()));
+                if lo < hi {
+                    arrays.push(array.slice(lo - at, hi - lo));
+                }
+                at += array.len();
+            }
+            KeyColumn {
+                arrays,
+                options: column.options,
+            }
+        })
+        .collect()
+}
+
+/// Every slice's field statistics merged field by field.
+fn merge_stats(stats: &[Vec<FieldStats>]) -> CudaResult<Vec<FieldStats>> {
+    let fields = stats.first().map_or(0, Vec::len);
+    if stats.iter().any(|s| s.len() != fields) {
+        return Err(CudaError::Inconsistent(
+            "slices of one run with different key fields".to_string(),
+        ));
+    }
+    Ok((0..fields)
+        .map(|f| {
+            stats
+                .iter()
+                .map(|s| s[f])
+                .reduce(FieldStats::merge)
+                .expect("at least one slice")
+        })
+        .collect())
+}
+
+/// The steps after every device holds its slice's `word_count` key words: splitters,
+/// partition, exchange, each range's sort, the permutation back into `permutation`.
+fn sort_loaded(
+    held: &mut [Held<'_>],
+    mut slices: Vec<Slice>,
+    word_count: usize,
+    permutation: &mut [u32],
+) -> Result<SpreadSorted, Failure> {
+    let d = held.len();
+    let mut times = SpreadTimes::default();
+    if d == 1 {
+        return sort_on_one(held, slices, permutation, times);
+    }
+    let started = Instant::now();
+    let samples = on_each(held, &mut slices, |_, step| {
+        let (rows, words) = (step.state.rows.clone(), &step.state.words);
         let count = SAMPLES_PER_RANGE * d;
         let device = &step.rt.device;
-        let words = &step.state.words;
         step.rt
             .spreader
             .sample(device, words, rows.len(), rows.start as u32, count)
     })?;
-    times.upload = started.elapsed();
-    if d == 1 {
-        return sort_on_one(&mut held, slices, permutation, times, direct_copies);
-    }
-    let started = Instant::now();
-    let chosen = splitters::choose(&samples, words.len(), d);
+    let chosen = splitters::choose(&samples, word_count, d);
     let mut parts: Vec<Option<Partitioned>> = (0..d).map(|_| None).collect();
     let mut states: Vec<(Slice, &mut Option<Partitioned>)> =
         slices.into_iter().zip(parts.iter_mut()).collect();
-    let counts = on_each(&mut held, &mut states, |_, step| {
+    let counts = on_each(held, &mut states, |_, step| {
         let (slice, part) = step.state;
         let (counts, partitioned) = partition(step.rt, slice, &chosen)?;
         **part = Some(partitioned);
@@ -131,14 +298,14 @@ pub fn sort_host_words(
     times.partition = started.elapsed();
     let layout = Layout::new(counts);
     let started = Instant::now();
-    let devices: Vec<&Device> = runtimes.iter().map(|rt| &rt.device).collect();
+    let devices: Vec<&Device> = held.iter().map(|h| &h.rt.device).collect();
     let peer_copies = switches().peer_copies() && exchange::is_peer_connected(&devices)?;
-    let mut received = exchange_ranges(&mut held, parts, &layout, chosen.ranges(), peer_copies)?;
+    let mut received = exchange_ranges(held, parts, &layout, chosen.ranges(), peer_copies)?;
     times.exchange = started.elapsed();
     let range_rows: Vec<usize> = (0..d).map(|r| layout.range_rows(r)).collect();
     let outputs = split_by_lengths(permutation, &range_rows);
     let mut states: Vec<_> = received.iter_mut().zip(outputs).collect();
-    let steps = on_each(&mut held, &mut states, |_, step| {
+    let steps = on_each(held, &mut states, |_, step| {
         let (received, out) = step.state;
         match received.take() {
             Some(part) => sort_and_download(step.rt, step.staging, part.words, Some(part.ids), out),
@@ -148,9 +315,10 @@ pub fn sort_host_words(
     times.sort = steps.iter().map(|s| s.0).max().unwrap_or_default();
     times.download = steps.iter().map(|s| s.1).max().unwrap_or_default();
     Ok(SpreadSorted {
+        ordinals: held.iter().map(|h| h.rt.ordinal()).collect(),
         range_rows,
         peer_copies,
-        direct_copies,
+        direct_copies: false,
         times,
     })
 }
@@ -216,8 +384,7 @@ fn sort_on_one(
     mut slices: Vec<Slice>,
     permutation: &mut [u32],
     mut times: SpreadTimes,
-    direct_copies: bool,
-) -> CudaResult<SpreadSorted> {
+) -> Result<SpreadSorted, Failure> {
     let n = permutation.len();
     let mut states = vec![(std::mem::take(&mut slices[0].words), permutation)];
     let steps = on_each(held, &mut states, |_, step| {
@@ -228,9 +395,10 @@ fn sort_on_one(
     drop(states);
     (times.sort, times.download) = steps[0];
     Ok(SpreadSorted {
+        ordinals: held.iter().map(|h| h.rt.ordinal()).collect(),
         range_rows: vec![n],
         peer_copies: false,
-        direct_copies,
+        direct_copies: false,
         times,
     })
 }
@@ -276,7 +444,7 @@ fn exchange_ranges(
     layout: &Layout,
     ranges: usize,
     peer_copies: bool,
-) -> CudaResult<Vec<Option<Partitioned>>> {
+) -> Result<Vec<Option<Partitioned>>, Failure> {
     let mut received: Vec<Option<Partitioned>> = (0..held.len()).map(|_| None).collect();
     if peer_copies {
         let runtimes: Vec<&CudaRuntime> = held.iter().map(|h| h.rt).collect();
@@ -407,7 +575,8 @@ mod tests {
         let many: Vec<usize> = (0..MAX_SPLITTERS + 2).collect();
         assert!(check_shape(&many, &[&word], 3).is_err());
         assert!(check_shape(&two, &[], 0).is_err());
-        assert!(check_shape(&two, &[&word, &word[..2]], 3).is_err());
-        assert!(check_shape(&two, &[&word; MAX_WORDS + 1], 3).is_err());
+        assert!(check_shape(&two, &[&word[..], &word[..2]], 3).is_err());
+        let nine: Vec<&[u64]> = vec![&word[..]; MAX_WORDS + 1];
+        assert!(check_shape(&two, &nine, 3).is_err());
     }
 }
