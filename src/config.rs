@@ -397,8 +397,9 @@ pub(crate) const DEFAULT_INPUT_BATCH_ROWS: usize = 65_536;
 /// Default rows per device run: 2^28 rows of up to 256 key bits fit any lent GPU.
 pub(crate) const DEFAULT_RUN_ROWS: usize = 1 << 28;
 
-/// Default least rows of a run sorted over several devices at once (`spread_min_rows`).
-pub(crate) const DEFAULT_SPREAD_MIN_ROWS: usize = 1 << 27;
+/// Default least rows of a run sorted over several devices at once (`spread_min_rows`):
+/// 0, never.
+pub(crate) const DEFAULT_SPREAD_MIN_ROWS: usize = 0;
 
 gpu_sort_settings! {
     /// Settings of the gpusort operator, under the `gpu_sort` prefix.
@@ -478,7 +479,10 @@ gpu_sort_settings! {
         pub devices: DeviceSelection, default = DeviceSelection::All
         /// A run of at least this many rows, with fixed-width keys only, is sorted over
         /// all the usable devices of `devices` at once, each sorting a range of its keys
-        /// (when there are two or more); smaller runs go to one device each.
+        /// (when there are two or more); smaller runs go to one device each. 0 (the
+        /// default): never, since its payload is then gathered on one device after the
+        /// keys' upload again, which costs more than the spread sort saves
+        /// (docs/performance.md, "Several GPUs in one host").
         pub spread_min_rows: usize, default = DEFAULT_SPREAD_MIN_ROWS
         /// Tests only: the faults of `gpusort::cuda::FaultScope::from_id(fault_scope)` are
         /// injected into this session's device work (0: none).

@@ -245,7 +245,7 @@ impl CudaBackend {
     }
 
     /// This backend sorting runs of at least `rows` rows over all its usable devices at
-    /// once, each a range of the keys (`gpu_sort.spread_min_rows`).
+    /// once, each a range of the keys (`gpu_sort.spread_min_rows`; 0: never).
     pub fn with_spread_min_rows(mut self, rows: usize) -> Self {
         self.spread_min_rows = rows;
         self
@@ -347,7 +347,8 @@ impl CudaBackend {
     ) -> Option<SortedRun> {
         let rows = columns.first().map_or(0, column_rows);
         let radix = matches!(algorithm, AlgorithmChoice::Auto | AlgorithmChoice::Onesweep);
-        if rows < self.spread_min_rows.max(2) || segments.is_some() || !radix {
+        let off = self.spread_min_rows == 0;
+        if off || rows < self.spread_min_rows.max(2) || segments.is_some() || !radix {
             return None;
         }
         if !is_fixed_width(columns) {
