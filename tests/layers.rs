@@ -21,7 +21,8 @@
 //!
 //! `src/cuda/` has layers of its own ([`CUDA_LAYERS`]): errors, tuning and memory at the bottom,
 //! the kernel launchers above them, then the runtime that loads them, the dispatch and
-//! the payload gather that use it, one run's sort, and the backend on top. Unit tests
+//! the payload gather that use it, one run's sort, one run's sort over several devices,
+//! and the backend on top. Unit tests
 //! (`#[cfg(test)] mod tests`) are not checked.
 
 use std::collections::BTreeSet;
@@ -50,12 +51,13 @@ const CUDA_LAYERS: &[&[&str]] = &[
     &["memory"],
     &["module"],
     &["columns"],
-    &["radix", "merge", "gather", "window", "parquet"],
+    &["radix", "merge", "gather", "window", "parquet", "spread"],
     &["encode"],
     &["refine"],
     &["runtime"],
     &["dispatch", "payload", "pages"],
     &["sort_run"],
+    &["multi_gpu"],
     &["backend"],
 ];
 

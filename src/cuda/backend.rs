@@ -27,7 +27,7 @@ use crate::cuda::encode::encodable_on_device;
 use crate::cuda::error::CudaError;
 use crate::cuda::faults::FaultScope;
 use crate::cuda::memory::budget::DeviceShare;
-use crate::cuda::multi_gpu::{sort_columns_spread, ColumnsSpread};
+use crate::cuda::multi_gpu::{sort_columns_spread, ColumnsSpread, SpreadRun};
 use crate::cuda::payload::DeviceRun;
 use crate::cuda::runtime::{
     count_fallback, device_count, first_ordinal, is_settled, note_failure_of, runtime_of,
@@ -336,7 +336,7 @@ impl CudaBackend {
 
     /// A run of at least `spread_min_rows` rows of fixed-width keys, with no segments and
     /// no other algorithm asked for, sorted over every usable device at once by key ranges
-    /// (`multi_gpu/`) when there are two or more; its payload is gathered on the first.
+    /// (`multi_gpu/`) when there are two or more; its payload is gathered on all of them.
     /// `None` leaves the run to one device: too small, devices short of memory now, or a
     /// failure (noted; a fatal one disables its device).
     fn sort_spread(
@@ -370,7 +370,10 @@ impl CudaBackend {
         let first = &chosen[0].runtime;
         let mut permutation = first.idle_permutations.take(rows);
         match sort_columns_spread(&runtimes, columns, &mut permutation, share) {
-            Ok(Some(spread)) => Some(spread_run(first, permutation, spread, share)),
+            Ok(Some(spread)) => {
+                let devices = chosen.iter().map(|d| Arc::clone(&d.runtime)).collect();
+                Some(spread_run(devices, permutation, spread, share))
+            }
             Ok(None) => {
                 first.idle_permutations.give_back(permutation);
                 None
@@ -518,14 +521,15 @@ fn is_fixed_width(columns: &[KeyColumn]) -> bool {
     })
 }
 
-/// The sorted run of a spread sort: its permutation (from `first`'s idle vectors) and a
-/// state whose payload gather runs on `first`.
+/// The sorted run of a spread sort over `devices`: its permutation (from the first one's
+/// idle vectors) and a state whose payload gather runs on all of them.
 fn spread_run(
-    first: &Arc<CudaRuntime>,
+    devices: Vec<Arc<CudaRuntime>>,
     permutation: Vec<u32>,
     spread: ColumnsSpread,
     share: DeviceShare,
 ) -> SortedRun {
+    let home = Arc::clone(&devices[0].idle_permutations);
     let rows = permutation.len();
     let times = spread.sorted.times;
     let spread_devices = spread
@@ -534,7 +538,7 @@ fn spread_run(
         .iter()
         .fold(0u32, |set, &d| set | 1 << d);
     SortedRun {
-        permutation: Permutation::with_home(permutation, Arc::clone(&first.idle_permutations) as _),
+        permutation: Permutation::with_home(permutation, home),
         algorithm: Algorithm::Radix,
         h2d_bytes: spread.h2d_bytes,
         d2h_bytes: rows * 4,
@@ -542,7 +546,10 @@ fn spread_run(
             upload: times.upload,
             download: times.download,
         },
-        state: Some(Box::new(DeviceRun::empty(Arc::clone(first), share))),
+        state: Some(Box::new(SpreadRun {
+            runtimes: devices,
+            share,
+        })),
         device: DeviceUse {
             spread_devices,
             ..DeviceUse::default()

@@ -227,18 +227,29 @@ async fn failed_device_child() {
 /// A session whose runs of at least `spread_min_rows` rows are sorted over all its devices
 /// at once (`gpu_sort.spread_min_rows`); `devices` as `gpu_sort.devices` takes them.
 fn spread_session(devices: &str, spread_min_rows: usize) -> datafusion::prelude::SessionContext {
+    spread_session_with(devices, spread_min_rows, FaultScope::default())
+}
+
+/// [`spread_session`] with the faults of `faults` injected.
+fn spread_session_with(
+    devices: &str,
+    spread_min_rows: usize,
+    faults: FaultScope,
+) -> datafusion::prelude::SessionContext {
     let mut gpu = gpusort::GpuSortConfig::forced_cpu();
     gpu.backend = Cuda;
     gpu.devices = devices.parse().unwrap();
     gpu.run_rows = 1 << 22;
     gpu.spread_min_rows = spread_min_rows;
+    gpu.fault_scope = faults.id();
     gpusort::gpu_sort_context_with(common::session_config(4, 8192), gpu)
 }
 
 /// `rows` rows: `k` (Int64, a null every 13th row, repeats), `d` (Float64 with NaN, -0.0,
-/// +0.0 and infinities), `b` (Int32, 5 values), `rid`, in 4 partitions.
+/// +0.0 and infinities), `b` (Int32, 5 values), `rid`, `f` (Boolean, a null every 7th
+/// row), in 4 partitions.
 fn mixed_table(rows: usize, label: &str) -> Vec<Vec<RecordBatch>> {
-    use datafusion::arrow::array::{Float64Array, Int32Array};
+    use datafusion::arrow::array::{BooleanArray, Float64Array, Int32Array};
     let keys = random_keys(rows, label, |x| x);
     let specials = [
         f64::NAN,
@@ -253,7 +264,9 @@ fn mixed_table(rows: usize, label: &str) -> Vec<Vec<RecordBatch>> {
         Field::new("d", DataType::Float64, false),
         Field::new("b", DataType::Int32, false),
         Field::new("rid", DataType::Int64, false),
+        Field::new("f", DataType::Boolean, true),
     ]));
+    let f = BooleanArray::from_iter((0..rows).map(|i| (i % 7 != 2).then_some(keys[i] & 4 == 0)));
     let k = Int64Array::from_iter(
         (0..rows).map(|i| (i % 13 != 5).then_some((keys[i] % 50_000) as i64 - 25_000)),
     );
@@ -269,12 +282,21 @@ fn mixed_table(rows: usize, label: &str) -> Vec<Vec<RecordBatch>> {
             Arc::new(d),
             Arc::new(b),
             Arc::new(Int64Array::from_iter_values(0..rows as i64)),
+            Arc::new(f),
         ],
     )
     .unwrap();
     let per = rows / 4;
     (0..4).map(|p| vec![batch.slice(p * per, per)]).collect()
 }
+
+/// The queries of the spread tests; each ends with a unique key, so DataFusion's answer
+/// is the one order.
+const SPREAD_QUERIES: [&str; 3] = [
+    "SELECT * FROM t ORDER BY k NULLS FIRST, d DESC, b, rid",
+    "SELECT k, d, f, rid FROM t ORDER BY d, k DESC NULLS LAST, rid",
+    "SELECT b, rid FROM t ORDER BY b DESC, rid",
+];
 
 /// A run at least `spread_min_rows` long is sorted over both devices by key ranges: the
 /// answers are DataFusion's (nulls, float order, directions), ties keep input order as on
@@ -287,11 +309,7 @@ async fn large_runs_spread_over_the_devices() {
     }
     let table = mixed_table((1 << 21) + 12, "spread session");
     let ctx = spread_session("all", 1 << 16);
-    for sql in [
-        "SELECT * FROM t ORDER BY k NULLS FIRST, d DESC, b, rid",
-        "SELECT k, d, rid FROM t ORDER BY d, k DESC NULLS LAST, rid",
-        "SELECT b, rid FROM t ORDER BY b DESC, rid",
-    ] {
+    for sql in SPREAD_QUERIES {
         let (plan, text) = same_as_datafusion(&ctx, &table, sql).await;
         assert_eq!(gpu_sort_metric(&plan, "gpu_fallbacks"), 0, "{sql}");
         assert!(gpu_sort_metric(&plan, "spread_runs") >= 1, "{sql}: {text}");
@@ -313,4 +331,71 @@ async fn large_runs_spread_over_the_devices() {
         datafusion::arrow::compute::concat_batches(&schema, &spread).unwrap(),
         datafusion::arrow::compute::concat_batches(&schema, &single).unwrap(),
     );
+}
+
+/// Without peer copies (`GPUSORT_PEER_COPIES=0`, as on a host without peer access) a spread
+/// run's ranges and payload go through host memory, with the same answers (in a child
+/// process: the switch is the process's).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn spread_runs_go_through_host_memory_without_peer_copies() {
+    if device().is_none() || !two_devices() {
+        return;
+    }
+    run_child(
+        "devices::spread_through_host_child",
+        &[("GPUSORT_PEER_COPIES", "0")],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a CUDA GPU"]
+async fn spread_through_host_child() {
+    if !is_child("devices::spread_through_host_child") || device().is_none() {
+        return;
+    }
+    assert!(!cuda::switches().peer_copies());
+    let table = mixed_table((1 << 20) + 3, "spread host");
+    let ctx = spread_session("all", 1 << 16);
+    for sql in SPREAD_QUERIES {
+        let (plan, text) = same_as_datafusion(&ctx, &table, sql).await;
+        assert!(gpu_sort_metric(&plan, "spread_runs") >= 1, "{sql}: {text}");
+        assert_eq!(gpu_sort_metric(&plan, "gpu_fallbacks"), 0, "{sql}");
+    }
+}
+
+/// A device that fails in a spread sort is disabled; the run is sorted on the device left
+/// and the answers stay DataFusion's (in a child process: it disables the device).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_device_failing_in_a_spread_sort_is_left_out() {
+    if device().is_none() || !two_devices() {
+        return;
+    }
+    let text = run_child("devices::failed_spread_child", &[]);
+    assert!(text.contains("device 1 disabled"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a CUDA GPU"]
+async fn failed_spread_child() {
+    if !is_child("devices::failed_spread_child") || device().is_none() {
+        return;
+    }
+    let table = mixed_table(1 << 20, "spread fault");
+    let faults = FaultScope::new();
+    faults.arm_on(1, Fault::LaunchFailure);
+    let ctx = spread_session_with("all", 1 << 16, faults);
+    let (plan, text) = same_as_datafusion(&ctx, &table, SPREAD_QUERIES[0]).await;
+    assert!(
+        !faults.is_armed(Fault::LaunchFailure),
+        "the fault never fired"
+    );
+    let reason = cuda::disabled_reason_of(1).expect("a launch failure disables the device");
+    println!("device 1 disabled: {reason}");
+    assert_eq!(gpu_sort_metric(&plan, "spread_runs"), 0, "{text}");
+    assert!(gpu_sort_metric(&plan, "device0_runs") >= 1, "{text}");
+    // Later sorts leave device 1 out.
+    let (plan, text) = same_as_datafusion(&ctx, &table, SPREAD_QUERIES[2]).await;
+    assert_eq!(gpu_sort_metric(&plan, "device1_runs"), 0, "{text}");
 }

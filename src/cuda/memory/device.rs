@@ -225,6 +225,24 @@ impl Device {
         })
     }
 
+    /// Sets bytes `offset .. offset + len` of `buffer` to `value`, in stream order.
+    pub fn fill_bytes(
+        &self,
+        buffer: &DeviceBuffer<u8>,
+        offset: usize,
+        len: usize,
+        value: u8,
+    ) -> CudaResult<()> {
+        assert!(
+            offset + len <= buffer.len,
+            "a fill past the end of a device buffer"
+        );
+        // SAFETY: the range lies within `buffer`, which lives on this stream.
+        call("cuMemsetD8Async", unsafe {
+            result::memset_d8_async(buffer.ptr + offset as u64, value, len, self.stream)
+        })
+    }
+
     /// Queues a copy of `src` (pinned or not) to `dst[offset..]`.
     ///
     /// # Safety

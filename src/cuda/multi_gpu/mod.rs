@@ -12,12 +12,14 @@
 //!     ids back over its own link, at range r's place in the permutation
 //! ```
 //!
-//! The ranges concatenate into the one stable order a single device gives. With one device
+//! The ranges concatenate into the one stable order a single device gives. A run's payload
+//! is then gathered by all its devices at once (`gather.rs`). With one device
 //! the steps between the upload and the sort are skipped: the same sort as one GPU's.
 //! Every device is held (`held.rs`) for the whole sort; each step runs on all of them at
 //! once, one thread per device, and ends when every device has finished it.
 
 mod exchange;
+mod gather;
 mod held;
 mod splitters;
 
@@ -40,6 +42,7 @@ use crate::cuda::spread::{MAX_SPLITTERS, MAX_WORDS};
 use crate::cuda::tuning::switches;
 use crate::keys::{FieldStats, KeyColumn};
 use exchange::{HostRows, Layout, Partitioned};
+pub(crate) use gather::SpreadRun;
 pub(crate) use held::Failure;
 use held::{hold_all, on_each, Held, Step};
 
