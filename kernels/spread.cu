@@ -10,6 +10,7 @@
 //                      rows per range
 //   spread_row_ids     global row ids of the slice in a given local order
 //   spread_gather_u32  out[i] = src[order[i]]
+//   spread_count, spread_scatter   the fused partition (below)
 #include "common.cuh"
 
 // Threads per block: a -D option from src/cuda/tuning.rs.
@@ -96,4 +97,129 @@ extern "C" __global__ void __launch_bounds__(SPREAD_THREADS)
                       u32* __restrict__ out) {
     const u32 stride = gridDim.x * blockDim.x;
     for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) out[i] = src[order[i]];
+}
+
+// ---- The fused partition: a tile's rows classified, then scattered by range ------------
+//
+// spread_count     the range of each row (u8) and the rows of each range per tile of
+//                  SPREAD_TILE rows
+// spread_scatter   each row's key words and global row id written at its place: its
+//                  range's target, from the tile's offset there (the launcher's prefix
+//                  sums over tiles), ranked stably within the tile. A target may be
+//                  another device's memory (peer access): the exchange happens here.
+
+#if !defined(SPREAD_TILE)
+#error "the tile size comes from src/cuda/tuning.rs as a -D option"
+#endif
+#define SPREAD_ITEMS (SPREAD_TILE / SPREAD_THREADS)
+// Ranges the fused partition takes (the launcher checks it).
+#define SPREAD_FUSED_RANGES 8
+
+// The range of row `row` (global id `global_row`) against the sorted splitters.
+__device__ __forceinline__ u32 range_of(const Words& words, u32 word_count, u32 row,
+                                        u32 global_row, const u64* splitter_words,
+                                        const u32* splitter_rows, u32 splitters) {
+    u32 lo = 0, hi = splitters;
+    while (lo < hi) {
+        const u32 mid = (lo + hi) / 2;
+        if (splitter_at_or_below(words, word_count, row, global_row, splitter_words,
+                                 splitter_rows, mid)) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+extern "C" __global__ void __launch_bounds__(SPREAD_THREADS)
+    spread_count(Words words, u32 word_count, u32 n, u32 first_row,
+                 const u64* __restrict__ splitter_words, const u32* __restrict__ splitter_rows,
+                 u32 splitters, u8* __restrict__ ranges, u32* __restrict__ tile_counts) {
+    __shared__ u32 local[SPREAD_FUSED_RANGES];
+    const u32 count = splitters + 1;
+    if (threadIdx.x < count) local[threadIdx.x] = 0;
+    __syncthreads();
+    const u64 start = (u64)blockIdx.x * SPREAD_TILE;
+    for (u32 j = threadIdx.x; j < SPREAD_TILE; j += SPREAD_THREADS) {
+        const u64 i = start + j;
+        if (i >= n) break;
+        const u32 r = range_of(words, word_count, (u32)i, first_row + (u32)i, splitter_words,
+                               splitter_rows, splitters);
+        ranges[i] = (u8)r;
+        atomicAdd(&local[r], 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x < count) tile_counts[(u64)blockIdx.x * count + threadIdx.x] = local[threadIdx.x];
+}
+
+// Where each range's rows go: key words (most significant first) and global row ids.
+struct Targets {
+    u64* word[SPREAD_FUSED_RANGES][SPREAD_MAX_WORDS];
+    u32* ids[SPREAD_FUSED_RANGES];
+};
+
+// The exclusive sum of `value` over the block's threads (every thread calls it).
+__device__ __forceinline__ u32 block_exclusive_sum(u32 value, u32* warp_sums) {
+    const u32 lane = lane_id(), warp = warp_id();
+    u32 inclusive = value;
+    for (u32 d = 1; d < WARP; d <<= 1) {
+        const u32 up = __shfl_up_sync(0xffffffffu, inclusive, d);
+        if (lane >= d) inclusive += up;
+    }
+    if (lane == WARP - 1) warp_sums[warp] = inclusive;
+    __syncthreads();
+    if (warp == 0) {
+        const u32 warps = SPREAD_THREADS / WARP;
+        u32 total = lane < warps ? warp_sums[lane] : 0;
+        for (u32 d = 1; d < WARP; d <<= 1) {
+            const u32 up = __shfl_up_sync(0xffffffffu, total, d);
+            if (lane >= d) total += up;
+        }
+        if (lane < warps) warp_sums[lane] = total;
+    }
+    __syncthreads();
+    const u32 before = warp == 0 ? 0 : warp_sums[warp - 1];
+    const u32 result = before + inclusive - value;
+    __syncthreads();
+    return result;
+}
+
+extern "C" __global__ void __launch_bounds__(SPREAD_THREADS)
+    spread_scatter(Words words, u32 word_count, u32 n, u32 first_row,
+                   const u8* __restrict__ ranges, const u32* __restrict__ tile_offsets,
+                   u32 count, Targets targets) {
+    __shared__ u32 warp_sums[SPREAD_THREADS / WARP];
+    const u64 start = (u64)blockIdx.x * SPREAD_TILE + (u64)threadIdx.x * SPREAD_ITEMS;
+    u32 mine[SPREAD_FUSED_RANGES];
+#pragma unroll
+    for (u32 r = 0; r < SPREAD_FUSED_RANGES; ++r) mine[r] = 0;
+    for (u32 k = 0; k < SPREAD_ITEMS; ++k) {
+        const u64 i = start + k;
+        if (i < n) {
+            const u32 of = ranges[i];
+#pragma unroll
+            for (u32 r = 0; r < SPREAD_FUSED_RANGES; ++r) mine[r] += (of == r) ? 1u : 0u;
+        }
+    }
+    u32 place[SPREAD_FUSED_RANGES];
+#pragma unroll
+    for (u32 r = 0; r < SPREAD_FUSED_RANGES; ++r) {
+        if (r < count) {
+            const u32 before = block_exclusive_sum(mine[r], warp_sums);
+            place[r] = tile_offsets[(u64)blockIdx.x * count + r] + before;
+        }
+    }
+    for (u32 k = 0; k < SPREAD_ITEMS; ++k) {
+        const u64 i = start + k;
+        if (i >= n) break;
+        const u32 of = ranges[i];
+        u32 at = 0;
+#pragma unroll
+        for (u32 r = 0; r < SPREAD_FUSED_RANGES; ++r) {
+            if (of == r) at = place[r]++;
+        }
+        for (u32 w = 0; w < word_count; ++w) targets.word[of][w][at] = words.word[w][i];
+        targets.ids[of][at] = first_row + (u32)i;
+    }
 }
