@@ -316,8 +316,6 @@ pub(super) const SPREAD: KernelFile = KernelFile {
         "spread_classify",
         "spread_row_ids",
         "spread_gather_u32",
-        "spread_count",
-        "spread_scatter",
     ],
 };
 

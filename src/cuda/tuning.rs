@@ -299,9 +299,6 @@ pub(super) const NARROW_THREADS: u32 = 256;
 
 /// Threads per block of the spread kernels (grid-stride loops; sampling one row each).
 pub(super) const SPREAD_THREADS: u32 = 256;
-/// Rows per tile of the fused partition (`spread_count`, `spread_scatter`): each thread of
-/// a scatter block places `SPREAD_TILE / SPREAD_THREADS` consecutive rows.
-pub(super) const SPREAD_TILE: usize = 4096;
 
 /// Threads of a window kernel's block (`window.cu`).
 pub(super) const WINDOW_THREADS: u32 = 256;
@@ -510,10 +507,7 @@ impl Tuning {
             .collect(),
             "gather.cu" => named(&[("GATHER_THREADS", GATHER_THREADS as u64)]),
             "narrow.cu" => named(&[("NARROW_THREADS", NARROW_THREADS as u64)]),
-            "spread.cu" => named(&[
-                ("SPREAD_THREADS", SPREAD_THREADS as u64),
-                ("SPREAD_TILE", SPREAD_TILE as u64),
-            ]),
+            "spread.cu" => named(&[("SPREAD_THREADS", SPREAD_THREADS as u64)]),
             "window.cu" | "window_values.cu" => named(&[
                 ("WINDOW_THREADS", WINDOW_THREADS as u64),
                 ("WINDOW_SCAN_ITEMS", WINDOW_SCAN_ITEMS as u64),

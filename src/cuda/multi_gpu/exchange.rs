@@ -53,12 +53,12 @@ impl Layout {
     }
 
     /// Where range `r` starts among device `s`'s partitioned rows.
-    pub(super) fn source_start(&self, s: usize, r: usize) -> usize {
+    fn source_start(&self, s: usize, r: usize) -> usize {
         self.counts[s][..r].iter().sum()
     }
 
     /// Where device `s`'s rows of range `r` start among the rows range `r` receives.
-    pub(super) fn dest_start(&self, s: usize, r: usize) -> usize {
+    fn dest_start(&self, s: usize, r: usize) -> usize {
         self.counts[..s].iter().map(|c| c[r]).sum()
     }
 

@@ -38,9 +38,7 @@ use crate::cuda::memory::transfer::Staging;
 use crate::cuda::radix::onesweep::Values;
 use crate::cuda::runtime::CudaRuntime;
 use crate::cuda::sort_run::columns_bytes;
-use crate::cuda::spread::{
-    range_totals, tile_offsets, Target, FUSED_RANGES, MAX_SPLITTERS, MAX_WORDS,
-};
+use crate::cuda::spread::{MAX_SPLITTERS, MAX_WORDS};
 use crate::cuda::tuning::switches;
 use crate::keys::{FieldStats, KeyColumn};
 use exchange::{HostRows, Layout, Partitioned};
@@ -90,8 +88,6 @@ struct Slice {
     /// Its key columns on the device, before they are packed into words.
     upload: Option<SliceUpload>,
     words: Vec<DeviceBuffer<u64>>,
-    /// Each row's range, between the count and the scatter of the fused partition.
-    ranges: Option<DeviceBuffer<u8>>,
 }
 
 /// `n` rows cut into `d` contiguous slices.
@@ -292,13 +288,6 @@ fn sort_loaded(
             .sample(device, words, rows.len(), rows.start as u32, count)
     })?;
     let chosen = splitters::choose(&samples, word_count, d);
-    if chosen.ranges() <= FUSED_RANGES {
-        let fused = partition_fused(held, &mut slices, &chosen, word_count)?;
-        let (received, layout, peer_copies, exchange) = fused;
-        times.partition = started.elapsed().saturating_sub(exchange);
-        times.exchange = exchange;
-        return sort_ranges(held, received, &layout, peer_copies, permutation, times);
-    }
     let mut parts: Vec<Option<Partitioned>> = (0..d).map(|_| None).collect();
     let mut states: Vec<(Slice, &mut Option<Partitioned>)> =
         slices.into_iter().zip(parts.iter_mut()).collect();
@@ -314,22 +303,8 @@ fn sort_loaded(
     let started = Instant::now();
     let devices: Vec<&Device> = held.iter().map(|h| &h.rt.device).collect();
     let peer_copies = switches().peer_copies() && exchange::is_peer_connected(&devices)?;
-    let received = exchange_ranges(held, parts, &layout, chosen.ranges(), peer_copies)?;
+    let mut received = exchange_ranges(held, parts, &layout, chosen.ranges(), peer_copies)?;
     times.exchange = started.elapsed();
-    sort_ranges(held, received, &layout, peer_copies, permutation, times)
-}
-
-/// Each device's received range sorted and its row ids brought back into `permutation`
-/// at the range's place.
-fn sort_ranges(
-    held: &mut [Held<'_>],
-    mut received: Vec<Option<Partitioned>>,
-    layout: &Layout,
-    peer_copies: bool,
-    permutation: &mut [u32],
-    mut times: SpreadTimes,
-) -> Result<SpreadSorted, Failure> {
-    let d = held.len();
     let range_rows: Vec<usize> = (0..d).map(|r| layout.range_rows(r)).collect();
     let outputs = split_by_lengths(permutation, &range_rows);
     let mut states: Vec<_> = received.iter_mut().zip(outputs).collect();
@@ -404,129 +379,6 @@ fn upload_words(
         .collect::<CudaResult<Vec<_>>>()?;
     device.synchronize()?;
     Ok(uploaded)
-}
-
-/// What the fused partition leaves: each range's rows on its device, the layout of the
-/// pieces, whether they went by peer copies, and the time of the scatter (the exchange).
-type Fused = (Vec<Option<Partitioned>>, Layout, bool, Duration);
-
-/// The partition and the exchange in one kernel per device (at most [`FUSED_RANGES`]
-/// ranges): each device counts its rows per range and tile, the host turns every device's
-/// counts into places, and each device writes its rows straight into their ranges'
-/// buffers, on the other devices with peer access, else into its own buffer in range order
-/// for the exchange through host memory. The received rows of each range, and the times
-/// of the partition and of the exchange.
-fn partition_fused(
-    held: &mut [Held<'_>],
-    slices: &mut [Slice],
-    chosen: &splitters::Splitters,
-    word_count: usize,
-) -> Result<Fused, Failure> {
-    let ranges = chosen.ranges();
-    let counts = on_each(held, slices, |_, step| {
-        let (rt, slice) = (step.rt, step.state);
-        let (rows, first) = (slice.rows.len(), slice.rows.start as u32);
-        let (of, tiles) = rt.spreader.count_tiles(
-            &rt.device,
-            &slice.words,
-            rows,
-            first,
-            &chosen.words,
-            &chosen.rows,
-        )?;
-        slice.ranges = Some(of);
-        Ok(tiles)
-    })?;
-    let layout = Layout::new(counts.iter().map(|c| range_totals(c, ranges)).collect());
-    let started = Instant::now();
-    let devices: Vec<&Device> = held.iter().map(|h| &h.rt.device).collect();
-    let peer_copies = switches().peer_copies() && exchange::is_peer_connected(&devices)?;
-    if !peer_copies {
-        let mut parts: Vec<Option<Partitioned>> = (0..held.len()).map(|_| None).collect();
-        let mut states: Vec<_> = slices.iter_mut().zip(parts.iter_mut()).collect();
-        on_each(held, &mut states, |s, step| {
-            let (rt, (slice, part)) = (step.rt, step.state);
-            let rows = slice.rows.len();
-            let local = allocate(&rt.device, word_count, rows)?;
-            let bases: Vec<usize> = (0..ranges).map(|r| layout.source_start(s, r)).collect();
-            let targets: Vec<Target<'_>> = (0..ranges)
-                .map(|_| Target {
-                    words: &local.words,
-                    ids: &local.ids,
-                })
-                .collect();
-            scatter_slice(rt, slice, &counts[s], &bases, &targets)?;
-            **part = Some(local);
-            Ok(())
-        })?;
-        drop(states);
-        let received = exchange_ranges(held, parts, &layout, ranges, false)?;
-        return Ok((received, layout, false, started.elapsed()));
-    }
-    let mut received: Vec<Option<Partitioned>> = (0..held.len()).map(|_| None).collect();
-    on_each(held, &mut received, |r, step| {
-        if r < ranges {
-            let device = &step.rt.device;
-            *step.state = Some(allocate(device, word_count, layout.range_rows(r))?);
-            device.synchronize()?;
-        }
-        Ok(())
-    })?;
-    let targets: Vec<Target<'_>> = received
-        .iter()
-        .take(ranges)
-        .map(|part| {
-            let part = part.as_ref().expect("every range's buffers");
-            Target {
-                words: &part.words,
-                ids: &part.ids,
-            }
-        })
-        .collect();
-    on_each(held, slices, |s, step| {
-        let bases: Vec<usize> = (0..ranges).map(|r| layout.dest_start(s, r)).collect();
-        scatter_slice(step.rt, step.state, &counts[s], &bases, &targets)
-    })?;
-    drop(targets);
-    Ok((received, layout, true, started.elapsed()))
-}
-
-/// Buffers for `rows` rows of `word_count` key words and their row ids.
-fn allocate(device: &Device, word_count: usize, rows: usize) -> CudaResult<Partitioned> {
-    Ok(Partitioned {
-        words: (0..word_count)
-            .map(|_| device.alloc::<u64>(rows, "partitioned key words"))
-            .collect::<CudaResult<_>>()?,
-        ids: device.alloc::<u32>(rows, "partitioned row ids")?,
-    })
-}
-
-/// Writes a slice's rows into `targets` (one per range) from `bases` on, as its tile
-/// `counts` place them, and frees its keys once done.
-fn scatter_slice(
-    rt: &CudaRuntime,
-    slice: &mut Slice,
-    counts: &[u32],
-    bases: &[usize],
-    targets: &[Target<'_>],
-) -> CudaResult<()> {
-    let device = &rt.device;
-    let ranges = slice.ranges.take().expect("every slice counted");
-    let offsets = tile_offsets(counts, targets.len(), bases);
-    let (rows, first) = (slice.rows.len(), slice.rows.start as u32);
-    rt.spreader.scatter(
-        device,
-        &slice.words,
-        rows,
-        first,
-        &ranges,
-        &offsets,
-        targets,
-    )?;
-    device.synchronize()?;
-    slice.words.clear();
-    drop(ranges);
-    Ok(())
 }
 
 /// The one-device sort: the slice is every row.
