@@ -381,7 +381,13 @@ impl CudaBackend {
             Err(failure) => {
                 first.idle_permutations.give_back(permutation);
                 match failure.ordinal {
-                    Some(ordinal) => note_failure(ordinal, &failure.error, rows),
+                    Some(ordinal) => note_failure_of(
+                        ordinal,
+                        "spread sort",
+                        "sorting this run on one device",
+                        &failure.error,
+                        rows,
+                    ),
                     None => log::warn!(
                         "gpusort: sorting {rows} rows over several devices failed ({}); \
                          sorting them on one",

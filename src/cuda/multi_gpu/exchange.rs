@@ -123,19 +123,20 @@ pub(super) fn receive_from_peers(
             .collect::<CudaResult<_>>()?,
         ids: device.alloc::<u32>(rows, "received row ids")?,
     };
-    for (s, from, to, len) in layout.pieces(r) {
+    let queued = layout.pieces(r).try_for_each(|(s, from, to, len)| {
         let (peer, part) = sources[s];
         // SAFETY: each piece lies within both buffers (the layout's counts are the
         // partition's); the sources stay alive and unchanged until every receiver has
-        // synchronized (the caller's step ends after this function's synchronize).
+        // synchronized, after a failure too (below; the caller's step ends after it).
         unsafe {
             for (dst, src) in received.words.iter().zip(&part.words) {
                 device.copy_from(dst, to, peer, src, from, len)?;
             }
-            device.copy_from(&received.ids, to, peer, &part.ids, from, len)?;
+            device.copy_from(&received.ids, to, peer, &part.ids, from, len)
         }
-    }
+    });
     device.synchronize()?;
+    queued?;
     Ok(received)
 }
 

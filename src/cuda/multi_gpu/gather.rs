@@ -63,9 +63,15 @@ impl RunState for SpreadRun {
         match spread_payload(&usable, rows, permutation, self.share) {
             Ok(payload) => payload.map(|p| Box::new(p) as Box<dyn PayloadGather>),
             Err(failure) => {
-                let ordinal = failure.ordinal.unwrap_or_else(|| usable[0].ordinal());
                 let (rows, faults) = (permutation.len(), self.share.faults);
-                note_gather_failure(ordinal, &failure.error, rows, faults);
+                match failure.ordinal {
+                    Some(ordinal) => note_gather_failure(ordinal, &failure.error, rows, faults),
+                    None => log::warn!(
+                        "gpusort: gathering {rows} rows on several devices failed ({}); \
+                         gathering them on the host",
+                        failure.error
+                    ),
+                }
                 None
             }
         }
@@ -123,8 +129,20 @@ fn spread_payload(
             .map(|t| t.join().expect("a payload upload thread panicked"))
             .collect::<Result<Vec<_>, Failure>>()
     })?;
-    let parts: Option<Vec<DevicePayload>> = parts.into_iter().collect();
-    Ok(parts.map(|parts| SpreadPayload { parts }))
+    let Some(mut parts): Option<Vec<DevicePayload>> = parts.into_iter().collect() else {
+        return Ok(None);
+    };
+    // A device short of memory keeps a prefix of the columns: all gather the shortest.
+    let keep = parts
+        .iter()
+        .map(|p| p.columns().to_vec())
+        .min_by_key(Vec::len)
+        .unwrap_or_default();
+    if keep.is_empty() {
+        return Ok(None);
+    }
+    parts.iter_mut().for_each(|p| p.retain_columns(&keep));
+    Ok(Some(SpreadPayload { parts }))
 }
 
 /// `n` rows cut into `d` consecutive slices starting at multiples of 8 rows.
@@ -191,14 +209,19 @@ fn shared_upload(
     let sources: Vec<(&Device, &Slices)> = refs.iter().map(|rt| &rt.device).zip(&slices).collect();
     let joined = on_each(&mut held, &mut runs, |i, step| {
         let device = &step.rt.device;
-        let whole = join_permutation(device, &sources, &cuts, n)?;
-        let mut kept = Vec::with_capacity(columns.len());
-        for (k, &(c, layout)) in columns.iter().enumerate() {
-            let raw = join_column(device, &sources, &cuts, k, layout, n)?;
-            let arrays = rows.column_arrays(c);
-            kept.push(DeviceColumn { arrays, raw });
-        }
+        let copied = (|| {
+            let whole = join_permutation(device, &sources, &cuts, n)?;
+            let mut kept = Vec::with_capacity(columns.len());
+            for (k, &(c, layout)) in columns.iter().enumerate() {
+                let raw = join_column(device, &sources, &cuts, k, layout, n)?;
+                let arrays = rows.column_arrays(c);
+                kept.push(DeviceColumn { arrays, raw });
+            }
+            Ok((whole, kept))
+        })();
+        // Copies queued before a failure finish before the sources can be freed.
         device.synchronize()?;
+        let (whole, kept) = copied?;
         *step.state = Some(DeviceRun {
             runtime: Arc::clone(&runtimes[i]),
             permutation: Some(whole),

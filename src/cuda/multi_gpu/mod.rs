@@ -154,7 +154,8 @@ pub(crate) fn sort_columns_spread(
     let d = runtimes.len();
     let ordinals: Vec<usize> = runtimes.iter().map(|rt| rt.ordinal()).collect();
     check_shape(&ordinals, &[&[]], 0)?;
-    if n > u32::MAX as usize {
+    // Fewer rows than devices would leave a slice without the others' key fields.
+    if n > u32::MAX as usize || n < d {
         return Ok(None);
     }
     // Each device's slice, its words, and its share of the partition and the exchange.
@@ -326,15 +327,15 @@ fn sort_loaded(
     })
 }
 
-/// Refuses shapes the spread kernels cannot take, and a device named twice (it would
-/// wait for itself).
+/// Refuses shapes the spread kernels cannot take, and devices not in ascending order (so
+/// that two spread sorts never hold some devices each while waiting for the other's).
 fn check_shape(ordinals: &[usize], words: &[&[u64]], n: usize) -> CudaResult<()> {
     let devices = ordinals.len();
-    let repeated = (1..devices).any(|i| ordinals[..i].contains(&ordinals[i]));
+    let unordered = ordinals.windows(2).any(|w| w[0] >= w[1]);
     let fault = if devices == 0 || devices > MAX_SPLITTERS + 1 {
         Some(format!("{devices} devices (1 to {})", MAX_SPLITTERS + 1))
-    } else if repeated {
-        Some(format!("devices {ordinals:?}, one named twice"))
+    } else if unordered {
+        Some(format!("devices {ordinals:?}, not in ascending order"))
     } else if words.is_empty() || words.len() > MAX_WORDS {
         Some(format!("{} key words (1 to {MAX_WORDS})", words.len()))
     } else if words.iter().any(|w| w.len() != n) {
@@ -362,7 +363,7 @@ fn upload_words(
     words: &[&[u64]],
     rows: Range<usize>,
 ) -> CudaResult<Vec<DeviceBuffer<u64>>> {
-    let uploaded = words
+    let uploaded: CudaResult<Vec<_>> = words
         .iter()
         .map(|word| {
             let slice = &word[rows.clone()];
@@ -376,9 +377,10 @@ fn upload_words(
                 out.copy_from_slice(&slice[start..start + out.len()])
             })
         })
-        .collect::<CudaResult<Vec<_>>>()?;
+        .collect();
+    // Straight copies queued before a failure finish while the host words are still lent.
     device.synchronize()?;
-    Ok(uploaded)
+    uploaded
 }
 
 /// The one-device sort: the slice is every row.
@@ -575,6 +577,7 @@ mod tests {
         assert!(check_shape(&two, &[&word], 3).is_ok());
         assert!(check_shape(&[], &[&word], 3).is_err());
         assert!(check_shape(&[1, 1], &[&word], 3).is_err());
+        assert!(check_shape(&[1, 0], &[&word], 3).is_err());
         let many: Vec<usize> = (0..MAX_SPLITTERS + 2).collect();
         assert!(check_shape(&many, &[&word], 3).is_err());
         assert!(check_shape(&two, &[], 0).is_err());
