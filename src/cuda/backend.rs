@@ -484,11 +484,7 @@ impl SortBackend for CudaBackend {
         let rows = columns.first().map_or(0, column_rows);
         // Byte-like keys may leave ties for the host to refine, which needs the ids as a
         // host column: those keep the host's ids.
-        let fixed_width = columns.iter().all(|c| {
-            c.arrays
-                .first()
-                .is_none_or(|a| limb_sources(a.data_type()).is_some())
-        });
+        let fixed_width = is_fixed_width(columns);
         // For measurement (`bench sql --variant env:GPUSORT_HOST_PARTITION_IDS=1`): keep the
         // host's hashing.
         let host_ids = switches().host_partition_ids();
@@ -518,7 +514,8 @@ impl SortBackend for CudaBackend {
     }
 }
 
-/// Whether every key column is fixed-width (the keys a spread sort takes).
+/// Whether every key column is fixed-width (the keys a spread sort and the device's
+/// partition ids take).
 fn is_fixed_width(columns: &[KeyColumn]) -> bool {
     columns.iter().all(|c| {
         c.arrays

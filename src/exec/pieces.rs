@@ -32,7 +32,7 @@ use futures::StreamExt;
 use super::run::{split_runs, Apart, Ordered, RunOrder, RunSorter};
 use super::spill::{merge_runs, unpooled};
 use crate::gather::RunRows;
-use crate::keys::KeyColumn;
+use crate::keys::{slice_column, slice_parts, KeyColumn};
 use crate::sort::{Permutation, Segments};
 
 impl RunSorter<'_> {
@@ -238,45 +238,6 @@ fn pieces_between(segments: &Segments, max_rows: usize) -> Vec<Range<usize>> {
 /// The rows `range` of `batches` (rows counted across them), as slices.
 fn slice_rows(batches: &[RecordBatch], range: Range<usize>) -> Vec<RecordBatch> {
     slice_parts(batches, range, RecordBatch::num_rows, RecordBatch::slice)
-}
-
-/// The rows `range` of a key column (rows counted across its arrays).
-fn slice_column(column: &KeyColumn, range: Range<usize>) -> KeyColumn {
-    KeyColumn {
-        arrays: slice_parts(
-            &column.arrays,
-            range,
-            |a| a.len(),
-            |a, at, len| a.slice(at, len),
-        ),
-        options: column.options,
-    }
-}
-
-/// The rows `range` of consecutive `parts` of `len` rows each, cut with `slice`.
-fn slice_parts<T: Clone>(
-    parts: &[T],
-    range: Range<usize>,
-    len: impl Fn(&T) -> usize,
-    slice: impl Fn(&T, usize, usize) -> T,
-) -> Vec<T> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    for part in parts {
-        let end = start + len(part);
-        let (from, to) = (range.start.max(start), range.end.min(end));
-        if from < to {
-            out.push(match to - from == len(part) {
-                true => part.clone(),
-                false => slice(part, from - start, to - from),
-            });
-        }
-        start = end;
-        if start >= range.end {
-            break;
-        }
-    }
-    out
 }
 
 /// The segments of `segments` that lie within `range` (a range starting at a segment

@@ -24,6 +24,8 @@ mod limbs;
 mod pack;
 mod reduce;
 
+use std::ops::Range;
+
 use arrow::array::{Array, ArrayRef};
 use arrow::compute::SortOptions;
 use arrow::datatypes::DataType;
@@ -134,6 +136,46 @@ pub fn working_limbs(data_type: &DataType) -> usize {
 /// Rows of a key column (over all its arrays).
 pub fn column_rows(column: &KeyColumn) -> usize {
     column.arrays.iter().map(|a| a.len()).sum()
+}
+
+/// The rows `range` of a key column (rows counted across its arrays), none copied.
+pub fn slice_column(column: &KeyColumn, range: Range<usize>) -> KeyColumn {
+    KeyColumn {
+        arrays: slice_arrays(&column.arrays, range),
+        options: column.options,
+    }
+}
+
+/// The rows `range` of one column given as consecutive `arrays`, none copied.
+pub fn slice_arrays(arrays: &[ArrayRef], range: Range<usize>) -> Vec<ArrayRef> {
+    slice_parts(arrays, range, |a| a.len(), |a, at, len| a.slice(at, len))
+}
+
+/// The rows `range` of consecutive `parts` of `len` rows each, cut with `slice` (a part
+/// wholly inside is cloned, not cut).
+pub fn slice_parts<T: Clone>(
+    parts: &[T],
+    range: Range<usize>,
+    len: impl Fn(&T) -> usize,
+    slice: impl Fn(&T, usize, usize) -> T,
+) -> Vec<T> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for part in parts {
+        let end = start + len(part);
+        let (from, to) = (range.start.max(start), range.end.min(end));
+        if from < to {
+            out.push(match to - from == len(part) {
+                true => part.clone(),
+                false => slice(part, from - start, to - from),
+            });
+        }
+        start = end;
+        if start >= range.end {
+            break;
+        }
+    }
+    out
 }
 
 /// The fields of one key column.

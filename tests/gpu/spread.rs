@@ -15,6 +15,20 @@ fn all_devices() -> Vec<Arc<CudaRuntime>> {
         .collect()
 }
 
+/// Every usable device, when there are at least two (said when not).
+fn two_or_more_devices() -> Option<Vec<Arc<CudaRuntime>>> {
+    device()?;
+    let devices = all_devices();
+    if devices.len() < 2 {
+        eprintln!(
+            "skipped: needs 2 CUDA devices, this host has {}",
+            devices.len()
+        );
+        return None;
+    }
+    Some(devices)
+}
+
 /// The permutation of a sort of `words` over `runtimes`, and how it went.
 fn spread_sort(runtimes: &[Arc<CudaRuntime>], words: &[&[u64]]) -> (Vec<u32>, cuda::SpreadSorted) {
     let refs: Vec<&CudaRuntime> = runtimes.iter().map(|r| r.as_ref()).collect();
@@ -69,17 +83,9 @@ fn one_device_sorts_host_keys_stably() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn keys_spread_over_devices_sort_as_on_one() {
-    if device().is_none() {
+    let Some(devices) = two_or_more_devices() else {
         return;
-    }
-    let devices = all_devices();
-    if devices.len() < 2 {
-        eprintln!(
-            "skipped: needs 2 CUDA devices, this host has {}",
-            devices.len()
-        );
-        return;
-    }
+    };
     /// Puts the peer-copy switch back as it was, also when the test fails.
     struct Restore(bool);
     impl Drop for Restore {
@@ -113,17 +119,9 @@ fn keys_spread_over_devices_sort_as_on_one() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn several_key_words_spread_as_on_the_host() {
-    if device().is_none() {
+    let Some(devices) = two_or_more_devices() else {
         return;
-    }
-    let devices = all_devices();
-    if devices.len() < 2 {
-        eprintln!(
-            "skipped: needs 2 CUDA devices, this host has {}",
-            devices.len()
-        );
-        return;
-    }
+    };
     let n = (1 << 21) + 11;
     let high: Vec<u64> = random_keys(n, "spread high", |x| x % 5);
     let low: Vec<u64> = random_keys(n, "spread low", |x| x % 1000);
@@ -135,17 +133,9 @@ fn several_key_words_spread_as_on_the_host() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn ranges_stay_balanced_when_keys_repeat() {
-    if device().is_none() {
+    let Some(devices) = two_or_more_devices() else {
         return;
-    }
-    let devices = all_devices();
-    if devices.len() < 2 {
-        eprintln!(
-            "skipped: needs 2 CUDA devices, this host has {}",
-            devices.len()
-        );
-        return;
-    }
+    };
     let n = 1 << 23;
     let even = n / devices.len();
     for (name, keys) in shapes(n) {

@@ -33,6 +33,7 @@ use crate::cuda::payload::{DevicePayload, DeviceRun};
 use crate::cuda::runtime::{note_gather_failure, CudaRuntime};
 use crate::cuda::tuning::switches;
 use crate::gather::{PayloadGather, PayloadStats, RunRows};
+use crate::keys::slice_arrays;
 use crate::sort::RunState;
 
 /// What a run sorted over several devices leaves for its payload gather: the devices, and
@@ -151,20 +152,6 @@ fn byte_aligned_cuts(n: usize, d: usize) -> Vec<Range<usize>> {
     (0..d).map(|i| at(i)..at(i + 1)).collect()
 }
 
-/// `arrays` (one column's, back to back) cut to rows `rows`, none copied.
-fn slice_arrays(arrays: &[ArrayRef], rows: Range<usize>) -> Vec<ArrayRef> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    for array in arrays {
-        let (lo, hi) = (rows.start.max(at), rows.end.min(at + array.len()));
-        if lo < hi {
-            out.push(array.slice(lo - at, hi - lo));
-        }
-        at += array.len();
-    }
-    out
-}
-
 /// One device's slices of the permutation and of each gathered column.
 #[derive(Default)]
 struct Slices {
@@ -270,9 +257,13 @@ fn join_column(
     n: usize,
 ) -> CudaResult<RawColumn> {
     let bits = |rows: usize| rows.div_ceil(8);
-    let (bytes_of, what): (Box<dyn Fn(usize) -> usize>, _) = match layout {
-        PayloadLayout::Fixed(width) => (Box::new(move |rows| rows * width), "column values"),
-        _ => (Box::new(bits), "Boolean column values"),
+    let bytes_of = |rows: usize| match layout {
+        PayloadLayout::Fixed(width) => rows * width,
+        _ => bits(rows),
+    };
+    let what = match layout {
+        PayloadLayout::Fixed(_) => "column values",
+        _ => "Boolean column values",
     };
     let padded = |bytes: usize| bytes.div_ceil(8).max(1) * 8;
     let values = device.alloc::<u8>(padded(bytes_of(n)), what)?;

@@ -40,7 +40,7 @@ use crate::cuda::runtime::CudaRuntime;
 use crate::cuda::sort_run::columns_bytes;
 use crate::cuda::spread::{MAX_SPLITTERS, MAX_WORDS};
 use crate::cuda::tuning::switches;
-use crate::keys::{FieldStats, KeyColumn};
+use crate::keys::{slice_column, FieldStats, KeyColumn};
 use exchange::{HostRows, Layout, Partitioned};
 pub(crate) use gather::SpreadRun;
 pub(crate) use held::Failure;
@@ -169,7 +169,10 @@ pub(crate) fn sort_columns_spread(
     let started = Instant::now();
     let stats = on_each(&mut held, &mut slices, |_, step| {
         let (rt, slice) = (step.rt, step.state);
-        let part = slice_columns(columns, slice.rows.clone());
+        let part: Vec<KeyColumn> = columns
+            .iter()
+            .map(|c| slice_column(c, slice.rows.clone()))
+            .collect();
         let rows = slice.rows.len();
         let (upload, stats) = rt.encoder.upload_slice(
             &rt.device,
@@ -223,28 +226,6 @@ fn has_nulls(column: &KeyColumn) -> bool {
         .arrays
         .iter()
         .any(|a| a.data_type() != &DataType::Null && a.null_count() > 0)
-}
-
-/// Rows `rows` of every key column (its arrays sliced, none copied).
-fn slice_columns(columns: &[KeyColumn], rows: Range<usize>) -> Vec<KeyColumn> {
-    columns
-        .iter()
-        .map(|column| {
-            let mut arrays = Vec::new();
-            let mut at = 0;
-            for array in &column.arrays {
-                let (lo, hi) = (rows.start.max(at), rows.end.min(at + array.len()));
-                if lo < hi {
-                    arrays.push(array.slice(lo - at, hi - lo));
-                }
-                at += array.len();
-            }
-            KeyColumn {
-                arrays,
-                options: column.options,
-            }
-        })
-        .collect()
 }
 
 /// Every slice's field statistics merged field by field.
