@@ -55,7 +55,9 @@ pub use merge::segment_starts::StartsEncoding;
 pub use merge::segment_tiles::SegmentTile;
 pub use merge::{MergeKeys, MergeSorted};
 pub use module::cached_kernel_path;
-pub use multi_gpu::{sort_host_words, SpreadSorted, SpreadTimes};
+pub use multi_gpu::{
+    sort_host_words, sort_host_words_with, HostSortPlan, SpreadSorted, SpreadTimes,
+};
 pub use pages::encode_on_device;
 pub use parquet::{EncodedPage, PageColumn, PageCut, PageEncoder};
 pub use radix::onesweep::{RadixKey, Sorted, Values};
@@ -66,5 +68,6 @@ pub use runtime::{
 };
 pub use tuning::{
     switches, PassMode, Switches, Tuning, DEVICE_IDLE_RELEASE, LOCALITY_WINDOW_HALO, MERGE_TILE,
-    PROBED_HALOS, PROBE_CHUNK, SEGMENTED_MERGE_MAX_MEAN_ROWS, SEGMENT_STARTS_CHUNK,
+    PROBED_HALOS, PROBE_CHUNK, SEGMENTED_MERGE_MAX_MEAN_ROWS, SEGMENT_STARTS_CHUNK, SPREAD_CHUNKS,
+    SPREAD_RANGES_PER_DEVICE,
 };

@@ -299,6 +299,13 @@ pub(super) const NARROW_THREADS: u32 = 256;
 
 /// Threads per block of the spread kernels (grid-stride loops; sampling one row each).
 pub(super) const SPREAD_THREADS: u32 = 256;
+/// Chunks each device's slice goes up in when a host-resident sort overlaps its copies with
+/// its kernels (`multi_gpu/overlapped.rs`): each chunk is partitioned while the next one
+/// goes up, so only the last chunk's partition is not hidden behind the upload.
+pub const SPREAD_CHUNKS: usize = 8;
+/// Key ranges each device sorts one after another in an overlapped sort: each range's
+/// permutation goes down while the next range is pulled and sorted.
+pub const SPREAD_RANGES_PER_DEVICE: usize = 4;
 
 /// Threads of a window kernel's block (`window.cu`).
 pub(super) const WINDOW_THREADS: u32 = 256;

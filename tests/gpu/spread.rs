@@ -1,7 +1,8 @@
 //! One sort spread over several devices by key ranges (`cuda::sort_host_words`): the
 //! permutation equals the one-device sort's, ties in row order, for key shapes that stress
 //! the splitters (every key equal, few distinct keys, sorted, reversed, several words),
-//! through peer copies and through host memory; ranges stay balanced. The one-device path
+//! through peer copies and through host memory, with the copies overlapping the kernels
+//! or one step after another; ranges stay balanced. The one-device path
 //! runs anywhere; the rest needs two devices and returns on a host of one.
 
 use super::*;
@@ -179,4 +180,65 @@ fn page_locked_keys_go_straight_and_sort_the_same() {
         assert_stable_order(&keys, &permutation, &format!("{count} devices, locked"));
     }
     drop(locks);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn overlapped_copies_sort_as_step_by_step() {
+    let Some(rt) = device() else { return };
+    let devices = all_devices();
+    let mut sets = vec![vec![rt.clone()]];
+    if devices.len() >= 2 {
+        sets.push(devices);
+    }
+    let plans = [
+        cuda::HostSortPlan {
+            overlap: Some(true),
+            ..Default::default()
+        },
+        // Uneven chunks, more ranges than devices divide evenly.
+        cuda::HostSortPlan {
+            overlap: Some(true),
+            chunks: 3,
+            ranges_per_device: 3,
+        },
+    ];
+    let step_by_step = cuda::HostSortPlan {
+        overlap: Some(false),
+        ..Default::default()
+    };
+    for set in &sets {
+        let refs: Vec<&CudaRuntime> = set.iter().map(|r| r.as_ref()).collect();
+        for n in [0usize, 1, 2, 1000, (1 << 21) + 3] {
+            for (name, keys) in shapes(n) {
+                let mut expected = vec![0u32; n];
+                cuda::sort_host_words_with(&refs, &[&keys], &mut expected, step_by_step).unwrap();
+                for plan in plans {
+                    let what = format!("{name}, {n} rows, {} devices, {plan:?}", refs.len());
+                    let mut permutation = vec![0u32; n];
+                    let sorted =
+                        cuda::sort_host_words_with(&refs, &[&keys], &mut permutation, plan)
+                            .unwrap();
+                    assert!(sorted.overlapped, "{what}: not overlapped");
+                    assert_eq!(permutation, expected, "{what}");
+                    assert_stable_order(&keys, &permutation, &what);
+                    assert_eq!(sorted.range_rows.len(), refs.len(), "{what}");
+                    assert_eq!(sorted.range_rows.iter().sum::<usize>(), n, "{what}");
+                }
+            }
+        }
+        // Two key words.
+        let n = (1 << 20) + 9;
+        let high: Vec<u64> = random_keys(n, "overlap high", |x| x % 7);
+        let low: Vec<u64> = random_keys(n, "overlap low", |x| x % 100);
+        let words: [&[u64]; 2] = [&high, &low];
+        let mut permutation = vec![0u32; n];
+        cuda::sort_host_words_with(&refs, &words, &mut permutation, plans[1]).unwrap();
+        assert_eq!(
+            permutation,
+            host_order(&words),
+            "{} devices, two words",
+            refs.len()
+        );
+    }
 }

@@ -8,12 +8,14 @@
 //! `gpu_sort.devices` takes them) runs `--warmup` untimed runs then `--reps` timed ones,
 //! and its median is reported with the steps' times and the speedup over the first set.
 //! Every set's first permutation is checked: a permutation, keys in order, equal keys in
-//! row order, and identical to the first set's.
+//! row order, and identical to the first set's. With `--overlap` given, each device set
+//! runs once per value (`on`: copies overlapping the kernels; `off`: one step after
+//! another; `auto`: overlapped where the host memory is page-locked).
 
 use std::time::Duration;
 
 use datafusion::common::{exec_err, DataFusionError, Result};
-use gpusort::cuda::{self, CudaRuntime, SpreadSorted, SpreadTimes};
+use gpusort::cuda::{self, CudaRuntime, HostSortPlan, SpreadSorted, SpreadTimes};
 use gpusort::DeviceSelection;
 use rayon::prelude::*;
 
@@ -47,9 +49,40 @@ pub struct SpreadBench {
     /// and the devices (else they go through the staging buffers, as a query's do).
     #[arg(long)]
     pub locked: bool,
+    /// Whether copies overlap the kernels (`auto`, `on`, `off`); each device set runs once
+    /// per value given.
+    #[arg(long, default_values_t = vec![Overlap::Auto])]
+    pub overlap: Vec<Overlap>,
+    /// Chunks each device's keys go up in, when overlapped.
+    #[arg(long, default_value_t = cuda::SPREAD_CHUNKS)]
+    pub chunks: usize,
+    /// Key ranges each device sorts one after another, when overlapped.
+    #[arg(long, default_value_t = cuda::SPREAD_RANGES_PER_DEVICE)]
+    pub ranges_per_device: usize,
     /// Writes the results as JSON here too.
     #[arg(long)]
     pub json: Option<String>,
+}
+
+/// `--overlap`'s values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Overlap {
+    /// Where the host memory is page-locked.
+    Auto,
+    /// Always.
+    On,
+    /// Never.
+    Off,
+}
+
+impl std::fmt::Display for Overlap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Overlap::Auto => "auto",
+            Overlap::On => "on",
+            Overlap::Off => "off",
+        })
+    }
 }
 
 /// One set's median run.
@@ -59,6 +92,7 @@ struct SetResult {
     times: SpreadTimes,
     range_rows: Vec<usize>,
     peer_copies: bool,
+    overlapped: bool,
 }
 
 /// Runs the benchmark and prints its table.
@@ -97,16 +131,30 @@ pub fn run(options: &SpreadBench) -> Result<()> {
     );
     let mut results: Vec<SetResult> = Vec::new();
     let mut baseline: Option<Vec<u32>> = None;
-    for &selection in &options.devices {
+    let sets = options
+        .devices
+        .iter()
+        .flat_map(|&d| options.overlap.iter().map(move |&o| (d, o)));
+    for (selection, overlap) in sets {
         let runtimes = open(selection)?;
         let refs: Vec<&CudaRuntime> = runtimes.iter().map(|r| r.as_ref()).collect();
         let label = format!(
-            "{} GPU(s) {:?}",
+            "{} GPU(s) {:?}, overlap {overlap}",
             refs.len(),
             refs.iter().map(|r| r.ordinal()).collect::<Vec<_>>()
         );
+        let plan = HostSortPlan {
+            overlap: match overlap {
+                Overlap::Auto => None,
+                Overlap::On => Some(true),
+                Overlap::Off => Some(false),
+            },
+            chunks: options.chunks,
+            ranges_per_device: options.ranges_per_device,
+        };
+        let sort = |permutation: &mut [u32]| sort(&refs, &word_refs, permutation, plan);
         permutation.par_chunks_mut(1 << 16).for_each(|c| c.fill(0));
-        sort(&refs, &word_refs, &mut permutation)?;
+        sort(&mut permutation)?;
         check(&word_refs, &permutation)?;
         match &baseline {
             Some(base) if *base != permutation => {
@@ -116,12 +164,12 @@ pub fn run(options: &SpreadBench) -> Result<()> {
             None => baseline = Some(permutation.clone()),
         }
         for _ in 1..options.warmup {
-            sort(&refs, &word_refs, &mut permutation)?;
+            sort(&mut permutation)?;
         }
         let mut runs: Vec<(Duration, SpreadSorted)> = Vec::with_capacity(options.reps);
         for _ in 0..options.reps.max(1) {
             let started = std::time::Instant::now();
-            let run = sort(&refs, &word_refs, &mut permutation)?;
+            let run = sort(&mut permutation)?;
             runs.push((started.elapsed(), run));
         }
         runs.sort_by_key(|r| r.0);
@@ -132,6 +180,7 @@ pub fn run(options: &SpreadBench) -> Result<()> {
             times: run.times,
             range_rows: run.range_rows,
             peer_copies: run.peer_copies,
+            overlapped: run.overlapped,
         });
     }
     print_table(&results, n);
@@ -170,8 +219,14 @@ fn open(selection: DeviceSelection) -> Result<Vec<std::sync::Arc<CudaRuntime>>> 
         .collect()
 }
 
-fn sort(runtimes: &[&CudaRuntime], words: &[&[u64]], out: &mut [u32]) -> Result<SpreadSorted> {
-    cuda::sort_host_words(runtimes, words, out).map_err(|e| DataFusionError::External(Box::new(e)))
+fn sort(
+    runtimes: &[&CudaRuntime],
+    words: &[&[u64]],
+    out: &mut [u32],
+    plan: HostSortPlan,
+) -> Result<SpreadSorted> {
+    cuda::sort_host_words_with(runtimes, words, out, plan)
+        .map_err(|e| DataFusionError::External(Box::new(e)))
 }
 
 /// Page-locks every key word and the permutation (for every device).
@@ -220,14 +275,14 @@ fn ms(d: Duration) -> f64 {
 
 fn print_table(results: &[SetResult], n: usize) {
     println!(
-        "| devices | median ms | G keys/s | vs first | upload | partition | exchange | sort | download | rows per device | peer copies |"
+        "| devices | median ms | G keys/s | vs first | upload | partition | exchange | sort | download | rows per device | peer copies | overlapped |"
     );
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |");
     let base = results.first().map(|r| r.median);
     for r in results {
         let t = r.times;
         println!(
-            "| {} | {:.1} | {:.2} | {:.2}× | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:?} | {} |",
+            "| {} | {:.1} | {:.2} | {:.2}× | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:?} | {} | {} |",
             r.label,
             ms(r.median),
             n as f64 / r.median.as_secs_f64() / 1e9,
@@ -239,6 +294,13 @@ fn print_table(results: &[SetResult], n: usize) {
             ms(t.download),
             r.range_rows,
             r.peer_copies,
+            r.overlapped,
+        );
+    }
+    if results.iter().any(|r| r.overlapped) {
+        println!(
+            "overlapped rows: upload until the last chunk is up, partition what was left of it, \
+             sort until the last range is sorted (its exchange included), download what was left"
         );
     }
 }
@@ -249,7 +311,7 @@ fn write_json(path: &str, options: &SpreadBench, results: &[SetResult], n: usize
         .map(|r| {
             let t = r.times;
             format!(
-                r#"    {{"devices": "{}", "median_ms": {:.3}, "upload_ms": {:.3}, "partition_ms": {:.3}, "exchange_ms": {:.3}, "sort_ms": {:.3}, "download_ms": {:.3}, "range_rows": {:?}, "peer_copies": {}}}"#,
+                r#"    {{"devices": "{}", "median_ms": {:.3}, "upload_ms": {:.3}, "partition_ms": {:.3}, "exchange_ms": {:.3}, "sort_ms": {:.3}, "download_ms": {:.3}, "range_rows": {:?}, "peer_copies": {}, "overlapped": {}}}"#,
                 r.label,
                 ms(r.median),
                 ms(t.upload),
@@ -259,6 +321,7 @@ fn write_json(path: &str, options: &SpreadBench, results: &[SetResult], n: usize
                 ms(t.download),
                 r.range_rows,
                 r.peer_copies,
+                r.overlapped,
             )
         })
         .collect();

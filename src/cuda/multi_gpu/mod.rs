@@ -12,7 +12,11 @@
 //!     ids back over its own link, at range r's place in the permutation
 //! ```
 //!
-//! The ranges concatenate into the one stable order a single device gives. A run's payload
+//! The ranges concatenate into the one stable order a single device gives. Where the keys
+//! and the permutation sit in page-locked host memory, the steps overlap instead
+//! (`overlapped.rs`): each device's keys go up in chunks, each partitioned while the next
+//! goes up, and each device sorts several ranges, each one's row ids going down while the
+//! next is pulled and sorted. A run's payload
 //! is then gathered by all its devices at once (`gather.rs`). With one device
 //! the steps between the upload and the sort are skipped: the same sort as one GPU's.
 //! Every device is held (`held.rs`) for the whole sort; each step runs on all of them at
@@ -21,6 +25,7 @@
 mod exchange;
 mod gather;
 mod held;
+mod overlapped;
 mod splitters;
 
 use std::ops::Range;
@@ -39,7 +44,7 @@ use crate::cuda::radix::onesweep::Values;
 use crate::cuda::runtime::CudaRuntime;
 use crate::cuda::sort_run::columns_bytes;
 use crate::cuda::spread::{MAX_SPLITTERS, MAX_WORDS};
-use crate::cuda::tuning::switches;
+use crate::cuda::tuning::{switches, SPREAD_CHUNKS, SPREAD_RANGES_PER_DEVICE};
 use crate::keys::{slice_column, FieldStats, KeyColumn};
 use exchange::{HostRows, Layout, Partitioned};
 pub(crate) use gather::SpreadRun;
@@ -77,6 +82,11 @@ pub struct SpreadSorted {
     /// Whether the keys came up and the permutation went back straight, from and into
     /// page-locked host memory (else through the staging buffers).
     pub direct_copies: bool,
+    /// Whether the copies overlapped the kernels (`overlapped.rs`): then `times.upload`
+    /// ends when the last chunk is up, `times.partition` is what was left of the partition,
+    /// `times.sort` runs until the last range is sorted (its exchange included, so
+    /// `times.exchange` is zero) and `times.download` is what was left of the download.
+    pub overlapped: bool,
     /// Where the time went.
     pub times: SpreadTimes,
 }
@@ -100,21 +110,75 @@ fn cut(n: usize, d: usize) -> Vec<Slice> {
         .collect()
 }
 
+/// How [`sort_host_words_with`] runs a sort.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostSortPlan {
+    /// Whether the copies overlap the kernels (`overlapped.rs`). `None`: where the keys and
+    /// the permutation are page-locked and every device can reach the others' memory.
+    /// `Some(true)` with devices that cannot is an error.
+    pub overlap: Option<bool>,
+    /// Chunks each device's keys go up in, when overlapped.
+    pub chunks: usize,
+    /// Key ranges each device sorts one after another, when overlapped.
+    pub ranges_per_device: usize,
+}
+
+impl Default for HostSortPlan {
+    fn default() -> Self {
+        Self {
+            overlap: None,
+            chunks: SPREAD_CHUNKS,
+            ranges_per_device: SPREAD_RANGES_PER_DEVICE,
+        }
+    }
+}
+
 /// Sorts the rows keyed by `words` in host memory (each as long as `permutation`, word 0
 /// most significant) over `runtimes`, each device taking a contiguous slice, and writes
 /// their stable sort permutation into `permutation`. Copies go straight from and into
-/// host memory that is page-locked ([`crate::cuda::is_page_locked`]), through the staging
-/// buffers otherwise. Holds every device, in the order given, for the whole sort.
+/// host memory that is page-locked ([`crate::cuda::is_page_locked`]), and overlap the
+/// kernels then; through the staging buffers otherwise. Holds every device, in the order
+/// given, for the whole sort.
 pub fn sort_host_words(
     runtimes: &[&CudaRuntime],
     words: &[&[u64]],
     permutation: &mut [u32],
 ) -> CudaResult<SpreadSorted> {
+    sort_host_words_with(runtimes, words, permutation, HostSortPlan::default())
+}
+
+/// [`sort_host_words`] run as `plan` says.
+pub fn sort_host_words_with(
+    runtimes: &[&CudaRuntime],
+    words: &[&[u64]],
+    permutation: &mut [u32],
+    plan: HostSortPlan,
+) -> CudaResult<SpreadSorted> {
     let n = permutation.len();
     let ordinals: Vec<usize> = runtimes.iter().map(|rt| rt.ordinal()).collect();
     check_shape(&ordinals, words, n)?;
+    if plan.chunks == 0 || plan.ranges_per_device == 0 {
+        return Err(CudaError::Inconsistent(format!(
+            "a host sort plan of {} chunks and {} ranges per device",
+            plan.chunks, plan.ranges_per_device
+        )));
+    }
     let direct_copies = words.iter().all(|w| is_page_locked(w)) && is_page_locked(permutation);
     let mut held = hold_all(runtimes, LeaseKind::Gather, DeviceShare::UNLIMITED);
+    let devices: Vec<&Device> = held.iter().map(|h| &h.rt.device).collect();
+    let reachable =
+        devices.len() == 1 || (switches().peer_copies() && exchange::is_peer_connected(&devices)?);
+    if plan.overlap == Some(true) && !reachable {
+        return Err(CudaError::Inconsistent(
+            "overlapped copies need devices that reach each other's memory".to_string(),
+        ));
+    }
+    if plan.overlap.unwrap_or(direct_copies) && reachable {
+        let mut sorted =
+            overlapped::sort(&mut held, words, permutation, plan).map_err(|f| f.error)?;
+        sorted.direct_copies = direct_copies;
+        return Ok(sorted);
+    }
     let mut slices = cut(n, held.len());
     let started = Instant::now();
     on_each(&mut held, &mut slices, |_, step| {
@@ -211,6 +275,7 @@ pub(crate) fn sort_columns_spread(
                 range_rows: vec![n],
                 peer_copies: false,
                 direct_copies: false,
+                overlapped: false,
                 times: SpreadTimes::default(),
             }
         }
@@ -304,6 +369,7 @@ fn sort_loaded(
         range_rows,
         peer_copies,
         direct_copies: false,
+        overlapped: false,
         times,
     })
 }
@@ -385,6 +451,7 @@ fn sort_on_one(
         range_rows: vec![n],
         peer_copies: false,
         direct_copies: false,
+        overlapped: false,
         times,
     })
 }
@@ -396,9 +463,21 @@ fn partition(
     slice: &mut Slice,
     chosen: &splitters::Splitters,
 ) -> CudaResult<(Vec<usize>, Partitioned)> {
-    let device = &rt.device;
-    let (rows, first) = (slice.rows.len(), slice.rows.start as u32);
     let words = std::mem::take(&mut slice.words);
+    partition_words(rt, words, slice.rows.len(), slice.rows.start as u32, chosen)
+}
+
+/// Classifies `rows` rows keyed by `words` (global row ids from `first`) by range and
+/// groups them by range, stably: the rows per range, and the words and global row ids in
+/// that order.
+fn partition_words(
+    rt: &CudaRuntime,
+    words: Vec<DeviceBuffer<u64>>,
+    rows: usize,
+    first: u32,
+    chosen: &splitters::Splitters,
+) -> CudaResult<(Vec<usize>, Partitioned)> {
+    let device = &rt.device;
     let (ranges, counts) =
         rt.spreader
             .classify(device, &words, rows, first, &chosen.words, &chosen.rows)?;
@@ -492,18 +571,7 @@ fn sort_and_download(
     let device = &rt.device;
     let n = out.len();
     let started = Instant::now();
-    let order = if n < 2 {
-        ids
-    } else if words.len() == 1 {
-        let values = ids.map_or(Values::RowIds, Values::Given);
-        let keys = words.into_iter().next().expect("one word");
-        rt.onesweep.sort(device, keys, values, n)?.values
-    } else {
-        match (rt.onesweep.sort_rows_by_words(device, words, n)?, ids) {
-            (Some(perm), Some(ids)) => Some(rt.spreader.gather_u32(device, &ids, &perm, n)?),
-            (perm, ids) => ids.or(perm),
-        }
-    };
+    let order = sort_range(rt, words, ids, n)?;
     device.synchronize()?;
     let sorted = started.elapsed();
     let started = Instant::now();
@@ -520,6 +588,29 @@ fn sort_and_download(
         None => out.iter_mut().zip(0u32..).for_each(|(o, i)| *o = i),
     }
     Ok((sorted, started.elapsed()))
+}
+
+/// Sorts `n` rows keyed by `words` with their global row `ids` in the order given (`None`:
+/// rows 0..), in stream order: their row ids in sorted order (`None`: the identity).
+fn sort_range(
+    rt: &CudaRuntime,
+    words: Vec<DeviceBuffer<u64>>,
+    ids: Option<DeviceBuffer<u32>>,
+    n: usize,
+) -> CudaResult<Option<DeviceBuffer<u32>>> {
+    let device = &rt.device;
+    Ok(if n < 2 {
+        ids
+    } else if words.len() == 1 {
+        let values = ids.map_or(Values::RowIds, Values::Given);
+        let keys = words.into_iter().next().expect("one word");
+        rt.onesweep.sort(device, keys, values, n)?.values
+    } else {
+        match (rt.onesweep.sort_rows_by_words(device, words, n)?, ids) {
+            (Some(perm), Some(ids)) => Some(rt.spreader.gather_u32(device, &ids, &perm, n)?),
+            (perm, ids) => ids.or(perm),
+        }
+    })
 }
 
 /// `out` cut into consecutive pieces of `lengths` (which add up to its length).
