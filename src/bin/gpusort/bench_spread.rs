@@ -10,7 +10,8 @@
 //! Every set's first permutation is checked: a permutation, keys in order, equal keys in
 //! row order, and identical to the first set's. With `--overlap` given, each device set
 //! runs once per value (`on`: copies overlapping the kernels; `off`: one step after
-//! another; `auto`: overlapped where the host memory is page-locked).
+//! another; `auto`: overlapped where the host memory is page-locked and two or more devices
+//! sort).
 
 use std::time::Duration;
 
@@ -67,7 +68,7 @@ pub struct SpreadBench {
 /// `--overlap`'s values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Overlap {
-    /// Where the host memory is page-locked.
+    /// Where the host memory is page-locked and two or more devices sort.
     Auto,
     /// Always.
     On,

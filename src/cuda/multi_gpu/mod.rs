@@ -114,7 +114,8 @@ fn cut(n: usize, d: usize) -> Vec<Slice> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostSortPlan {
     /// Whether the copies overlap the kernels (`overlapped.rs`). `None`: where the keys and
-    /// the permutation are page-locked and every device can reach the others' memory.
+    /// the permutation are page-locked and two or more devices all reach each other's
+    /// memory.
     /// `Some(true)` with devices that cannot is an error.
     pub overlap: Option<bool>,
     /// Chunks each device's keys go up in, when overlapped.
@@ -173,7 +174,9 @@ pub fn sort_host_words_with(
             "overlapped copies need devices that reach each other's memory".to_string(),
         ));
     }
-    if plan.overlap.unwrap_or(direct_copies) && reachable {
+    // On one device the pulls are copies within it and the first range's sort is a
+    // quarter of the whole: overlapping did not pay there (docs/performance.md).
+    if plan.overlap.unwrap_or(direct_copies && held.len() > 1) && reachable {
         let mut sorted =
             overlapped::sort(&mut held, words, permutation, plan).map_err(|f| f.error)?;
         sorted.direct_copies = direct_copies;
