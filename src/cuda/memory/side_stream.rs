@@ -2,8 +2,9 @@
 //! (one sort's upload of the next chunk while the last one is partitioned, its download of
 //! one sorted range while the next is sorted).
 //!
-//! The two streams are ordered only where the caller says so, with marks
-//! ([`SideStream::mark`], [`SideStream::mark_work`]) that the other stream waits for.
+//! The two streams are ordered only where the caller says so: the side stream waits for
+//! the main stream's work queued so far ([`SideStream::wait_for_work`]), and the main
+//! stream for a [`Mark`] of the side stream ([`SideStream::work_waits_for`]).
 //! Buffers are allocated and freed on the main stream, so a buffer the side stream uses
 //! must be allocated before a [`SideStream::wait_for_work`] and freed only after the side
 //! stream's use of it is done ([`SideStream::synchronize`], or a mark the main stream

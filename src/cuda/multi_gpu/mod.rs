@@ -13,7 +13,8 @@
 //! ```
 //!
 //! The ranges concatenate into the one stable order a single device gives. Where the keys
-//! and the permutation sit in page-locked host memory, the steps overlap instead
+//! and the permutation sit in page-locked host memory and two or more devices reach each
+//! other's memory (`HostSortPlan`), the steps of a host key sort overlap instead
 //! (`overlapped.rs`): each device's keys go up in chunks, each partitioned while the next
 //! goes up, and each device sorts several ranges, each one's row ids going down while the
 //! next is pulled and sorted. A run's payload
@@ -137,9 +138,10 @@ impl Default for HostSortPlan {
 /// Sorts the rows keyed by `words` in host memory (each as long as `permutation`, word 0
 /// most significant) over `runtimes`, each device taking a contiguous slice, and writes
 /// their stable sort permutation into `permutation`. Copies go straight from and into
-/// host memory that is page-locked ([`crate::cuda::is_page_locked`]), and overlap the
-/// kernels then; through the staging buffers otherwise. Holds every device, in the order
-/// given, for the whole sort.
+/// host memory that is page-locked ([`crate::cuda::is_page_locked`]), through the staging
+/// buffers otherwise; they overlap the kernels as [`HostSortPlan::overlap`] says by default
+/// (page-locked memory, two or more devices that reach each other's memory, peer copies
+/// on). Holds every device, in the order given, for the whole sort.
 pub fn sort_host_words(
     runtimes: &[&CudaRuntime],
     words: &[&[u64]],

@@ -10,7 +10,8 @@
 //! - The splitters come from samples read on the host (the rows the device sampling would
 //!   take), so each chunk of a device's slice is classified and partitioned by range while
 //!   the next chunk goes up; only the last chunk's partition is left after the upload.
-//! - Device `r` owns `k` consecutive ranges. For each, it pulls the range's pieces from
+//! - Each device owns consecutive ranges (`k` of them, fewer where the samples give fewer
+//!   splitters or the ranges are capped at 64). For each, it pulls the range's pieces from
 //!   every device's chunks (peer copies, in device then chunk order: row order), sorts
 //!   them, and its side stream brings the range's row ids down into their place in the
 //!   permutation while the main stream pulls and sorts the next range.
@@ -60,7 +61,9 @@ pub(super) fn sort(
     plan: HostSortPlan,
 ) -> Result<SpreadSorted, Failure> {
     let (n, d) = (permutation.len(), held.len());
-    let wanted = (d * plan.ranges_per_device).min(MAX_SPLITTERS + 1);
+    let wanted = d
+        .saturating_mul(plan.ranges_per_device)
+        .min(MAX_SPLITTERS + 1);
     let mut slices = cut(n, d);
     let samples: Vec<Samples> = slices
         .iter()
@@ -72,12 +75,16 @@ pub(super) fn sort(
     let started = Instant::now();
     let mut loaded: Vec<Loaded> = (0..d).map(|_| Loaded::default()).collect();
     let mut states: Vec<_> = slices.iter_mut().zip(loaded.iter_mut()).collect();
-    on_each(held, &mut states, |_, step| {
+    let partitioned = on_each(held, &mut states, |_, step| {
         let (slice, out) = step.state;
         **out = upload_and_partition(step.rt, words, slice.rows.clone(), plan.chunks, &chosen)?;
         Ok(())
-    })?;
+    });
     drop(states);
+    if let Err(failure) = partitioned {
+        free_on_their_devices(held, &mut loaded);
+        return Err(failure);
+    }
     let partitioned = started.elapsed();
     let uploaded = loaded.iter().map(|l| l.uploaded).max().unwrap_or_default();
 
@@ -114,10 +121,7 @@ pub(super) fn sort(
     });
     drop(sources);
     // Each device's chunks are freed on their own device once every receiver is done.
-    on_each(held, &mut loaded, |_, step| {
-        step.state.chunks.clear();
-        Ok(())
-    })?;
+    free_on_their_devices(held, &mut loaded);
     let sorted = sorted?;
     let finished = started.elapsed();
     let last_sort = sorted.iter().copied().max().unwrap_or_default();
@@ -135,6 +139,18 @@ pub(super) fn sort(
             download: finished.saturating_sub(last_sort),
         },
     })
+}
+
+/// Frees every device's chunks on a thread bound to that device.
+fn free_on_their_devices(held: &mut [Held<'_>], loaded: &mut [Loaded]) {
+    let freed = on_each(held, loaded, |_, step| {
+        step.state.chunks.clear();
+        Ok(())
+    });
+    if freed.is_err() {
+        // A device that could not be bound: its buffers go with `loaded` instead.
+        log::warn!("gpusort: a spread sort freed its partitioned keys off their devices");
+    }
 }
 
 /// The device that sorts range `g` of `ranges`, of `devices`: consecutive ranges, as even
@@ -161,6 +177,7 @@ fn host_samples(words: &[&[u64]], rows: Range<usize>, count: usize) -> Samples {
 /// `rows` cut into at most `chunks` consecutive non-empty pieces.
 fn chunk_rows(rows: Range<usize>, chunks: usize) -> Vec<Range<usize>> {
     let n = rows.len();
+    let chunks = chunks.min(n);
     (0..chunks)
         .map(|i| rows.start + i * n / chunks..rows.start + (i + 1) * n / chunks)
         .filter(|r| !r.is_empty())
@@ -230,8 +247,9 @@ fn sort_owned_ranges(
 ) -> CudaResult<Duration> {
     let device = &rt.device;
     let started = Instant::now();
-    let side = SideStream::new(device)?;
+    // Declared before the stream, so that it outlives the stream's last synchronization.
     let mut downloading: Vec<DeviceBuffer<u32>> = Vec::with_capacity(owned.len());
+    let side = SideStream::new(device)?;
     let done = (|| {
         for (g, out) in owned.iter_mut() {
             let rows = out.len();
@@ -249,9 +267,15 @@ fn sort_owned_ranges(
         device.synchronize()?;
         Ok(started.elapsed())
     })();
-    side.synchronize()?;
+    // After a failure too: no peer copy from the sources is left queued on the main stream
+    // (the caller frees them next), and no download reads a buffer about to be freed.
+    let main = device.synchronize();
+    let downloaded = side.synchronize();
     drop(downloading);
-    done
+    let sorted = done?;
+    main?;
+    downloaded?;
+    Ok(sorted)
 }
 
 /// Range `g`'s `rows` rows pulled from every source's chunks in device then chunk order
