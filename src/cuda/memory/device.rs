@@ -48,7 +48,11 @@ pub struct Device {
 unsafe impl Send for Device {}
 unsafe impl Sync for Device {}
 
-fn call<T>(name: &'static str, r: Result<T, cudarc::driver::DriverError>) -> CudaResult<T> {
+/// `r` as this crate's error, naming the driver call `name`.
+pub(super) fn call<T>(
+    name: &'static str,
+    r: Result<T, cudarc::driver::DriverError>,
+) -> CudaResult<T> {
     r.map_err(|e| CudaError::driver(name, e))
 }
 
@@ -253,14 +257,8 @@ impl Device {
         offset: usize,
         src: &[T],
     ) -> CudaResult<()> {
-        assert!(
-            offset + src.len() <= dst.len,
-            "upload past the end of a device buffer"
-        );
-        let at = dst.ptr + (offset * std::mem::size_of::<T>()) as u64;
-        call("cuMemcpyHtoDAsync", unsafe {
-            result::memcpy_htod_async(at, src, self.stream)
-        })
+        // SAFETY: as the caller promises, on this device's stream.
+        unsafe { upload_on(self.stream, dst, offset, src) }
     }
 
     /// Queues a copy of `src[offset..offset + dst.len()]` into `dst`.
@@ -273,14 +271,8 @@ impl Device {
         src: &DeviceBuffer<T>,
         offset: usize,
     ) -> CudaResult<()> {
-        assert!(
-            offset + dst.len() <= src.len,
-            "download past the end of a device buffer"
-        );
-        let at = src.ptr + (offset * std::mem::size_of::<T>()) as u64;
-        call("cuMemcpyDtoHAsync", unsafe {
-            result::memcpy_dtoh_async(dst, at, self.stream)
-        })
+        // SAFETY: as the caller promises, on this device's stream.
+        unsafe { download_on(self.stream, dst, src, offset) }
     }
 
     /// A new buffer holding a copy of `src`, in stream order.
@@ -386,6 +378,47 @@ impl Drop for Device {
         // SAFETY: the stream was created by `open` and is no longer used.
         let _ = unsafe { result::stream::destroy(self.stream) };
     }
+}
+
+/// Queues a copy of `src` to `dst[offset..]` on `stream` (of `dst`'s device).
+///
+/// # Safety
+/// `src` must stay alive and unchanged until the copy has completed on `stream`.
+pub(super) unsafe fn upload_on<T>(
+    stream: sys::CUstream,
+    dst: &DeviceBuffer<T>,
+    offset: usize,
+    src: &[T],
+) -> CudaResult<()> {
+    assert!(
+        offset + src.len() <= dst.len,
+        "upload past the end of a device buffer"
+    );
+    let at = dst.ptr + (offset * std::mem::size_of::<T>()) as u64;
+    call("cuMemcpyHtoDAsync", unsafe {
+        result::memcpy_htod_async(at, src, stream)
+    })
+}
+
+/// Queues a copy of `src[offset..offset + dst.len()]` into `dst` on `stream` (of `src`'s
+/// device).
+///
+/// # Safety
+/// `dst` must stay alive and untouched until the copy has completed on `stream`.
+pub(super) unsafe fn download_on<T>(
+    stream: sys::CUstream,
+    dst: &mut [T],
+    src: &DeviceBuffer<T>,
+    offset: usize,
+) -> CudaResult<()> {
+    assert!(
+        offset + dst.len() <= src.len,
+        "download past the end of a device buffer"
+    );
+    let at = src.ptr + (offset * std::mem::size_of::<T>()) as u64;
+    call("cuMemcpyDtoHAsync", unsafe {
+        result::memcpy_dtoh_async(dst, at, stream)
+    })
 }
 
 /// Device memory of `len` elements of `T`, freed in stream order on drop.
@@ -591,9 +624,27 @@ unsafe impl Sync for Event {}
 impl Event {
     /// Records the event at the current end of `device`'s stream.
     pub fn record(&self, device: &Device) -> CudaResult<()> {
+        self.record_on(device.stream())
+    }
+
+    /// Records the event at the current end of `stream` (of the event's context).
+    pub(super) fn record_on(&self, stream: sys::CUstream) -> CudaResult<()> {
         // SAFETY: both handles are alive.
         call("cuEventRecord", unsafe {
-            result::event::record(self.handle, device.stream())
+            result::event::record(self.handle, stream)
+        })
+    }
+
+    /// Makes the work queued on `stream` from now on wait for the last `record`, without
+    /// blocking the host.
+    pub(super) fn queue_wait_on(&self, stream: sys::CUstream) -> CudaResult<()> {
+        // SAFETY: both handles are alive.
+        call("cuStreamWaitEvent", unsafe {
+            result::stream::wait_event(
+                stream,
+                self.handle,
+                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )
         })
     }
 

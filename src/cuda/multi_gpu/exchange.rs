@@ -31,15 +31,15 @@ pub(super) struct HostRows {
     ids: Vec<u32>,
 }
 
-/// Where every piece of the exchange starts: `counts[s][r]` rows of range `r` on device
-/// `s`.
+/// Where every piece of the exchange starts: `counts[s][r]` rows of range `r` in source
+/// `s` (a device's partitioned rows, or one chunk of them; sources in row order).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Layout {
     counts: Vec<Vec<usize>>,
 }
 
 impl Layout {
-    /// The layout of `counts` (one row per device, one column per range).
+    /// The layout of `counts` (one row per source, one column per range).
     pub(super) fn new(counts: Vec<Vec<usize>>) -> Self {
         Self { counts }
     }

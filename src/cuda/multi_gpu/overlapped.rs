@@ -29,7 +29,7 @@ use crate::cuda::memory::side_stream::SideStream;
 use crate::cuda::runtime::CudaRuntime;
 use crate::cuda::spread::{Samples, MAX_SPLITTERS};
 
-use super::exchange::Partitioned;
+use super::exchange::{receive_from_peers, Layout, Partitioned};
 use super::held::{on_each, Held};
 use super::splitters::{self, Splitters};
 use super::{
@@ -88,15 +88,10 @@ pub(super) fn sort(
     let partitioned = started.elapsed();
     let uploaded = loaded.iter().map(|l| l.uploaded).max().unwrap_or_default();
 
-    let range_rows: Vec<usize> = (0..ranges)
-        .map(|g| {
-            loaded
-                .iter()
-                .flat_map(|l| &l.chunks)
-                .map(|c| c.counts[g])
-                .sum()
-        })
-        .collect();
+    // Every chunk is one source of the exchange, in device then chunk order (row order).
+    let chunks = || loaded.iter().flat_map(|l| &l.chunks);
+    let layout = Layout::new(chunks().map(|c| c.counts.clone()).collect());
+    let range_rows: Vec<usize> = (0..ranges).map(|g| layout.range_rows(g)).collect();
     let mut owned: Vec<Vec<(usize, &mut [u32])>> = (0..d).map(|_| Vec::new()).collect();
     for (g, out) in split_by_lengths(permutation, &range_rows)
         .into_iter()
@@ -111,13 +106,13 @@ pub(super) fn sort(
 
     let started = Instant::now();
     let runtimes: Vec<&CudaRuntime> = held.iter().map(|h| h.rt).collect();
-    let sources: Vec<(&Device, &[Chunk])> = runtimes
+    let sources: Vec<(&Device, &Partitioned)> = runtimes
         .iter()
         .zip(&loaded)
-        .map(|(rt, l)| (&rt.device, l.chunks.as_slice()))
+        .flat_map(|(rt, l)| l.chunks.iter().map(|c| (&rt.device, &c.part)))
         .collect();
     let sorted = on_each(held, &mut owned, |_, step| {
-        sort_owned_ranges(step.rt, step.state, &sources)
+        sort_owned_ranges(step.rt, step.state, &sources, &layout)
     });
     drop(sources);
     // Each device's chunks are freed on their own device once every receiver is done.
@@ -238,12 +233,13 @@ fn upload_and_partition(
 }
 
 /// Pulls, sorts and brings down each of `owned`'s ranges (global range, its place in the
-/// permutation) on `rt`'s device, from every device's partitioned chunks: the time until
-/// the last range was sorted.
+/// permutation) on `rt`'s device, from every device's partitioned chunks (`sources`, laid
+/// out by `layout`): the time until the last range was sorted.
 fn sort_owned_ranges(
     rt: &CudaRuntime,
     owned: &mut [(usize, &mut [u32])],
-    sources: &[(&Device, &[Chunk])],
+    sources: &[(&Device, &Partitioned)],
+    layout: &Layout,
 ) -> CudaResult<Duration> {
     let device = &rt.device;
     let started = Instant::now();
@@ -256,8 +252,8 @@ fn sort_owned_ranges(
             if rows == 0 {
                 continue;
             }
-            let (words, ids) = pull_range(device, *g, rows, sources)?;
-            let order = sort_range(rt, words, Some(ids), rows)?.expect("row ids given");
+            let range = receive_from_peers(device, *g, sources, layout)?;
+            let order = sort_range(rt, range.words, Some(range.ids), rows)?.expect("row ids given");
             side.wait_for_work()?;
             // SAFETY: `out` and `order` stay alive until the side stream is synchronized
             // below (after a failure too); `order` is kept in `downloading` until then.
@@ -276,47 +272,6 @@ fn sort_owned_ranges(
     main?;
     downloaded?;
     Ok(sorted)
-}
-
-/// Range `g`'s `rows` rows pulled from every source's chunks in device then chunk order
-/// (row order): their key words and global row ids.
-fn pull_range(
-    device: &Device,
-    g: usize,
-    rows: usize,
-    sources: &[(&Device, &[Chunk])],
-) -> CudaResult<(Vec<DeviceBuffer<u64>>, DeviceBuffer<u32>)> {
-    let word_count = sources
-        .iter()
-        .flat_map(|(_, chunks)| chunks.iter())
-        .map(|c| c.part.words.len())
-        .next()
-        .unwrap_or(0);
-    let words: Vec<DeviceBuffer<u64>> = (0..word_count)
-        .map(|_| device.alloc::<u64>(rows, "received key words"))
-        .collect::<CudaResult<_>>()?;
-    let ids = device.alloc::<u32>(rows, "received row ids")?;
-    let mut to = 0;
-    for &(peer, chunks) in sources {
-        for chunk in chunks {
-            let len = chunk.counts[g];
-            if len == 0 {
-                continue;
-            }
-            let from: usize = chunk.counts[..g].iter().sum();
-            // SAFETY: the piece lies within both buffers (the counts are the partition's,
-            // and they add up to `rows`); the sources stay alive and unchanged until every
-            // receiver is done (the caller frees them after).
-            unsafe {
-                for (dst, src) in words.iter().zip(&chunk.part.words) {
-                    device.copy_from(dst, to, peer, src, from, len)?;
-                }
-                device.copy_from(&ids, to, peer, &chunk.part.ids, from, len)?;
-            }
-            to += len;
-        }
-    }
-    Ok((words, ids))
 }
 
 #[cfg(test)]
