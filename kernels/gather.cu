@@ -11,14 +11,19 @@
 //                             batch's own data buffer, and the buffer's size
 //   copy_view_bytes           the long values' bytes into their batch's data buffer; the
 //                             views then point there (buffer 0 of their batch)
+//   gather_peer_w*, gather_peer_bits
+//                             the same gathers from a column cut into slices, each held by
+//                             another device of a spread run and read over NVLink or PCIe
+//                             peer access (`PeerSlices`), so that no device holds it whole
 //
 // `perm` points at the first permutation entry of the window being gathered; the host
 // passes `n` (rows of the window). Bitmaps are little-endian arrays of 32-bit words, the
 // source padded to whole words by the host.
 #include "common.cuh"
 
-// Threads of the scan's blocks: a -D option from src/cuda/tuning.rs.
-#if !defined(GATHER_THREADS)
+// Threads of the scan's blocks, and the most slices of a peer gather's column: -D options
+// from src/cuda/tuning.rs.
+#if !defined(GATHER_THREADS) || !defined(GATHER_PEER_SLICES)
 #error "the launch shapes come from src/cuda/tuning.rs as -D options"
 #endif
 
@@ -152,5 +157,77 @@ extern "C" __global__ void copy_view_bytes(const View* __restrict__ views,
             view.offset = long_bytes[i];
         }
         out_views[i] = view;
+    }
+}
+
+// A column cut into slices, each in the memory of one device: rows start[k] .. start[k+1]
+// lie in ptr[k] (start[0] = 0, `count` slices). Passed by value (the launcher's
+// `PeerSlices`, src/cuda/gather.rs, has the same layout). A null validity slice: every
+// row of it is valid.
+struct PeerSlices {
+    u64 ptr[GATHER_PEER_SLICES];
+    u32 start[GATHER_PEER_SLICES + 1];
+    u32 count;
+};
+
+// The slice holding `row`, and the row's place in it. Constant indices only, so the table
+// stays in the parameter bank.
+__device__ __forceinline__ u64 locate(const PeerSlices& s, u32 row, u32* local) {
+    u64 ptr = s.ptr[0];
+    u32 base = 0;
+#pragma unroll
+    for (u32 k = 1; k < GATHER_PEER_SLICES; ++k) {
+        if (k < s.count && row >= s.start[k]) {
+            ptr = s.ptr[k];
+            base = s.start[k];
+        }
+    }
+    *local = row - base;
+    return ptr;
+}
+
+template <typename T>
+__device__ __forceinline__ void gather_peer_values(const PeerSlices& src,
+                                                   const u32* __restrict__ perm, u32 n,
+                                                   T* __restrict__ out) {
+    const u32 stride = gridDim.x * blockDim.x;
+    for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        u32 local;
+        const T* slice = (const T*)locate(src, perm[i], &local);
+        out[i] = slice[local];
+    }
+}
+
+#define GATHER_PEER_WIDTH(NAME, T)                                                     \
+    extern "C" __global__ void NAME(const PeerSlices src, const u32* __restrict__ perm, \
+                                    u32 n, T* __restrict__ out) {                      \
+        gather_peer_values<T>(src, perm, n, out);                                      \
+    }
+
+GATHER_PEER_WIDTH(gather_peer_w1, u8)
+GATHER_PEER_WIDTH(gather_peer_w2, u16)
+GATHER_PEER_WIDTH(gather_peer_w4, u32)
+GATHER_PEER_WIDTH(gather_peer_w8, u64)
+GATHER_PEER_WIDTH(gather_peer_w16, Bytes16)
+GATHER_PEER_WIDTH(gather_peer_w32, Bytes32)
+
+// gather_bits from a sliced bitmap: each slice's bits start at bit 0 of its own words.
+extern "C" __global__ void gather_peer_bits(const PeerSlices src, const u32* __restrict__ perm,
+                                            u32 n, u32 batch_rows, u32 batch_words,
+                                            u32 batches, u32* __restrict__ out) {
+    const u64 total = (u64)batches * batch_words * WARP;
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    for (u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += stride) {
+        const u64 batch = t / ((u64)batch_words * WARP);
+        const u32 within = (u32)(t - batch * batch_words * WARP);
+        const u64 i = batch * batch_rows + within;
+        bool bit = false;
+        if (within < batch_rows && i < n) {
+            u32 local;
+            const u32* slice = (const u32*)locate(src, perm[i], &local);
+            bit = slice == nullptr || ((slice[local >> 5] >> (local & 31)) & 1u);
+        }
+        const u32 word = __ballot_sync(0xffffffffu, bit);
+        if (lane_id() == 0) out[t / WARP] = word;
     }
 }

@@ -22,10 +22,13 @@ use crate::sort::{CpuBackend, SortBackend};
 pub fn resolve_backend(settings: &GpuSortConfig) -> Result<Arc<dyn SortBackend>, String> {
     let faults = FaultScope::from_id(settings.fault_scope);
     let (limit, devices) = (settings.device_memory_limit, settings.devices);
-    let spread = settings.spread_min_rows;
+    let (spread, large) = (settings.spread_min_rows, settings.spread_large_runs);
     let cuda = || {
-        CudaBackend::on_devices(limit, devices)
-            .map(|cuda| cuda.with_faults(faults).with_spread_min_rows(spread))
+        CudaBackend::on_devices(limit, devices).map(|cuda| {
+            cuda.with_faults(faults)
+                .with_spread_min_rows(spread)
+                .with_spread_large_runs(large)
+        })
     };
     match settings.backend {
         BackendChoice::Cpu => Ok(Arc::new(CpuBackend)),
@@ -34,7 +37,8 @@ pub fn resolve_backend(settings: &GpuSortConfig) -> Result<Arc<dyn SortBackend>,
         BackendChoice::Auto if open_state(devices) == OpenState::Opening => Ok(Arc::new(
             CudaBackend::deferred(limit, devices)
                 .with_faults(faults)
-                .with_spread_min_rows(spread),
+                .with_spread_min_rows(spread)
+                .with_spread_large_runs(large),
         )),
         BackendChoice::Auto => match cuda() {
             Ok(cuda) => Ok(Arc::new(cuda)),

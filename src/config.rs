@@ -484,6 +484,12 @@ gpu_sort_settings! {
         /// keys' upload again, which costs more than the spread sort saves
         /// (docs/performance.md, "Several GPUs in one host").
         pub spread_min_rows: usize, default = DEFAULT_SPREAD_MIN_ROWS
+        /// A run one device cannot hold (its keys' sort past what is free of the device's
+        /// `device_memory_limit`), with fixed-width keys only, is sorted over all the
+        /// usable devices of `devices` at once when together they hold it, each device
+        /// keeping a slice of its payload, instead of being sorted in pieces merged on the
+        /// host (default true).
+        pub spread_large_runs: bool, default = true
         /// Tests only: the faults of `gpusort::cuda::FaultScope::from_id(fault_scope)` are
         /// injected into this session's device work (0: none).
         pub fault_scope: u64, default = 0
@@ -693,6 +699,7 @@ mod tests {
             "device_memory_limit",
             "devices",
             "spread_min_rows",
+            "spread_large_runs",
         ] {
             assert!(keys.iter().any(|k| k == key), "{key} missing from {keys:?}");
         }

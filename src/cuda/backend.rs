@@ -64,6 +64,9 @@ pub struct CudaBackend {
     faults: FaultScope,
     /// Runs of at least this many rows are sorted over every usable device at once.
     spread_min_rows: usize,
+    /// Runs one device cannot hold are sorted over every usable device at once, where
+    /// together they hold them.
+    spread_large_runs: bool,
 }
 
 /// Which devices a backend sorts on.
@@ -153,6 +156,7 @@ impl CudaBackend {
             limit,
             faults: FaultScope::NONE,
             spread_min_rows: DEFAULT_SPREAD_MIN_ROWS,
+            spread_large_runs: true,
         }
     }
 
@@ -251,6 +255,14 @@ impl CudaBackend {
         self
     }
 
+    /// This backend sorting a run that one device cannot hold over all its usable devices
+    /// at once when together they hold it (`gpu_sort.spread_large_runs`), instead of in
+    /// pieces merged on the host.
+    pub fn with_spread_large_runs(mut self, spread: bool) -> Self {
+        self.spread_large_runs = spread;
+        self
+    }
+
     /// This backend with the faults `scope` arms injected into its device work (tests).
     pub fn with_faults(mut self, scope: FaultScope) -> Self {
         self.faults = scope;
@@ -296,7 +308,7 @@ impl CudaBackend {
         if !encodable_on_device(columns) {
             return Ok(KeySort::OnHost);
         }
-        if let Some(run) = self.sort_spread(columns, algorithm, segments) {
+        if let Some(run) = self.sort_spread(columns, algorithm, segments, false) {
             return Ok(KeySort::Sorted(run));
         }
         let Some((claim, share)) = self.device() else {
@@ -308,6 +320,9 @@ impl CudaBackend {
         {
             Ok(Fitted::Done(run)) => return Ok(KeySort::Sorted(run)),
             Ok(Fitted::TooLarge { bytes, available }) => {
+                if let Some(run) = self.sort_spread(columns, algorithm, segments, true) {
+                    return Ok(KeySort::Sorted(run));
+                }
                 // Pieces sized to what is free, with a tenth to spare for the estimate.
                 let fits = (rows as f64 * available as f64 / bytes as f64 * 0.9) as usize;
                 if splittable && fits >= MIN_DEVICE_PIECE_ROWS {
@@ -334,21 +349,26 @@ impl CudaBackend {
         Ok(KeySort::Sorted(run))
     }
 
-    /// A run of at least `spread_min_rows` rows of fixed-width keys, with no segments and
-    /// no other algorithm asked for, sorted over every usable device at once by key ranges
-    /// (`multi_gpu/`) when there are two or more; its payload is gathered on all of them.
-    /// `None` leaves the run to one device: too small, devices short of memory now, or a
-    /// failure (noted; a fatal one disables its device).
+    /// A run of fixed-width keys, with no segments and no other algorithm asked for,
+    /// sorted over every usable device at once by key ranges (`multi_gpu/`) when there are
+    /// two or more: one of at least `spread_min_rows` rows, or (`too_large`) one that one
+    /// device cannot hold, with `spread_large_runs`. Its payload is gathered on all of
+    /// them. `None` leaves the run to one device: not asked for, devices short of memory
+    /// now, or a failure (noted; a fatal one disables its device).
     fn sort_spread(
         &self,
         columns: &[KeyColumn],
         algorithm: AlgorithmChoice,
         segments: Option<&Segments>,
+        too_large: bool,
     ) -> Option<SortedRun> {
         let rows = columns.first().map_or(0, column_rows);
         let radix = matches!(algorithm, AlgorithmChoice::Auto | AlgorithmChoice::Onesweep);
-        let off = self.spread_min_rows == 0;
-        if off || rows < self.spread_min_rows.max(2) || segments.is_some() || !radix {
+        let asked = match too_large {
+            true => self.spread_large_runs && rows >= 2,
+            false => self.spread_min_rows != 0 && rows >= self.spread_min_rows.max(2),
+        };
+        if !asked || segments.is_some() || !radix {
             return None;
         }
         if !is_fixed_width(columns) {

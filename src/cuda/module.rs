@@ -130,6 +130,13 @@ pub(super) const GATHER: KernelFile = KernelFile {
         "gather_views",
         "scan_view_bytes",
         "copy_view_bytes",
+        "gather_peer_w1",
+        "gather_peer_w2",
+        "gather_peer_w4",
+        "gather_peer_w8",
+        "gather_peer_w16",
+        "gather_peer_w32",
+        "gather_peer_bits",
     ],
 };
 

@@ -34,7 +34,7 @@ use datafusion::common::Result;
 use crate::cuda::columns::views::{views_array, VIEW_BYTES};
 use crate::cuda::columns::{upload_raw_column, DeviceColumn, PayloadLayout, RawColumn};
 use crate::cuda::error::{CudaError, CudaResult};
-use crate::cuda::gather::{payload_layout, WIDTHS};
+use crate::cuda::gather::{payload_layout, PeerSlices, SlicedColumn, WIDTHS};
 use crate::cuda::memory::budget::{DeviceShare, LeaseKind};
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::download::download_into_buffers;
@@ -51,18 +51,68 @@ use crate::sort::RunState;
 /// One column of the run, on the device.
 struct PayloadColumn {
     data_type: DataType,
-    raw: RawColumn,
+    data: ColumnData,
+}
+
+/// Where a payload column's buffers lie.
+enum ColumnData {
+    /// Whole, on the gathering device.
+    Here(RawColumn),
+    /// In slices on the devices of a spread run, read over peer access.
+    Sliced(SlicedColumn),
+}
+
+/// A buffer the gather kernels read a column's values or validity from.
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    /// On the gathering device.
+    Here(&'a DeviceBuffer<u8>),
+    /// In slices on several devices.
+    Sliced(&'a PeerSlices),
 }
 
 impl PayloadColumn {
+    fn layout(&self) -> PayloadLayout {
+        match &self.data {
+            ColumnData::Here(raw) => raw.layout,
+            ColumnData::Sliced(sliced) => sliced.layout,
+        }
+    }
+
+    /// The column's values (its `Boolean` bitmap, its views).
+    fn values(&self) -> Source<'_> {
+        match &self.data {
+            ColumnData::Here(raw) => Source::Here(&raw.values),
+            ColumnData::Sliced(sliced) => Source::Sliced(&sliced.values),
+        }
+    }
+
+    /// The column's validity, when some row is null.
+    fn validity(&self) -> Option<Source<'_>> {
+        match &self.data {
+            ColumnData::Here(raw) => raw.validity.as_deref().map(Source::Here),
+            ColumnData::Sliced(sliced) => sliced.validity.as_ref().map(Source::Sliced),
+        }
+    }
+
+    /// The column whole on the gathering device (views always are).
+    fn here(&self) -> &RawColumn {
+        match &self.data {
+            ColumnData::Here(raw) => raw,
+            ColumnData::Sliced(_) => {
+                unreachable!("only fixed-width and Boolean columns are sliced")
+            }
+        }
+    }
+
     /// Host bytes a gathered row of it takes on average, over a run of `rows` rows.
     fn row_bytes(&self, rows: usize) -> usize {
-        let validity = usize::from(self.raw.validity.is_some());
-        match self.raw.layout {
+        let validity = usize::from(self.validity().is_some());
+        match self.layout() {
             PayloadLayout::Fixed(width) => width + validity,
             PayloadLayout::Bits => 1 + validity,
             PayloadLayout::Views => {
-                let data = self.raw.view_data.as_ref().map_or(0, |d| d.data.len());
+                let data = self.here().view_data.as_ref().map_or(0, |d| d.data.len());
                 VIEW_BYTES + validity + data.div_ceil(rows.max(1))
             }
         }
@@ -229,7 +279,7 @@ impl DevicePayload {
                 payload.indices.push(index);
                 payload.columns.push(PayloadColumn {
                     data_type: arrays[0].data_type().clone(),
-                    raw,
+                    data: ColumnData::Here(raw),
                 });
             }
             device.synchronize()?;
@@ -237,6 +287,46 @@ impl DevicePayload {
             payload.stats.device_peak_bytes = lease.peak_bytes();
             Ok((!payload.columns.is_empty()).then_some(payload))
         })
+    }
+}
+
+impl DevicePayload {
+    /// The runtime of the device that gathers.
+    pub(super) fn runtime(&self) -> &Arc<CudaRuntime> {
+        &self.runtime
+    }
+
+    /// One device's payload of a run spread over several devices: the whole `permutation`
+    /// of the run's `rows` rows on `runtime`'s device, and `columns` (each one's index in
+    /// the run, its type, and its slices on the run's devices, which must outlive this
+    /// payload and stay readable from this device); `stats` what putting them there cost.
+    pub(super) fn sliced(
+        runtime: Arc<CudaRuntime>,
+        share: DeviceShare,
+        permutation: DeviceBuffer<u32>,
+        columns: Vec<(usize, DataType, SlicedColumn)>,
+        stats: PayloadStats,
+    ) -> Self {
+        let rows = permutation.len();
+        let (indices, columns) = columns
+            .into_iter()
+            .map(|(index, data_type, sliced)| {
+                let column = PayloadColumn {
+                    data_type,
+                    data: ColumnData::Sliced(sliced),
+                };
+                (index, column)
+            })
+            .unzip();
+        Self {
+            runtime,
+            share,
+            permutation,
+            rows,
+            indices,
+            columns,
+            stats,
+        }
     }
 }
 
@@ -394,13 +484,13 @@ impl DevicePayload {
             return Ok(None);
         };
         let column = &self.columns[at];
-        let PayloadLayout::Fixed(width) = column.raw.layout else {
+        let PayloadLayout::Fixed(width) = column.layout() else {
             return Ok(None);
         };
         let rows = self.rows;
         let values = device.alloc::<u8>(rows * width, "window column")?;
-        self.launch_values(device, &column.raw.values, width, 0, &[rows], values.ptr())?;
-        let validity = match &column.raw.validity {
+        self.launch_values(device, column.values(), width, 0, &[rows], values.ptr())?;
+        let validity = match column.validity() {
             Some(bits) => {
                 let out = device.alloc::<u8>(rows.div_ceil(32) * 4, "window column validity")?;
                 self.launch_bits(device, bits, 0, &[rows], out.ptr())?;
@@ -449,7 +539,7 @@ impl DevicePayload {
         let prepared: Vec<Option<GatheredViews>> = self
             .columns
             .iter()
-            .map(|column| match column.raw.layout {
+            .map(|column| match column.layout() {
                 PayloadLayout::Views => self
                     .gather_views(device, column, start, batch_rows)
                     .map(Some),
@@ -478,15 +568,13 @@ impl DevicePayload {
             .iter()
             .zip(&prepared)
             .map(|(column, views)| {
-                let values = match column.raw.layout {
+                let values = match column.layout() {
                     PayloadLayout::Fixed(width) => place(&mut batch_rows.iter().map(|r| r * width)),
                     PayloadLayout::Views => place(&mut batch_rows.iter().map(|r| r * VIEW_BYTES)),
                     PayloadLayout::Bits => place(&mut std::iter::repeat_n(bitmap_bytes, batches)),
                 };
                 let validity = column
-                    .raw
-                    .validity
-                    .as_ref()
+                    .validity()
                     .map(|_| place(&mut std::iter::repeat_n(bitmap_bytes, batches)));
                 let data = views
                     .as_ref()
@@ -501,17 +589,17 @@ impl DevicePayload {
         let out = device.alloc::<u8>(offset, "gathered window")?;
         for ((column, at), views) in self.columns.iter().zip(&regions).zip(&prepared) {
             let values_at = out.ptr() + at.values.0 as u64;
-            match (column.raw.layout, views) {
+            match (column.layout(), views) {
                 (PayloadLayout::Fixed(width), _) => self.launch_values(
                     device,
-                    &column.raw.values,
+                    column.values(),
                     width,
                     start,
                     batch_rows,
                     values_at,
                 )?,
                 (PayloadLayout::Bits, _) => {
-                    self.launch_bits(device, &column.raw.values, start, batch_rows, values_at)?
+                    self.launch_bits(device, column.values(), start, batch_rows, values_at)?
                 }
                 (PayloadLayout::Views, Some(views)) => {
                     let data_at = out.ptr() + at.data.expect("views have data").0 as u64;
@@ -521,7 +609,7 @@ impl DevicePayload {
                 }
                 (PayloadLayout::Views, None) => unreachable!("views are prepared"),
             }
-            if let (Some(bits), Some(validity)) = (&column.raw.validity, at.validity) {
+            if let (Some(bits), Some(validity)) = (column.validity(), at.validity) {
                 let at = out.ptr() + validity.0 as u64;
                 self.launch_bits(device, bits, start, batch_rows, at)?;
             }
@@ -562,9 +650,10 @@ impl DevicePayload {
         let offsets = device.alloc::<u32>(rows, "long value offsets")?;
         let totals = device.alloc::<u64>(batch_rows.len(), "batch data sizes")?;
         let gatherer = &self.runtime.gatherer;
-        let valid = column.raw.validity.as_ref().map_or(0, |v| v.ptr());
+        let raw = column.here();
+        let valid = raw.validity.as_ref().map_or(0, |v| v.ptr());
         let (mut src, mut valid, mut perm, mut n) = (
-            column.raw.values.ptr(),
+            raw.values.ptr(),
             valid,
             self.permutation_at(start),
             rows as u32,
@@ -636,7 +725,7 @@ impl DevicePayload {
             |s, out| out.copy_from_slice(&batch_data[s..s + out.len()]),
         )?;
         let data = column
-            .raw
+            .here()
             .view_data
             .as_ref()
             .expect("views have their data");
@@ -675,12 +764,12 @@ impl DevicePayload {
         )
     }
 
-    /// Queues the gather of fixed-width values of output rows `start ..` to device
-    /// address `dst`.
+    /// Queues the gather of fixed-width values of output rows `start ..` from `values` to
+    /// device address `dst`.
     fn launch_values(
         &self,
         device: &Device,
-        values: &DeviceBuffer<u8>,
+        values: Source<'_>,
         width: usize,
         start: usize,
         batch_rows: &[usize],
@@ -691,21 +780,31 @@ impl DevicePayload {
             .iter()
             .position(|&w| w == width)
             .expect("a gathered width");
-        let kernel = self.runtime.gatherer.values[which];
-        let (mut src, mut perm, mut n, mut dst) =
-            (values.ptr(), self.permutation_at(start), rows as u32, dst);
-        let mut params = [arg(&mut src), arg(&mut perm), arg(&mut n), arg(&mut dst)];
+        let gatherer = &self.runtime.gatherer;
+        let (mut here, mut sliced);
+        let (kernel, src) = match values {
+            Source::Here(values) => {
+                here = values.ptr();
+                (gatherer.values[which], arg(&mut here))
+            }
+            Source::Sliced(slices) => {
+                sliced = *slices;
+                (gatherer.peer_values[which], arg(&mut sliced))
+            }
+        };
+        let (mut perm, mut n, mut dst) = (self.permutation_at(start), rows as u32, dst);
+        let mut params = [src, arg(&mut perm), arg(&mut n), arg(&mut dst)];
         let grid = self.grid_for(rows);
         launch(device, kernel, grid, THREADS, &mut params, rows)
     }
 
-    /// Queues the gather of a bitmap of output rows `start ..` to device address `dst`:
-    /// one bitmap per batch, each starting at bit 0 of its own words (`batch_rows` all
-    /// equal but the last).
+    /// Queues the gather of a bitmap of output rows `start ..` from `bits` to device
+    /// address `dst`: one bitmap per batch, each starting at bit 0 of its own words
+    /// (`batch_rows` all equal but the last).
     fn launch_bits(
         &self,
         device: &Device,
-        bits: &DeviceBuffer<u8>,
+        bits: Source<'_>,
         start: usize,
         batch_rows: &[usize],
         dst: u64,
@@ -714,11 +813,23 @@ impl DevicePayload {
         let full = batch_rows[0];
         let words = full.div_ceil(32);
         let batches = batch_rows.len();
-        let (mut src, mut perm, mut dst) = (bits.ptr(), self.permutation_at(start), dst);
+        let gatherer = &self.runtime.gatherer;
+        let (mut here, mut sliced);
+        let (kernel, src) = match bits {
+            Source::Here(bits) => {
+                here = bits.ptr();
+                (gatherer.bits, arg(&mut here))
+            }
+            Source::Sliced(slices) => {
+                sliced = *slices;
+                (gatherer.peer_bits, arg(&mut sliced))
+            }
+        };
+        let (mut perm, mut dst) = (self.permutation_at(start), dst);
         let (mut n, mut batch, mut batch_words, mut count) =
             (rows as u32, full as u32, words as u32, batches as u32);
         let mut params = [
-            arg(&mut src),
+            src,
             arg(&mut perm),
             arg(&mut n),
             arg(&mut batch),
@@ -727,14 +838,7 @@ impl DevicePayload {
             arg(&mut dst),
         ];
         let grid = self.grid_for(batches * words * 32);
-        launch(
-            device,
-            self.runtime.gatherer.bits,
-            grid,
-            THREADS,
-            &mut params,
-            rows,
-        )
+        launch(device, kernel, grid, THREADS, &mut params, rows)
     }
 
     /// Blocks for `threads` threads of work, at most the kernels' grid.

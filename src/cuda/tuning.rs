@@ -236,6 +236,11 @@ pub(super) const GATHER_WINDOWS_KEPT: usize = 4;
 /// keeps a few MiB of them), so that each device round trip still moves megabytes.
 pub(super) const MIN_GATHER_WINDOW_BYTES: usize = 16 << 20;
 
+/// The most devices whose slices of a column one gather reads over peer access
+/// (`gather_peer_*` in gather.cu, `PeerSlices`): the largest hosts have 8 GPUs; a run
+/// spread over more gathers from whole copies on each device.
+pub(crate) const GATHER_PEER_SLICES: usize = 8;
+
 // ---- Between the device sorts (dispatch.rs, refine.rs) -------------------------------
 
 /// How long the device stays idle before its memory pool's kept blocks go back to the
@@ -512,7 +517,10 @@ impl Tuning {
             .into_iter()
             .chain(named(&fields))
             .collect(),
-            "gather.cu" => named(&[("GATHER_THREADS", GATHER_THREADS as u64)]),
+            "gather.cu" => named(&[
+                ("GATHER_THREADS", GATHER_THREADS as u64),
+                ("GATHER_PEER_SLICES", GATHER_PEER_SLICES as u64),
+            ]),
             "narrow.cu" => named(&[("NARROW_THREADS", NARROW_THREADS as u64)]),
             "spread.cu" => named(&[("SPREAD_THREADS", SPREAD_THREADS as u64)]),
             "window.cu" | "window_values.cu" => named(&[

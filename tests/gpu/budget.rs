@@ -78,6 +78,8 @@ fn cuda_session(limit: &str, faults: FaultScope) -> datafusion::prelude::Session
     gpu.backend = Cuda;
     gpu.device_memory_limit = limit.parse().unwrap();
     gpu.fault_scope = faults.id();
+    // Pieces on one device are what these tests check, on hosts of several too.
+    gpu.spread_large_runs = false;
     gpusort::gpu_sort_context_with(common::session_config(4, 8192), gpu)
 }
 

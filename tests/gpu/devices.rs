@@ -399,3 +399,96 @@ async fn failed_spread_child() {
     let (plan, text) = same_as_datafusion(&ctx, &table, SPREAD_QUERIES[2]).await;
     assert_eq!(gpu_sort_metric(&plan, "device1_runs"), 0, "{text}");
 }
+
+/// A run one device cannot hold within `gpu_sort.device_memory_limit` is sorted over both
+/// devices at once (`gpu_sort.spread_large_runs`) and its payload gathered on them, each
+/// holding a slice: no pieces, no fallback, every column gathered on the devices, each
+/// device within the limit, and DataFusion's answers. Without it the same run is sorted in
+/// pieces. In a child process: the limit counts all the process's device memory.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_run_one_device_cannot_hold_is_spread_over_the_devices() {
+    if device().is_none() || !two_devices() {
+        return;
+    }
+    let text = run_child("devices::too_large_for_one_child", &[]);
+    for line in text.lines().filter(|l| l.contains("device peak")) {
+        println!("{line}");
+    }
+}
+
+/// `table` with `g` (Int64) added: null only in its first 1000 rows, so that some slices
+/// of the column have a validity bitmap and others none.
+fn with_early_nulls(table: Vec<Vec<RecordBatch>>) -> Vec<Vec<RecordBatch>> {
+    let mut first = 0;
+    table
+        .into_iter()
+        .map(|partition| {
+            partition
+                .into_iter()
+                .map(|batch| {
+                    let rows = batch.num_rows();
+                    let g = Int64Array::from_iter(
+                        (first..first + rows).map(|i| (i >= 1000).then_some(i as i64 % 777)),
+                    );
+                    first += rows;
+                    let mut fields = batch.schema().fields().to_vec();
+                    fields.push(Arc::new(Field::new("g", DataType::Int64, true)));
+                    let mut columns = batch.columns().to_vec();
+                    columns.push(Arc::new(g));
+                    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a CUDA GPU"]
+async fn too_large_for_one_child() {
+    if !is_child("devices::too_large_for_one_child") || device().is_none() {
+        return;
+    }
+    // 2 Mi rows: the first query's keys take about 264 MB by one device's estimate and
+    // 145 MB on each of two; the payload about 70 MB, in slices of 35.
+    let limit = 200 << 20;
+    let table = with_early_nulls(mixed_table(1 << 21, "spread too large"));
+    let context = |spread_large_runs: bool| {
+        let mut gpu = gpusort::GpuSortConfig::forced_cpu();
+        gpu.backend = Cuda;
+        gpu.run_rows = 1 << 24;
+        gpu.device_memory_limit = DeviceMemoryLimit::Bytes(limit);
+        gpu.spread_large_runs = spread_large_runs;
+        gpusort::gpu_sort_context_with(common::session_config(4, 8192), gpu)
+    };
+    let runtimes: Vec<_> = (0..2).map(|d| cuda::runtime_of(d).unwrap()).collect();
+    runtimes.iter().for_each(|rt| rt.reset_device_memory_peak());
+    let ctx = context(true);
+    for (sql, columns) in [
+        ("SELECT * FROM t ORDER BY k NULLS FIRST, d DESC, b, rid", 6),
+        (
+            "SELECT k, d, f, g, rid FROM t ORDER BY d, k DESC NULLS LAST, rid",
+            5,
+        ),
+    ] {
+        let (plan, text) = same_as_datafusion(&ctx, &table, sql).await;
+        assert!(gpu_sort_metric(&plan, "spread_runs") >= 1, "{sql}: {text}");
+        assert_eq!(gpu_sort_metric(&plan, "device_splits"), 0, "{sql}: {text}");
+        assert_eq!(gpu_sort_metric(&plan, "gpu_fallbacks"), 0, "{sql}: {text}");
+        assert_eq!(
+            gpu_sort_metric(&plan, "device_gathered_columns"),
+            columns,
+            "{sql}: every column gathered on the devices: {text}"
+        );
+    }
+    for (d, rt) in runtimes.iter().enumerate() {
+        let memory = rt.device_memory();
+        println!("device {d}: device peak {} of {limit} bytes", memory.peak);
+        assert!(memory.peak <= limit, "device {d}: {memory:?}");
+    }
+    // The same run on one device at a time: in pieces.
+    let sql = "SELECT * FROM t ORDER BY k NULLS FIRST, d DESC, b, rid";
+    let (plan, text) = same_as_datafusion(&context(false), &table, sql).await;
+    assert_eq!(gpu_sort_metric(&plan, "spread_runs"), 0, "{text}");
+    assert!(gpu_sort_metric(&plan, "device_splits") >= 1, "{text}");
+}

@@ -3,35 +3,42 @@
 //! batches, over its own PCIe link, at once.
 //!
 //! ```text
-//!  upload, devices linked peer to peer:   device d: 1/D of the permutation and of every
-//!     payload column over its own link ──► peer copies ──► the whole of each on every device
-//!  without peer access:                    each device uploads the whole of each itself
-//!  each window of output batches:          batches cut into D consecutive groups of about
-//!     equal rows; device d gathers group d (`payload.rs`, as for a one-device run) and
-//!     copies it back over its own link; the groups join in order
+//!  devices linked peer to peer (up to GATHER_PEER_SLICES of them):
+//!     device d: 1/D of the permutation and of every payload column over its own link;
+//!     peer copies make the permutation whole on every device; each column stays in its
+//!     D slices, one per device
+//!  each window of output batches:  batches cut into D consecutive groups of about equal
+//!     rows; device d gathers group d (`payload.rs`), reading each row's values from the
+//!     device whose slice holds it (`gather_peer_*`), and copies it back over its own link;
+//!     the groups join in order
+//!  without peer access:  each device uploads the whole permutation and payload itself
 //! ```
 //!
 //! Fixed-width and `Boolean` columns are gathered this way; view columns and every other
-//! type go to the host gather. Slices are cut at multiples of 8 rows, so that bitmaps
-//! join byte by byte. Every device holds the whole payload: a run spread over devices
-//! because it does not fit one still gathers on the host past what fits.
+//! type go to the host gather. Slices are cut at multiples of 8 rows. With peer access a
+//! device holds the whole permutation (4 bytes a row) but only its slice of the payload,
+//! so a run whose payload is larger than one device's memory is still gathered on the
+//! devices; a device short of memory keeps a prefix of the columns and the rest go to the
+//! host gather.
 
 use std::ops::Range;
 use std::sync::Arc;
+use std::time::Instant;
 
 use datafusion::arrow::array::ArrayRef;
+use datafusion::arrow::datatypes::DataType;
 use datafusion::common::Result;
 
-use crate::cuda::columns::{upload_raw_column, DeviceColumn, PayloadLayout, RawColumn};
+use crate::cuda::columns::{upload_raw_column, PayloadLayout, RawColumn};
 use crate::cuda::error::CudaResult;
-use crate::cuda::gather::payload_layout;
+use crate::cuda::gather::{payload_layout, PeerSlices, SlicedColumn};
 use crate::cuda::memory::budget::{DeviceShare, LeaseKind};
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::multi_gpu::exchange::is_peer_connected;
-use crate::cuda::multi_gpu::held::{hold_all, on_each, Failure};
+use crate::cuda::multi_gpu::held::{hold_all, on_each, Failure, Held};
 use crate::cuda::payload::{DevicePayload, DeviceRun};
 use crate::cuda::runtime::{note_gather_failure, CudaRuntime};
-use crate::cuda::tuning::switches;
+use crate::cuda::tuning::{switches, GATHER_PEER_SLICES};
 use crate::gather::{PayloadGather, PayloadStats, RunRows};
 use crate::keys::slice_arrays;
 use crate::sort::RunState;
@@ -91,8 +98,8 @@ fn candidates(rows: &RunRows) -> Vec<(usize, PayloadLayout)> {
         .collect()
 }
 
-/// Every device's payload of the run, each holding the whole permutation and columns;
-/// `None` when no column qualifies or some device could hold none.
+/// Every device's payload of the run; `None` when no column qualifies or some device could
+/// hold none.
 fn spread_payload(
     runtimes: &[Arc<CudaRuntime>],
     rows: &RunRows,
@@ -104,20 +111,20 @@ fn spread_payload(
         return Ok(None);
     }
     let devices: Vec<&Device> = runtimes.iter().map(|rt| &rt.device).collect();
-    let retained = if switches().peer_copies() && is_peer_connected(&devices)? {
-        shared_upload(runtimes, rows, &columns, permutation, share)?
-    } else {
-        let empty = |rt: &Arc<CudaRuntime>| DeviceRun::empty(Arc::clone(rt), share);
-        runtimes.iter().map(empty).collect()
-    };
-    // Each device's payload from what it holds; without peer access it uploads all of it.
+    let peers = runtimes.len() <= GATHER_PEER_SLICES
+        && switches().peer_copies()
+        && is_peer_connected(&devices)?;
+    if peers {
+        return sliced_payload(runtimes, rows, &columns, permutation, share);
+    }
+    // Each device uploads the whole permutation and payload.
     let parts = std::thread::scope(|scope| {
         let threads: Vec<_> = runtimes
             .iter()
-            .zip(retained)
-            .map(|(rt, kept)| {
+            .map(|rt| {
                 scope.spawn(move || {
-                    let made = DevicePayload::upload(rt, rows, permutation, kept);
+                    let empty = DeviceRun::empty(Arc::clone(rt), share);
+                    let made = DevicePayload::upload(rt, rows, permutation, empty);
                     made.map_err(|error| Failure {
                         ordinal: Some(rt.ordinal()),
                         error,
@@ -143,7 +150,10 @@ fn spread_payload(
         return Ok(None);
     }
     parts.iter_mut().for_each(|p| p.retain_columns(&keep));
-    Ok(Some(SpreadPayload { parts }))
+    Ok(Some(SpreadPayload {
+        parts,
+        slices: Vec::new(),
+    }))
 }
 
 /// `n` rows cut into `d` consecutive slices starting at multiples of 8 rows.
@@ -157,24 +167,28 @@ fn byte_aligned_cuts(n: usize, d: usize) -> Vec<Range<usize>> {
 struct Slices {
     permutation: Option<DeviceBuffer<u32>>,
     columns: Vec<RawColumn>,
+    /// Bytes uploaded.
+    h2d_bytes: usize,
 }
 
 /// Each device uploads a slice of the permutation and of every column in `columns` over
-/// its own link; then every device copies the others' slices from them: the whole of each
-/// on every device, as the state a one-device run's gather starts from.
-fn shared_upload(
+/// its own link (a prefix of them where a device runs short of memory: the prefix every
+/// device holds is kept); peer copies then make the permutation whole on every device,
+/// and the columns stay in slices that every device's gather reads over peer access.
+fn sliced_payload(
     runtimes: &[Arc<CudaRuntime>],
     rows: &RunRows,
     columns: &[(usize, PayloadLayout)],
     permutation: &[u32],
     share: DeviceShare,
-) -> Result<Vec<DeviceRun>, Failure> {
+) -> Result<Option<SpreadPayload>, Failure> {
     let refs: Vec<&CudaRuntime> = runtimes.iter().map(|rt| rt.as_ref()).collect();
     let n = permutation.len();
     let cuts = byte_aligned_cuts(n, refs.len());
+    let started = Instant::now();
     let mut held = hold_all(&refs, LeaseKind::Gather, share);
     let mut slices: Vec<Slices> = (0..refs.len()).map(|_| Slices::default()).collect();
-    on_each(&mut held, &mut slices, |i, step| {
+    let uploaded = on_each(&mut held, &mut slices, |i, step| {
         let (device, cut) = (&step.rt.device, cuts[i].clone());
         let part = &permutation[cut.clone()];
         let uploaded = step.staging.upload::<u32, _>(
@@ -184,47 +198,141 @@ fn shared_upload(
             |start, out| out.copy_from_slice(&part[start..start + out.len()]),
         )?;
         step.state.permutation = Some(uploaded);
+        step.state.h2d_bytes += part.len() * 4;
         for &(c, layout) in columns {
             let arrays = slice_arrays(&rows.column_arrays(c), cut.clone());
             let narrowing = Some(&step.rt.narrowing);
-            let (raw, _) = upload_raw_column(device, step.staging, &arrays, layout, narrowing)?;
-            step.state.columns.push(raw);
+            match upload_raw_column(device, step.staging, &arrays, layout, narrowing) {
+                Ok((raw, bytes)) => {
+                    step.state.columns.push(raw);
+                    step.state.h2d_bytes += bytes;
+                }
+                // The columns up so far are gathered on the devices, the rest on the host.
+                Err(error) if error.is_out_of_memory() => break,
+                Err(error) => return Err(error),
+            }
         }
         device.synchronize()
-    })?;
-    let mut runs: Vec<Option<DeviceRun>> = (0..refs.len()).map(|_| None).collect();
+    });
+    let keep = slices.iter().map(|s| s.columns.len()).min().unwrap_or(0);
+    if let Err(failure) = uploaded {
+        free_slices(&mut held, &mut slices);
+        return Err(failure);
+    }
+    if keep == 0 {
+        free_slices(&mut held, &mut slices);
+        return Ok(None);
+    }
+    let mut whole: Vec<Option<DeviceBuffer<u32>>> = (0..refs.len()).map(|_| None).collect();
     let sources: Vec<(&Device, &Slices)> = refs.iter().map(|rt| &rt.device).zip(&slices).collect();
-    let joined = on_each(&mut held, &mut runs, |i, step| {
+    let joined = on_each(&mut held, &mut whole, |_, step| {
         let device = &step.rt.device;
-        let copied = (|| {
-            let whole = join_permutation(device, &sources, &cuts, n)?;
-            let mut kept = Vec::with_capacity(columns.len());
-            for (k, &(c, layout)) in columns.iter().enumerate() {
-                let raw = join_column(device, &sources, &cuts, k, layout, n)?;
-                let arrays = rows.column_arrays(c);
-                kept.push(DeviceColumn { arrays, raw });
-            }
-            Ok((whole, kept))
-        })();
+        let copied = join_permutation(device, &sources, &cuts, n);
         // Copies queued before a failure finish before the sources can be freed.
         device.synchronize()?;
-        let (whole, kept) = copied?;
-        *step.state = Some(DeviceRun {
-            runtime: Arc::clone(&runtimes[i]),
-            permutation: Some(whole),
-            columns: kept,
-            share,
-        });
+        *step.state = Some(copied?);
         Ok(())
     });
     drop(sources);
-    // The slices are freed on their own devices once every device has its copies.
-    on_each(&mut held, &mut slices, |_, step| {
+    // The permutation's slices, and the columns past those every device holds, are freed
+    // on their own devices once every device has its copies.
+    let trimmed = on_each(&mut held, &mut slices, |_, step| {
+        step.state.permutation = None;
+        step.state.columns.truncate(keep);
+        Ok(())
+    });
+    let tables = joined
+        .and(trimmed)
+        .and_then(|_| slice_tables(&slices, &cuts, rows, &columns[..keep]));
+    let tables = match tables {
+        Ok(tables) => tables,
+        Err(failure) => {
+            free_slices(&mut held, &mut slices);
+            on_each(&mut held, &mut whole, |_, step| {
+                step.state.take();
+                Ok(())
+            })
+            .ok();
+            return Err(failure);
+        }
+    };
+    drop(held);
+    let upload = started.elapsed();
+    let parts = runtimes
+        .iter()
+        .zip(whole)
+        .zip(&slices)
+        .map(|((rt, whole), slices)| {
+            let stats = PayloadStats {
+                h2d_bytes: slices.h2d_bytes,
+                upload,
+                ..PayloadStats::default()
+            };
+            let whole = whole.expect("every device joined the permutation");
+            DevicePayload::sliced(Arc::clone(rt), share, whole, tables.clone(), stats)
+        })
+        .collect();
+    let slices = runtimes
+        .iter()
+        .zip(slices)
+        .map(|(rt, slices)| (Arc::clone(rt), slices.columns))
+        .collect();
+    Ok(Some(SpreadPayload { parts, slices }))
+}
+
+/// Frees every device's slices on its own device.
+fn free_slices(held: &mut [Held<'_>], slices: &mut [Slices]) {
+    let freed = on_each(held, slices, |_, step| {
         *step.state = Slices::default();
         Ok(())
-    })?;
-    joined?;
-    Ok(runs.into_iter().flatten().collect())
+    });
+    if let Err(failure) = freed {
+        log::debug!(
+            "gpusort: freeing a spread gather's slices: {}",
+            failure.error
+        );
+    }
+}
+
+/// Each of `columns` (index in the run, layout) as the gather kernels read it from every
+/// device's slices: (index, type, slices).
+fn slice_tables(
+    slices: &[Slices],
+    cuts: &[Range<usize>],
+    rows: &RunRows,
+    columns: &[(usize, PayloadLayout)],
+) -> Result<Vec<(usize, DataType, SlicedColumn)>, Failure> {
+    let on_host = |error| Failure {
+        ordinal: None,
+        error,
+    };
+    columns
+        .iter()
+        .enumerate()
+        .map(|(k, &(c, layout))| {
+            let table = |part: &dyn Fn(&RawColumn) -> u64| {
+                let parts: Vec<(u64, usize)> = slices
+                    .iter()
+                    .zip(cuts)
+                    .map(|(s, cut)| (part(&s.columns[k]), cut.start))
+                    .collect();
+                PeerSlices::new(&parts).map_err(on_host)
+            };
+            let values = table(&|raw| raw.values.ptr())?;
+            let nullable = slices.iter().any(|s| s.columns[k].validity.is_some());
+            let validity = match nullable {
+                true => Some(table(&|raw| raw.validity.as_ref().map_or(0, |v| v.ptr()))?),
+                false => None,
+            };
+            let data_type = rows.column_type(c).expect("a candidate column").clone();
+            let sliced = SlicedColumn {
+                layout,
+                values,
+                validity,
+            };
+            Ok((c, data_type, sliced))
+        })
+        .collect()
 }
 
 /// The whole permutation on `device`, from every device's slice.
@@ -245,60 +353,32 @@ fn join_permutation(
     Ok(whole)
 }
 
-/// Column `k` whole on `device`, from every device's slice of it: values byte for byte
-/// (bitmaps from byte `start / 8`), validity where any slice has one (all set where a
-/// slice has none).
-fn join_column(
-    device: &Device,
-    sources: &[(&Device, &Slices)],
-    cuts: &[Range<usize>],
-    k: usize,
-    layout: PayloadLayout,
-    n: usize,
-) -> CudaResult<RawColumn> {
-    let bits = |rows: usize| rows.div_ceil(8);
-    let bytes_of = |rows: usize| match layout {
-        PayloadLayout::Fixed(width) => rows * width,
-        _ => bits(rows),
-    };
-    let what = match layout {
-        PayloadLayout::Fixed(_) => "column values",
-        _ => "Boolean column values",
-    };
-    let padded = |bytes: usize| bytes.div_ceil(8).max(1) * 8;
-    let values = device.alloc::<u8>(padded(bytes_of(n)), what)?;
-    let nullable = sources.iter().any(|(_, s)| s.columns[k].validity.is_some());
-    let validity = match nullable {
-        true => Some(device.alloc::<u8>(padded(bits(n)), "column validity")?),
-        false => None,
-    };
-    for ((from, slices), cut) in sources.iter().zip(cuts) {
-        let raw = &slices.columns[k];
-        let (at, len) = (bytes_of(cut.start), bytes_of(cut.len()));
-        // SAFETY: each piece lies within both buffers (slices start at multiples of 8
-        // rows); the sources live until every device has synchronized.
-        unsafe { device.copy_from(&values, at, from, &raw.values, 0, len)? };
-        if let Some(whole) = &validity {
-            let (at, len) = (cut.start / 8, bits(cut.len()));
-            match &raw.validity {
-                // SAFETY: as above.
-                Some(part) => unsafe { device.copy_from(whole, at, from, part, 0, len)? },
-                None => device.fill_bytes(whole, at, len, 0xFF)?,
-            }
-        }
-    }
-    Ok(RawColumn {
-        layout,
-        values: Arc::new(values),
-        validity: validity.map(Arc::new),
-        view_data: None,
-    })
-}
-
 /// A spread run's payload on each of its devices; each window's batches are gathered by
 /// all of them at once.
 pub(crate) struct SpreadPayload {
     parts: Vec<DevicePayload>,
+    /// Each device's slices of the columns the parts read over peer access (none when
+    /// each part holds the whole payload), with the device that holds them.
+    slices: Vec<(Arc<CudaRuntime>, Vec<RawColumn>)>,
+}
+
+impl Drop for SpreadPayload {
+    fn drop(&mut self) {
+        if self.slices.is_empty() {
+            return;
+        }
+        // Every device's gathers read the slices: their work ends before any slice is
+        // freed, and each slice is freed with its own device current.
+        for part in &self.parts {
+            let device = &part.runtime().device;
+            let _ = device.bind().and_then(|()| device.synchronize());
+        }
+        self.parts.clear();
+        for (rt, columns) in self.slices.drain(..) {
+            let _ = rt.device.bind();
+            drop(columns);
+        }
+    }
 }
 
 /// Output batches `batch_rows` cut into `parts` consecutive groups of about equal rows:

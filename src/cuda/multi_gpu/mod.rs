@@ -227,8 +227,10 @@ pub(crate) fn sort_columns_spread(
     if n > u32::MAX as usize || n < d {
         return Ok(None);
     }
-    // Each device's slice, its words, and its share of the partition and the exchange.
-    let bytes = columns_bytes(columns, n) / d * 3 / 2;
+    // A device's share of the one-device estimate (which counts the raw key columns and
+    // a word more than the packing takes: more than a slice's partition, its exchange or
+    // its range's sort holds at once), a tenth to spare for ranges past n / D.
+    let bytes = columns_bytes(columns, n) / d * 11 / 10;
     let mut held = hold_all(runtimes, LeaseKind::Sort { bytes }, share);
     if held.iter().any(|h| h.available() < bytes) {
         return Ok(None);
