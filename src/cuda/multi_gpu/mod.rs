@@ -227,10 +227,12 @@ pub(crate) fn sort_columns_spread(
     if n > u32::MAX as usize || n < d {
         return Ok(None);
     }
-    // A device's share of the one-device estimate (which counts the raw key columns and
+    // A device's share of the one-device estimate, which counts the raw key columns and
     // a word more than the packing takes: more than a slice's partition, its exchange or
-    // its range's sort holds at once), a tenth to spare for ranges past n / D.
-    let bytes = columns_bytes(columns, n) / d * 11 / 10;
+    // its range's sort holds at once, with room for ranges a few percent past n / D (a
+    // device peaked at 4.85 GB of its 9.6 GB share sorting and gathering 3·10⁸ rows of Q1,
+    // docs/performance.md, 2026-11-30). So D devices take runs D times as long as one.
+    let bytes = columns_bytes(columns, n) / d;
     let mut held = hold_all(runtimes, LeaseKind::Sort { bytes }, share);
     if held.iter().any(|h| h.available() < bytes) {
         return Ok(None);
