@@ -480,9 +480,10 @@ gpu_sort_settings! {
         /// A run of at least this many rows, with fixed-width keys only, is sorted over
         /// all the usable devices of `devices` at once, each sorting a range of its keys
         /// (when there are two or more); smaller runs go to one device each. 0 (the
-        /// default): never, since its payload is then gathered on one device after the
-        /// keys' upload again, which costs more than the spread sort saves
-        /// (docs/performance.md, "Several GPUs in one host").
+        /// default): no run is spread for its length (a run one device cannot hold is, by
+        /// `spread_large_runs`), since a query's sort is bound by its output's way into
+        /// host memory, which spreading does not speed up (docs/performance.md, "Several
+        /// GPUs in one host").
         pub spread_min_rows: usize, default = DEFAULT_SPREAD_MIN_ROWS
         /// A run one device cannot hold (its keys' sort past what is free of the device's
         /// `device_memory_limit`), with fixed-width keys only, is sorted over all the

@@ -364,9 +364,11 @@ impl CudaBackend {
     ) -> Option<SortedRun> {
         let rows = columns.first().map_or(0, column_rows);
         let radix = matches!(algorithm, AlgorithmChoice::Auto | AlgorithmChoice::Onesweep);
+        let long_enough = self.spread_min_rows != 0 && rows >= self.spread_min_rows.max(2);
+        // A run long enough was offered to the devices before one tried it alone.
         let asked = match too_large {
-            true => self.spread_large_runs && rows >= 2,
-            false => self.spread_min_rows != 0 && rows >= self.spread_min_rows.max(2),
+            true => self.spread_large_runs && rows >= 2 && !long_enough,
+            false => long_enough,
         };
         if !asked || segments.is_some() || !radix {
             return None;

@@ -153,6 +153,7 @@ fn spread_payload(
     Ok(Some(SpreadPayload {
         parts,
         slices: Vec::new(),
+        sliced: Vec::new(),
     }))
 }
 
@@ -174,7 +175,9 @@ struct Slices {
 /// Each device uploads a slice of the permutation and of every column in `columns` over
 /// its own link (a prefix of them where a device runs short of memory: the prefix every
 /// device holds is kept); peer copies then make the permutation whole on every device,
-/// and the columns stay in slices that every device's gather reads over peer access.
+/// and the columns stay in slices that every device's gather reads over peer access. The
+/// columns are cut over all the run's rows: the permutation may be a prefix of the order
+/// (a LIMIT), whose row ids still reach every row.
 fn sliced_payload(
     runtimes: &[Arc<CudaRuntime>],
     rows: &RunRows,
@@ -185,6 +188,7 @@ fn sliced_payload(
     let refs: Vec<&CudaRuntime> = runtimes.iter().map(|rt| rt.as_ref()).collect();
     let n = permutation.len();
     let cuts = byte_aligned_cuts(n, refs.len());
+    let row_cuts = byte_aligned_cuts(rows.rows(), refs.len());
     let started = Instant::now();
     let mut held = hold_all(&refs, LeaseKind::Gather, share);
     let mut slices: Vec<Slices> = (0..refs.len()).map(|_| Slices::default()).collect();
@@ -200,7 +204,7 @@ fn sliced_payload(
         step.state.permutation = Some(uploaded);
         step.state.h2d_bytes += part.len() * 4;
         for &(c, layout) in columns {
-            let arrays = slice_arrays(&rows.column_arrays(c), cut.clone());
+            let arrays = slice_arrays(&rows.column_arrays(c), row_cuts[i].clone());
             let narrowing = Some(&step.rt.narrowing);
             match upload_raw_column(device, step.staging, &arrays, layout, narrowing) {
                 Ok((raw, bytes)) => {
@@ -243,7 +247,7 @@ fn sliced_payload(
     });
     let tables = joined
         .and(trimmed)
-        .and_then(|_| slice_tables(&slices, &cuts, rows, &columns[..keep]));
+        .and_then(|_| slice_tables(&slices, &row_cuts, rows, &columns[..keep]));
     let tables = match tables {
         Ok(tables) => tables,
         Err(failure) => {
@@ -277,7 +281,12 @@ fn sliced_payload(
         .zip(slices)
         .map(|(rt, slices)| (Arc::clone(rt), slices.columns))
         .collect();
-    Ok(Some(SpreadPayload { parts, slices }))
+    let sliced = columns[..keep].iter().map(|&(c, _)| c).collect();
+    Ok(Some(SpreadPayload {
+        parts,
+        slices,
+        sliced,
+    }))
 }
 
 /// Frees every device's slices on its own device.
@@ -360,6 +369,34 @@ pub(crate) struct SpreadPayload {
     /// Each device's slices of the columns the parts read over peer access (none when
     /// each part holds the whole payload), with the device that holds them.
     slices: Vec<(Arc<CudaRuntime>, Vec<RawColumn>)>,
+    /// The run's index of each column in `slices`, in their order.
+    sliced: Vec<usize>,
+}
+
+impl SpreadPayload {
+    /// Waits until no device's gather still reads the slices, so that they can be freed.
+    fn wait_for_parts(&self) {
+        for part in &self.parts {
+            let device = &part.runtime().device;
+            let _ = device.bind().and_then(|()| device.synchronize());
+        }
+    }
+
+    /// Frees the slices of the columns `keep` (run indices) does not name, each on its own
+    /// device.
+    fn free_slices_but(&mut self, keep: &[usize]) {
+        if self.sliced.iter().all(|c| keep.contains(c)) {
+            return;
+        }
+        self.wait_for_parts();
+        let kept: Vec<bool> = self.sliced.iter().map(|c| keep.contains(c)).collect();
+        for (rt, columns) in &mut self.slices {
+            let _ = rt.device.bind();
+            let mut flags = kept.iter();
+            columns.retain(|_| *flags.next().expect("a flag per slice"));
+        }
+        self.sliced.retain(|c| keep.contains(c));
+    }
 }
 
 impl Drop for SpreadPayload {
@@ -369,10 +406,7 @@ impl Drop for SpreadPayload {
         }
         // Every device's gathers read the slices: their work ends before any slice is
         // freed, and each slice is freed with its own device current.
-        for part in &self.parts {
-            let device = &part.runtime().device;
-            let _ = device.bind().and_then(|()| device.synchronize());
-        }
+        self.wait_for_parts();
         self.parts.clear();
         for (rt, columns) in self.slices.drain(..) {
             let _ = rt.device.bind();
@@ -407,6 +441,7 @@ impl PayloadGather for SpreadPayload {
 
     fn retain_columns(&mut self, keep: &[usize]) {
         self.parts.iter_mut().for_each(|p| p.retain_columns(keep));
+        self.free_slices_but(keep);
     }
 
     fn gather(&mut self, start: usize, batch_rows: &[usize]) -> Result<Option<Vec<Vec<ArrayRef>>>> {

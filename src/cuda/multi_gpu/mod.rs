@@ -233,6 +233,10 @@ pub(crate) fn sort_columns_spread(
     // device peaked at 4.85 GB of its 9.6 GB share sorting and gathering 3·10⁸ rows of Q1,
     // docs/performance.md, 2026-11-30). So D devices take runs D times as long as one.
     let bytes = columns_bytes(columns, n) / d;
+    // Past the limit the devices could never take it: no wait for them.
+    if bytes > share.limit {
+        return Ok(None);
+    }
     let mut held = hold_all(runtimes, LeaseKind::Sort { bytes }, share);
     if held.iter().any(|h| h.available() < bytes) {
         return Ok(None);
