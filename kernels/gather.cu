@@ -35,35 +35,98 @@ struct __align__(16) Bytes32 {
     Bytes16 lo, hi;
 };
 
+// A column cut into slices, each in the memory of one device: rows start[k] .. start[k+1]
+// lie in ptr[k] (start[0] = 0, `count` slices). Passed by value (the launcher's
+// `PeerSlices`, src/cuda/gather.rs, has the same layout). A null validity slice: every
+// row of it is valid.
+struct PeerSlices {
+    u64 ptr[GATHER_PEER_SLICES];
+    u32 start[GATHER_PEER_SLICES + 1];
+    u32 count;
+};
+
+// The slice holding `row`, and the row's place in it. Constant indices only, so the table
+// stays in the parameter bank.
+__device__ __forceinline__ u64 locate(const PeerSlices& s, u32 row, u32* local) {
+    u64 ptr = s.ptr[0];
+    u32 base = 0;
+#pragma unroll
+    for (u32 k = 1; k < GATHER_PEER_SLICES; ++k) {
+        if (k < s.count && row >= s.start[k]) {
+            ptr = s.ptr[k];
+            base = s.start[k];
+        }
+    }
+    *local = row - base;
+    return ptr;
+}
+
+// Where a gather reads a row's value (bit): one buffer on this device, or slices.
 template <typename T>
-__device__ __forceinline__ void gather_values(const T* __restrict__ src,
-                                              const u32* __restrict__ perm, u32 n,
+struct WholeValues {
+    const T* __restrict__ src;
+    __device__ __forceinline__ T operator()(u32 row) const { return src[row]; }
+};
+
+template <typename T>
+struct SlicedValues {
+    const PeerSlices& src;
+    __device__ __forceinline__ T operator()(u32 row) const {
+        u32 local;
+        return ((const T*)locate(src, row, &local))[local];
+    }
+};
+
+struct WholeBits {
+    const u32* __restrict__ src;
+    __device__ __forceinline__ bool operator()(u32 row) const {
+        return (src[row >> 5] >> (row & 31)) & 1u;
+    }
+};
+
+struct SlicedBits {
+    const PeerSlices& src;
+    __device__ __forceinline__ bool operator()(u32 row) const {
+        u32 local;
+        const u32* slice = (const u32*)locate(src, row, &local);
+        return slice == nullptr || ((slice[local >> 5] >> (local & 31)) & 1u);
+    }
+};
+
+template <typename T, typename Read>
+__device__ __forceinline__ void gather_values(Read read, const u32* __restrict__ perm, u32 n,
                                               T* __restrict__ out) {
     const u32 stride = gridDim.x * blockDim.x;
     for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        out[i] = src[perm[i]];
+        out[i] = read(perm[i]);
     }
 }
 
-#define GATHER_WIDTH(NAME, T)                                                               \
+#define GATHER_WIDTH(NAME, PEER_NAME, T)                                                    \
     extern "C" __global__ void NAME(const T* __restrict__ src, const u32* __restrict__ perm, \
                                     u32 n, T* __restrict__ out) {                           \
-        gather_values<T>(src, perm, n, out);                                                \
+        gather_values<T>(WholeValues<T>{src}, perm, n, out);                                \
+    }                                                                                       \
+    extern "C" __global__ void PEER_NAME(const __grid_constant__ PeerSlices src,            \
+                                         const u32* __restrict__ perm, u32 n,               \
+                                         T* __restrict__ out) {                             \
+        gather_values<T>(SlicedValues<T>{src}, perm, n, out);                               \
     }
 
-GATHER_WIDTH(gather_w1, u8)
-GATHER_WIDTH(gather_w2, u16)
-GATHER_WIDTH(gather_w4, u32)
-GATHER_WIDTH(gather_w8, u64)
-GATHER_WIDTH(gather_w16, Bytes16)
-GATHER_WIDTH(gather_w32, Bytes32)
+GATHER_WIDTH(gather_w1, gather_peer_w1, u8)
+GATHER_WIDTH(gather_w2, gather_peer_w2, u16)
+GATHER_WIDTH(gather_w4, gather_peer_w4, u32)
+GATHER_WIDTH(gather_w8, gather_peer_w8, u64)
+GATHER_WIDTH(gather_w16, gather_peer_w16, Bytes16)
+GATHER_WIDTH(gather_w32, gather_peer_w32, Bytes32)
 
 // Output batch b of the window (rows b*batch_rows .. up to n) owns words
 // [b*batch_words, (b+1)*batch_words): its bitmap starts at bit 0 of its own words, so the
 // host hands each batch its words as they are. Bits past a batch's rows are 0.
-extern "C" __global__ void gather_bits(const u32* __restrict__ src,
-                                       const u32* __restrict__ perm, u32 n, u32 batch_rows,
-                                       u32 batch_words, u32 batches, u32* __restrict__ out) {
+template <typename Read>
+__device__ __forceinline__ void gather_bits_with(Read read, const u32* __restrict__ perm,
+                                                 u32 n, u32 batch_rows, u32 batch_words,
+                                                 u32 batches, u32* __restrict__ out) {
     // Every thread of a warp takes the same number of turns: the total and the stride are
     // multiples of 32, so the ballot always has all lanes.
     const u64 total = (u64)batches * batch_words * WARP;
@@ -72,14 +135,24 @@ extern "C" __global__ void gather_bits(const u32* __restrict__ src,
         const u64 batch = t / ((u64)batch_words * WARP);
         const u32 within = (u32)(t - batch * batch_words * WARP);
         const u64 i = batch * batch_rows + within;
-        bool bit = false;
-        if (within < batch_rows && i < n) {
-            const u32 row = perm[i];
-            bit = (src[row >> 5] >> (row & 31)) & 1u;
-        }
+        const bool bit = within < batch_rows && i < n && read(perm[i]);
         const u32 word = __ballot_sync(0xffffffffu, bit);
         if (lane_id() == 0) out[t / WARP] = word;
     }
+}
+
+extern "C" __global__ void gather_bits(const u32* __restrict__ src,
+                                       const u32* __restrict__ perm, u32 n, u32 batch_rows,
+                                       u32 batch_words, u32 batches, u32* __restrict__ out) {
+    gather_bits_with(WholeBits{src}, perm, n, batch_rows, batch_words, batches, out);
+}
+
+// gather_bits from a sliced bitmap: each slice's bits start at bit 0 of its own words.
+extern "C" __global__ void gather_peer_bits(const __grid_constant__ PeerSlices src,
+                                            const u32* __restrict__ perm, u32 n,
+                                            u32 batch_rows, u32 batch_words,
+                                            u32 batches, u32* __restrict__ out) {
+    gather_bits_with(SlicedBits{src}, perm, n, batch_rows, batch_words, batches, out);
 }
 
 // Views of the window's rows; `long_bytes[i]` the bytes row i's value keeps outside its
@@ -157,77 +230,5 @@ extern "C" __global__ void copy_view_bytes(const View* __restrict__ views,
             view.offset = long_bytes[i];
         }
         out_views[i] = view;
-    }
-}
-
-// A column cut into slices, each in the memory of one device: rows start[k] .. start[k+1]
-// lie in ptr[k] (start[0] = 0, `count` slices). Passed by value (the launcher's
-// `PeerSlices`, src/cuda/gather.rs, has the same layout). A null validity slice: every
-// row of it is valid.
-struct PeerSlices {
-    u64 ptr[GATHER_PEER_SLICES];
-    u32 start[GATHER_PEER_SLICES + 1];
-    u32 count;
-};
-
-// The slice holding `row`, and the row's place in it. Constant indices only, so the table
-// stays in the parameter bank.
-__device__ __forceinline__ u64 locate(const PeerSlices& s, u32 row, u32* local) {
-    u64 ptr = s.ptr[0];
-    u32 base = 0;
-#pragma unroll
-    for (u32 k = 1; k < GATHER_PEER_SLICES; ++k) {
-        if (k < s.count && row >= s.start[k]) {
-            ptr = s.ptr[k];
-            base = s.start[k];
-        }
-    }
-    *local = row - base;
-    return ptr;
-}
-
-template <typename T>
-__device__ __forceinline__ void gather_peer_values(const PeerSlices& src,
-                                                   const u32* __restrict__ perm, u32 n,
-                                                   T* __restrict__ out) {
-    const u32 stride = gridDim.x * blockDim.x;
-    for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        u32 local;
-        const T* slice = (const T*)locate(src, perm[i], &local);
-        out[i] = slice[local];
-    }
-}
-
-#define GATHER_PEER_WIDTH(NAME, T)                                                     \
-    extern "C" __global__ void NAME(const PeerSlices src, const u32* __restrict__ perm, \
-                                    u32 n, T* __restrict__ out) {                      \
-        gather_peer_values<T>(src, perm, n, out);                                      \
-    }
-
-GATHER_PEER_WIDTH(gather_peer_w1, u8)
-GATHER_PEER_WIDTH(gather_peer_w2, u16)
-GATHER_PEER_WIDTH(gather_peer_w4, u32)
-GATHER_PEER_WIDTH(gather_peer_w8, u64)
-GATHER_PEER_WIDTH(gather_peer_w16, Bytes16)
-GATHER_PEER_WIDTH(gather_peer_w32, Bytes32)
-
-// gather_bits from a sliced bitmap: each slice's bits start at bit 0 of its own words.
-extern "C" __global__ void gather_peer_bits(const PeerSlices src, const u32* __restrict__ perm,
-                                            u32 n, u32 batch_rows, u32 batch_words,
-                                            u32 batches, u32* __restrict__ out) {
-    const u64 total = (u64)batches * batch_words * WARP;
-    const u64 stride = (u64)gridDim.x * blockDim.x;
-    for (u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += stride) {
-        const u64 batch = t / ((u64)batch_words * WARP);
-        const u32 within = (u32)(t - batch * batch_words * WARP);
-        const u64 i = batch * batch_rows + within;
-        bool bit = false;
-        if (within < batch_rows && i < n) {
-            u32 local;
-            const u32* slice = (const u32*)locate(src, perm[i], &local);
-            bit = slice == nullptr || ((slice[local >> 5] >> (local & 31)) & 1u);
-        }
-        const u32 word = __ballot_sync(0xffffffffu, bit);
-        if (lane_id() == 0) out[t / WARP] = word;
     }
 }
