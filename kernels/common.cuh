@@ -57,3 +57,21 @@ __device__ __forceinline__ u32 warp_inclusive_sum(u32 v) {
     }
     return v;
 }
+
+// Block-wide exclusive prefix count of `flag`; `total` gets the block's count (every
+// thread of the block calls it; `warp_counts` holds a count per warp).
+__device__ __forceinline__ u32 block_rank(bool flag, u32* warp_counts, u32& total) {
+    const u32 ballot = __ballot_sync(0xffffffffu, flag);
+    const u32 lane = lane_id(), warp = warp_id();
+    if (lane == 0) warp_counts[warp] = __popc(ballot);
+    __syncthreads();
+    u32 before = 0, sum = 0;
+    const u32 warps = blockDim.x / WARP;
+    for (u32 w = 0; w < warps; ++w) {
+        if (w == warp) before = sum;
+        sum += warp_counts[w];
+    }
+    __syncthreads();
+    total = sum;
+    return before + __popc(ballot & lanemask_lt());
+}

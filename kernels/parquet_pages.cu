@@ -6,11 +6,14 @@
 //                       [definition levels: u32 length, RLE/bit-packed hybrid, bit width 1]
 //                       (nullable columns only), then the non-null values: PLAIN (each
 //                       value's low `out_width` bytes, little-endian), or, for a
-//                       DELTA_BINARY_PACKED column, the values as 64-bit integers into
-//                       `compact` for delta_page_values
+//                       DELTA_BINARY_PACKED or RLE_DICTIONARY column, the values as 64-bit
+//                       integers into `compact` for delta_page_values or dict_page_values
 //   delta_page_values   one block per page of a DELTA_BINARY_PACKED column: its values
 //                       section after the levels, as parquet's writer lays it out (blocks of
 //                       4 miniblocks of 32 values for INT32, 64 for INT64)
+//   dict_page_values    one thread per page of an RLE_DICTIONARY column (whose `values` are
+//                       its rows' dictionary entry numbers, parquet_dictionary.cu): the bit
+//                       width, then the entry numbers as RLE/bit-packed hybrid runs
 //   snappy_compress     one warp per piece (at most 64 KiB of one page's body): the piece
 //                       as Snappy elements (literals and copies within the piece), into
 //                       its own room of the scratch buffer; its length in `piece_bytes`
@@ -23,7 +26,8 @@
 #include "common.cuh"
 
 #if !defined(PAGE_THREADS) || !defined(SNAPPY_WARPS) || !defined(SNAPPY_HASH_BITS) || \
-    !defined(SNAPPY_PIECE_BYTES) || !defined(VALUES_PLAIN) || !defined(VALUES_DELTA)
+    !defined(SNAPPY_PIECE_BYTES) || !defined(VALUES_PLAIN) || !defined(VALUES_DELTA) || \
+    !defined(VALUES_DICT)
 #error "the launch shapes come from src/cuda/tuning.rs as -D options"
 #endif
 
@@ -31,7 +35,7 @@
 struct PageSpec {
     u64 first_row;    // the page's first row in the column's values (a multiple of 8)
     u64 body_at;      // where its uncompressed body starts in `bodies`
-    u64 compact_at;   // DELTA_BINARY_PACKED: where its values go in `compact`
+    u64 compact_at;   // DELTA_BINARY_PACKED, RLE_DICTIONARY: where its values go in `compact`
     u32 rows;         // rows of the page (values, nulls included)
     u32 values;       // non-null rows
     u32 levels_bytes; // bytes of the definition levels section, length prefix included;
@@ -46,8 +50,8 @@ struct ColumnSpec {
     u64 validity;
     u32 in_width;
     u32 out_width;
-    u32 encoding; // VALUES_PLAIN or VALUES_DELTA
-    u32 unused;
+    u32 encoding;  // VALUES_PLAIN, VALUES_DELTA or VALUES_DICT
+    u32 bit_width; // VALUES_DICT: bits of an entry number
 };
 
 __device__ __forceinline__ u32 varint_len(u32 v) {
@@ -130,23 +134,6 @@ __device__ void write_levels(const PageSpec& page, const ColumnSpec& column, u8*
     }
 }
 
-// Block-wide exclusive prefix count of `flag`; `total` gets the block's count.
-__device__ __forceinline__ u32 block_rank(bool flag, u32* warp_counts, u32& total) {
-    const u32 ballot = __ballot_sync(0xffffffffu, flag);
-    const u32 lane = lane_id(), warp = warp_id();
-    if (lane == 0) warp_counts[warp] = __popc(ballot);
-    __syncthreads();
-    u32 before = 0, sum = 0;
-    const u32 warps = blockDim.x / WARP;
-    for (u32 w = 0; w < warps; ++w) {
-        if (w == warp) before = sum;
-        sum += warp_counts[w];
-    }
-    __syncthreads();
-    total = sum;
-    return before + __popc(ballot & lanemask_lt());
-}
-
 extern "C" __global__ void __launch_bounds__(PAGE_THREADS)
     plain_page_bodies(const PageSpec* __restrict__ pages, const ColumnSpec* __restrict__ columns,
                       u8* __restrict__ bodies, long long* __restrict__ compact,
@@ -156,14 +143,14 @@ extern "C" __global__ void __launch_bounds__(PAGE_THREADS)
     const ColumnSpec column = columns[page.column];
     u8* body = bodies + page.body_at;
     if (page.levels_bytes > 0) write_levels(page, column, body);
-    const bool delta = column.encoding == VALUES_DELTA;
+    const bool compacted = column.encoding != VALUES_PLAIN;
     u8* out = body + page.levels_bytes;
     long long* to = compact + page.compact_at;
     const u32 width = column.out_width;
-    if (!delta && threadIdx.x == 0) body_len[blockIdx.x] = page.levels_bytes + page.values * width;
+    if (!compacted && threadIdx.x == 0) body_len[blockIdx.x] = page.levels_bytes + page.values * width;
     if (page.values == page.rows) {
         for (u32 i = threadIdx.x; i < page.rows; i += blockDim.x) {
-            if (delta) {
+            if (compacted) {
                 to[i] = value_i64(column, page.first_row + i);
             } else {
                 put_value(column, page.first_row + i, out + (u64)i * width);
@@ -180,7 +167,7 @@ extern "C" __global__ void __launch_bounds__(PAGE_THREADS)
         u32 total;
         const u32 rank = block_rank(valid, warp_counts, total);
         if (valid) {
-            if (delta) {
+            if (compacted) {
                 to[base + rank] = value_i64(column, row);
             } else {
                 put_value(column, row, out + (u64)(base + rank) * width);
@@ -296,6 +283,72 @@ extern "C" __global__ void __launch_bounds__(PAGE_THREADS)
         __syncthreads();
     }
     if (t == 0) body_len[blockIdx.x] = page.levels_bytes + (u32)pos;
+}
+
+// Whether the `len` values at `v` are all equal.
+__device__ __forceinline__ bool all_equal(const long long* v, u32 len) {
+    for (u32 i = 1; i < len; ++i) {
+        if (v[i] != v[0]) return false;
+    }
+    return true;
+}
+
+// The values section of an RLE_DICTIONARY page: its bit width (of the largest entry
+// number), then its entry numbers in groups of 8 (the last one short): a run of groups that
+// each hold one number, the same, as one RLE run (a varint of its count << 1, then the
+// number in whole bytes); a run of other groups as one bit-packed run (a varint of its
+// groups << 1 | 1, then 8 numbers a group in `bit_width` bits each, least significant bit
+// first, the last group padded with 0s). Writes the page's body length. One thread a page:
+// a page holds some 20 000 numbers, and a row group's pages run side by side.
+extern "C" __global__ void __launch_bounds__(PAGE_THREADS)
+    dict_page_values(const PageSpec* __restrict__ pages, u32 page_count,
+                     const ColumnSpec* __restrict__ columns, const long long* __restrict__ compact,
+                     u8* __restrict__ bodies, u32* __restrict__ body_len) {
+    const u32 index = blockIdx.x * blockDim.x + threadIdx.x;
+    if (index >= page_count) return;
+    const PageSpec page = pages[index];
+    const ColumnSpec column = columns[page.column];
+    if (column.encoding != VALUES_DICT) return;
+    const long long* v = compact + page.compact_at;
+    u8* out = bodies + page.body_at + page.levels_bytes;
+    const u32 n = page.values, width = column.bit_width;
+    const u32 value_bytes = (width + 7) / 8;
+    const u32 groups = (n + 7) / 8;
+    u32 at = 0;
+    out[at++] = (u8)width;
+    u32 g = 0;
+    while (g < groups) {
+        if (all_equal(v + 8 * g, min(8u, n - 8 * g))) {
+            const long long number = v[8 * g];
+            u32 count = min(8u, n - 8 * g), next = g + 1;
+            while (next < groups && v[8 * next] == number && all_equal(v + 8 * next, min(8u, n - 8 * next))) {
+                count += min(8u, n - 8 * next);
+                ++next;
+            }
+            at += put_varint(out + at, count << 1);
+            for (u32 b = 0; b < value_bytes; ++b) out[at++] = (u8)((u64)number >> (8 * b));
+            g = next;
+        } else {
+            u32 next = g + 1;
+            while (next < groups && !all_equal(v + 8 * next, min(8u, n - 8 * next))) ++next;
+            at += put_varint(out + at, ((next - g) << 1) | 1);
+            for (; g < next; ++g) {
+                u64 bits = 0;
+                u32 held = 0;
+                for (u32 i = 0; i < 8; ++i) {
+                    const u64 number = 8 * g + i < n ? (u64)v[8 * g + i] : 0;
+                    bits |= number << held;
+                    held += width;
+                    while (held >= 8) {
+                        out[at++] = (u8)bits;
+                        bits >>= 8;
+                        held -= 8;
+                    }
+                }
+            }
+        }
+    }
+    body_len[index] = page.levels_bytes + at;
 }
 
 // ---- Snappy ---------------------------------------------------------------------------

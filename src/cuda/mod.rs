@@ -9,7 +9,8 @@
 //!  window.rs      window columns over a run's sorted rows (kernels and their use)
 //!  multi_gpu/     one sort spread over several devices by key ranges (spread.rs: its kernels)
 //!  encode.rs · refine.rs · gather.rs          key encoding · long-string ties · gather kernels
-//!  parquet.rs · pages.rs                      Parquet data pages built on the device · for the writer
+//!  parquet.rs · parquet_dictionary.rs         Parquet pages built on the device · their dictionaries
+//!  pages.rs                                   the page kernels of the process's device, for the writer
 //!  tuning.rs                                  launch shapes, thresholds, GPUSORT_* overrides
 //!  radix/ · merge/                            OneSweep · locality and segmented sorts
 //!  columns/ · memory/                         raw columns on the device · buffers, copies
@@ -29,6 +30,7 @@ mod module;
 mod multi_gpu;
 mod pages;
 mod parquet;
+mod parquet_dictionary;
 mod payload;
 mod radix;
 mod refine;
@@ -59,7 +61,7 @@ pub use multi_gpu::{
     sort_host_words, sort_host_words_with, HostSortPlan, SpreadSorted, SpreadTimes,
 };
 pub use pages::encode_on_device;
-pub use parquet::{EncodedPage, PageColumn, PageCut, PageEncoder};
+pub use parquet::{ColumnPages, EncodedPage, PageColumn, PageCut, PageEncoder};
 pub use radix::onesweep::{RadixKey, Sorted, Values};
 pub use runtime::{
     device_count, disabled_reason, disabled_reason_of, fallback_count, is_driver_present,

@@ -258,8 +258,23 @@ pub(super) const PARQUET_PAGES: KernelFile = KernelFile {
     entry_points: &[
         "plain_page_bodies",
         "delta_page_values",
+        "dict_page_values",
         "snappy_compress",
         "snappy_place",
+    ],
+};
+
+/// The dictionaries of fixed-width column chunks, for `RLE_DICTIONARY` pages.
+pub(super) const PARQUET_DICTIONARY: KernelFile = KernelFile {
+    name: "parquet_dictionary.cu",
+    source: include_str!("../../kernels/parquet_dictionary.cu"),
+    entry_points: &[
+        "dict_insert",
+        "dict_first",
+        "dict_count",
+        "dict_scan",
+        "dict_entries",
+        "dict_ids",
     ],
 };
 
@@ -336,6 +351,7 @@ pub(crate) const ALL_KERNELS: &[KernelFile] = &[
     WINDOW,
     WINDOW_VALUES,
     PARQUET_PAGES,
+    PARQUET_DICTIONARY,
     LOCALITY,
     SEGMENTED,
     SEGMENT_TILES_LARGE,

@@ -2,7 +2,7 @@
 //! writer: the pages, or why not, with a failure handled as a failed sort is.
 
 use crate::cuda::error::CudaError;
-use crate::cuda::parquet::{EncodedPage, PageColumn};
+use crate::cuda::parquet::{ColumnPages, PageColumn};
 use crate::cuda::runtime::{note_failure_of, runtime};
 
 /// The pages of `columns` encoded on the process's device (Snappy-compressed where
@@ -12,7 +12,7 @@ use crate::cuda::runtime::{note_failure_of, runtime};
 pub fn encode_on_device(
     columns: &[PageColumn<'_>],
     snappy: bool,
-) -> Result<Vec<Vec<EncodedPage>>, String> {
+) -> Result<Vec<ColumnPages>, String> {
     let runtime = runtime()?;
     let Some(encoder) = runtime.pages.as_ref() else {
         return Err("the Parquet page kernels did not load".to_string());

@@ -3,7 +3,9 @@
 //!
 //! The host says how each column is cut into pages ([`PageCut`]); the device writes each
 //! page's uncompressed body (definition levels, then the non-null values, each cut to its
-//! Parquet width, `PLAIN` or `DELTA_BINARY_PACKED` as parquet's writer lays them out), and,
+//! Parquet width, `PLAIN` or `DELTA_BINARY_PACKED` as parquet's writer lays them out, or
+//! their entry numbers in the chunk's dictionary, built on the device too
+//! ([`parquet_dictionary`](super::parquet_dictionary)), as `RLE_DICTIONARY`), and,
 //! for Snappy, compresses each body in pieces of at
 //! most [`SNAPPY_PIECE_BYTES`], one warp a piece, and lays the pieces of each page end to
 //! end after the room of its length varint. Only the pages come back. Page headers, column
@@ -15,8 +17,11 @@ use crate::cuda::error::CudaResult;
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::transfer::Staging;
 use crate::cuda::module::{arg, launch, load_module, Kernel, Module, PARQUET_PAGES};
+use crate::cuda::parquet_dictionary::{
+    ColumnDictionary, DictionaryInput, DictionaryKernels, Tried,
+};
 use crate::cuda::tuning::{
-    Tuning, PAGE_THREADS, SNAPPY_PIECE_BYTES, SNAPPY_WARPS, VALUES_DELTA, VALUES_PLAIN,
+    Tuning, PAGE_THREADS, SNAPPY_PIECE_BYTES, SNAPPY_WARPS, VALUES_DELTA, VALUES_DICT, VALUES_PLAIN,
 };
 
 /// One page of a column: rows `first_row .. first_row + rows` of its values, `values` of
@@ -51,6 +56,24 @@ pub struct PageColumn<'a> {
     pub delta: bool,
     /// The pages, in order.
     pub pages: &'a [PageCut],
+    /// Where set, a dictionary is tried first: kept while its page (the distinct values,
+    /// `out_width` bytes each) stays under this many bytes, the data pages then
+    /// `RLE_DICTIONARY`; past it, the pages are written as without one (`delta` or
+    /// `PLAIN`), as parquet's writer gives a dictionary up.
+    pub dictionary_limit: Option<usize>,
+}
+
+/// A column chunk's pages as the device made them.
+#[derive(Debug, Clone)]
+pub struct ColumnPages {
+    /// The dictionary page (the distinct values `PLAIN`, in order of first appearance) and
+    /// how many values it holds, where the column kept a dictionary: its data pages are
+    /// then `RLE_DICTIONARY`.
+    pub dictionary: Option<(EncodedPage, usize)>,
+    /// The column tried a dictionary and gave it up.
+    pub gave_up_dictionary: bool,
+    /// The data pages, in order.
+    pub pages: Vec<EncodedPage>,
 }
 
 /// A page as the device made it.
@@ -68,6 +91,8 @@ pub struct EncodedPage {
 pub struct PageEncoder {
     plain_bodies: Kernel,
     delta_values: Kernel,
+    dict_values: Kernel,
+    dictionaries: DictionaryKernels,
     compress: Kernel,
     place: Kernel,
     _module: Module,
@@ -95,7 +120,7 @@ struct ColumnSpec {
     in_width: u32,
     out_width: u32,
     encoding: u32,
-    unused: u32,
+    bit_width: u32,
 }
 
 /// One piece of a page's body, as the kernels' `Piece`.
@@ -152,6 +177,13 @@ fn delta_bound(values: usize, width: u32) -> usize {
     32 + blocks * (14 + per_block * 8)
 }
 
+/// Most bytes of an `RLE_DICTIONARY` values section of `values` entry numbers of `bits`
+/// bits: the bit width's byte, then per group of 8 numbers at most 6 bytes besides its
+/// bits (an RLE run's varint and number, or a bit-packed run's varint).
+fn dictionary_bound(values: usize, bits: u32) -> usize {
+    1 + values.div_ceil(8) * (bits as usize + 6)
+}
+
 /// Most bytes the kernel's Snappy elements take for `len` input bytes.
 fn snappy_bound(len: usize) -> usize {
     32 + len + len / 6
@@ -184,6 +216,8 @@ impl PageEncoder {
         Ok(Self {
             plain_bodies: module.kernel("plain_page_bodies")?,
             delta_values: module.kernel("delta_page_values")?,
+            dict_values: module.kernel("dict_page_values")?,
+            dictionaries: DictionaryKernels::load(device, tuning)?,
             compress: module.kernel("snappy_compress")?,
             place: module.kernel("snappy_place")?,
             _module: module,
@@ -197,7 +231,7 @@ impl PageEncoder {
         staging: &mut Staging,
         columns: &[PageColumn<'_>],
         snappy: bool,
-    ) -> CudaResult<Vec<Vec<EncodedPage>>> {
+    ) -> CudaResult<Vec<ColumnPages>> {
         for column in columns {
             assert!(
                 matches!(
@@ -240,26 +274,81 @@ impl PageEncoder {
             let segments = &segments;
             move |start, out| fill_from(segments, start, out)
         })?;
+        // The dictionaries tried, and what came of them.
+        let tried_inputs: Vec<(usize, DictionaryInput)> = columns
+            .iter()
+            .zip(&placed)
+            .enumerate()
+            .filter_map(|(index, (column, &(values_at, validity_at)))| {
+                let limit = column.dictionary_limit?;
+                Some((
+                    index,
+                    DictionaryInput {
+                        values: input.ptr() + values_at as u64,
+                        validity: validity_at.map_or(0, |at| input.ptr() + at as u64),
+                        in_width: column.in_width,
+                        out_width: column.out_width,
+                        rows: column.values.len() / column.in_width as usize,
+                        max_entries: limit.saturating_sub(1) / column.out_width as usize,
+                    },
+                ))
+            })
+            .collect();
+        let inputs: Vec<DictionaryInput> = tried_inputs.iter().map(|(_, i)| *i).collect();
+        let mut dictionaries: Vec<Option<(ColumnDictionary, DictionaryInput)>> =
+            columns.iter().map(|_| None).collect();
+        let mut gave_up = vec![false; columns.len()];
+        for ((index, input), tried) in tried_inputs
+            .into_iter()
+            .zip(self.dictionaries.tables(device, &inputs)?)
+        {
+            match tried {
+                Tried::Kept(dictionary) => dictionaries[index] = Some((dictionary, input)),
+                Tried::GaveUp => gave_up[index] = true,
+                Tried::NoValues => {}
+            }
+        }
         let specs: Vec<ColumnSpec> = columns
             .iter()
             .zip(&placed)
-            .map(|(column, &(values_at, validity_at))| ColumnSpec {
-                values: input.ptr() + values_at as u64,
-                validity: validity_at.map_or(0, |at| input.ptr() + at as u64),
-                in_width: column.in_width,
-                out_width: column.out_width,
-                encoding: if column.delta {
-                    VALUES_DELTA
-                } else {
-                    VALUES_PLAIN
-                },
-                unused: 0,
+            .zip(&dictionaries)
+            .map(|((column, &(values_at, validity_at)), dictionary)| {
+                let validity = validity_at.map_or(0, |at| input.ptr() + at as u64);
+                match dictionary {
+                    Some((dictionary, _)) => ColumnSpec {
+                        values: dictionary.entry_numbers(),
+                        validity,
+                        in_width: 4,
+                        out_width: 4,
+                        encoding: VALUES_DICT,
+                        bit_width: dictionary.bit_width(),
+                    },
+                    None => ColumnSpec {
+                        values: input.ptr() + values_at as u64,
+                        validity,
+                        in_width: column.in_width,
+                        out_width: column.out_width,
+                        encoding: if column.delta {
+                            VALUES_DELTA
+                        } else {
+                            VALUES_PLAIN
+                        },
+                        bit_width: 0,
+                    },
+                }
             })
             .collect();
         let mut pages = Vec::new();
         let mut body_bytes = 0;
         let mut compact_values = 0;
-        for (index, column) in columns.iter().enumerate() {
+        // Where each kept dictionary's page body goes: (start, bytes).
+        let mut dictionary_spans: Vec<Option<(usize, usize)>> = vec![None; columns.len()];
+        for (index, (column, spec)) in columns.iter().zip(&specs).enumerate() {
+            if let Some((dictionary, _)) = &dictionaries[index] {
+                let bytes = dictionary.entries * column.out_width as usize;
+                dictionary_spans[index] = Some((body_bytes, bytes));
+                body_bytes += bytes;
+            }
             for cut in column.pages {
                 let levels = levels_bytes(column.nullable, cut);
                 pages.push(PageSpec {
@@ -272,11 +361,12 @@ impl PageEncoder {
                     column: index as u32,
                 });
                 body_bytes += levels
-                    + match column.delta {
-                        true => delta_bound(cut.values, column.out_width),
-                        false => cut.values * column.out_width as usize,
+                    + match spec.encoding {
+                        VALUES_DICT => dictionary_bound(cut.values, spec.bit_width),
+                        VALUES_DELTA => delta_bound(cut.values, column.out_width),
+                        _ => cut.values * column.out_width as usize,
                     };
-                if column.delta {
+                if spec.encoding != VALUES_PLAIN {
                     compact_values += cut.values;
                 }
             }
@@ -286,7 +376,13 @@ impl PageEncoder {
         // 8 bytes past the end: Snappy's 4-byte loads are two aligned words.
         // Every byte of every body is written; the 8 past them are only ever shifted out.
         let bodies = device.alloc::<u8>(body_bytes + 8, "parquet page bodies")?;
-        let compact = device.alloc::<i64>(compact_values.max(1), "parquet delta values")?;
+        for (dictionary, span) in dictionaries.iter().zip(&dictionary_spans) {
+            if let (Some((dictionary, input)), Some((at, _))) = (dictionary, span) {
+                self.dictionaries
+                    .finish(device, input, dictionary, bodies.ptr() + *at as u64)?;
+            }
+        }
+        let compact = device.alloc::<i64>(compact_values.max(1), "parquet compacted values")?;
         let lengths = device.alloc::<u32>(pages.len().max(1), "parquet page lengths")?;
         if !pages.is_empty() {
             let (mut page_at, mut column_at, mut bodies_at, mut compact_at, mut lengths_at) = (
@@ -311,7 +407,7 @@ impl PageEncoder {
                 &mut params,
                 body_bytes,
             )?;
-            if columns.iter().any(|c| c.delta) {
+            if specs.iter().any(|c| c.encoding == VALUES_DELTA) {
                 let mut params = [
                     arg(&mut page_at),
                     arg(&mut column_at),
@@ -328,15 +424,38 @@ impl PageEncoder {
                     body_bytes,
                 )?;
             }
+            if specs.iter().any(|c| c.encoding == VALUES_DICT) {
+                let mut page_count = pages.len() as u32;
+                let mut params = [
+                    arg(&mut page_at),
+                    arg(&mut page_count),
+                    arg(&mut column_at),
+                    arg(&mut compact_at),
+                    arg(&mut bodies_at),
+                    arg(&mut lengths_at),
+                ];
+                launch(
+                    device,
+                    self.dict_values,
+                    pages.len().div_ceil(PAGE_THREADS as usize) as u32,
+                    PAGE_THREADS,
+                    &mut params,
+                    body_bytes,
+                )?;
+            }
         }
         drop(input);
-        // Each page's body: from its place, as long as the kernels wrote it.
+        // Each page's body: from its place, as long as the kernels wrote it; a column's
+        // dictionary page first.
         let written = device.download_now(&lengths)?;
-        let spans: Vec<(usize, usize)> = pages
-            .iter()
-            .zip(&written)
-            .map(|(page, &len)| (page.body_at as usize, len as usize))
-            .collect();
+        let mut spans: Vec<(usize, usize)> = Vec::with_capacity(pages.len() + columns.len());
+        let mut data_pages = pages.iter().zip(&written);
+        for (column, dictionary) in columns.iter().zip(&dictionary_spans) {
+            spans.extend(*dictionary);
+            for (page, &len) in data_pages.by_ref().take(column.pages.len()) {
+                spans.push((page.body_at as usize, len as usize));
+            }
+        }
         let encoded = if snappy {
             self.compress_pages(device, staging, &bodies, &spans)?
         } else {
@@ -350,11 +469,21 @@ impl PageEncoder {
                 .collect()
         };
         device.synchronize()?;
+        drop(dictionaries);
         // Back to columns.
         let mut encoded = encoded.into_iter();
         Ok(columns
             .iter()
-            .map(|column| encoded.by_ref().take(column.pages.len()).collect())
+            .zip(&dictionary_spans)
+            .zip(gave_up)
+            .map(|((column, dictionary), gave_up_dictionary)| {
+                let entries = dictionary.map(|(_, bytes)| bytes / column.out_width as usize);
+                ColumnPages {
+                    dictionary: entries.map(|n| (encoded.next().expect("a dictionary page"), n)),
+                    gave_up_dictionary,
+                    pages: encoded.by_ref().take(column.pages.len()).collect(),
+                }
+            })
             .collect())
     }
 

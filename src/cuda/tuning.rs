@@ -332,8 +332,18 @@ pub(super) const SNAPPY_HASH_BITS: u32 = 13;
 pub(crate) const SNAPPY_PIECE_BYTES: usize = 1 << 16;
 /// `encoding` of a page kernel's column: values `PLAIN`...
 pub(super) const VALUES_PLAIN: u32 = 0;
-/// ...or `DELTA_BINARY_PACKED`.
+/// ...or `DELTA_BINARY_PACKED`...
 pub(super) const VALUES_DELTA: u32 = 1;
+/// ...or `RLE_DICTIONARY` (the values are entry numbers of the chunk's dictionary).
+pub(super) const VALUES_DICT: u32 = 2;
+
+// ---- Parquet dictionaries (parquet_dictionary.cu) -------------------------------------
+
+/// Threads of a dictionary kernel's block.
+pub(super) const DICT_THREADS: u32 = 256;
+/// Rows each thread of a dictionary tile owns: a tile (one block of the entry numbering) is
+/// `DICT_THREADS × DICT_ITEMS` rows.
+pub(super) const DICT_ITEMS: u32 = 16;
 
 /// `-D` options for one kernel file.
 pub(super) type Defines = Vec<(String, String)>;
@@ -534,6 +544,11 @@ impl Tuning {
                 ("SNAPPY_PIECE_BYTES", SNAPPY_PIECE_BYTES as u64),
                 ("VALUES_PLAIN", VALUES_PLAIN as u64),
                 ("VALUES_DELTA", VALUES_DELTA as u64),
+                ("VALUES_DICT", VALUES_DICT as u64),
+            ]),
+            "parquet_dictionary.cu" => named(&[
+                ("DICT_THREADS", DICT_THREADS as u64),
+                ("DICT_ITEMS", DICT_ITEMS as u64),
             ]),
             other => panic!("no -D options are known for kernel file {other}"),
         };

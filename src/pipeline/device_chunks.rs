@@ -1,13 +1,17 @@
-//! Column chunks whose data pages the device built (`src/cuda/parquet.rs`): the host cuts
-//! the column into pages, computes their statistics from the Arrow values, and writes the
-//! page headers, the chunk's metadata and its page index the way parquet's own column
-//! writer does (`PLAIN` values, `RLE` definition levels, data pages of version 1), so that
-//! the appender splices them into the file like chunks encoded on the CPU.
+//! Column chunks whose pages the device built (`src/cuda/parquet.rs`): the host cuts the
+//! column into pages, computes their statistics from the Arrow values, and writes the page
+//! headers, the chunk's metadata and its page index the way parquet's own column writer
+//! does (a `PLAIN` dictionary page and `RLE_DICTIONARY` data pages where the chunk keeps a
+//! dictionary, else `PLAIN` or `DELTA_BINARY_PACKED` values; `RLE` definition levels; data
+//! pages of version 1), so that the appender splices them into the file like chunks
+//! encoded on the CPU.
 //!
 //! Taken: top-level columns of one level at most (required or optional, not nested) whose
 //! values Parquet stores as 4 or 8 bytes taken from the low bytes of Arrow's
-//! ([`DeviceLayout`]), written without a dictionary or bloom filter, `PLAIN`, uncompressed
-//! or Snappy, as data pages of version 1.
+//! ([`DeviceLayout`]), written without a bloom filter, uncompressed or Snappy, as data pages
+//! of version 1. A chunk whose dictionary would pass the properties' dictionary page limit
+//! gives it up for the whole chunk (parquet's writer gives it up part way, keeping the
+//! pages it wrote before): the values are the same, the pages fewer.
 
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -32,7 +36,7 @@ use datafusion::parquet::schema::types::ColumnDescPtr;
 
 use rayon::prelude::*;
 
-use crate::cuda::{EncodedPage, PageColumn, PageCut};
+use crate::cuda::{ColumnPages, PageColumn, PageCut};
 
 /// How the device writes one Arrow column's values: bytes of each as Arrow holds them, in
 /// the page (its low bytes), and how Parquet orders them for statistics.
@@ -62,6 +66,9 @@ enum ValueOrder {
 pub(super) struct DeviceChunk {
     pub(super) bytes: Bytes,
     pub(super) close: ColumnCloseResult,
+    /// Whether the chunk gave up the dictionary it tried; `None` where it tried none, or
+    /// had no value to put in one.
+    pub(super) gave_up_dictionary: Option<bool>,
 }
 
 /// The layout the device writes `data_type` in as the leaf `descr`, or `None` where its
@@ -99,17 +106,17 @@ pub(super) fn device_layout(data_type: &DataType, descr: &ColumnDescPtr) -> Opti
     })
 }
 
-/// The encoding of `descr`'s values in the pages the device writes under `properties`, or
-/// `None` where the device does not write them: `PLAIN` (no other encoding asked for) or
-/// `DELTA_BINARY_PACKED` (of integers), without a dictionary or bloom filter, uncompressed
-/// or Snappy, in pages of version 1.
+/// The encoding of `descr`'s values in the pages the device writes under `properties`
+/// without a dictionary (where none is tried, or once it is given up), or `None` where the
+/// device does not write them: `PLAIN` (no other encoding asked for) or
+/// `DELTA_BINARY_PACKED` (of integers), without a bloom filter, uncompressed or Snappy, in
+/// pages of version 1.
 pub(super) fn values_encoding(
     properties: &WriterProperties,
     descr: &ColumnDescPtr,
 ) -> Option<Encoding> {
     let path = descr.path();
     let allowed = properties.writer_version() == WriterVersion::PARQUET_1_0
-        && !properties.dictionary_enabled(path)
         && properties.bloom_filter_properties(path).is_none()
         && matches!(
             properties.compression(path),
@@ -125,6 +132,17 @@ pub(super) fn values_encoding(
         Some(Encoding::DELTA_BINARY_PACKED) if integer => Some(Encoding::DELTA_BINARY_PACKED),
         Some(_) => None,
     }
+}
+
+/// The most bytes of `descr`'s dictionary page under `properties`, where it tries one.
+pub(super) fn dictionary_limit(
+    properties: &WriterProperties,
+    descr: &ColumnDescPtr,
+) -> Option<usize> {
+    let path = descr.path();
+    properties
+        .dictionary_enabled(path)
+        .then(|| properties.column_dictionary_page_size_limit(path))
 }
 
 /// Whether the device writes `descr`'s pages under `properties`.
@@ -344,17 +362,33 @@ fn statistics(
 }
 
 /// The chunk of `leaf` (every row of one row group's column) whose pages (cut as `cuts`)
-/// the device encoded as `pages`, their values in `encoding`, compressed with
-/// `compression`.
+/// the device encoded as `pages`, compressed with `compression`: with their dictionary
+/// page where they have one, their values `RLE_DICTIONARY`; else in `fallback`.
 pub(super) fn assemble_chunk(
     leaf: &DeviceLeaf,
     properties: &WriterProperties,
     cuts: &[PageCut],
-    pages: Vec<EncodedPage>,
+    pages: ColumnPages,
     compression: Compression,
-    encoding: Encoding,
+    fallback: Encoding,
 ) -> Result<DeviceChunk> {
     let (array, descr, layout) = (&leaf.array, &leaf.descr, leaf.layout);
+    let ColumnPages {
+        dictionary,
+        gave_up_dictionary,
+        pages,
+    } = pages;
+    let encoding = match dictionary {
+        Some(_) => Encoding::RLE_DICTIONARY,
+        None => fallback,
+    };
+    let tried = dictionary_limit(properties, descr).is_some();
+    let gave_up_dictionary = match (&dictionary, gave_up_dictionary) {
+        (Some(_), _) => Some(false),
+        (None, true) => Some(true),
+        (None, false) => None,
+    }
+    .filter(|_| tried);
     if cuts.len() != pages.len() {
         return Err(ParquetError::General(format!(
             "gpusort: {} pages encoded for {} cut",
@@ -380,8 +414,24 @@ pub(super) fn assemble_chunk(
     let mut last: Option<MinMax> = None;
     let mut chunk_min_max: Option<MinMax> = None;
     let (mut uncompressed_total, mut nulls_total) = (0u64, 0u64);
+    let has_dictionary = dictionary.is_some();
+    let mut data_page_offset = 0u64;
     {
         let mut writer = SerializedPageWriter::new(&mut sink);
+        if let Some((page, entries)) = dictionary {
+            let dictionary_page = Page::DictionaryPage {
+                buf: page.data,
+                num_values: entries as u32,
+                encoding: Encoding::PLAIN,
+                is_sorted: false,
+            };
+            let spec = writer.write_page(CompressedPage::new(
+                dictionary_page,
+                page.uncompressed_bytes,
+            ))?;
+            uncompressed_total += spec.uncompressed_size as u64;
+            data_page_offset = spec.offset + spec.bytes_written;
+        }
         for ((cut, page), stats) in cuts.iter().zip(pages).zip(&page_stats) {
             let nulls = (cut.rows - cut.values) as u64;
             nulls_total += nulls;
@@ -444,21 +494,32 @@ pub(super) fn assemble_chunk(
     let bytes_written = sink.bytes_written() as u64;
     let bytes = Bytes::from(sink.into_inner()?);
     let rows = cuts.iter().map(|c| c.rows as u64).sum::<u64>();
+    let mut encodings = vec![encoding, Encoding::RLE];
+    let mut page_kinds = vec![PageEncodingStats {
+        page_type: PageType::DATA_PAGE,
+        encoding,
+        count: cuts.len() as i32,
+    }];
+    if has_dictionary {
+        encodings.push(Encoding::PLAIN);
+        page_kinds.insert(
+            0,
+            PageEncodingStats {
+                page_type: PageType::DICTIONARY_PAGE,
+                encoding: Encoding::PLAIN,
+                count: 1,
+            },
+        );
+    }
     let mut builder = ColumnChunkMetaData::builder(Arc::clone(descr))
         .set_compression(compression)
-        .set_encodings_mask(EncodingMask::new_from_encodings(
-            [encoding, Encoding::RLE].iter(),
-        ))
-        .set_page_encoding_stats(vec![PageEncodingStats {
-            page_type: PageType::DATA_PAGE,
-            encoding,
-            count: cuts.len() as i32,
-        }])
+        .set_encodings_mask(EncodingMask::new_from_encodings(encodings.iter()))
+        .set_page_encoding_stats(page_kinds)
         .set_total_compressed_size(bytes_written as i64)
         .set_total_uncompressed_size(uncompressed_total as i64)
         .set_num_values(rows as i64)
-        .set_data_page_offset(0)
-        .set_dictionary_page_offset(None);
+        .set_data_page_offset(data_page_offset as i64)
+        .set_dictionary_page_offset(has_dictionary.then_some(0));
     if stats_level != EnabledStatistics::None {
         builder = builder
             .set_statistics(statistics(
@@ -494,6 +555,7 @@ pub(super) fn assemble_chunk(
             column_index,
             offset_index: offset_index.map(|b| b.build()),
         },
+        gave_up_dictionary,
     })
 }
 
@@ -519,7 +581,7 @@ pub(super) fn encode_on_device(
 fn encode_with(
     leaves: &[DeviceLeaf],
     properties: &WriterProperties,
-    pages: impl FnOnce(&[PageColumn<'_>], bool) -> std::result::Result<Vec<Vec<EncodedPage>>, String>,
+    pages: impl FnOnce(&[PageColumn<'_>], bool) -> std::result::Result<Vec<ColumnPages>, String>,
 ) -> std::result::Result<Vec<DeviceChunk>, String> {
     let compression = |leaf: &DeviceLeaf| properties.compression(leaf.descr.path());
     let snappy = leaves
@@ -574,6 +636,7 @@ fn encode_with(
                 out_width: leaf.layout.out_width,
                 nullable: leaf.descr.max_def_level() > 0,
                 pages: cuts,
+                dictionary_limit: dictionary_limit(properties, &leaf.descr),
             }
         })
         .collect();
@@ -593,6 +656,7 @@ fn encode_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cuda::EncodedPage;
     use datafusion::arrow::array::{
         Date32Array, Decimal128Array, Float32Array, Float64Array, Int32Array, Int64Array,
         RecordBatch, TimestampMicrosecondArray, UInt64Array,
@@ -604,32 +668,147 @@ mod tests {
     use datafusion::parquet::file::writer::SerializedFileWriter;
 
     /// The pages of `columns` as the kernels build them, made on the host: definition
-    /// levels, then the non-null values cut to their Parquet width; Snappy by the `snap`
-    /// crate.
+    /// levels, then the non-null values cut to their Parquet width, or, where a column
+    /// keeps its dictionary, the dictionary page and the values' entry numbers as
+    /// RLE/bit-packed runs; Snappy by the `snap` crate.
     pub(crate) fn host_pages(
         columns: &[PageColumn<'_>],
         snappy: bool,
-    ) -> std::result::Result<Vec<Vec<EncodedPage>>, String> {
+    ) -> std::result::Result<Vec<ColumnPages>, String> {
+        let page = |body: Vec<u8>| {
+            let data = match snappy {
+                true => snap::raw::Encoder::new().compress_vec(&body).unwrap(),
+                false => body.clone(),
+            };
+            EncodedPage {
+                data: Bytes::from(data),
+                uncompressed_bytes: body.len(),
+            }
+        };
         Ok(columns
             .iter()
             .map(|column| {
-                column
-                    .pages
-                    .iter()
-                    .map(|cut| {
-                        let body = host_body(column, cut);
-                        let data = match snappy {
-                            true => snap::raw::Encoder::new().compress_vec(&body).unwrap(),
-                            false => body.clone(),
-                        };
-                        EncodedPage {
-                            data: Bytes::from(data),
-                            uncompressed_bytes: body.len(),
+                let tried = column
+                    .dictionary_limit
+                    .map(|limit| host_dictionary(column, limit));
+                match tried {
+                    Some(HostDictionary::Kept { entries, numbers }) => {
+                        let bits = 64 - (entries.len() as u64 - 1).leading_zeros();
+                        ColumnPages {
+                            dictionary: Some((page(entries.concat()), entries.len())),
+                            gave_up_dictionary: false,
+                            pages: column
+                                .pages
+                                .iter()
+                                .map(|cut| {
+                                    let mut body = host_levels(column, cut);
+                                    let page_numbers: Vec<u32> = (cut.first_row
+                                        ..cut.first_row + cut.rows)
+                                        .filter_map(|row| numbers[row])
+                                        .collect();
+                                    body.extend(host_hybrid(&page_numbers, bits));
+                                    page(body)
+                                })
+                                .collect(),
                         }
-                    })
-                    .collect()
+                    }
+                    tried => ColumnPages {
+                        dictionary: None,
+                        gave_up_dictionary: matches!(tried, Some(HostDictionary::GaveUp)),
+                        pages: column
+                            .pages
+                            .iter()
+                            .map(|cut| page(host_body(column, cut)))
+                            .collect(),
+                    },
+                }
             })
             .collect())
+    }
+
+    /// What came of a column's dictionary, built as the device builds it.
+    enum HostDictionary {
+        /// The distinct values in order of first appearance, and each row's entry number
+        /// (`None` for a null).
+        Kept {
+            entries: Vec<Vec<u8>>,
+            numbers: Vec<Option<u32>>,
+        },
+        GaveUp,
+        NoValues,
+    }
+
+    fn host_dictionary(column: &PageColumn<'_>, limit: usize) -> HostDictionary {
+        let (inw, outw) = (column.in_width as usize, column.out_width as usize);
+        let most = limit.saturating_sub(1) / outw;
+        let rows = column.values.len() / inw;
+        let mut index = std::collections::HashMap::<&[u8], u32>::new();
+        let mut entries = Vec::new();
+        let mut numbers = Vec::with_capacity(rows);
+        for row in 0..rows {
+            if !column
+                .validity
+                .is_none_or(|bits| bits[row / 8] >> (row % 8) & 1 == 1)
+            {
+                numbers.push(None);
+                continue;
+            }
+            let value = &column.values[row * inw..row * inw + outw];
+            let number = *index.entry(value).or_insert_with(|| {
+                entries.push(value.to_vec());
+                entries.len() as u32 - 1
+            });
+            if entries.len() > most {
+                return HostDictionary::GaveUp;
+            }
+            numbers.push(Some(number));
+        }
+        match entries.is_empty() {
+            true => HostDictionary::NoValues,
+            false => HostDictionary::Kept { entries, numbers },
+        }
+    }
+
+    /// Entry numbers of `bits` bits as `dict_page_values` writes them: the bit width, then
+    /// groups of 8 (the last one short), runs of groups each holding one number (the same)
+    /// as RLE runs, runs of other groups bit-packed.
+    fn host_hybrid(numbers: &[u32], bits: u32) -> Vec<u8> {
+        let mut out = vec![bits as u8];
+        let groups: Vec<&[u32]> = numbers.chunks(8).collect();
+        let constant = |g: &[u32]| g.iter().all(|v| *v == g[0]);
+        let mut g = 0;
+        while g < groups.len() {
+            let mut next = g + 1;
+            if constant(groups[g]) {
+                let number = groups[g][0];
+                let mut count = groups[g].len();
+                while next < groups.len() && groups[next][0] == number && constant(groups[next]) {
+                    count += groups[next].len();
+                    next += 1;
+                }
+                varint(&mut out, (count as u64) << 1);
+                out.extend((0..bits.div_ceil(8)).map(|b| (number >> (8 * b)) as u8));
+            } else {
+                while next < groups.len() && !constant(groups[next]) {
+                    next += 1;
+                }
+                varint(&mut out, (((next - g) as u64) << 1) | 1);
+                for group in &groups[g..next] {
+                    let (mut held, mut acc) = (0u32, 0u64);
+                    for i in 0..8 {
+                        acc |= u64::from(group.get(i).copied().unwrap_or(0)) << held;
+                        held += bits;
+                        while held >= 8 {
+                            out.push(acc as u8);
+                            acc >>= 8;
+                            held -= 8;
+                        }
+                    }
+                }
+            }
+            g = next;
+        }
+        out
     }
 
     fn varint(out: &mut Vec<u8>, mut v: u64) {
@@ -640,8 +819,8 @@ mod tests {
         out.push(v as u8);
     }
 
-    /// One page's uncompressed body, as `plain_page_bodies` writes it.
-    pub(crate) fn host_body(column: &PageColumn<'_>, cut: &PageCut) -> Vec<u8> {
+    /// One page's definition levels section (empty for a required column).
+    fn host_levels(column: &PageColumn<'_>, cut: &PageCut) -> Vec<u8> {
         let valid = |row: usize| {
             column
                 .validity
@@ -670,6 +849,18 @@ mod tests {
             body.extend_from_slice(&(levels.len() as u32).to_le_bytes());
             body.extend_from_slice(&levels);
         }
+        body
+    }
+
+    /// One page's uncompressed body without a dictionary, as `plain_page_bodies` (and
+    /// `delta_page_values`) write it.
+    pub(crate) fn host_body(column: &PageColumn<'_>, cut: &PageCut) -> Vec<u8> {
+        let valid = |row: usize| {
+            column
+                .validity
+                .is_none_or(|bits| bits[row / 8] >> (row % 8) & 1 == 1)
+        };
+        let mut body = host_levels(column, cut);
         let (inw, outw) = (column.in_width as usize, column.out_width as usize);
         let mut values = Vec::new();
         for row in cut.first_row..cut.first_row + cut.rows {
@@ -842,11 +1033,16 @@ mod tests {
     /// Pages of 2048 rows: parquet's writer closes a page after the write batch that
     /// reaches the limit, which for a multiple of its batch is the limit itself.
     fn properties(compression: Compression) -> WriterProperties {
-        properties_with(compression, false)
+        properties_with(compression, false, None)
     }
 
-    /// [`properties`], with `deltas` the integer columns `DELTA_BINARY_PACKED`.
-    fn properties_with(compression: Compression, deltas: bool) -> WriterProperties {
+    /// [`properties`], with `deltas` the integer columns `DELTA_BINARY_PACKED`, and
+    /// dictionaries of at most `dictionary` bytes tried first where set.
+    fn properties_with(
+        compression: Compression,
+        deltas: bool,
+        dictionary: Option<usize>,
+    ) -> WriterProperties {
         let integers = ["i32", "i64", "u64", "nulls", "d9", "d18", "date", "ts"];
         let mut builder = WriterProperties::builder();
         if deltas {
@@ -858,29 +1054,20 @@ mod tests {
             }
         }
         builder
-            .set_dictionary_enabled(false)
+            .set_dictionary_enabled(dictionary.is_some())
+            .set_dictionary_page_size_limit(dictionary.unwrap_or(1 << 20))
             .set_compression(compression)
             .set_data_page_row_count_limit(2048)
             .set_max_row_group_row_count(Some(1 << 20))
             .build()
     }
 
-    /// The file parquet's own writer makes of `batch`, and the one whose every chunk's
-    /// pages came from `pages`.
-    fn both_files(
-        batch: &RecordBatch,
-        properties: &WriterProperties,
-        pages: impl Fn(&[PageColumn<'_>], bool) -> std::result::Result<Vec<Vec<EncodedPage>>, String>,
-    ) -> (Vec<u8>, Vec<u8>) {
-        let mut cpu = Vec::new();
-        let mut writer =
-            ArrowWriter::try_new(&mut cpu, batch.schema(), Some(properties.clone())).unwrap();
-        writer.write(batch).unwrap();
-        writer.close().unwrap();
+    /// The leaves of `batch`'s columns, each one the device takes under `properties`.
+    fn leaves(batch: &RecordBatch, properties: &WriterProperties) -> Vec<DeviceLeaf> {
         let columns = ArrowSchemaConverter::new()
             .convert(&batch.schema())
             .unwrap();
-        let leaves: Vec<DeviceLeaf> = batch
+        batch
             .columns()
             .iter()
             .zip(batch.schema().fields())
@@ -896,8 +1083,25 @@ mod tests {
                     layout,
                 }
             })
-            .collect();
-        let chunks = encode_with(&leaves, properties, pages).unwrap();
+            .collect()
+    }
+
+    /// The file parquet's own writer makes of `batch`, and the one whose every chunk's
+    /// pages came from `pages`.
+    fn both_files(
+        batch: &RecordBatch,
+        properties: &WriterProperties,
+        pages: impl Fn(&[PageColumn<'_>], bool) -> std::result::Result<Vec<ColumnPages>, String>,
+    ) -> (Vec<u8>, Vec<u8>) {
+        let mut cpu = Vec::new();
+        let mut writer =
+            ArrowWriter::try_new(&mut cpu, batch.schema(), Some(properties.clone())).unwrap();
+        writer.write(batch).unwrap();
+        writer.close().unwrap();
+        let columns = ArrowSchemaConverter::new()
+            .convert(&batch.schema())
+            .unwrap();
+        let chunks = encode_with(&leaves(batch, properties), properties, pages).unwrap();
         let mut device = Vec::new();
         let mut file = SerializedFileWriter::new(
             &mut device,
@@ -945,17 +1149,18 @@ mod tests {
     /// Files from pages built as the kernels build them read back as parquet's own, with
     /// the same statistics, page index and page layout.
     pub(crate) fn check_against_parquet(
-        pages: impl Fn(&[PageColumn<'_>], bool) -> std::result::Result<Vec<Vec<EncodedPage>>, String>
-            + Copy,
+        pages: impl Fn(&[PageColumn<'_>], bool) -> std::result::Result<Vec<ColumnPages>, String> + Copy,
     ) {
         let batch = table(10_007);
-        for (compression, deltas) in [
-            (Compression::UNCOMPRESSED, false),
-            (Compression::SNAPPY, false),
-            (Compression::UNCOMPRESSED, true),
-            (Compression::SNAPPY, true),
+        for (compression, deltas, dictionary) in [
+            (Compression::UNCOMPRESSED, false, None),
+            (Compression::SNAPPY, false, None),
+            (Compression::UNCOMPRESSED, true, None),
+            (Compression::SNAPPY, true, None),
+            (Compression::UNCOMPRESSED, true, Some(1 << 20)),
+            (Compression::SNAPPY, false, Some(1 << 20)),
         ] {
-            let properties = properties_with(compression, deltas);
+            let properties = properties_with(compression, deltas, dictionary);
             let (cpu, device) = both_files(&batch, &properties, pages);
             assert_eq!(read(&device), batch, "{compression}: values");
             assert_eq!(read(&cpu), batch);
@@ -971,6 +1176,20 @@ mod tests {
                 );
                 assert_eq!(ca.num_values(), cb.num_values(), "{name}");
                 assert_eq!(ca.compression(), cb.compression(), "{name}");
+                // Every column with a value keeps its dictionary (10 007 rows of at most
+                // 8 bytes: under 1 MiB).
+                let has_dictionary = dictionary.is_some() && name != "nulls";
+                assert_eq!(
+                    cb.dictionary_page_offset().is_some(),
+                    has_dictionary,
+                    "{name}: a dictionary page"
+                );
+                assert_eq!(
+                    cb.encodings().any(|e| e == Encoding::RLE_DICTIONARY),
+                    has_dictionary,
+                    "{name}: {:?}",
+                    cb.encodings().collect::<Vec<_>>()
+                );
                 assert_eq!(
                     ca.definition_level_histogram(),
                     cb.definition_level_histogram(),
@@ -992,6 +1211,52 @@ mod tests {
     #[test]
     fn chunks_from_kernel_shaped_pages_read_back_as_parquets_own() {
         check_against_parquet(host_pages);
+    }
+
+    #[test]
+    fn chunks_past_their_dictionary_limit_give_it_up_and_say_so() {
+        let batch = table(10_007);
+        // 4 KiB: 511 values of 8 bytes, 1023 of 4.
+        let properties = properties_with(Compression::SNAPPY, true, Some(4096));
+        let chunks = encode_with(&leaves(&batch, &properties), &properties, host_pages).unwrap();
+        for (chunk, field) in chunks.iter().zip(batch.schema().fields()) {
+            let expected = match field.name().as_str() {
+                "nan_only" => Some(false),
+                "nulls" => None,
+                _ => Some(true),
+            };
+            assert_eq!(chunk.gave_up_dictionary, expected, "{}", field.name());
+            assert_eq!(
+                chunk.close.metadata.dictionary_page_offset().is_some(),
+                expected == Some(false),
+                "{}",
+                field.name()
+            );
+        }
+        let (cpu, device) = both_files(&batch, &properties, host_pages);
+        assert_eq!(read(&device), batch);
+        let (a, b) = (metadata(&cpu), metadata(&device));
+        for c in 0..batch.num_columns() {
+            let (x, y) = (a.row_group(0).column(c), b.row_group(0).column(c));
+            assert_eq!(x.statistics(), y.statistics(), "column {c}");
+        }
+    }
+
+    #[test]
+    fn entry_numbers_run_where_groups_repeat_and_pack_elsewhere() {
+        // Two groups of 7, one mixed group, 17 of 3 (two whole groups and one number
+        // that ends the page): RLE, bit-packed, RLE.
+        let mut numbers = vec![7u32; 16];
+        numbers.extend([0, 1, 2, 3, 4, 5, 6, 7]);
+        numbers.extend([3u32; 17]);
+        let section = host_hybrid(&numbers, 3);
+        let mut expected = vec![3u8, 32, 7, 3];
+        // 0..=7 in 3 bits each, least significant bit first.
+        expected.extend([0b1000_1000, 0b1100_0110, 0b1111_1010]);
+        expected.extend([34, 3]);
+        assert_eq!(section, expected);
+        // One entry: no bits, one run.
+        assert_eq!(host_hybrid(&[0; 20], 0), vec![0, 40]);
     }
 
     #[test]
@@ -1047,8 +1312,19 @@ mod tests {
             layout(3, DataType::Decimal128(12, 2)).map(|l| (l.in_width, l.out_width)),
             Some((16, 8))
         );
+        // A dictionary the device tries itself; a bloom filter it does not build.
         let dictionary = WriterProperties::builder().build();
-        assert!(!properties_allow(&dictionary, &columns.column(3)));
+        assert!(properties_allow(&dictionary, &columns.column(3)));
+        assert_eq!(
+            dictionary_limit(&dictionary, &columns.column(3)),
+            Some(1 << 20)
+        );
+        let plain = properties(Compression::SNAPPY);
+        assert_eq!(dictionary_limit(&plain, &columns.column(3)), None);
+        let bloom = WriterProperties::builder()
+            .set_bloom_filter_enabled(true)
+            .build();
+        assert!(!properties_allow(&bloom, &columns.column(3)));
         let zstd = properties(Compression::ZSTD(Default::default()));
         assert!(!properties_allow(&zstd, &columns.column(3)));
         assert!(properties_allow(

@@ -98,7 +98,16 @@ impl DictionaryChoice {
 
     /// Learns from the encoded chunk of leaf `leaf` whether its dictionary held.
     pub(super) fn observe(&self, leaf: usize, chunk: &ColumnChunkMetaData) {
-        if let (Some(gave_up), Some(flag)) = (dictionary_given_up(chunk), self.given_up.get(leaf)) {
+        if let Some(gave_up) = dictionary_given_up(chunk) {
+            self.learn(leaf, gave_up);
+        }
+    }
+
+    /// Learns that leaf `leaf`'s last chunk that tried a dictionary gave it up, or kept it
+    /// (a chunk built on the device, which gives a dictionary up for the whole chunk, says
+    /// so itself).
+    pub(super) fn learn(&self, leaf: usize, gave_up: bool) {
+        if let Some(flag) = self.given_up.get(leaf) {
             flag.store(gave_up, Ordering::Relaxed);
         }
     }

@@ -423,7 +423,9 @@ fn append_in_order<W: Write + Send>(
                         chunk.append_to_row_group(&mut writer)?;
                     }
                     EncodedLeaf::Device(chunk) => {
-                        dictionaries.observe(leaf, &chunk.close.metadata);
+                        if let Some(gave_up) = chunk.gave_up_dictionary {
+                            dictionaries.learn(leaf, gave_up);
+                        }
                         writer.append_column(&chunk.bytes, chunk.close)?;
                     }
                 }

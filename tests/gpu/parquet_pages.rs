@@ -21,13 +21,31 @@ use gpusort::pipeline::{sort_files, PageEncoding, Progress, SortJob};
 /// bit-packed run of 1-bit levels in whole groups of 8), then each non-null value's low
 /// `out_width` bytes.
 fn reference_body(column: &PageColumn<'_>, cut: &PageCut) -> Vec<u8> {
-    let valid: Vec<bool> = (cut.first_row..cut.first_row + cut.rows)
+    let mut out = reference_levels(column, cut);
+    let (width, keep) = (column.in_width as usize, column.out_width as usize);
+    for (i, v) in page_validity(column, cut).iter().enumerate() {
+        if *v {
+            let at = (cut.first_row + i) * width;
+            out.extend(&column.values[at..at + keep]);
+        }
+    }
+    out
+}
+
+/// Whether each row of page `cut` holds a value.
+fn page_validity(column: &PageColumn<'_>, cut: &PageCut) -> Vec<bool> {
+    (cut.first_row..cut.first_row + cut.rows)
         .map(|r| {
             column
                 .validity
                 .is_none_or(|b| b[r / 8] & (1 << (r % 8)) != 0)
         })
-        .collect();
+        .collect()
+}
+
+/// The definition levels section of page `cut` (none for a required column).
+fn reference_levels(column: &PageColumn<'_>, cut: &PageCut) -> Vec<u8> {
+    let valid = page_validity(column, cut);
     let mut out = Vec::new();
     if column.nullable {
         let mut levels = Vec::new();
@@ -50,13 +68,6 @@ fn reference_body(column: &PageColumn<'_>, cut: &PageCut) -> Vec<u8> {
         }
         out.extend((levels.len() as u32).to_le_bytes());
         out.extend(levels);
-    }
-    let (width, keep) = (column.in_width as usize, column.out_width as usize);
-    for (i, v) in valid.iter().enumerate() {
-        if *v {
-            let at = (cut.first_row + i) * width;
-            out.extend(&column.values[at..at + keep]);
-        }
     }
     out
 }
@@ -128,6 +139,7 @@ gpu_test!(
                 nullable: true,
                 delta: false,
                 pages: &pages[0],
+                dictionary_limit: None,
             },
             PageColumn {
                 values: &sorted,
@@ -137,6 +149,7 @@ gpu_test!(
                 nullable: false,
                 delta: false,
                 pages: &pages[1],
+                dictionary_limit: None,
             },
             PageColumn {
                 values: &decimals,
@@ -146,6 +159,7 @@ gpu_test!(
                 nullable: true,
                 delta: false,
                 pages: &pages[2],
+                dictionary_limit: None,
             },
             PageColumn {
                 values: &decimals,
@@ -155,6 +169,7 @@ gpu_test!(
                 nullable: true,
                 delta: false,
                 pages: &pages[3],
+                dictionary_limit: None,
             },
             PageColumn {
                 values: &constant,
@@ -164,6 +179,7 @@ gpu_test!(
                 nullable: true,
                 delta: false,
                 pages: &constant_pages,
+                dictionary_limit: None,
             },
         ];
         let plain = runtime
@@ -174,24 +190,25 @@ gpu_test!(
             .unwrap();
         for (c, column) in columns.iter().enumerate() {
             let (mut plain_bytes, mut snappy_bytes, mut snap_bytes) = (0, 0, 0);
+            let (plain, snappy) = (&plain[c].pages, &snappy[c].pages);
             for (p, cut) in column.pages.iter().enumerate() {
                 let expected = reference_body(column, cut);
                 assert_eq!(
-                    plain[c][p].data.as_ref(),
+                    plain[p].data.as_ref(),
                     &expected[..],
                     "column {c} page {p}: body"
                 );
-                assert_eq!(plain[c][p].uncompressed_bytes, expected.len());
+                assert_eq!(plain[p].uncompressed_bytes, expected.len());
                 let restored = snap::raw::Decoder::new()
-                    .decompress_vec(&snappy[c][p].data)
+                    .decompress_vec(&snappy[p].data)
                     .unwrap_or_else(|e| panic!("column {c} page {p}: not Snappy: {e}"));
                 assert!(
                     restored == expected,
                     "column {c} page {p}: Snappy restores another body"
                 );
-                assert_eq!(snappy[c][p].uncompressed_bytes, expected.len());
+                assert_eq!(snappy[p].uncompressed_bytes, expected.len());
                 plain_bytes += expected.len();
-                snappy_bytes += snappy[c][p].data.len();
+                snappy_bytes += snappy[p].data.len();
                 snap_bytes += snap::raw::Encoder::new()
                     .compress_vec(&expected)
                     .unwrap()
@@ -208,6 +225,211 @@ gpu_test!(
                     snappy_bytes * 10 < snap_bytes * 11,
                     "column {c}: {snappy_bytes} bytes against the host's {snap_bytes}"
                 );
+            }
+        }
+    }
+);
+
+/// The `n` numbers of an RLE/bit-packed hybrid section that starts with its bit width (an
+/// `RLE_DICTIONARY` page's values), read from the format's definition: runs whose header's
+/// low bit says bit-packed (groups of 8 numbers, least significant bit first) or RLE (a
+/// count, then the number in whole bytes).
+fn decode_hybrid(section: &[u8], n: usize) -> Vec<u32> {
+    let bits = section[0] as usize;
+    let mut at = 1;
+    let mut out = Vec::with_capacity(n);
+    let uleb = |at: &mut usize| {
+        let (mut v, mut shift) = (0usize, 0);
+        loop {
+            let byte = section[*at];
+            *at += 1;
+            v |= ((byte & 0x7f) as usize) << shift;
+            shift += 7;
+            if byte & 0x80 == 0 {
+                return v;
+            }
+        }
+    };
+    while out.len() < n {
+        let header = uleb(&mut at);
+        if header & 1 == 1 {
+            let count = (header >> 1) * 8;
+            for i in 0..count {
+                let mut number = 0u32;
+                for b in 0..bits {
+                    let bit = i * bits + b;
+                    number |= u32::from(section[at + bit / 8] >> (bit % 8) & 1) << b;
+                }
+                out.push(number);
+            }
+            at += (header >> 1) * bits;
+        } else {
+            let bytes = bits.div_ceil(8);
+            let number =
+                (0..bytes).fold(0u32, |acc, b| acc | u32::from(section[at + b]) << (8 * b));
+            at += bytes;
+            out.extend(std::iter::repeat_n(number, header >> 1));
+        }
+    }
+    assert_eq!(at, section.len(), "bytes past the runs");
+    out.truncate(n);
+    out
+}
+
+gpu_test!(
+    device_dictionaries_hold_every_value_in_order_of_first_appearance,
+    |runtime| {
+        let encoder = runtime.pages.as_ref().expect("the page kernels loaded");
+        let mut rng = rng("parquet-dictionaries");
+        let n: usize = 200_003;
+        let every = |k: usize| -> Vec<u8> {
+            (0..n.div_ceil(8))
+                .map(|byte| {
+                    (0..8).fold(0u8, |acc, b| acc | (u8::from((byte * 8 + b) % k != 0) << b))
+                })
+                .collect()
+        };
+        // 37 values of 8 bytes, every 5th row null.
+        let few: Vec<u8> = (0..n)
+            .flat_map(|i| ((i * 7919 % 37) as i64 - 18).to_le_bytes())
+            .collect();
+        let few_valid = every(5);
+        // Sorted dates: long runs of one value.
+        let dates: Vec<u8> = (0..n)
+            .flat_map(|i| (19_000 + (i / 3_000) as i32).to_le_bytes())
+            .collect();
+        // 16-byte decimals of 1000 values cut to 8 bytes, some null.
+        let decimals: Vec<u8> = (0..n)
+            .flat_map(|_| (rng.random_range(0..1000i128) * 25 - 7).to_le_bytes())
+            .collect();
+        let decimal_valid = every(11);
+        // More distinct values than the limit: given up.
+        let random: Vec<u8> = (0..n * 8).map(|_| rng.random()).collect();
+        // One value: entry numbers of no bits.
+        let one: Vec<u8> = (0..n).flat_map(|_| 42i32.to_le_bytes()).collect();
+        // Every row null: no dictionary.
+        let none_valid = vec![0u8; n.div_ceil(8)];
+        let pages = [
+            cuts(n, 20_480, Some(&few_valid)),
+            cuts(n, 8_192, None),
+            cuts(n, 20_480, Some(&decimal_valid)),
+            cuts(n, 20_480, None),
+            cuts(n, 65_536, None),
+            cuts(n, 20_480, Some(&none_valid)),
+        ];
+        let column = |values: &'static [u8], validity, in_width, out_width, pages| PageColumn {
+            values,
+            validity,
+            in_width,
+            out_width,
+            nullable: true,
+            delta: false,
+            pages,
+            dictionary_limit: Some(1 << 20),
+        };
+        let leak = |v: Vec<u8>| -> &'static [u8] { Vec::leak(v) };
+        let (few, dates, decimals, random, one) = (
+            leak(few),
+            leak(dates),
+            leak(decimals),
+            leak(random),
+            leak(one),
+        );
+        let columns = [
+            column(few, Some(&few_valid[..]), 8, 8, &pages[0][..]),
+            column(dates, None, 4, 4, &pages[1][..]),
+            column(decimals, Some(&decimal_valid[..]), 16, 8, &pages[2][..]),
+            column(random, None, 8, 8, &pages[3][..]),
+            column(one, None, 4, 4, &pages[4][..]),
+            column(few, Some(&none_valid[..]), 8, 8, &pages[5][..]),
+        ];
+        let plain = runtime
+            .with_device(|device, staging| encoder.encode(device, staging, &columns, false))
+            .unwrap();
+        let snappy = runtime
+            .with_device(|device, staging| encoder.encode(device, staging, &columns, true))
+            .unwrap();
+        let unsnap = |bytes: &[u8]| snap::raw::Decoder::new().decompress_vec(bytes).unwrap();
+        for (c, column) in columns.iter().enumerate() {
+            let (plain, snappy) = (&plain[c], &snappy[c]);
+            let (inw, outw) = (column.in_width as usize, column.out_width as usize);
+            let valid = |row: usize| {
+                column
+                    .validity
+                    .is_none_or(|b| b[row / 8] >> (row % 8) & 1 == 1)
+            };
+            let value = |row: usize| &column.values[row * inw..row * inw + outw];
+            // The distinct values in order of first appearance.
+            let mut expected: Vec<&[u8]> = Vec::new();
+            let mut seen = std::collections::HashSet::new();
+            for row in (0..n).filter(|&r| valid(r)) {
+                if seen.insert(value(row)) {
+                    expected.push(value(row));
+                }
+            }
+            match c {
+                3 => {
+                    assert!(
+                        plain.dictionary.is_none() && plain.gave_up_dictionary,
+                        "column {c}"
+                    );
+                    for (p, cut) in column.pages.iter().enumerate() {
+                        assert_eq!(
+                            plain.pages[p].data.as_ref(),
+                            &reference_body(column, cut)[..]
+                        );
+                    }
+                    continue;
+                }
+                5 => {
+                    assert!(
+                        plain.dictionary.is_none() && !plain.gave_up_dictionary,
+                        "column {c}"
+                    );
+                    continue;
+                }
+                _ => {}
+            }
+            let (page, entries) = plain.dictionary.as_ref().expect("a dictionary kept");
+            assert_eq!(*entries, expected.len(), "column {c}: entries");
+            assert_eq!(
+                page.data.as_ref(),
+                &expected.concat()[..],
+                "column {c}: dictionary page"
+            );
+            let (snappy_page, _) = snappy.dictionary.as_ref().unwrap();
+            assert_eq!(unsnap(&snappy_page.data), page.data.as_ref());
+            let mut body_bytes = 0;
+            for (p, cut) in column.pages.iter().enumerate() {
+                let body = plain.pages[p].data.as_ref();
+                assert_eq!(
+                    unsnap(&snappy.pages[p].data),
+                    body,
+                    "column {c} page {p}: Snappy"
+                );
+                // Past the levels (as `reference_body` writes them), the entry numbers.
+                let levels = reference_levels(column, cut);
+                assert_eq!(
+                    &body[..levels.len()],
+                    &levels[..],
+                    "column {c} page {p}: levels"
+                );
+                let numbers = decode_hybrid(&body[levels.len()..], cut.values);
+                let values: Vec<&[u8]> = (cut.first_row..cut.first_row + cut.rows)
+                    .filter(|&r| valid(r))
+                    .map(value)
+                    .collect();
+                let read: Vec<&[u8]> = numbers.iter().map(|&k| expected[k as usize]).collect();
+                assert!(read == values, "column {c} page {p}: values");
+                body_bytes += body.len();
+            }
+            eprintln!(
+                "column {c}: {} entries, {body_bytes} bytes of data pages",
+                expected.len()
+            );
+            if c == 1 {
+                // Runs of 3 000 equal dates: a few bytes a run.
+                assert!(body_bytes < 4 * n / 100, "column {c}: {body_bytes} bytes");
             }
         }
     }
@@ -303,14 +525,20 @@ gpu_test!(
             .step_by(7_000)
             .map(|at| batch.slice(at, 7_000.min(batch.num_rows() - at)))
             .collect();
-        for (compression, deltas) in [
-            (Compression::UNCOMPRESSED, false),
-            (Compression::SNAPPY, false),
-            (Compression::UNCOMPRESSED, true),
-            (Compression::SNAPPY, true),
+        // Dictionaries: none; of 1 MiB, which every chunk keeps (at most 65 536 distinct
+        // values of 8 bytes); of 64 KiB, which every chunk gives up.
+        for (compression, deltas, dictionary) in [
+            (Compression::UNCOMPRESSED, false, None),
+            (Compression::SNAPPY, false, None),
+            (Compression::UNCOMPRESSED, true, None),
+            (Compression::SNAPPY, true, None),
+            (Compression::UNCOMPRESSED, true, Some(1 << 20)),
+            (Compression::SNAPPY, true, Some(1 << 20)),
+            (Compression::SNAPPY, true, Some(64 << 10)),
         ] {
             let mut builder = WriterProperties::builder()
-                .set_dictionary_enabled(false)
+                .set_dictionary_enabled(dictionary.is_some())
+                .set_dictionary_page_size_limit(dictionary.unwrap_or(1 << 20))
                 .set_compression(compression)
                 .set_max_row_group_row_count(Some(64 * 1024));
             if deltas {
@@ -321,7 +549,7 @@ gpu_test!(
                 }
             }
             let properties = builder.build();
-            let compression = format!("{compression} deltas={deltas}");
+            let compression = format!("{compression} deltas={deltas} dictionary={dictionary:?}");
             let (bytes, device, host) = gpusort::pipeline::write_with_device_pages(
                 batch.schema(),
                 &batches,
@@ -330,8 +558,9 @@ gpu_test!(
             .unwrap();
             // Five row groups of four columns, all the device's.
             assert_eq!((device, host), (20, 0), "{compression}");
-            let expected_encoding = |c: usize| match (deltas, c) {
-                (true, 0 | 2 | 3) => Encoding::DELTA_BINARY_PACKED,
+            let expected_encoding = |c: usize| match (dictionary, deltas, c) {
+                (Some(1048576), _, _) => Encoding::RLE_DICTIONARY,
+                (_, true, 0 | 2 | 3) => Encoding::DELTA_BINARY_PACKED,
                 _ => Encoding::PLAIN,
             };
             let mut expected = Vec::new();
@@ -371,7 +600,11 @@ gpu_test!(
                         "{compression} row group {g} column {c}: {:?}",
                         y.encodings().collect::<Vec<_>>()
                     );
-                    if deltas && compression.starts_with("UNCOMPRESSED") && c != 1 {
+                    if dictionary.is_none()
+                        && deltas
+                        && compression.starts_with("UNCOMPRESSED")
+                        && c != 1
+                    {
                         // The same deltas as parquet's writer, bit for bit: the same bytes but for the
                         // definition levels' runs.
                         let (a, b) = (x.uncompressed_size(), y.uncompressed_size());

@@ -117,13 +117,18 @@ fn device_pass(
                 nullable: true,
                 delta: delta && i % 4 < 2,
                 pages: &cut[i],
+                dictionary_limit: None,
             })
             .collect();
         let pages = match gpusort::cuda::encode_on_device(&columns, snappy) {
             Ok(pages) => pages,
             Err(reason) => return exec_err!("pages on the device: {reason}"),
         };
-        bytes += pages.iter().flatten().map(|p| p.data.len()).sum::<usize>();
+        bytes += pages
+            .iter()
+            .flat_map(|c| c.dictionary.iter().map(|d| &d.0).chain(&c.pages))
+            .map(|p| p.data.len())
+            .sum::<usize>();
     }
     Ok(bytes)
 }

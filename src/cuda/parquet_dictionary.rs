@@ -1,0 +1,330 @@
+//! The dictionaries of fixed-width column chunks, built on the device for `RLE_DICTIONARY`
+//! pages (`kernels/parquet_dictionary.cu`).
+//!
+//! Each column's values go into a hash table of row ids (one slot per distinct value,
+//! holding its first row); where the distinct values pass the column's limit, the column
+//! gives its dictionary up, as parquet's writer does once the dictionary page reaches its
+//! size limit, and its pages are written without one. Otherwise every row gets its value's
+//! entry number, entries numbered in order of first appearance (parquet's own order), and
+//! the dictionary page's body (the distinct values `PLAIN`) is written where the page
+//! encoder placed it. The page kernels then write the numbers as RLE/bit-packed runs.
+
+use crate::cuda::error::CudaResult;
+use crate::cuda::memory::device::{Device, DeviceBuffer};
+use crate::cuda::module::{arg, launch, load_module, Kernel, Module, PARQUET_DICTIONARY};
+use crate::cuda::tuning::{Tuning, DICT_ITEMS, DICT_THREADS};
+
+/// Rows of one block of the entry numbering.
+const TILE: usize = (DICT_THREADS * DICT_ITEMS) as usize;
+
+/// Most blocks of a grid-stride dictionary kernel.
+const MOST_BLOCKS: usize = 8192;
+
+/// One column chunk whose dictionary is tried: its values on the device.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct DictionaryInput {
+    /// The values, `in_width` bytes each, every row.
+    pub(super) values: u64,
+    /// The validity bitmap (0: no nulls).
+    pub(super) validity: u64,
+    pub(super) in_width: u32,
+    pub(super) out_width: u32,
+    pub(super) rows: usize,
+    /// Most entries the dictionary may hold.
+    pub(super) max_entries: usize,
+}
+
+/// What came of a column's dictionary.
+pub(super) enum Tried {
+    /// It holds every value.
+    Kept(ColumnDictionary),
+    /// Its values passed the limit.
+    GaveUp,
+    /// The column has no value (every row null, or none).
+    NoValues,
+}
+
+/// A dictionary the column keeps, on its way to entry numbers.
+pub(super) struct ColumnDictionary {
+    table: DeviceBuffer<u32>,
+    /// Each row's slot, then its entry number.
+    work: DeviceBuffer<u32>,
+    /// 1 where a row is its value's first, then that row's entry number.
+    rank: DeviceBuffer<u32>,
+    /// Each tile's first entry.
+    tiles: DeviceBuffer<u32>,
+    /// Distinct values.
+    pub(super) entries: usize,
+}
+
+impl ColumnDictionary {
+    /// Bits of an entry number in the pages.
+    pub(super) fn bit_width(&self) -> u32 {
+        entry_bits(self.entries)
+    }
+
+    /// Each row's entry number (rows that are null hold nothing), once
+    /// [`DictionaryKernels::finish`] ran.
+    pub(super) fn entry_numbers(&self) -> u64 {
+        self.work.ptr()
+    }
+}
+
+/// The kernels of `parquet_dictionary.cu`.
+#[derive(Debug)]
+pub(super) struct DictionaryKernels {
+    insert: Kernel,
+    first: Kernel,
+    count: Kernel,
+    scan: Kernel,
+    entries: Kernel,
+    ids: Kernel,
+    _module: Module,
+}
+
+/// Bits of the largest entry number of a dictionary of `entries` values, as parquet's
+/// writer sizes them (none for a single entry).
+pub(super) fn entry_bits(entries: usize) -> u32 {
+    64 - (entries.saturating_sub(1) as u64).leading_zeros()
+}
+
+fn blocks_for(rows: usize) -> u32 {
+    rows.div_ceil(DICT_THREADS as usize).clamp(1, MOST_BLOCKS) as u32
+}
+
+/// Slots of a table for at most `max_entries` values: a power of two, at least twice as
+/// many.
+fn table_slots(max_entries: usize) -> usize {
+    (2 * (max_entries + 1)).next_power_of_two().max(1024)
+}
+
+impl DictionaryKernels {
+    pub(super) fn load(device: &Device, tuning: &Tuning) -> CudaResult<Self> {
+        let module = load_module(PARQUET_DICTIONARY, device.arch, tuning)?;
+        Ok(Self {
+            insert: module.kernel("dict_insert")?,
+            first: module.kernel("dict_first")?,
+            count: module.kernel("dict_count")?,
+            scan: module.kernel("dict_scan")?,
+            entries: module.kernel("dict_entries")?,
+            ids: module.kernel("dict_ids")?,
+            _module: module,
+        })
+    }
+
+    /// Each input's dictionary where it keeps one (no more than its `max_entries` distinct
+    /// values), with every row's first-row flag found and the tiles counted.
+    pub(super) fn tables(
+        &self,
+        device: &Device,
+        inputs: &[DictionaryInput],
+    ) -> CudaResult<Vec<Tried>> {
+        let status = device.alloc::<u32>((2 * inputs.len()).max(1), "dictionary status")?;
+        device.zero(&status)?;
+        let mut tables = Vec::with_capacity(inputs.len());
+        for (index, input) in inputs.iter().enumerate() {
+            let slots = table_slots(input.max_entries);
+            let table = device.alloc::<u32>(slots, "dictionary table")?;
+            device.zero(&table)?;
+            let (mut values, mut validity, mut in_width, mut out_width, mut rows) = (
+                input.values,
+                input.validity,
+                input.in_width,
+                input.out_width,
+                input.rows as u32,
+            );
+            let (mut table_at, mut mask, mut most, mut status_at) = (
+                table.ptr(),
+                (slots - 1) as u32,
+                input.max_entries.min(u32::MAX as usize) as u32,
+                status.ptr() + (8 * index) as u64,
+            );
+            let mut params = [
+                arg(&mut values),
+                arg(&mut validity),
+                arg(&mut in_width),
+                arg(&mut out_width),
+                arg(&mut rows),
+                arg(&mut table_at),
+                arg(&mut mask),
+                arg(&mut most),
+                arg(&mut status_at),
+            ];
+            if input.rows > 0 {
+                launch(
+                    device,
+                    self.insert,
+                    blocks_for(input.rows),
+                    DICT_THREADS,
+                    &mut params,
+                    input.rows,
+                )?;
+            }
+            tables.push(table);
+        }
+        let status = device.download_now(&status)?;
+        let mut kept = Vec::with_capacity(inputs.len());
+        for ((index, input), table) in inputs.iter().enumerate().zip(tables) {
+            let (entries, overflow) = (status[2 * index] as usize, status[2 * index + 1] != 0);
+            kept.push(if overflow || entries > input.max_entries {
+                Tried::GaveUp
+            } else if entries == 0 {
+                Tried::NoValues
+            } else {
+                Tried::Kept(self.first_rows(device, input, table, entries)?)
+            });
+        }
+        Ok(kept)
+    }
+
+    /// Finds each row's slot and whether it is its value's first, and counts the first
+    /// rows of each tile.
+    fn first_rows(
+        &self,
+        device: &Device,
+        input: &DictionaryInput,
+        table: DeviceBuffer<u32>,
+        entries: usize,
+    ) -> CudaResult<ColumnDictionary> {
+        let rows = input.rows;
+        let work = device.alloc::<u32>(rows, "dictionary slots")?;
+        let rank = device.alloc::<u32>(rows, "dictionary first rows")?;
+        let tile_count = rows.div_ceil(TILE);
+        let tiles = device.alloc::<u32>(tile_count.max(1), "dictionary tiles")?;
+        let (mut values, mut validity, mut in_width, mut out_width, mut n) = (
+            input.values,
+            input.validity,
+            input.in_width,
+            input.out_width,
+            rows as u32,
+        );
+        let (mut table_at, mut mask, mut work_at, mut rank_at, mut tiles_at) = (
+            table.ptr(),
+            (table.len() - 1) as u32,
+            work.ptr(),
+            rank.ptr(),
+            tiles.ptr(),
+        );
+        let mut params = [
+            arg(&mut values),
+            arg(&mut validity),
+            arg(&mut in_width),
+            arg(&mut out_width),
+            arg(&mut n),
+            arg(&mut table_at),
+            arg(&mut mask),
+            arg(&mut work_at),
+            arg(&mut rank_at),
+        ];
+        launch(
+            device,
+            self.first,
+            blocks_for(rows),
+            DICT_THREADS,
+            &mut params,
+            rows,
+        )?;
+        let mut params = [arg(&mut rank_at), arg(&mut n), arg(&mut tiles_at)];
+        launch(
+            device,
+            self.count,
+            tile_count as u32,
+            DICT_THREADS,
+            &mut params,
+            rows,
+        )?;
+        let mut tile_n = tile_count as u32;
+        let mut params = [arg(&mut tiles_at), arg(&mut tile_n)];
+        launch(device, self.scan, 1, 32, &mut params, tile_count)?;
+        Ok(ColumnDictionary {
+            table,
+            work,
+            rank,
+            tiles,
+            entries,
+        })
+    }
+
+    /// Numbers the entries, writes the dictionary page's body (`entries × out_width`
+    /// bytes) at `body`, and gives every row its entry number.
+    pub(super) fn finish(
+        &self,
+        device: &Device,
+        input: &DictionaryInput,
+        dictionary: &ColumnDictionary,
+        body: u64,
+    ) -> CudaResult<()> {
+        let rows = input.rows;
+        let (mut values, mut in_width, mut out_width, mut n) =
+            (input.values, input.in_width, input.out_width, rows as u32);
+        let (mut tiles_at, mut rank_at, mut body_at) =
+            (dictionary.tiles.ptr(), dictionary.rank.ptr(), body);
+        let mut params = [
+            arg(&mut values),
+            arg(&mut in_width),
+            arg(&mut out_width),
+            arg(&mut n),
+            arg(&mut tiles_at),
+            arg(&mut rank_at),
+            arg(&mut body_at),
+        ];
+        launch(
+            device,
+            self.entries,
+            rows.div_ceil(TILE) as u32,
+            DICT_THREADS,
+            &mut params,
+            rows,
+        )?;
+        let (mut validity, mut table_at, mut work_at) = (
+            input.validity,
+            dictionary.table.ptr(),
+            dictionary.work.ptr(),
+        );
+        let mut params = [
+            arg(&mut validity),
+            arg(&mut n),
+            arg(&mut table_at),
+            arg(&mut rank_at),
+            arg(&mut work_at),
+        ];
+        launch(
+            device,
+            self.ids,
+            blocks_for(rows),
+            DICT_THREADS,
+            &mut params,
+            rows,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_hold_twice_the_entries_in_a_power_of_two() {
+        assert_eq!(table_slots(131_071), 262_144);
+        assert_eq!(table_slots(131_072), 524_288);
+        assert_eq!(table_slots(3), 1024);
+    }
+
+    #[test]
+    fn bit_widths_are_parquets() {
+        // The bits of the largest number, `entries - 1`; none for one entry.
+        let expected = [
+            (1, 0),
+            (2, 1),
+            (3, 2),
+            (4, 2),
+            (5, 3),
+            (256, 8),
+            (257, 9),
+            (131_072, 17),
+        ];
+        for (entries, bits) in expected {
+            assert_eq!(entry_bits(entries), bits, "{entries} entries");
+        }
+    }
+}
