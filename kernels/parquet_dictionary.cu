@@ -5,8 +5,9 @@
 //   dict_insert    one thread per row: the value into an open-addressing table of row ids
 //                  (linear probing; a slot holds 1 + the first row of its value, kept the
 //                  smallest by atomicMin); `status[0]` counts entries, `status[1]` is set
-//                  once they pass `max_entries` or a probe wraps the table (the writer then
-//                  gives the dictionary up, as parquet's does past its page limit)
+//                  once they pass `max_entries` or a probe passes DICT_PROBES slots (the
+//                  writer then gives the dictionary up, as parquet's does past its page
+//                  limit), and every thread stops
 //   dict_first     one thread per row: its value's slot (into `work`), and 1 in `rank`
 //                  where the row is its value's first
 //   dict_count     one block per tile of DICT_TILE rows: the tile's first rows
@@ -17,7 +18,7 @@
 //   dict_ids       one thread per row: its value's entry number (into `work`, over its slot)
 #include "common.cuh"
 
-#if !defined(DICT_THREADS) || !defined(DICT_ITEMS)
+#if !defined(DICT_THREADS) || !defined(DICT_ITEMS) || !defined(DICT_PROBES)
 #error "the launch shapes come from src/cuda/tuning.rs as -D options"
 #endif
 
@@ -54,7 +55,9 @@ extern "C" __global__ void __launch_bounds__(DICT_THREADS)
         const u64 v = dict_value(values, in_width, out_width, row);
         u32 slot = dict_hash(v) & mask;
         for (u32 probe = 0;; ++probe) {
-            if (probe > mask) {
+            // A table at most half full seldom probes far: a long probe, like a table
+            // filling past its entries, gives the dictionary up.
+            if (probe == DICT_PROBES || *(volatile u32*)&status[1]) {
                 atomicExch(&status[1], 1u);
                 return;
             }
@@ -67,7 +70,8 @@ extern "C" __global__ void __launch_bounds__(DICT_THREADS)
                 }
             }
             if (dict_value(values, in_width, out_width, held - 1) == v) {
-                atomicMin(&table[slot], row + 1);
+                // Most rows come after their value's first: no atomic for them.
+                if (row + 1 < held) atomicMin(&table[slot], row + 1);
                 break;
             }
             slot = (slot + 1) & mask;

@@ -11,9 +11,11 @@
 //   delta_page_values   one block per page of a DELTA_BINARY_PACKED column: its values
 //                       section after the levels, as parquet's writer lays it out (blocks of
 //                       4 miniblocks of 32 values for INT32, 64 for INT64)
-//   dict_page_values    one thread per page of an RLE_DICTIONARY column (whose `values` are
-//                       its rows' dictionary entry numbers, parquet_dictionary.cu): the bit
-//                       width, then the entry numbers as RLE/bit-packed hybrid runs
+//   dict_chunk_runs     one thread per chunk of an RLE_DICTIONARY page's entry numbers
+//                       (its column's `values` are its rows' entry numbers in the chunk's
+//                       dictionary, parquet_dictionary.cu): RLE/bit-packed hybrid runs
+//   dict_page_values    one block per page of an RLE_DICTIONARY column: the bit width, then
+//                       its chunks' runs
 //   snappy_compress     one warp per piece (at most 64 KiB of one page's body): the piece
 //                       as Snappy elements (literals and copies within the piece), into
 //                       its own room of the scratch buffer; its length in `piece_bytes`
@@ -293,35 +295,46 @@ __device__ __forceinline__ bool all_equal(const long long* v, u32 len) {
     return true;
 }
 
-// The values section of an RLE_DICTIONARY page: its bit width (of the largest entry
-// number), then its entry numbers in groups of 8 (the last one short): a run of groups that
-// each hold one number, the same, as one RLE run (a varint of its count << 1, then the
-// number in whole bytes); a run of other groups as one bit-packed run (a varint of its
-// groups << 1 | 1, then 8 numbers a group in `bit_width` bits each, least significant bit
-// first, the last group padded with 0s). Writes the page's body length. One thread a page:
-// a page holds some 20 000 numbers, and a row group's pages run side by side.
+// A stretch of an RLE_DICTIONARY page's entry numbers, encoded by one thread.
+struct DictChunk {
+    u64 out_at; // its room in `scratch`
+    u32 page;   // its page, in the launch's pages
+    u32 first;  // its first number among the page's
+    u32 count;  // numbers: a multiple of 8 but for a page's last chunk
+    u32 unused;
+};
+
+// The entry numbers of one chunk as RLE/bit-packed hybrid runs, into its room of the
+// scratch buffer; its length in `chunk_len`. The numbers go in groups of 8 (the last one
+// short): a run of groups that each hold one number, the same, as one RLE run (a varint of
+// its count << 1, then the number in whole bytes); a run of other groups as one bit-packed
+// run (a varint of its groups << 1 | 1, then 8 numbers a group in `bit_width` bits each,
+// least significant bit first, the last group padded with 0s). Chunks are short (the host
+// cuts pages into DICT_CHUNK_VALUES numbers) so that a row group's pages take thousands of
+// threads; runs end at a chunk's end.
 extern "C" __global__ void __launch_bounds__(PAGE_THREADS)
-    dict_page_values(const PageSpec* __restrict__ pages, u32 page_count,
-                     const ColumnSpec* __restrict__ columns, const long long* __restrict__ compact,
-                     u8* __restrict__ bodies, u32* __restrict__ body_len) {
+    dict_chunk_runs(const DictChunk* __restrict__ chunks, u32 chunk_count,
+                    const PageSpec* __restrict__ pages, const ColumnSpec* __restrict__ columns,
+                    const long long* __restrict__ compact, u8* __restrict__ scratch,
+                    u32* __restrict__ chunk_len) {
     const u32 index = blockIdx.x * blockDim.x + threadIdx.x;
-    if (index >= page_count) return;
-    const PageSpec page = pages[index];
-    const ColumnSpec column = columns[page.column];
-    if (column.encoding != VALUES_DICT) return;
-    const long long* v = compact + page.compact_at;
-    u8* out = bodies + page.body_at + page.levels_bytes;
-    const u32 n = page.values, width = column.bit_width;
+    if (index >= chunk_count) return;
+    const DictChunk chunk = chunks[index];
+    const PageSpec page = pages[chunk.page];
+    const u32 width = columns[page.column].bit_width;
+    const long long* v = compact + page.compact_at + chunk.first;
+    u8* out = scratch + chunk.out_at;
+    const u32 n = chunk.count;
     const u32 value_bytes = (width + 7) / 8;
     const u32 groups = (n + 7) / 8;
     u32 at = 0;
-    out[at++] = (u8)width;
     u32 g = 0;
     while (g < groups) {
         if (all_equal(v + 8 * g, min(8u, n - 8 * g))) {
             const long long number = v[8 * g];
             u32 count = min(8u, n - 8 * g), next = g + 1;
-            while (next < groups && v[8 * next] == number && all_equal(v + 8 * next, min(8u, n - 8 * next))) {
+            while (next < groups && v[8 * next] == number &&
+                   all_equal(v + 8 * next, min(8u, n - 8 * next))) {
                 count += min(8u, n - 8 * next);
                 ++next;
             }
@@ -348,7 +361,29 @@ extern "C" __global__ void __launch_bounds__(PAGE_THREADS)
             }
         }
     }
-    body_len[index] = page.levels_bytes + at;
+    chunk_len[index] = at;
+}
+
+// The values section of an RLE_DICTIONARY page: its bit width (of the largest entry
+// number), then its chunks' runs end to end. Writes the page's body length.
+extern "C" __global__ void __launch_bounds__(PAGE_THREADS)
+    dict_page_values(const PageSpec* __restrict__ pages, const ColumnSpec* __restrict__ columns,
+                     const DictChunk* __restrict__ chunks, const u32* __restrict__ page_chunks,
+                     const u32* __restrict__ chunk_len, const u8* __restrict__ scratch,
+                     u8* __restrict__ bodies, u32* __restrict__ body_len) {
+    const PageSpec page = pages[blockIdx.x];
+    const ColumnSpec column = columns[page.column];
+    if (column.encoding != VALUES_DICT) return;
+    u8* out = bodies + page.body_at + page.levels_bytes;
+    if (threadIdx.x == 0) out[0] = (u8)column.bit_width;
+    u32 at = 1;
+    for (u32 c = page_chunks[blockIdx.x]; c < page_chunks[blockIdx.x + 1]; ++c) {
+        const u32 len = chunk_len[c];
+        const u8* from = scratch + chunks[c].out_at;
+        for (u32 i = threadIdx.x; i < len; i += blockDim.x) out[at + i] = from[i];
+        at += len;
+    }
+    if (threadIdx.x == 0) body_len[blockIdx.x] = page.levels_bytes + at;
 }
 
 // ---- Snappy ---------------------------------------------------------------------------

@@ -258,6 +258,7 @@ pub(super) const PARQUET_PAGES: KernelFile = KernelFile {
     entry_points: &[
         "plain_page_bodies",
         "delta_page_values",
+        "dict_chunk_runs",
         "dict_page_values",
         "snappy_compress",
         "snappy_place",

@@ -21,7 +21,8 @@ use crate::cuda::parquet_dictionary::{
     ColumnDictionary, DictionaryInput, DictionaryKernels, Tried,
 };
 use crate::cuda::tuning::{
-    Tuning, PAGE_THREADS, SNAPPY_PIECE_BYTES, SNAPPY_WARPS, VALUES_DELTA, VALUES_DICT, VALUES_PLAIN,
+    Tuning, DICT_CHUNK_VALUES, PAGE_THREADS, SNAPPY_PIECE_BYTES, SNAPPY_WARPS, VALUES_DELTA,
+    VALUES_DICT, VALUES_PLAIN,
 };
 
 /// One page of a column: rows `first_row .. first_row + rows` of its values, `values` of
@@ -91,6 +92,7 @@ pub struct EncodedPage {
 pub struct PageEncoder {
     plain_bodies: Kernel,
     delta_values: Kernel,
+    dict_runs: Kernel,
     dict_values: Kernel,
     dictionaries: DictionaryKernels,
     compress: Kernel,
@@ -121,6 +123,17 @@ struct ColumnSpec {
     out_width: u32,
     encoding: u32,
     bit_width: u32,
+}
+
+/// A stretch of an `RLE_DICTIONARY` page's entry numbers, as the kernels' `DictChunk`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct DictChunk {
+    out_at: u64,
+    page: u32,
+    first: u32,
+    count: u32,
+    unused: u32,
 }
 
 /// One piece of a page's body, as the kernels' `Piece`.
@@ -216,6 +229,7 @@ impl PageEncoder {
         Ok(Self {
             plain_bodies: module.kernel("plain_page_bodies")?,
             delta_values: module.kernel("delta_page_values")?,
+            dict_runs: module.kernel("dict_chunk_runs")?,
             dict_values: module.kernel("dict_page_values")?,
             dictionaries: DictionaryKernels::load(device, tuning)?,
             compress: module.kernel("snappy_compress")?,
@@ -425,22 +439,15 @@ impl PageEncoder {
                 )?;
             }
             if specs.iter().any(|c| c.encoding == VALUES_DICT) {
-                let mut page_count = pages.len() as u32;
-                let mut params = [
-                    arg(&mut page_at),
-                    arg(&mut page_count),
-                    arg(&mut column_at),
-                    arg(&mut compact_at),
-                    arg(&mut bodies_at),
-                    arg(&mut lengths_at),
-                ];
-                launch(
+                self.dictionary_values(
                     device,
-                    self.dict_values,
-                    pages.len().div_ceil(PAGE_THREADS as usize) as u32,
-                    PAGE_THREADS,
-                    &mut params,
-                    body_bytes,
+                    &pages,
+                    &specs,
+                    &page_table,
+                    &column_table,
+                    &compact,
+                    &bodies,
+                    &lengths,
                 )?;
             }
         }
@@ -485,6 +492,102 @@ impl PageEncoder {
                 }
             })
             .collect())
+    }
+
+    /// The values sections of the `RLE_DICTIONARY` pages among `pages`: each page's entry
+    /// numbers (in `compact`) cut into chunks of [`DICT_CHUNK_VALUES`], a thread's runs
+    /// each, then laid end to end after the page's bit width.
+    #[allow(clippy::too_many_arguments)]
+    fn dictionary_values(
+        &self,
+        device: &Device,
+        pages: &[PageSpec],
+        specs: &[ColumnSpec],
+        page_table: &DeviceBuffer<PageSpec>,
+        column_table: &DeviceBuffer<ColumnSpec>,
+        compact: &DeviceBuffer<i64>,
+        bodies: &DeviceBuffer<u8>,
+        lengths: &DeviceBuffer<u32>,
+    ) -> CudaResult<()> {
+        let mut chunks = Vec::new();
+        let mut page_chunks = Vec::with_capacity(pages.len() + 1);
+        let mut scratch_bytes = 0;
+        for (index, page) in pages.iter().enumerate() {
+            page_chunks.push(chunks.len() as u32);
+            let spec = &specs[page.column as usize];
+            if spec.encoding != VALUES_DICT {
+                continue;
+            }
+            for first in (0..page.values as usize).step_by(DICT_CHUNK_VALUES) {
+                let count = DICT_CHUNK_VALUES.min(page.values as usize - first);
+                chunks.push(DictChunk {
+                    out_at: scratch_bytes as u64,
+                    page: index as u32,
+                    first: first as u32,
+                    count: count as u32,
+                    unused: 0,
+                });
+                scratch_bytes += dictionary_bound(count, spec.bit_width);
+            }
+        }
+        page_chunks.push(chunks.len() as u32);
+        let chunk_table = upload_table(device, &chunks, "dictionary page chunks")?;
+        let page_chunk_table = upload_table(device, &page_chunks, "dictionary page chunk ranges")?;
+        let scratch = device.alloc::<u8>(scratch_bytes.max(1), "dictionary page runs")?;
+        let chunk_len = device.alloc::<u32>(chunks.len().max(1), "dictionary run bytes")?;
+        let (mut chunks_at, mut chunk_count, mut page_at, mut column_at, mut compact_at) = (
+            chunk_table.ptr(),
+            chunks.len() as u32,
+            page_table.ptr(),
+            column_table.ptr(),
+            compact.ptr(),
+        );
+        let (mut scratch_at, mut len_at, mut ranges_at, mut bodies_at, mut lengths_at) = (
+            scratch.ptr(),
+            chunk_len.ptr(),
+            page_chunk_table.ptr(),
+            bodies.ptr(),
+            lengths.ptr(),
+        );
+        if !chunks.is_empty() {
+            let mut params = [
+                arg(&mut chunks_at),
+                arg(&mut chunk_count),
+                arg(&mut page_at),
+                arg(&mut column_at),
+                arg(&mut compact_at),
+                arg(&mut scratch_at),
+                arg(&mut len_at),
+            ];
+            launch(
+                device,
+                self.dict_runs,
+                chunks.len().div_ceil(PAGE_THREADS as usize) as u32,
+                PAGE_THREADS,
+                &mut params,
+                scratch_bytes,
+            )?;
+        }
+        let mut params = [
+            arg(&mut page_at),
+            arg(&mut column_at),
+            arg(&mut chunks_at),
+            arg(&mut ranges_at),
+            arg(&mut len_at),
+            arg(&mut scratch_at),
+            arg(&mut bodies_at),
+            arg(&mut lengths_at),
+        ];
+        launch(
+            device,
+            self.dict_values,
+            pages.len() as u32,
+            PAGE_THREADS,
+            &mut params,
+            scratch_bytes,
+        )?;
+        // The tables are read by the kernels queued above: keep them until they ran.
+        device.synchronize()
     }
 
     /// Each page's body Snappy-compressed, as one stream: its length varint (written

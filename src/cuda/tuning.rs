@@ -336,6 +336,9 @@ pub(super) const VALUES_PLAIN: u32 = 0;
 pub(super) const VALUES_DELTA: u32 = 1;
 /// ...or `RLE_DICTIONARY` (the values are entry numbers of the chunk's dictionary).
 pub(super) const VALUES_DICT: u32 = 2;
+/// Entry numbers of an `RLE_DICTIONARY` page that one thread encodes (a multiple of 8; its
+/// runs end there).
+pub const DICT_CHUNK_VALUES: usize = 512;
 
 // ---- Parquet dictionaries (parquet_dictionary.cu) -------------------------------------
 
@@ -344,6 +347,9 @@ pub(super) const DICT_THREADS: u32 = 256;
 /// Rows each thread of a dictionary tile owns: a tile (one block of the entry numbering) is
 /// `DICT_THREADS × DICT_ITEMS` rows.
 pub(super) const DICT_ITEMS: u32 = 16;
+/// Slots a dictionary insert probes before it gives the dictionary up (the table is at
+/// most half full while the dictionary holds: longer probes are rare).
+pub(super) const DICT_PROBES: u32 = 64;
 
 /// `-D` options for one kernel file.
 pub(super) type Defines = Vec<(String, String)>;
@@ -549,6 +555,7 @@ impl Tuning {
             "parquet_dictionary.cu" => named(&[
                 ("DICT_THREADS", DICT_THREADS as u64),
                 ("DICT_ITEMS", DICT_ITEMS as u64),
+                ("DICT_PROBES", DICT_PROBES as u64),
             ]),
             other => panic!("no -D options are known for kernel file {other}"),
         };

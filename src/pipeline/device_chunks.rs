@@ -770,10 +770,19 @@ mod tests {
     }
 
     /// Entry numbers of `bits` bits as `dict_page_values` writes them: the bit width, then
+    /// each chunk of [`DICT_CHUNK_VALUES`](crate::cuda::DICT_CHUNK_VALUES) numbers in
     /// groups of 8 (the last one short), runs of groups each holding one number (the same)
     /// as RLE runs, runs of other groups bit-packed.
     fn host_hybrid(numbers: &[u32], bits: u32) -> Vec<u8> {
         let mut out = vec![bits as u8];
+        for chunk in numbers.chunks(crate::cuda::DICT_CHUNK_VALUES) {
+            host_runs(chunk, bits, &mut out);
+        }
+        out
+    }
+
+    /// One chunk's runs.
+    fn host_runs(numbers: &[u32], bits: u32, out: &mut Vec<u8>) {
         let groups: Vec<&[u32]> = numbers.chunks(8).collect();
         let constant = |g: &[u32]| g.iter().all(|v| *v == g[0]);
         let mut g = 0;
@@ -786,13 +795,13 @@ mod tests {
                     count += groups[next].len();
                     next += 1;
                 }
-                varint(&mut out, (count as u64) << 1);
+                varint(out, (count as u64) << 1);
                 out.extend((0..bits.div_ceil(8)).map(|b| (number >> (8 * b)) as u8));
             } else {
                 while next < groups.len() && !constant(groups[next]) {
                     next += 1;
                 }
-                varint(&mut out, (((next - g) as u64) << 1) | 1);
+                varint(out, (((next - g) as u64) << 1) | 1);
                 for group in &groups[g..next] {
                     let (mut held, mut acc) = (0u32, 0u64);
                     for i in 0..8 {
@@ -808,7 +817,6 @@ mod tests {
             }
             g = next;
         }
-        out
     }
 
     fn varint(out: &mut Vec<u8>, mut v: u64) {
@@ -1257,6 +1265,11 @@ mod tests {
         assert_eq!(section, expected);
         // One entry: no bits, one run.
         assert_eq!(host_hybrid(&[0; 20], 0), vec![0, 40]);
+        // Runs end where a thread's chunk of 512 numbers does.
+        assert_eq!(
+            host_hybrid(&[5; 1000], 3),
+            vec![3, 0x80, 0x08, 5, 0xd0, 0x07, 5]
+        );
     }
 
     #[test]

@@ -7,8 +7,10 @@
 //! the device in one call, as `--page-encoding device` sends them (upload, page kernels,
 //! Snappy, download of the pages; the host's page headers and statistics are not in this
 //! time). The baseline encodes every (row group, column) chunk with parquet's
-//! `ArrowWriter` on the rayon pool, `PLAIN` without a dictionary, with the same
-//! compression. Medians of `--reps` after one warm-up run of each, with the process's CPU
+//! `ArrowWriter` on the rayon pool, with the same encodings and compression. The
+//! dictionary passes: the same table, every dictionary given up (its values are nearly all
+//! distinct); then a table of the same kinds whose values take 1 000 distinct values a
+//! column, every dictionary kept. Medians of `--reps` after one warm-up run of each, with the process's CPU
 //! time (user and system) of each pass: the cores the device leaves to the sort and the
 //! other columns' encoders.
 
@@ -57,6 +59,27 @@ fn column(c: usize, start: usize, rows: usize) -> ArrayRef {
     }
 }
 
+/// Column `c` of the table of few values: [`column`]'s kinds, of 1 000 values each (the
+/// sorted integers in runs of 16 384 rows).
+fn few_column(c: usize, start: usize, rows: usize) -> ArrayRef {
+    let seed = (c as u64) << 40;
+    let range = start as u64..(start + rows) as u64;
+    match c % 4 {
+        0 => Arc::new(Int64Array::from_iter_values(
+            range.map(|i| (splitmix64(seed + i) % 1000) as i64 * 7919),
+        )),
+        1 => Arc::new(Int64Array::from_iter_values(
+            range.map(|i| (i >> 14) as i64),
+        )),
+        2 => Arc::new(Float64Array::from_iter_values(
+            range.map(|i| (splitmix64(seed + i) % 1000) as f64 * 0.25),
+        )),
+        _ => Arc::new(Float64Array::from_iter(
+            range.map(|i| (i % 10 != 3).then_some((i % 1000) as f64 * 0.01)),
+        )),
+    }
+}
+
 /// Pages of at most `per_page` rows (a multiple of 8) over `array`.
 fn cuts(array: &dyn Array, per_page: usize) -> Vec<PageCut> {
     (0..array.len())
@@ -93,11 +116,13 @@ fn median(mut times: Vec<Duration>) -> Duration {
 }
 
 /// One pass of the device: every row group's columns in one call each; bytes of pages.
-/// With `delta`, the integer columns' values `DELTA_BINARY_PACKED`.
+/// With `delta`, the integer columns' values `DELTA_BINARY_PACKED`; with `dictionary`, a
+/// dictionary of at most 1 MiB tried first.
 fn device_pass(
     groups: &[Vec<ArrayRef>],
     snappy: bool,
     delta: bool,
+    dictionary: bool,
     per_page: usize,
 ) -> Result<usize> {
     let mut bytes = 0;
@@ -117,7 +142,7 @@ fn device_pass(
                 nullable: true,
                 delta: delta && i % 4 < 2,
                 pages: &cut[i],
-                dictionary_limit: None,
+                dictionary_limit: dictionary.then_some(1 << 20),
             })
             .collect();
         let pages = match gpusort::cuda::encode_on_device(&columns, snappy) {
@@ -165,20 +190,23 @@ pub fn run(options: &PagesBench) -> Result<()> {
     if options.rows == 0 || options.columns == 0 || options.row_group_rows == 0 {
         return exec_err!("rows, columns and row group rows must be at least 1");
     }
-    let groups: Vec<Vec<ArrayRef>> = (0..options.rows)
-        .step_by(options.row_group_rows)
-        .map(|start| {
-            let rows = options.row_group_rows.min(options.rows - start);
-            (0..options.columns)
-                .into_par_iter()
-                .map(|c| column(c, start, rows))
-                .collect()
-        })
-        .collect();
+    let table = |column: fn(usize, usize, usize) -> ArrayRef| -> Vec<Vec<ArrayRef>> {
+        (0..options.rows)
+            .step_by(options.row_group_rows)
+            .map(|start| {
+                let rows = options.row_group_rows.min(options.rows - start);
+                (0..options.columns)
+                    .into_par_iter()
+                    .map(|c| column(c, start, rows))
+                    .collect()
+            })
+            .collect()
+    };
+    let (distinct, few) = (table(column), table(few_column));
     let input_bytes = options.rows * options.columns * 8;
-    let host = |compression| {
+    let host = |compression, dictionary| {
         WriterProperties::builder()
-            .set_dictionary_enabled(false)
+            .set_dictionary_enabled(dictionary)
             .set_compression(compression)
             .build()
     };
@@ -198,42 +226,54 @@ pub fn run(options: &PagesBench) -> Result<()> {
         "| pages | device | GB/s | its CPU time | parquet's writers | GB/s | their CPU time | bytes (device / parquet) |"
     );
     println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
-    for (name, snappy, delta, compression) in [
-        (
-            "PLAIN, uncompressed",
-            false,
-            false,
-            Compression::UNCOMPRESSED,
-        ),
-        ("PLAIN, Snappy", true, false, Compression::SNAPPY),
+    let (plain, snappy) = (Compression::UNCOMPRESSED, Compression::SNAPPY);
+    for (name, groups, compression, delta, dictionary) in [
+        ("PLAIN, uncompressed", &distinct, plain, false, false),
+        ("PLAIN, Snappy", &distinct, snappy, false, false),
         (
             "integers DELTA_BINARY_PACKED, Snappy",
+            &distinct,
+            snappy,
+            true,
+            false,
+        ),
+        (
+            "dictionaries given up, then as above",
+            &distinct,
+            snappy,
             true,
             true,
-            Compression::SNAPPY,
+        ),
+        (
+            "dictionaries of 1 000 values, Snappy",
+            &few,
+            snappy,
+            true,
+            true,
         ),
     ] {
-        let properties = host(compression);
+        let snappy = compression == Compression::SNAPPY;
+        let properties = host(compression, dictionary);
         let integers = match delta {
             true => WriterProperties::builder()
-                .set_dictionary_enabled(false)
+                .set_dictionary_enabled(dictionary)
                 .set_compression(compression)
                 .set_encoding(Encoding::DELTA_BINARY_PACKED)
                 .build(),
             false => properties.clone(),
         };
-        device_pass(&groups, snappy, delta, per_page)?;
-        host_pass(&groups, &properties, &integers)?;
+        device_pass(groups, snappy, delta, dictionary, per_page)?;
+        host_pass(groups, &properties, &integers)?;
         let (mut device_times, mut host_times) = (Vec::new(), Vec::new());
         let (mut device_cpu, mut host_cpu) = (Vec::new(), Vec::new());
         let (mut device_bytes, mut host_bytes) = (0, 0);
         for _ in 0..options.reps {
             let (started, cpu) = (Instant::now(), cpu_time());
-            device_bytes = device_pass(&groups, snappy, delta, per_page)?;
+            device_bytes = device_pass(groups, snappy, delta, dictionary, per_page)?;
             device_times.push(started.elapsed());
             device_cpu.push(cpu_time() - cpu);
             let (started, cpu) = (Instant::now(), cpu_time());
-            host_bytes = host_pass(&groups, &properties, &integers)?;
+            host_bytes = host_pass(groups, &properties, &integers)?;
             host_times.push(started.elapsed());
             host_cpu.push(cpu_time() - cpu);
         }
