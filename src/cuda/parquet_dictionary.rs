@@ -92,10 +92,13 @@ fn blocks_for(rows: usize) -> u32 {
     rows.div_ceil(DICT_THREADS as usize).clamp(1, MOST_BLOCKS) as u32
 }
 
-/// Slots of a table for at most `max_entries` values: a power of two, at least twice as
-/// many.
-fn table_slots(max_entries: usize) -> usize {
-    (2 * (max_entries + 1)).next_power_of_two().max(1024)
+/// Slots of a table for a column of `rows` rows whose dictionary holds at most
+/// `max_entries` values: a power of two, at least twice as many as it can hold (no more
+/// than one a row), and at most 2²⁷ (512 MiB; a dictionary that fills more gives up at the
+/// probe limit).
+fn table_slots(max_entries: usize, rows: usize) -> usize {
+    let most = max_entries.min(rows).min((1 << 26) - 1);
+    (2 * (most + 1)).next_power_of_two().max(1024)
 }
 
 impl DictionaryKernels {
@@ -119,11 +122,21 @@ impl DictionaryKernels {
         device: &Device,
         inputs: &[DictionaryInput],
     ) -> CudaResult<Vec<Tried>> {
-        let status = device.alloc::<u32>((2 * inputs.len()).max(1), "dictionary status")?;
+        if inputs.is_empty() {
+            return Ok(Vec::new());
+        }
+        for input in inputs {
+            assert!(
+                input.rows < u32::MAX as usize,
+                "a column chunk of {} rows: row ids are 32-bit",
+                input.rows
+            );
+        }
+        let status = device.alloc::<u32>(2 * inputs.len(), "dictionary status")?;
         device.zero(&status)?;
         let mut tables = Vec::with_capacity(inputs.len());
         for (index, input) in inputs.iter().enumerate() {
-            let slots = table_slots(input.max_entries);
+            let slots = table_slots(input.max_entries, input.rows);
             let table = device.alloc::<u32>(slots, "dictionary table")?;
             device.zero(&table)?;
             let (mut values, mut validity, mut in_width, mut out_width, mut rows) = (
@@ -305,9 +318,12 @@ mod tests {
 
     #[test]
     fn tables_hold_twice_the_entries_in_a_power_of_two() {
-        assert_eq!(table_slots(131_071), 262_144);
-        assert_eq!(table_slots(131_072), 524_288);
-        assert_eq!(table_slots(3), 1024);
+        assert_eq!(table_slots(131_071, 1 << 20), 262_144);
+        assert_eq!(table_slots(131_072, 1 << 20), 524_288);
+        assert_eq!(table_slots(3, 1 << 20), 1024);
+        // No more values than rows, however large the limit.
+        assert_eq!(table_slots(1 << 28, 100_000), 262_144);
+        assert_eq!(table_slots(usize::MAX, usize::MAX), 1 << 27);
     }
 
     #[test]

@@ -347,9 +347,11 @@ pub(super) const DICT_THREADS: u32 = 256;
 /// Rows each thread of a dictionary tile owns: a tile (one block of the entry numbering) is
 /// `DICT_THREADS × DICT_ITEMS` rows.
 pub(super) const DICT_ITEMS: u32 = 16;
-/// Slots a dictionary insert probes before it gives the dictionary up (the table is at
-/// most half full while the dictionary holds: longer probes are rare).
-pub(super) const DICT_PROBES: u32 = 64;
+/// Slots a dictionary insert probes before it gives the dictionary up. The table is at
+/// most half full while the dictionary holds, where linear probes seldom pass 50 slots
+/// (a simulation of the fullest table: 26 to 46 at most); the limit stops threads still
+/// probing a table that filled past its entries.
+pub(super) const DICT_PROBES: u32 = 256;
 
 /// `-D` options for one kernel file.
 pub(super) type Defines = Vec<(String, String)>;

@@ -746,10 +746,10 @@ mod tests {
         let mut entries = Vec::new();
         let mut numbers = Vec::with_capacity(rows);
         for row in 0..rows {
-            if !column
+            let null = column
                 .validity
-                .is_none_or(|bits| bits[row / 8] >> (row % 8) & 1 == 1)
-            {
+                .is_some_and(|bits| bits[row / 8] >> (row % 8) & 1 == 0);
+            if null {
                 numbers.push(None);
                 continue;
             }
