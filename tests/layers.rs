@@ -51,6 +51,7 @@ const CUDA_LAYERS: &[&[&str]] = &[
     &["memory"],
     &["module"],
     &["columns"],
+    &["parquet_dictionary"],
     &["radix", "merge", "gather", "window", "parquet", "spread"],
     &["encode"],
     &["refine"],
