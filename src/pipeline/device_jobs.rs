@@ -33,11 +33,24 @@ pub(super) enum EncodedLeaf {
 }
 
 /// Column chunks of an output (every file) whose pages the device was asked to build: how
-/// many it built, and how many the CPU encoded instead.
+/// many it built, and how many the CPU encoded instead; and the same by column.
 #[derive(Debug, Default)]
 pub(super) struct PageCounts {
     device: AtomicU64,
     host: AtomicU64,
+    /// By leaf (in schema order): its path and its chunks.
+    columns: Mutex<Vec<Option<(String, ColumnPageCounts)>>>,
+}
+
+/// One column's chunks whose pages the device was asked to build.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ColumnPageCounts {
+    /// Built on the device.
+    pub device: u64,
+    /// Of those, with a dictionary.
+    pub dictionary: u64,
+    /// Encoded by the CPU instead (no device, or a failure).
+    pub host: u64,
 }
 
 impl PageCounts {
@@ -49,6 +62,37 @@ impl PageCounts {
     /// Chunks the device was to build and the CPU encoded (no device, or a failure).
     pub(super) fn host(&self) -> u64 {
         self.host.load(Ordering::Relaxed)
+    }
+
+    /// The columns the device was asked to build pages of, in schema order.
+    pub(super) fn by_column(&self) -> Vec<(String, ColumnPageCounts)> {
+        let columns = self.columns.lock().unwrap_or_else(|e| e.into_inner());
+        columns.iter().flatten().cloned().collect()
+    }
+
+    /// Counts one chunk of leaf `leaf` (path `path`): built on the device (with a
+    /// dictionary or not) or by the CPU.
+    fn count(&self, leaf: usize, path: &str, chunk: Option<&DeviceChunk>) {
+        let counter = match chunk {
+            Some(_) => &self.device,
+            None => &self.host,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        let mut columns = self.columns.lock().unwrap_or_else(|e| e.into_inner());
+        if columns.len() <= leaf {
+            columns.resize(leaf + 1, None);
+        }
+        let (_, counts) =
+            columns[leaf].get_or_insert_with(|| (path.to_string(), Default::default()));
+        match chunk {
+            Some(chunk) => {
+                counts.device += 1;
+                if chunk.close.metadata.dictionary_page_offset().is_some() {
+                    counts.dictionary += 1;
+                }
+            }
+            None => counts.host += 1,
+        }
     }
 }
 
@@ -223,12 +267,12 @@ impl DeviceJob {
                 };
                 self.slots.iter().map(|_| error()).collect()
             });
-        for chunk in &outcome {
-            let counter = match chunk {
-                Ok(EncodedLeaf::Device(_)) => &counts.device,
-                _ => &counts.host,
+        for (slot, chunk) in self.slots.iter().zip(&outcome) {
+            let device = match chunk {
+                Ok(EncodedLeaf::Device(chunk)) => Some(chunk),
+                _ => None,
             };
-            counter.fetch_add(1, Ordering::Relaxed);
+            counts.count(slot.leaf, &slot.descr.path().string(), device);
         }
         let encoded = outcome
             .iter()

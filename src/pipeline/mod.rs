@@ -71,6 +71,7 @@ use datafusion::physical_plan::{execute_stream, ExecutionPlan};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::StreamExt;
 
+pub use device_jobs::ColumnPageCounts;
 pub use encodings::with_integer_deltas;
 pub use error::PipelineError;
 pub use inputs::{check_output_not_input, resolve_inputs, InputFormat, Inputs};

@@ -26,7 +26,7 @@ use datafusion::parquet::basic::Compression;
 use datafusion::parquet::file::metadata::{ParquetMetaDataReader, SortingColumn};
 use datafusion::parquet::file::properties::WriterProperties;
 
-use super::device_jobs::PageCounts;
+use super::device_jobs::{ColumnPageCounts, PageCounts};
 use super::encodings::with_integer_deltas;
 use super::error::PipelineError;
 use super::leftovers::{parent_dir, remove_path, temp_sibling, JobLock};
@@ -103,6 +103,37 @@ pub struct WrittenOutput {
     pub device_chunks: u64,
     /// See `device_chunks`.
     pub device_chunks_on_host: u64,
+    /// The same by column, in schema order: the columns whose pages the device was asked
+    /// to build (every other column's pages are the CPU's).
+    pub device_columns: Vec<(String, ColumnPageCounts)>,
+}
+
+impl WrittenOutput {
+    /// Which columns' pages the device built, chunks by column (`l_orderkey 60, l_tax 60
+    /// (60 with a dictionary)`), or `None` where it was asked for none.
+    pub fn device_pages(&self) -> Option<String> {
+        if self.device_columns.is_empty() {
+            return None;
+        }
+        let columns: Vec<String> = self
+            .device_columns
+            .iter()
+            .map(|(name, counts)| {
+                let mut notes = Vec::new();
+                if counts.dictionary > 0 {
+                    notes.push(format!("{} with a dictionary", counts.dictionary));
+                }
+                if counts.host > 0 {
+                    notes.push(format!("{} more by the CPU", counts.host));
+                }
+                match notes.is_empty() {
+                    true => format!("{name} {}", counts.device),
+                    false => format!("{name} {} ({})", counts.device, notes.join(", ")),
+                }
+            })
+            .collect();
+        Some(columns.join(", "))
+    }
 }
 
 /// An output being written.
@@ -262,6 +293,7 @@ impl ParquetOutput {
             bytes,
             device_chunks: self.page_counts.device(),
             device_chunks_on_host: self.page_counts.host(),
+            device_columns: self.page_counts.by_column(),
         })
     }
 
@@ -528,6 +560,34 @@ fn exchange_names(a: &Path, b: &Path) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn device_pages_name_each_column_with_its_chunks() {
+        use super::{ColumnPageCounts, WrittenOutput};
+        let counts = |device, dictionary, host| ColumnPageCounts {
+            device,
+            dictionary,
+            host,
+        };
+        let mut output = WrittenOutput {
+            files: Vec::new(),
+            rows: 0,
+            bytes: 0,
+            device_chunks: 0,
+            device_chunks_on_host: 0,
+            device_columns: Vec::new(),
+        };
+        assert_eq!(output.device_pages(), None);
+        output.device_columns = vec![
+            ("l_orderkey".into(), counts(60, 0, 0)),
+            ("l_tax".into(), counts(60, 52, 0)),
+            ("d".into(), counts(4, 1, 2)),
+        ];
+        assert_eq!(
+            output.device_pages().unwrap(),
+            "l_orderkey 60, l_tax 60 (52 with a dictionary), d 4 (1 with a dictionary, 2 more by the CPU)"
+        );
+    }
+
     use super::*;
 
     #[test]

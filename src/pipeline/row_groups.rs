@@ -902,6 +902,14 @@ mod tests {
         if crate::cuda::runtime().is_err() {
             assert_eq!(counts.device(), 0);
         }
+        // The same by column: `k` and `x`, six chunks each, no dictionary asked for.
+        let by_column = counts.by_column();
+        let names: Vec<&str> = by_column.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(names, vec!["k", "x"]);
+        for (name, column) in &by_column {
+            assert_eq!(column.device + column.host, 6, "{name}");
+            assert_eq!(column.dictionary, 0, "{name}");
+        }
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         while pool.reserved() > 0 && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(1));

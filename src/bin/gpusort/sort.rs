@@ -57,6 +57,9 @@ pub async fn run(job: SortJob, quiet: bool, timings: bool) -> Result<SortSummary
         println!("{summary}");
         if timings {
             println!("stages: {}", summary.stages);
+            if let Some(columns) = summary.output.device_pages() {
+                println!("pages built on the device, column chunks by column: {columns}");
+            }
         }
     }
     Ok(summary)
