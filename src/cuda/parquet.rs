@@ -476,20 +476,21 @@ impl PageEncoder {
                 .collect()
         };
         device.synchronize()?;
-        drop(dictionaries);
         // Back to columns.
         let mut encoded = encoded.into_iter();
         Ok(columns
             .iter()
-            .zip(&dictionary_spans)
+            .zip(&dictionaries)
             .zip(gave_up)
-            .map(|((column, dictionary), gave_up_dictionary)| {
-                let entries = dictionary.map(|(_, bytes)| bytes / column.out_width as usize);
-                ColumnPages {
-                    dictionary: entries.map(|n| (encoded.next().expect("a dictionary page"), n)),
-                    gave_up_dictionary,
-                    pages: encoded.by_ref().take(column.pages.len()).collect(),
-                }
+            .map(|((column, dictionary), gave_up_dictionary)| ColumnPages {
+                dictionary: dictionary.as_ref().map(|(dictionary, _)| {
+                    (
+                        encoded.next().expect("a dictionary page"),
+                        dictionary.entries,
+                    )
+                }),
+                gave_up_dictionary,
+                pages: encoded.by_ref().take(column.pages.len()).collect(),
             })
             .collect())
     }

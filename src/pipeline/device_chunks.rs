@@ -382,13 +382,12 @@ pub(super) fn assemble_chunk(
         Some(_) => Encoding::RLE_DICTIONARY,
         None => fallback,
     };
-    let tried = dictionary_limit(properties, descr).is_some();
+    // Only a chunk that tried a dictionary has one, or gave it up.
     let gave_up_dictionary = match (&dictionary, gave_up_dictionary) {
         (Some(_), _) => Some(false),
         (None, true) => Some(true),
         (None, false) => None,
-    }
-    .filter(|_| tried);
+    };
     if cuts.len() != pages.len() {
         return Err(ParquetError::General(format!(
             "gpusort: {} pages encoded for {} cut",
@@ -746,10 +745,7 @@ mod tests {
         let mut entries = Vec::new();
         let mut numbers = Vec::with_capacity(rows);
         for row in 0..rows {
-            let null = column
-                .validity
-                .is_some_and(|bits| bits[row / 8] >> (row % 8) & 1 == 0);
-            if null {
+            if !holds_value(column, row) {
                 numbers.push(None);
                 continue;
             }
@@ -827,13 +823,16 @@ mod tests {
         out.push(v as u8);
     }
 
+    /// Whether row `row` of `column` is not null.
+    fn holds_value(column: &PageColumn<'_>, row: usize) -> bool {
+        column
+            .validity
+            .is_none_or(|bits| bits[row / 8] >> (row % 8) & 1 == 1)
+    }
+
     /// One page's definition levels section (empty for a required column).
     fn host_levels(column: &PageColumn<'_>, cut: &PageCut) -> Vec<u8> {
-        let valid = |row: usize| {
-            column
-                .validity
-                .is_none_or(|bits| bits[row / 8] >> (row % 8) & 1 == 1)
-        };
+        let valid = |row: usize| holds_value(column, row);
         let mut body = Vec::new();
         if column.nullable {
             let mut levels = Vec::new();
@@ -863,11 +862,7 @@ mod tests {
     /// One page's uncompressed body without a dictionary, as `plain_page_bodies` (and
     /// `delta_page_values`) write it.
     pub(crate) fn host_body(column: &PageColumn<'_>, cut: &PageCut) -> Vec<u8> {
-        let valid = |row: usize| {
-            column
-                .validity
-                .is_none_or(|bits| bits[row / 8] >> (row % 8) & 1 == 1)
-        };
+        let valid = |row: usize| holds_value(column, row);
         let mut body = host_levels(column, cut);
         let (inw, outw) = (column.in_width as usize, column.out_width as usize);
         let mut values = Vec::new();

@@ -7,7 +7,6 @@
 //! with the CPU writers the row group made for them, so the file is always written.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -32,12 +31,10 @@ pub(super) enum EncodedLeaf {
     Device(DeviceChunk),
 }
 
-/// Column chunks of an output (every file) whose pages the device was asked to build: how
-/// many it built, and how many the CPU encoded instead; and the same by column.
+/// Column chunks of an output (every file) whose pages the device was asked to build, by
+/// column: how many it built, and how many the CPU encoded instead.
 #[derive(Debug, Default)]
 pub(super) struct PageCounts {
-    device: AtomicU64,
-    host: AtomicU64,
     /// By leaf (in schema order): its path and its chunks.
     columns: Mutex<Vec<Option<(String, ColumnPageCounts)>>>,
 }
@@ -56,12 +53,12 @@ pub struct ColumnPageCounts {
 impl PageCounts {
     /// Chunks built on the device.
     pub(super) fn device(&self) -> u64 {
-        self.device.load(Ordering::Relaxed)
+        self.by_column().iter().map(|(_, c)| c.device).sum()
     }
 
     /// Chunks the device was to build and the CPU encoded (no device, or a failure).
     pub(super) fn host(&self) -> u64 {
-        self.host.load(Ordering::Relaxed)
+        self.by_column().iter().map(|(_, c)| c.host).sum()
     }
 
     /// The columns the device was asked to build pages of, in schema order.
@@ -70,20 +67,15 @@ impl PageCounts {
         columns.iter().flatten().cloned().collect()
     }
 
-    /// Counts one chunk of leaf `leaf` (path `path`): built on the device (with a
-    /// dictionary or not) or by the CPU.
-    fn count(&self, leaf: usize, path: &str, chunk: Option<&DeviceChunk>) {
-        let counter = match chunk {
-            Some(_) => &self.device,
-            None => &self.host,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+    /// Counts one chunk of `slot`'s leaf: built on the device (with a dictionary or not)
+    /// or by the CPU.
+    fn count(&self, slot: &DeviceSlot, chunk: Option<&DeviceChunk>) {
         let mut columns = self.columns.lock().unwrap_or_else(|e| e.into_inner());
-        if columns.len() <= leaf {
-            columns.resize(leaf + 1, None);
+        if columns.len() <= slot.leaf {
+            columns.resize(slot.leaf + 1, None);
         }
-        let (_, counts) =
-            columns[leaf].get_or_insert_with(|| (path.to_string(), Default::default()));
+        let (_, counts) = columns[slot.leaf]
+            .get_or_insert_with(|| (slot.descr.path().string(), Default::default()));
         match chunk {
             Some(chunk) => {
                 counts.device += 1;
@@ -272,7 +264,7 @@ impl DeviceJob {
                 Ok(EncodedLeaf::Device(chunk)) => Some(chunk),
                 _ => None,
             };
-            counts.count(slot.leaf, &slot.descr.path().string(), device);
+            counts.count(slot, device);
         }
         let encoded = outcome
             .iter()

@@ -317,31 +317,31 @@ gpu_test!(
             cuts(n, 65_536, None),
             cuts(n, 20_480, Some(&none_valid)),
         ];
-        let column = |values: &'static [u8], validity, in_width, out_width, pages| PageColumn {
-            values,
-            validity,
-            in_width,
-            out_width,
-            nullable: true,
-            delta: false,
-            pages,
-            dictionary_limit: Some(1 << 20),
-        };
-        let leak = |v: Vec<u8>| -> &'static [u8] { Vec::leak(v) };
-        let (few, dates, decimals, random, one) = (
-            leak(few),
-            leak(dates),
-            leak(decimals),
-            leak(random),
-            leak(one),
-        );
+        fn column<'a>(
+            values: &'a [u8],
+            validity: Option<&'a [u8]>,
+            in_width: u32,
+            out_width: u32,
+            pages: &'a [PageCut],
+        ) -> PageColumn<'a> {
+            PageColumn {
+                values,
+                validity,
+                in_width,
+                out_width,
+                nullable: true,
+                delta: false,
+                pages,
+                dictionary_limit: Some(1 << 20),
+            }
+        }
         let columns = [
-            column(few, Some(&few_valid[..]), 8, 8, &pages[0][..]),
-            column(dates, None, 4, 4, &pages[1][..]),
-            column(decimals, Some(&decimal_valid[..]), 16, 8, &pages[2][..]),
-            column(random, None, 8, 8, &pages[3][..]),
-            column(one, None, 4, 4, &pages[4][..]),
-            column(few, Some(&none_valid[..]), 8, 8, &pages[5][..]),
+            column(&few, Some(&few_valid), 8, 8, &pages[0]),
+            column(&dates, None, 4, 4, &pages[1]),
+            column(&decimals, Some(&decimal_valid), 16, 8, &pages[2]),
+            column(&random, None, 8, 8, &pages[3]),
+            column(&one, None, 4, 4, &pages[4]),
+            column(&few, Some(&none_valid), 8, 8, &pages[5]),
         ];
         let plain = runtime
             .with_device(|device, staging| encoder.encode(device, staging, &columns, false))
