@@ -75,3 +75,21 @@ __device__ __forceinline__ u32 block_rank(bool flag, u32* warp_counts, u32& tota
     total = sum;
     return before + __popc(ballot & lanemask_lt());
 }
+
+// Block-wide exclusive prefix sum of `v`; `total` gets the block's sum (every thread of the
+// block calls it; `warp_sums` holds a sum per warp).
+__device__ __forceinline__ u32 block_exclusive_sum(u32 v, u32* warp_sums, u32& total) {
+    const u32 inclusive = warp_inclusive_sum(v);
+    const u32 warp = warp_id();
+    if (lane_id() == WARP - 1) warp_sums[warp] = inclusive;
+    __syncthreads();
+    u32 before = 0, sum = 0;
+    const u32 warps = blockDim.x / WARP;
+    for (u32 w = 0; w < warps; ++w) {
+        if (w == warp) before = sum;
+        sum += warp_sums[w];
+    }
+    __syncthreads();
+    total = sum;
+    return before + inclusive - v;
+}

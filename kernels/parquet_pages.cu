@@ -1,11 +1,12 @@
-// parquet_pages.cu: Parquet data pages of fixed-width columns built and compressed on the
-// device (launched by src/cuda/parquet/), so that only compressed pages cross PCIe back
+// parquet_pages.cu: Parquet data pages of fixed-width and byte-array columns built and
+// compressed on the device (launched by src/cuda/parquet/), so that only compressed pages cross PCIe back
 // and the host writes headers and metadata alone.
 //
 //   plain_page_bodies   one block per page: the page's uncompressed body, version 1 layout:
 //                       [definition levels: u32 length, RLE/bit-packed hybrid, bit width 1]
 //                       (nullable columns only), then the non-null values: PLAIN (each
-//                       value's low `out_width` bytes, little-endian), or, for a
+//                       value's low `out_width` bytes, little-endian; a byte array's
+//                       4-byte length, then its bytes), or, for a
 //                       DELTA_BINARY_PACKED or RLE_DICTIONARY column, the values as 64-bit
 //                       integers into `compact` for delta_page_values or dict_page_values
 //   delta_page_values   one block per page of a DELTA_BINARY_PACKED column: its values
@@ -29,7 +30,7 @@
 
 #if !defined(PAGE_THREADS) || !defined(SNAPPY_WARPS) || !defined(SNAPPY_HASH_BITS) || \
     !defined(SNAPPY_PIECE_BYTES) || !defined(VALUES_PLAIN) || !defined(VALUES_DELTA) || \
-    !defined(VALUES_DICT)
+    !defined(VALUES_DICT) || !defined(VALUES_BYTES)
 #error "the launch shapes come from src/cuda/tuning.rs as -D options"
 #endif
 
@@ -45,14 +46,16 @@ struct PageSpec {
     u32 column;       // index into the launch's columns
 };
 
-// One column of the launch: its values (`in_width` bytes each, all rows, nulls included)
-// and validity bitmap (LSB first, row 0 at bit 0; 0: no nulls).
+// One column of the launch: its values (`in_width` bytes each, all rows, nulls included;
+// for byte arrays, their bytes end to end, row i's from offsets[i] - offsets[0] to
+// offsets[i + 1] - offsets[0]) and validity bitmap (LSB first, row 0 at bit 0; 0: no nulls).
 struct ColumnSpec {
     u64 values;
     u64 validity;
+    u64 offsets;   // VALUES_BYTES: u32 offsets, one more than the rows
     u32 in_width;
     u32 out_width;
-    u32 encoding;  // VALUES_PLAIN, VALUES_DELTA or VALUES_DICT
+    u32 encoding;  // VALUES_PLAIN, VALUES_DELTA, VALUES_DICT or VALUES_BYTES
     u32 bit_width; // VALUES_DICT: bits of an entry number
 };
 
@@ -136,6 +139,42 @@ __device__ void write_levels(const PageSpec& page, const ColumnSpec& column, u8*
     }
 }
 
+// The PLAIN values of a page of a byte-array column after its levels at `out`: each
+// non-null value's length (4 bytes, little-endian), then its bytes. Each value's place is a
+// block-wide sum of the sizes before it; each warp then copies its values' bytes one value
+// after another, its lanes over the bytes. Writes the page's body length.
+__device__ void byte_page_values(const PageSpec& page, const ColumnSpec& column, u8* out,
+                                 u32* warp_sums, u32* body_len) {
+    const u8* validity = (const u8*)column.validity;
+    const u8* data = (const u8*)column.values;
+    const u32* offsets = (const u32*)column.offsets;
+    const u32 base_offset = offsets[0];
+    u32 base = 0;
+    for (u32 tile = 0; tile < page.rows; tile += blockDim.x) {
+        const u32 i = tile + threadIdx.x;
+        const u64 row = page.first_row + i;
+        const bool valid = i < page.rows && row_valid(validity, row);
+        u32 start = 0, len = 0;
+        if (valid) {
+            start = offsets[row] - base_offset;
+            len = offsets[row + 1] - offsets[row];
+        }
+        u32 total;
+        const u32 at = base + block_exclusive_sum(valid ? 4 + len : 0, warp_sums, total);
+        if (valid) {
+            for (u32 b = 0; b < 4; ++b) out[at + b] = (u8)(len >> (8 * b));
+        }
+        for (u32 l = 0; l < WARP; ++l) {
+            const u32 n = __shfl_sync(0xffffffffu, len, l);
+            const u32 from = __shfl_sync(0xffffffffu, start, l);
+            const u32 to = __shfl_sync(0xffffffffu, at + 4, l);
+            for (u32 k = lane_id(); k < n; k += WARP) out[to + k] = data[from + k];
+        }
+        base += total;
+    }
+    if (threadIdx.x == 0) *body_len = page.levels_bytes + base;
+}
+
 extern "C" __global__ void __launch_bounds__(PAGE_THREADS)
     plain_page_bodies(const PageSpec* __restrict__ pages, const ColumnSpec* __restrict__ columns,
                       u8* __restrict__ bodies, long long* __restrict__ compact,
@@ -145,8 +184,12 @@ extern "C" __global__ void __launch_bounds__(PAGE_THREADS)
     const ColumnSpec column = columns[page.column];
     u8* body = bodies + page.body_at;
     if (page.levels_bytes > 0) write_levels(page, column, body);
-    const bool compacted = column.encoding != VALUES_PLAIN;
     u8* out = body + page.levels_bytes;
+    if (column.encoding == VALUES_BYTES) {
+        byte_page_values(page, column, out, warp_counts, &body_len[blockIdx.x]);
+        return;
+    }
+    const bool compacted = column.encoding != VALUES_PLAIN;
     long long* to = compact + page.compact_at;
     const u32 width = column.out_width;
     if (!compacted && threadIdx.x == 0) body_len[blockIdx.x] = page.levels_bytes + page.values * width;

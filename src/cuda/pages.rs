@@ -17,10 +17,7 @@ pub fn encode_on_device(
     let Some(encoder) = runtime.pages.as_ref() else {
         return Err("the Parquet page kernels did not load".to_string());
     };
-    let rows: usize = columns
-        .iter()
-        .map(|c| c.values.len() / c.in_width.max(1) as usize)
-        .sum();
+    let rows: usize = columns.iter().map(|c| c.rows()).sum();
     runtime
         .with_device(|device, staging| encoder.encode(device, staging, columns, snappy))
         .map_err(|error: CudaError| {

@@ -1,9 +1,10 @@
-//! Parquet data pages of fixed-width columns built and compressed on the device
-//! (`kernels/parquet_pages.cu`).
+//! Parquet data pages of fixed-width and byte-array columns built and compressed on the
+//! device (`kernels/parquet_pages.cu`).
 //!
 //! The host says how each column is cut into pages ([`PageCut`]); the device writes each
 //! page's uncompressed body (definition levels, then the non-null values, each cut to its
-//! Parquet width, `PLAIN` or `DELTA_BINARY_PACKED` as parquet's writer lays them out, or
+//! Parquet width, `PLAIN` or `DELTA_BINARY_PACKED` as parquet's writer lays them out, byte
+//! arrays `PLAIN` (a 4-byte length, then the bytes), or
 //! their entry numbers in the chunk's dictionary, built on the device too
 //! ([`parquet_dictionary`](super::parquet_dictionary)), as `RLE_DICTIONARY`), and,
 //! for Snappy, compresses each body in pieces of at
@@ -21,8 +22,8 @@ use crate::cuda::parquet_dictionary::{
     ColumnDictionary, DictionaryInput, DictionaryKernels, Tried,
 };
 use crate::cuda::tuning::{
-    Tuning, DICT_CHUNK_VALUES, PAGE_THREADS, SNAPPY_PIECE_BYTES, SNAPPY_WARPS, VALUES_DELTA,
-    VALUES_DICT, VALUES_PLAIN,
+    Tuning, DICT_CHUNK_VALUES, PAGE_THREADS, SNAPPY_PIECE_BYTES, SNAPPY_WARPS, VALUES_BYTES,
+    VALUES_DELTA, VALUES_DICT, VALUES_PLAIN,
 };
 
 /// One page of a column: rows `first_row .. first_row + rows` of its values, `values` of
@@ -39,17 +40,21 @@ pub struct PageCut {
 }
 
 /// One column chunk to encode: its values as Arrow holds them (`in_width` bytes each,
-/// every row, nulls included), its validity bitmap (row 0 at bit 0; `None`: no nulls),
-/// and its pages.
+/// every row, nulls included; or byte arrays, their bytes end to end and their offsets),
+/// its validity bitmap (row 0 at bit 0; `None`: no nulls), and its pages.
 #[derive(Debug, Clone, Copy)]
 pub struct PageColumn<'a> {
-    /// The values, `in_width` bytes each.
+    /// The values, `in_width` bytes each; for byte arrays, row `i`'s bytes are
+    /// `values[offsets[i] - offsets[0] .. offsets[i + 1] - offsets[0]]`.
     pub values: &'a [u8],
+    /// Byte arrays (`BYTE_ARRAY` values): one offset more than the rows (Arrow's, any
+    /// first one); `in_width` and `out_width` are then 0.
+    pub offsets: Option<&'a [u32]>,
     /// The validity bitmap, row 0 at bit 0.
     pub validity: Option<&'a [u8]>,
-    /// Bytes of each value in `values`: 4, 8 or 16.
+    /// Bytes of each value in `values`: 4, 8 or 16 (0 for byte arrays).
     pub in_width: u32,
-    /// Bytes of each value in the page (its low bytes): 4 or 8.
+    /// Bytes of each value in the page (its low bytes): 4 or 8 (0 for byte arrays).
     pub out_width: u32,
     /// Definition levels are written (an optional column of one level).
     pub nullable: bool,
@@ -58,10 +63,40 @@ pub struct PageColumn<'a> {
     /// The pages, in order.
     pub pages: &'a [PageCut],
     /// Where set, a dictionary is tried first: kept while its page (the distinct values,
-    /// `out_width` bytes each) stays under this many bytes, the data pages then
+    /// `out_width` bytes each, or each byte array's length and bytes) stays under this
+    /// many bytes, the data pages then
     /// `RLE_DICTIONARY`; past it, the pages are written as without one (`delta` or
     /// `PLAIN`), as parquet's writer gives a dictionary up.
     pub dictionary_limit: Option<usize>,
+}
+
+impl PageColumn<'_> {
+    /// Rows of the column, nulls included.
+    pub fn rows(&self) -> usize {
+        match self.offsets {
+            Some(offsets) => offsets.len().saturating_sub(1),
+            None => self.values.len() / self.in_width.max(1) as usize,
+        }
+    }
+
+    /// Bytes of the values of page `cut` that are not null (byte arrays; 0 otherwise).
+    pub fn value_bytes(&self, cut: &PageCut) -> usize {
+        let Some(offsets) = self.offsets else {
+            return 0;
+        };
+        let (first, end) = (cut.first_row, cut.first_row + cut.rows);
+        let all = (offsets[end] - offsets[first]) as usize;
+        match self.validity {
+            Some(bits) if cut.values < cut.rows => {
+                let null_bytes: usize = (first..end)
+                    .filter(|&row| bits[row / 8] >> (row % 8) & 1 == 0)
+                    .map(|row| (offsets[row + 1] - offsets[row]) as usize)
+                    .sum();
+                all - null_bytes
+            }
+            _ => all,
+        }
+    }
 }
 
 /// A column chunk's pages as the device made them.
@@ -119,6 +154,7 @@ struct PageSpec {
 struct ColumnSpec {
     values: u64,
     validity: u64,
+    offsets: u64,
     in_width: u32,
     out_width: u32,
     encoding: u32,
@@ -207,6 +243,37 @@ fn align16(len: usize) -> usize {
     len.div_ceil(16) * 16
 }
 
+/// Where a column's parts lie in the launch's input (bytes from its start).
+struct Placed {
+    values_at: usize,
+    offsets_at: Option<usize>,
+    validity_at: Option<usize>,
+}
+
+/// Puts `bytes` at the end of the input laid out as `segments` (`input_bytes` long), from
+/// a multiple of 16; where it starts.
+fn place<'s>(
+    segments: &mut Vec<(usize, &'s [u8])>,
+    input_bytes: &mut usize,
+    bytes: &'s [u8],
+) -> usize {
+    let at = *input_bytes;
+    segments.push((at, bytes));
+    *input_bytes = align16(at + bytes.len());
+    at
+}
+
+/// `offsets` as their little-endian bytes.
+fn as_bytes(offsets: &[u32]) -> &[u8] {
+    // SAFETY: any byte of a `u32` is a valid `u8`; the slice covers the same memory.
+    unsafe {
+        std::slice::from_raw_parts(
+            offsets.as_ptr().cast::<u8>(),
+            std::mem::size_of_val(offsets),
+        )
+    }
+}
+
 /// Copies `items` into a new device buffer; the copy is queued on the stream, so `items`
 /// must outlive the next synchronization (every caller synchronizes before returning).
 fn upload_table<T: Copy>(
@@ -247,16 +314,25 @@ impl PageEncoder {
         snappy: bool,
     ) -> CudaResult<Vec<ColumnPages>> {
         for column in columns {
-            assert!(
-                matches!(
-                    (column.in_width, column.out_width),
-                    (4, 4) | (8, 8) | (16, 8) | (16, 4)
+            match column.offsets {
+                Some(offsets) => assert!(
+                    !offsets.is_empty()
+                        && (offsets[offsets.len() - 1] - offsets[0]) as usize
+                            <= column.values.len()
+                        && !column.delta,
+                    "byte arrays past their bytes, or DELTA_BINARY_PACKED"
                 ),
-                "no page kernel takes {} byte values to {} bytes",
-                column.in_width,
-                column.out_width
-            );
-            let rows = column.values.len() / column.in_width as usize;
+                None => assert!(
+                    matches!(
+                        (column.in_width, column.out_width),
+                        (4, 4) | (8, 8) | (16, 8) | (16, 4)
+                    ),
+                    "no page kernel takes {} byte values to {} bytes",
+                    column.in_width,
+                    column.out_width
+                ),
+            }
+            let rows = column.rows();
             for cut in column.pages {
                 assert!(
                     cut.first_row % 8 == 0 && cut.first_row + cut.rows <= rows && cut.rows > 0,
@@ -268,42 +344,46 @@ impl PageEncoder {
                 );
             }
         }
-        // The columns' values and validity, each from a multiple of 16 bytes.
+        // The columns' values, offsets and validity, each from a multiple of 16 bytes.
         let mut segments: Vec<(usize, &[u8])> = Vec::new();
         let mut input_bytes = 0;
         let mut placed = Vec::with_capacity(columns.len());
         for column in columns {
-            let values_at = input_bytes;
-            segments.push((values_at, column.values));
-            input_bytes = align16(input_bytes + column.values.len());
-            let validity_at = column.validity.map(|bits| {
-                let at = input_bytes;
-                segments.push((at, bits));
-                input_bytes = align16(input_bytes + bits.len());
-                at
+            let values_at = place(&mut segments, &mut input_bytes, column.values);
+            let offsets_at = column
+                .offsets
+                .map(|offsets| place(&mut segments, &mut input_bytes, as_bytes(offsets)));
+            let validity_at = column
+                .validity
+                .map(|bits| place(&mut segments, &mut input_bytes, bits));
+            placed.push(Placed {
+                values_at,
+                offsets_at,
+                validity_at,
             });
-            placed.push((values_at, validity_at));
         }
         let input = staging.upload::<u8, _>(device, input_bytes.max(1), "parquet page input", {
             let segments = &segments;
             move |start, out| fill_from(segments, start, out)
         })?;
         // The dictionaries tried, and what came of them.
+        let device_at = |at: Option<usize>| at.map_or(0, |at| input.ptr() + at as u64);
         let tried_inputs: Vec<(usize, DictionaryInput)> = columns
             .iter()
             .zip(&placed)
             .enumerate()
-            .filter_map(|(index, (column, &(values_at, validity_at)))| {
+            .filter_map(|(index, (column, placed))| {
                 let limit = column.dictionary_limit?;
                 Some((
                     index,
                     DictionaryInput {
-                        values: input.ptr() + values_at as u64,
-                        validity: validity_at.map_or(0, |at| input.ptr() + at as u64),
+                        values: input.ptr() + placed.values_at as u64,
+                        offsets: device_at(placed.offsets_at),
+                        validity: device_at(placed.validity_at),
                         in_width: column.in_width,
                         out_width: column.out_width,
-                        rows: column.values.len() / column.in_width as usize,
-                        max_entries: limit.saturating_sub(1) / column.out_width as usize,
+                        rows: column.rows(),
+                        max_bytes: limit.saturating_sub(1),
                     },
                 ))
             })
@@ -317,7 +397,7 @@ impl PageEncoder {
             .zip(self.dictionaries.tables(device, &inputs)?)
         {
             match tried {
-                Tried::Kept(dictionary) => dictionaries[index] = Some((dictionary, input)),
+                Tried::Kept(dictionary) => dictionaries[index] = Some((*dictionary, input)),
                 Tried::GaveUp => gave_up[index] = true,
                 Tried::NoValues => {}
             }
@@ -326,23 +406,27 @@ impl PageEncoder {
             .iter()
             .zip(&placed)
             .zip(&dictionaries)
-            .map(|((column, &(values_at, validity_at)), dictionary)| {
-                let validity = validity_at.map_or(0, |at| input.ptr() + at as u64);
+            .map(|((column, placed), dictionary)| {
+                let validity = device_at(placed.validity_at);
                 match dictionary {
                     Some((dictionary, _)) => ColumnSpec {
                         values: dictionary.entry_numbers(),
                         validity,
+                        offsets: 0,
                         in_width: 4,
                         out_width: 4,
                         encoding: VALUES_DICT,
                         bit_width: dictionary.bit_width(),
                     },
                     None => ColumnSpec {
-                        values: input.ptr() + values_at as u64,
+                        values: input.ptr() + placed.values_at as u64,
                         validity,
+                        offsets: device_at(placed.offsets_at),
                         in_width: column.in_width,
                         out_width: column.out_width,
-                        encoding: if column.delta {
+                        encoding: if column.offsets.is_some() {
+                            VALUES_BYTES
+                        } else if column.delta {
                             VALUES_DELTA
                         } else {
                             VALUES_PLAIN
@@ -359,9 +443,8 @@ impl PageEncoder {
         let mut dictionary_spans: Vec<Option<(usize, usize)>> = vec![None; columns.len()];
         for (index, (column, spec)) in columns.iter().zip(&specs).enumerate() {
             if let Some((dictionary, _)) = &dictionaries[index] {
-                let bytes = dictionary.entries * column.out_width as usize;
-                dictionary_spans[index] = Some((body_bytes, bytes));
-                body_bytes += bytes;
+                dictionary_spans[index] = Some((body_bytes, dictionary.bytes));
+                body_bytes += dictionary.bytes;
             }
             for cut in column.pages {
                 let levels = levels_bytes(column.nullable, cut);
@@ -378,9 +461,10 @@ impl PageEncoder {
                     + match spec.encoding {
                         VALUES_DICT => dictionary_bound(cut.values, spec.bit_width),
                         VALUES_DELTA => delta_bound(cut.values, column.out_width),
+                        VALUES_BYTES => 4 * cut.values + column.value_bytes(cut),
                         _ => cut.values * column.out_width as usize,
                     };
-                if spec.encoding != VALUES_PLAIN {
+                if matches!(spec.encoding, VALUES_DELTA | VALUES_DICT) {
                     compact_values += cut.values;
                 }
             }

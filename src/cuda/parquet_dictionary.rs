@@ -1,8 +1,8 @@
-//! The dictionaries of fixed-width column chunks, built on the device for `RLE_DICTIONARY`
-//! pages (`kernels/parquet_dictionary.cu`).
+//! The dictionaries of column chunks (fixed-width values or byte arrays), built on the
+//! device for `RLE_DICTIONARY` pages (`kernels/parquet_dictionary.cu`).
 //!
 //! Each column's values go into a hash table of row ids (one slot per distinct value,
-//! holding its first row); where the distinct values pass the column's limit, the column
+//! holding its first row); where the distinct values' page passes the column's limit, the column
 //! gives its dictionary up, as parquet's writer does once the dictionary page reaches its
 //! size limit, and its pages are written without one. Otherwise every row gets its value's
 //! entry number, entries numbered in order of first appearance (parquet's own order), and
@@ -23,21 +23,69 @@ const MOST_BLOCKS: usize = 8192;
 /// One column chunk whose dictionary is tried: its values on the device.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct DictionaryInput {
-    /// The values, `in_width` bytes each, every row.
+    /// The values, `in_width` bytes each, every row; for byte arrays, their bytes end to
+    /// end.
     pub(super) values: u64,
+    /// Byte arrays: their `rows + 1` offsets (`u32`, row `i` from `offsets[i] -
+    /// offsets[0]`); 0 for fixed-width values.
+    pub(super) offsets: u64,
     /// The validity bitmap (0: no nulls).
     pub(super) validity: u64,
     pub(super) in_width: u32,
     pub(super) out_width: u32,
     pub(super) rows: usize,
-    /// Most entries the dictionary may hold.
-    pub(super) max_entries: usize,
+    /// Most bytes the dictionary page's body may take.
+    pub(super) max_bytes: usize,
+}
+
+impl DictionaryInput {
+    /// Most entries the dictionary may hold: its page's bytes over the fewest bytes an
+    /// entry takes (`out_width`; a byte array's 4-byte length).
+    fn max_entries(&self) -> usize {
+        let least = if self.offsets != 0 { 4 } else { self.out_width };
+        self.max_bytes / least.max(1) as usize
+    }
+
+    /// The column as the kernels' `DictColumn`.
+    fn column(&self) -> DictColumn {
+        DictColumn {
+            values: self.values,
+            offsets: self.offsets,
+            validity: self.validity,
+            in_width: self.in_width,
+            out_width: self.out_width,
+            rows: self.rows as u32,
+            unused: 0,
+        }
+    }
+}
+
+/// A dictionary's column, as the kernels' `DictColumn`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct DictColumn {
+    values: u64,
+    offsets: u64,
+    validity: u64,
+    in_width: u32,
+    out_width: u32,
+    rows: u32,
+    unused: u32,
+}
+
+/// Where a dictionary stands after its inserts, as the kernels' `DictStatus`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct DictStatus {
+    entries: u32,
+    overflow: u32,
+    bytes: u64,
 }
 
 /// What came of a column's dictionary.
 pub(super) enum Tried {
     /// It holds every value.
-    Kept(ColumnDictionary),
+    Kept(Box<ColumnDictionary>),
     /// Its values passed the limit.
     GaveUp,
     /// The column has no value (every row null, or none).
@@ -53,8 +101,12 @@ pub(super) struct ColumnDictionary {
     rank: DeviceBuffer<u32>,
     /// Each tile's first entry.
     tiles: DeviceBuffer<u32>,
+    /// Each tile's first entry's place in the dictionary page's body.
+    tile_bytes: DeviceBuffer<u32>,
     /// Distinct values.
     pub(super) entries: usize,
+    /// Bytes of the dictionary page's body.
+    pub(super) bytes: usize,
 }
 
 impl ColumnDictionary {
@@ -115,8 +167,8 @@ impl DictionaryKernels {
         })
     }
 
-    /// Each input's dictionary where it keeps one (no more than its `max_entries` distinct
-    /// values), with every row's first-row flag found and the tiles counted.
+    /// Each input's dictionary where it keeps one (its page no larger than `max_bytes`),
+    /// with every row's first-row flag found and the tiles counted.
     pub(super) fn tables(
         &self,
         device: &Device,
@@ -132,32 +184,23 @@ impl DictionaryKernels {
                 input.rows
             );
         }
-        let status = device.alloc::<u32>(2 * inputs.len(), "dictionary status")?;
+        let status = device.alloc::<DictStatus>(inputs.len(), "dictionary status")?;
         device.zero(&status)?;
         let mut tables = Vec::with_capacity(inputs.len());
         for (index, input) in inputs.iter().enumerate() {
-            let slots = table_slots(input.max_entries, input.rows);
+            let slots = table_slots(input.max_entries(), input.rows);
             let table = device.alloc::<u32>(slots, "dictionary table")?;
             device.zero(&table)?;
-            let (mut values, mut validity, mut in_width, mut out_width, mut rows) = (
-                input.values,
-                input.validity,
-                input.in_width,
-                input.out_width,
-                input.rows as u32,
-            );
-            let (mut table_at, mut mask, mut most, mut status_at) = (
+            // A page's offsets are 32-bit: no dictionary of 4 GiB.
+            let (mut column, mut table_at, mut mask, mut most, mut status_at) = (
+                input.column(),
                 table.ptr(),
                 (slots - 1) as u32,
-                input.max_entries.min(u32::MAX as usize) as u32,
-                status.ptr() + (8 * index) as u64,
+                input.max_bytes.min(u32::MAX as usize) as u64,
+                status.ptr() + (std::mem::size_of::<DictStatus>() * index) as u64,
             );
             let mut params = [
-                arg(&mut values),
-                arg(&mut validity),
-                arg(&mut in_width),
-                arg(&mut out_width),
-                arg(&mut rows),
+                arg(&mut column),
                 arg(&mut table_at),
                 arg(&mut mask),
                 arg(&mut most),
@@ -177,14 +220,16 @@ impl DictionaryKernels {
         }
         let status = device.download_now(&status)?;
         let mut kept = Vec::with_capacity(inputs.len());
-        for ((index, input), table) in inputs.iter().enumerate().zip(tables) {
-            let (entries, overflow) = (status[2 * index] as usize, status[2 * index + 1] != 0);
-            kept.push(if overflow || entries > input.max_entries {
+        for ((input, table), status) in inputs.iter().zip(tables).zip(status) {
+            let (entries, bytes) = (status.entries as usize, status.bytes as usize);
+            kept.push(if status.overflow != 0 || bytes > input.max_bytes {
                 Tried::GaveUp
             } else if entries == 0 {
                 Tried::NoValues
             } else {
-                Tried::Kept(self.first_rows(device, input, table, entries)?)
+                Tried::Kept(Box::new(
+                    self.first_rows(device, input, table, entries, bytes)?,
+                ))
             });
         }
         Ok(kept)
@@ -198,32 +243,24 @@ impl DictionaryKernels {
         input: &DictionaryInput,
         table: DeviceBuffer<u32>,
         entries: usize,
+        bytes: usize,
     ) -> CudaResult<ColumnDictionary> {
         let rows = input.rows;
         let work = device.alloc::<u32>(rows, "dictionary slots")?;
         let rank = device.alloc::<u32>(rows, "dictionary first rows")?;
         let tile_count = rows.div_ceil(TILE);
         let tiles = device.alloc::<u32>(tile_count.max(1), "dictionary tiles")?;
-        let (mut values, mut validity, mut in_width, mut out_width, mut n) = (
-            input.values,
-            input.validity,
-            input.in_width,
-            input.out_width,
-            rows as u32,
-        );
-        let (mut table_at, mut mask, mut work_at, mut rank_at, mut tiles_at) = (
+        let tile_bytes = device.alloc::<u32>(tile_count.max(1), "dictionary tile bytes")?;
+        let (mut column, mut table_at, mut mask, mut work_at, mut rank_at) = (
+            input.column(),
             table.ptr(),
             (table.len() - 1) as u32,
             work.ptr(),
             rank.ptr(),
-            tiles.ptr(),
         );
+        let (mut tiles_at, mut tile_bytes_at) = (tiles.ptr(), tile_bytes.ptr());
         let mut params = [
-            arg(&mut values),
-            arg(&mut validity),
-            arg(&mut in_width),
-            arg(&mut out_width),
-            arg(&mut n),
+            arg(&mut column),
             arg(&mut table_at),
             arg(&mut mask),
             arg(&mut work_at),
@@ -237,7 +274,12 @@ impl DictionaryKernels {
             &mut params,
             rows,
         )?;
-        let mut params = [arg(&mut rank_at), arg(&mut n), arg(&mut tiles_at)];
+        let mut params = [
+            arg(&mut column),
+            arg(&mut rank_at),
+            arg(&mut tiles_at),
+            arg(&mut tile_bytes_at),
+        ];
         launch(
             device,
             self.count,
@@ -247,19 +289,25 @@ impl DictionaryKernels {
             rows,
         )?;
         let mut tile_n = tile_count as u32;
-        let mut params = [arg(&mut tiles_at), arg(&mut tile_n)];
+        let mut params = [
+            arg(&mut tiles_at),
+            arg(&mut tile_bytes_at),
+            arg(&mut tile_n),
+        ];
         launch(device, self.scan, 1, 32, &mut params, tile_count)?;
         Ok(ColumnDictionary {
             table,
             work,
             rank,
             tiles,
+            tile_bytes,
             entries,
+            bytes,
         })
     }
 
-    /// Numbers the entries, writes the dictionary page's body (`entries × out_width`
-    /// bytes) at `body`, and gives every row its entry number.
+    /// Numbers the entries, writes the dictionary page's body (`bytes` of it) at `body`,
+    /// and gives every row its entry number.
     pub(super) fn finish(
         &self,
         device: &Device,
@@ -268,16 +316,17 @@ impl DictionaryKernels {
         body: u64,
     ) -> CudaResult<()> {
         let rows = input.rows;
-        let (mut values, mut in_width, mut out_width, mut n) =
-            (input.values, input.in_width, input.out_width, rows as u32);
-        let (mut tiles_at, mut rank_at, mut body_at) =
-            (dictionary.tiles.ptr(), dictionary.rank.ptr(), body);
+        let mut column = input.column();
+        let (mut tiles_at, mut tile_bytes_at, mut rank_at, mut body_at) = (
+            dictionary.tiles.ptr(),
+            dictionary.tile_bytes.ptr(),
+            dictionary.rank.ptr(),
+            body,
+        );
         let mut params = [
-            arg(&mut values),
-            arg(&mut in_width),
-            arg(&mut out_width),
-            arg(&mut n),
+            arg(&mut column),
             arg(&mut tiles_at),
+            arg(&mut tile_bytes_at),
             arg(&mut rank_at),
             arg(&mut body_at),
         ];
@@ -289,14 +338,9 @@ impl DictionaryKernels {
             &mut params,
             rows,
         )?;
-        let (mut validity, mut table_at, mut work_at) = (
-            input.validity,
-            dictionary.table.ptr(),
-            dictionary.work.ptr(),
-        );
+        let (mut table_at, mut work_at) = (dictionary.table.ptr(), dictionary.work.ptr());
         let mut params = [
-            arg(&mut validity),
-            arg(&mut n),
+            arg(&mut column),
             arg(&mut table_at),
             arg(&mut rank_at),
             arg(&mut work_at),

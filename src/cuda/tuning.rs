@@ -336,6 +336,8 @@ pub(super) const VALUES_PLAIN: u32 = 0;
 pub(super) const VALUES_DELTA: u32 = 1;
 /// ...or `RLE_DICTIONARY` (the values are entry numbers of the chunk's dictionary).
 pub(super) const VALUES_DICT: u32 = 2;
+/// ...or byte arrays `PLAIN` (each one's 4-byte length, then its bytes).
+pub(super) const VALUES_BYTES: u32 = 3;
 /// Entry numbers of an `RLE_DICTIONARY` page that one thread encodes (a multiple of 8; its
 /// runs end there).
 pub const DICT_CHUNK_VALUES: usize = 512;
@@ -553,6 +555,7 @@ impl Tuning {
                 ("VALUES_PLAIN", VALUES_PLAIN as u64),
                 ("VALUES_DELTA", VALUES_DELTA as u64),
                 ("VALUES_DICT", VALUES_DICT as u64),
+                ("VALUES_BYTES", VALUES_BYTES as u64),
             ]),
             "parquet_dictionary.cu" => named(&[
                 ("DICT_THREADS", DICT_THREADS as u64),

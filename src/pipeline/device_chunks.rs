@@ -7,9 +7,9 @@
 //! encoded on the CPU.
 //!
 //! Taken: top-level columns of one level at most (required or optional, not nested) whose
-//! values Parquet stores as 4 or 8 bytes taken from the low bytes of Arrow's
-//! ([`DeviceLayout`]), written without a bloom filter, uncompressed or Snappy, as data pages
-//! of version 1. A chunk whose dictionary would pass the properties' dictionary page limit
+//! values Parquet stores as 4 or 8 bytes taken from the low bytes of Arrow's, or as byte
+//! arrays (strings and binaries, [`device_bytes`]) ([`DeviceLayout`]), written without a
+//! bloom filter, uncompressed or Snappy, as data pages of version 1. A chunk whose dictionary would pass the properties' dictionary page limit
 //! gives it up for the whole chunk (parquet's writer gives it up part way, keeping the
 //! pages it wrote before): the values are the same, the pages fewer.
 
@@ -25,6 +25,7 @@ use datafusion::parquet::basic::{
 };
 use datafusion::parquet::column::page::{CompressedPage, Page, PageWriter};
 use datafusion::parquet::column::writer::ColumnCloseResult;
+use datafusion::parquet::data_type::ByteArray;
 use datafusion::parquet::errors::{ParquetError, Result};
 use datafusion::parquet::file::metadata::{
     ColumnChunkMetaData, ColumnIndexBuilder, LevelHistogram, OffsetIndexBuilder, PageEncodingStats,
@@ -36,10 +37,12 @@ use datafusion::parquet::schema::types::ColumnDescPtr;
 
 use rayon::prelude::*;
 
+use super::device_bytes;
 use crate::cuda::{ColumnPages, PageColumn, PageCut};
 
 /// How the device writes one Arrow column's values: bytes of each as Arrow holds them, in
-/// the page (its low bytes), and how Parquet orders them for statistics.
+/// the page (its low bytes), and how Parquet orders them for statistics (byte arrays: 0
+/// and 0, [`ValueOrder::Bytes`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct DeviceLayout {
     /// Bytes of a value in the Arrow array.
@@ -58,6 +61,15 @@ enum ValueOrder {
     UInt64,
     Float,
     Double,
+    /// Byte arrays, compared byte by byte, unsigned.
+    Bytes,
+}
+
+impl DeviceLayout {
+    /// Whether the values are byte arrays.
+    pub(super) fn byte_array(&self) -> bool {
+        self.order == ValueOrder::Bytes
+    }
 }
 
 /// A column chunk ready for the appender: its bytes (page headers and pages, from offset
@@ -97,6 +109,7 @@ pub(super) fn device_layout(data_type: &DataType, descr: &ColumnDescPtr) -> Opti
         (DataType::Float64, PhysicalType::DOUBLE) => (8, 8, Double),
         (DataType::Decimal128(..), PhysicalType::INT32) => (16, 4, Int32),
         (DataType::Decimal128(..), PhysicalType::INT64) => (16, 8, Int64),
+        (t, PhysicalType::BYTE_ARRAY) if device_bytes::is_byte_array(t) => (0, 0, Bytes),
         _ => return None,
     };
     Some(DeviceLayout {
@@ -184,22 +197,24 @@ pub(super) fn cut_pages(
 }
 
 /// A page's (or chunk's) smallest and largest value, as the physical type's bits.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum MinMax {
     Int32(i32, i32),
     Int64(i64, i64),
     Float(f32, f32),
     Double(f64, f64),
+    Bytes(Vec<u8>, Vec<u8>),
 }
 
 impl MinMax {
     /// The plain-encoded bytes of the minimum and maximum (the column index's form).
     fn bytes(&self) -> (Vec<u8>, Vec<u8>) {
-        match *self {
+        match self {
             MinMax::Int32(a, b) => (a.to_le_bytes().to_vec(), b.to_le_bytes().to_vec()),
             MinMax::Int64(a, b) => (a.to_le_bytes().to_vec(), b.to_le_bytes().to_vec()),
             MinMax::Float(a, b) => (a.to_le_bytes().to_vec(), b.to_le_bytes().to_vec()),
             MinMax::Double(a, b) => (a.to_le_bytes().to_vec(), b.to_le_bytes().to_vec()),
+            MinMax::Bytes(a, b) => (a.clone(), b.clone()),
         }
     }
 
@@ -212,7 +227,7 @@ impl MinMax {
                 lo
             }
         }
-        match (*self, order) {
+        match (self.clone(), order) {
             (MinMax::Int32(lo, hi), ValueOrder::UInt32) => {
                 OrderKey::Int(pick(maxima, lo, hi) as u32 as i128)
             }
@@ -223,11 +238,18 @@ impl MinMax {
             (MinMax::Int64(lo, hi), _) => OrderKey::Int(pick(maxima, lo, hi) as i128),
             (MinMax::Float(lo, hi), _) => OrderKey::Float(pick(maxima, lo, hi) as f64),
             (MinMax::Double(lo, hi), _) => OrderKey::Float(pick(maxima, lo, hi)),
+            (MinMax::Bytes(..), _) => unreachable!("byte arrays compare as bytes"),
         }
     }
 
     /// How two minima (or maxima) of one column compare in its order.
     fn compare(order: ValueOrder, a: &MinMax, b: &MinMax, maxima: bool) -> Ordering {
+        if let (MinMax::Bytes(al, ah), MinMax::Bytes(bl, bh)) = (a, b) {
+            return match maxima {
+                true => ah.cmp(bh),
+                false => al.cmp(bl),
+            };
+        }
         a.key(order, maxima)
             .partial_cmp(&b.key(order, maxima))
             .unwrap_or(Ordering::Equal)
@@ -235,21 +257,20 @@ impl MinMax {
 
     /// The smaller minimum and larger maximum of two.
     fn merge(order: ValueOrder, a: MinMax, b: MinMax) -> MinMax {
-        let lo = if MinMax::compare(order, &b, &a, false) == Ordering::Less {
-            b
-        } else {
-            a
-        };
-        let hi = if MinMax::compare(order, &b, &a, true) == Ordering::Greater {
-            b
-        } else {
-            a
+        let lower = MinMax::compare(order, &b, &a, false) == Ordering::Less;
+        let higher = MinMax::compare(order, &b, &a, true) == Ordering::Greater;
+        let (lo, hi) = match (lower, higher) {
+            (true, true) => return b,
+            (false, false) => return a,
+            (true, false) => (b, a),
+            (false, true) => (a, b),
         };
         match (lo, hi) {
             (MinMax::Int32(l, _), MinMax::Int32(_, h)) => MinMax::Int32(l, h),
             (MinMax::Int64(l, _), MinMax::Int64(_, h)) => MinMax::Int64(l, h),
             (MinMax::Float(l, _), MinMax::Float(_, h)) => MinMax::Float(l, h),
             (MinMax::Double(l, _), MinMax::Double(_, h)) => MinMax::Double(l, h),
+            (MinMax::Bytes(l, _), MinMax::Bytes(_, h)) => MinMax::Bytes(l, h),
             _ => unreachable!("one column's statistics share a type"),
         }
     }
@@ -299,6 +320,11 @@ fn signed_zeros<T: Copy + PartialEq + Default + std::ops::Neg<Output = T>>(
 /// The minimum and maximum of rows `cut` of `array`, as parquet's writer finds them:
 /// nulls and NaNs skipped, a zero minimum written as -0.0 and a zero maximum as +0.0.
 fn page_min_max(array: &dyn Array, order: ValueOrder, cut: &PageCut) -> Option<MinMax> {
+    if order == ValueOrder::Bytes {
+        let (offsets, bytes) = device_bytes::offsets_and_bytes(array);
+        return device_bytes::page_min_max(offsets, bytes, array.logical_nulls().as_ref(), cut)
+            .map(|(lo, hi)| MinMax::Bytes(lo, hi));
+    }
     let slice = array.slice(cut.first_row, cut.rows);
     let nulls = slice.logical_nulls();
     let valid = |i: usize| nulls.as_ref().is_none_or(|n| n.is_valid(i));
@@ -333,16 +359,48 @@ fn page_min_max(array: &dyn Array, order: ValueOrder, cut: &PageCut) -> Option<M
                 let (l, h) = signed_zeros(m);
                 MinMax::Double(l, h)
             }),
+        ValueOrder::Bytes => unreachable!("taken above"),
+    }
+}
+
+/// How parquet's writer cuts a column's byte-array minima and maxima: in statistics, in
+/// the column index, and whether as UTF-8.
+#[derive(Debug, Clone, Copy)]
+struct Truncation {
+    statistics: Option<usize>,
+    column_index: Option<usize>,
+    utf8: bool,
+}
+
+impl Truncation {
+    fn of(properties: &WriterProperties, descr: &ColumnDescPtr) -> Self {
+        Self {
+            statistics: properties.statistics_truncate_length(),
+            column_index: properties.column_index_truncate_length(),
+            utf8: device_bytes::is_utf8(descr),
+        }
+    }
+
+    /// A page's minimum and maximum as the column index holds them.
+    fn column_index_bytes(&self, min_max: &MinMax) -> (Vec<u8>, Vec<u8>) {
+        match min_max {
+            MinMax::Bytes(lo, hi) => (
+                device_bytes::truncate_min(lo, self.column_index, self.utf8).0,
+                device_bytes::truncate_max(hi, self.column_index, self.utf8).0,
+            ),
+            other => other.bytes(),
+        }
     }
 }
 
 /// Parquet statistics of a chunk (or page) of `physical` values with `min_max` and
-/// `nulls`.
+/// `nulls` (byte arrays cut as `truncation` says).
 fn statistics(
     physical: PhysicalType,
     min_max: Option<MinMax>,
     nulls: u64,
     signed: bool,
+    truncation: &Truncation,
 ) -> Statistics {
     fn typed<T>(min_max: Option<(T, T)>, nulls: u64, signed: bool) -> ValueStatistics<T> {
         let (lo, hi) = min_max.unzip();
@@ -354,6 +412,19 @@ fn statistics(
         (_, Some(MinMax::Int64(l, h))) => Statistics::Int64(typed(Some((l, h)), nulls, signed)),
         (_, Some(MinMax::Float(l, h))) => Statistics::Float(typed(Some((l, h)), nulls, signed)),
         (_, Some(MinMax::Double(l, h))) => Statistics::Double(typed(Some((l, h)), nulls, signed)),
+        (_, Some(MinMax::Bytes(l, h))) => {
+            let (lo, lo_cut) =
+                device_bytes::truncate_min(&l, truncation.statistics, truncation.utf8);
+            let (hi, hi_cut) =
+                device_bytes::truncate_max(&h, truncation.statistics, truncation.utf8);
+            let min_max = Some((ByteArray::from(lo), ByteArray::from(hi)));
+            Statistics::ByteArray(
+                typed(min_max, nulls, signed)
+                    .with_min_is_exact(!lo_cut)
+                    .with_max_is_exact(!hi_cut),
+            )
+        }
+        (PhysicalType::BYTE_ARRAY, None) => Statistics::ByteArray(typed(None, nulls, signed)),
         (PhysicalType::INT64, None) => Statistics::Int64(typed(None, nulls, signed)),
         (PhysicalType::FLOAT, None) => Statistics::Float(typed(None, nulls, signed)),
         (PhysicalType::DOUBLE, None) => Statistics::Double(typed(None, nulls, signed)),
@@ -399,6 +470,15 @@ pub(super) fn assemble_chunk(
     let stats_level = properties.statistics_enabled(path);
     let signed = descr.sort_order().is_signed();
     let nullable = descr.max_def_level() > 0;
+    let truncation = Truncation::of(properties, descr);
+    // Byte arrays: the bytes of each page's values (parquet's unencoded bytes).
+    let value_bytes: Option<Vec<i64>> = layout.byte_array().then(|| {
+        let (offsets, _) = device_bytes::offsets_and_bytes(array.as_ref());
+        let nulls = array.logical_nulls();
+        cuts.iter()
+            .map(|cut| device_bytes::page_value_bytes(offsets, nulls.as_ref(), cut) as i64)
+            .collect()
+    });
     let page_stats: Vec<Option<MinMax>> = match stats_level {
         EnabledStatistics::None => vec![None; cuts.len()],
         _ => cuts
@@ -431,12 +511,15 @@ pub(super) fn assemble_chunk(
             uncompressed_total += spec.uncompressed_size as u64;
             data_page_offset = spec.offset + spec.bytes_written;
         }
-        for ((cut, page), stats) in cuts.iter().zip(pages).zip(&page_stats) {
+        for (index, ((cut, page), stats)) in cuts.iter().zip(pages).zip(&page_stats).enumerate() {
             let nulls = (cut.rows - cut.values) as u64;
             nulls_total += nulls;
             let header_stats = (properties.write_page_header_statistics(path)
                 && stats_level == EnabledStatistics::Page)
-                .then(|| statistics(descr.physical_type(), *stats, nulls, signed));
+                .then(|| {
+                    let physical = descr.physical_type();
+                    statistics(physical, stats.clone(), nulls, signed, &truncation)
+                });
             let data_page = Page::DataPage {
                 buf: page.data,
                 num_values: cut.rows as u32,
@@ -451,12 +534,13 @@ pub(super) fn assemble_chunk(
             if let Some(builder) = offset_index.as_mut() {
                 builder.append_offset_and_size(spec.offset as i64, spec.compressed_size as i32);
                 builder.append_row_count(cut.rows as i64);
-                builder.append_unencoded_byte_array_data_bytes(None);
+                let bytes = value_bytes.as_ref().map(|b| b[index]);
+                builder.append_unencoded_byte_array_data_bytes(bytes);
             }
             if let Some(m) = stats {
                 chunk_min_max = Some(match chunk_min_max {
-                    None => *m,
-                    Some(c) => MinMax::merge(layout.order, c, *m),
+                    None => m.clone(),
+                    Some(c) => MinMax::merge(layout.order, c, m.clone()),
                 });
             }
             if stats_level == EnabledStatistics::Page && column_index.valid() {
@@ -476,8 +560,8 @@ pub(super) fn assemble_chunk(
                             descending = false;
                         }
                     }
-                    last = Some(*m);
-                    let (lo, hi) = m.bytes();
+                    last = Some(m.clone());
+                    let (lo, hi) = truncation.column_index_bytes(m);
                     column_index.append(false, lo, hi, nulls as i64);
                 } else {
                     column_index.to_invalid();
@@ -526,8 +610,9 @@ pub(super) fn assemble_chunk(
                 chunk_min_max,
                 nulls_total,
                 signed,
+                &truncation,
             ))
-            .set_unencoded_byte_array_data_bytes(None)
+            .set_unencoded_byte_array_data_bytes(value_bytes.map(|b| b.iter().sum()))
             .set_repetition_level_histogram(None)
             .set_definition_level_histogram(nullable.then(|| {
                 LevelHistogram::from(vec![nulls_total as i64, (rows - nulls_total) as i64])
@@ -592,16 +677,36 @@ fn encode_with(
     {
         return Err("the leaves differ in compression".to_string());
     }
+    // Byte arrays as one run of bytes each (their statistics are taken from it too).
+    let leaves: Vec<DeviceLeaf> = leaves
+        .par_iter()
+        .map(|leaf| match leaf.layout.byte_array() {
+            true => Ok(DeviceLeaf {
+                array: device_bytes::contiguous(&leaf.array)?,
+                ..leaf.clone()
+            }),
+            false => Ok(leaf.clone()),
+        })
+        .collect::<std::result::Result<_, String>>()?;
     let cuts: Vec<Vec<PageCut>> = leaves
         .iter()
         .map(|leaf| {
-            cut_pages(
-                leaf.array.len(),
-                leaf.array.logical_nulls().as_ref(),
-                leaf.layout,
-                properties,
-                &leaf.descr,
-            )
+            let nulls = leaf.array.logical_nulls();
+            match leaf.layout.byte_array() {
+                true => device_bytes::cut_byte_pages(
+                    device_bytes::offsets_and_bytes(leaf.array.as_ref()).0,
+                    nulls.as_ref(),
+                    properties,
+                    &leaf.descr,
+                ),
+                false => cut_pages(
+                    leaf.array.len(),
+                    nulls.as_ref(),
+                    leaf.layout,
+                    properties,
+                    &leaf.descr,
+                ),
+            }
         })
         .collect();
     let encodings: Vec<Encoding> = leaves
@@ -625,11 +730,22 @@ fn encode_with(
         .zip(&cuts)
         .zip(&encodings)
         .map(|((((leaf, data), validity), cuts), encoding)| {
-            let width = leaf.layout.in_width as usize;
-            let start = data.offset() * width;
+            let (values, offsets) = match leaf.layout.byte_array() {
+                true => {
+                    let (offsets, bytes) = device_bytes::offsets_and_bytes(leaf.array.as_ref());
+                    (bytes, Some(offsets))
+                }
+                false => {
+                    let width = leaf.layout.in_width as usize;
+                    let start = data.offset() * width;
+                    let end = start + data.len() * width;
+                    (&data.buffers()[0].as_slice()[start..end], None)
+                }
+            };
             PageColumn {
                 delta: *encoding == Encoding::DELTA_BINARY_PACKED,
-                values: &data.buffers()[0].as_slice()[start..start + data.len() * width],
+                values,
+                offsets,
                 validity: validity.as_ref().map(|b| b.as_slice()),
                 in_width: leaf.layout.in_width,
                 out_width: leaf.layout.out_width,
@@ -657,8 +773,9 @@ mod tests {
     use super::*;
     use crate::cuda::EncodedPage;
     use datafusion::arrow::array::{
-        Date32Array, Decimal128Array, Float32Array, Float64Array, Int32Array, Int64Array,
-        RecordBatch, TimestampMicrosecondArray, UInt64Array,
+        BinaryArray, Date32Array, Decimal128Array, Float32Array, Float64Array, Int32Array,
+        Int64Array, LargeStringArray, RecordBatch, StringArray, StringViewArray,
+        TimestampMicrosecondArray, UInt64Array,
     };
     use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
     use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -738,23 +855,22 @@ mod tests {
     }
 
     fn host_dictionary(column: &PageColumn<'_>, limit: usize) -> HostDictionary {
-        let (inw, outw) = (column.in_width as usize, column.out_width as usize);
-        let most = limit.saturating_sub(1) / outw;
-        let rows = column.values.len() / inw;
         let mut index = std::collections::HashMap::<&[u8], u32>::new();
         let mut entries = Vec::new();
-        let mut numbers = Vec::with_capacity(rows);
-        for row in 0..rows {
+        let mut numbers = Vec::with_capacity(column.rows());
+        let mut bytes = 0;
+        for row in 0..column.rows() {
             if !holds_value(column, row) {
                 numbers.push(None);
                 continue;
             }
-            let value = &column.values[row * inw..row * inw + outw];
+            let value = value_of(column, row);
             let number = *index.entry(value).or_insert_with(|| {
-                entries.push(value.to_vec());
+                entries.push(plain_value(column, row));
+                bytes += entries[entries.len() - 1].len();
                 entries.len() as u32 - 1
             });
-            if entries.len() > most {
+            if bytes > limit.saturating_sub(1) {
                 return HostDictionary::GaveUp;
             }
             numbers.push(Some(number));
@@ -823,6 +939,29 @@ mod tests {
         out.push(v as u8);
     }
 
+    /// Row `row`'s Parquet value: the low `out_width` bytes, or a byte array's bytes.
+    fn value_of<'a>(column: &PageColumn<'a>, row: usize) -> &'a [u8] {
+        match column.offsets {
+            Some(offsets) => {
+                let base = offsets[0];
+                &column.values[(offsets[row] - base) as usize..(offsets[row + 1] - base) as usize]
+            }
+            None => {
+                let (inw, outw) = (column.in_width as usize, column.out_width as usize);
+                &column.values[row * inw..row * inw + outw]
+            }
+        }
+    }
+
+    /// Row `row`'s value `PLAIN`: its bytes, a byte array's after its 4-byte length.
+    fn plain_value(column: &PageColumn<'_>, row: usize) -> Vec<u8> {
+        let value = value_of(column, row);
+        match column.offsets {
+            Some(_) => [&(value.len() as u32).to_le_bytes()[..], value].concat(),
+            None => value.to_vec(),
+        }
+    }
+
     /// Whether row `row` of `column` is not null.
     fn holds_value(column: &PageColumn<'_>, row: usize) -> bool {
         column
@@ -864,11 +1003,12 @@ mod tests {
     pub(crate) fn host_body(column: &PageColumn<'_>, cut: &PageCut) -> Vec<u8> {
         let valid = |row: usize| holds_value(column, row);
         let mut body = host_levels(column, cut);
-        let (inw, outw) = (column.in_width as usize, column.out_width as usize);
+        let outw = column.out_width as usize;
         let mut values = Vec::new();
         for row in cut.first_row..cut.first_row + cut.rows {
             if valid(row) {
-                let bytes = &column.values[row * inw..row * inw + outw];
+                let bytes = plain_value(column, row);
+                let bytes = bytes.as_slice();
                 match column.delta {
                     true if outw == 4 => {
                         values.push(i32::from_le_bytes(bytes.try_into().unwrap()) as i64)
@@ -1018,6 +1158,26 @@ mod tests {
                     (0..rows).map(|i| i as i64 * 1_000_003),
                 )),
             ),
+            ("s", Arc::new(StringArray::from(strings(rows)))),
+            ("sv", Arc::new(StringViewArray::from(strings(rows)))),
+            ("ls", Arc::new(LargeStringArray::from(strings(rows)))),
+            (
+                "b",
+                Arc::new(BinaryArray::from_iter((0..rows).map(|i| {
+                    (!nth(i, 6)).then(|| {
+                        // Past 64 bytes, some all 0xff there (no shorter upper bound).
+                        let len = [0, 3, 70, 90][i % 4];
+                        let fill = if i % 8 == 2 { 0xff } else { (i % 251) as u8 };
+                        let mut v = vec![fill; len];
+                        v.extend((i as u32).to_be_bytes());
+                        v
+                    })
+                }))),
+            ),
+            (
+                "snulls",
+                Arc::new(StringArray::from_iter((0..rows).map(|_| None::<&str>))),
+            ),
         ];
         let fields: Vec<Field> = columns
             .iter()
@@ -1031,6 +1191,23 @@ mod tests {
             .collect();
         let schema: SchemaRef = Arc::new(Schema::new(fields));
         RecordBatch::try_new(schema, columns.into_iter().map(|(_, a)| a).collect()).unwrap()
+    }
+
+    /// Strings with nulls, empty ones, and some longer than 64 bytes whose 64th byte falls
+    /// inside a character of 2, 3 or 4 bytes.
+    fn strings(rows: usize) -> Vec<Option<String>> {
+        (0..rows)
+            .map(|i| {
+                (i % 5 != 1).then(|| match i % 7 {
+                    0 => String::new(),
+                    1 => format!("{}é{i}", "x".repeat(63)),
+                    2 => format!("{}€{i}", "y".repeat(62)),
+                    3 => format!("{}😀{i}", "z".repeat(61)),
+                    4 => format!("{}{}", "\u{10ffff}".repeat(17), i),
+                    _ => format!("row {}", i * 7919 % 10_007),
+                })
+            })
+            .collect()
     }
 
     /// Pages of 2048 rows: parquet's writer closes a page after the write batch that
@@ -1178,10 +1355,15 @@ mod tests {
                     "{compression} {name}: statistics"
                 );
                 assert_eq!(ca.num_values(), cb.num_values(), "{name}");
+                assert_eq!(
+                    ca.unencoded_byte_array_data_bytes(),
+                    cb.unencoded_byte_array_data_bytes(),
+                    "{name}: bytes of its values"
+                );
                 assert_eq!(ca.compression(), cb.compression(), "{name}");
                 // Every column with a value keeps its dictionary (10 007 rows of at most
-                // 8 bytes: under 1 MiB).
-                let has_dictionary = dictionary.is_some() && name != "nulls";
+                // 100 bytes: under 1 MiB).
+                let has_dictionary = dictionary.is_some() && name != "nulls" && name != "snulls";
                 assert_eq!(
                     cb.dictionary_page_offset().is_some(),
                     has_dictionary,
@@ -1207,6 +1389,11 @@ mod tests {
                     o.page_locations().iter().map(|p| p.first_row_index).collect::<Vec<_>>()
                 };
                 assert_eq!(rows(x), rows(y), "{compression}: page first rows");
+                assert_eq!(
+                    x.unencoded_byte_array_data_bytes(),
+                    y.unencoded_byte_array_data_bytes(),
+                    "{compression}: bytes of each page's values"
+                );
             }
         }
     }
@@ -1225,7 +1412,7 @@ mod tests {
         for (chunk, field) in chunks.iter().zip(batch.schema().fields()) {
             let expected = match field.name().as_str() {
                 "nan_only" => Some(false),
-                "nulls" => None,
+                "nulls" | "snulls" => None,
                 _ => Some(true),
             };
             assert_eq!(chunk.gave_up_dictionary, expected, "{}", field.name());

@@ -32,6 +32,7 @@
 //! - `progress`: live row counts read from the running plan's metrics.
 //! - `error`: [`PipelineError`], one variant per way a job fails.
 
+mod device_bytes;
 mod device_chunks;
 mod device_jobs;
 mod encodings;

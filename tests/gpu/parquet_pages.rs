@@ -132,6 +132,7 @@ gpu_test!(
             .collect();
         let columns = [
             PageColumn {
+                offsets: None,
                 values: &random,
                 validity: Some(&some_null),
                 in_width: 8,
@@ -142,6 +143,7 @@ gpu_test!(
                 dictionary_limit: None,
             },
             PageColumn {
+                offsets: None,
                 values: &sorted,
                 validity: None,
                 in_width: 8,
@@ -152,6 +154,7 @@ gpu_test!(
                 dictionary_limit: None,
             },
             PageColumn {
+                offsets: None,
                 values: &decimals,
                 validity: Some(&second_page_null),
                 in_width: 16,
@@ -162,6 +165,7 @@ gpu_test!(
                 dictionary_limit: None,
             },
             PageColumn {
+                offsets: None,
                 values: &decimals,
                 validity: Some(&some_null),
                 in_width: 16,
@@ -172,6 +176,7 @@ gpu_test!(
                 dictionary_limit: None,
             },
             PageColumn {
+                offsets: None,
                 values: &constant,
                 validity: None,
                 in_width: 4,
@@ -326,6 +331,7 @@ gpu_test!(
         ) -> PageColumn<'a> {
             PageColumn {
                 values,
+                offsets: None,
                 validity,
                 in_width,
                 out_width,
@@ -435,6 +441,159 @@ gpu_test!(
     }
 );
 
+/// Byte arrays as `offsets` (one more than the rows, from `first`) over their bytes.
+fn byte_column(values: &[Option<Vec<u8>>], first: u32) -> (Vec<u32>, Vec<u8>, Vec<u8>) {
+    let mut offsets = vec![first];
+    let mut bytes = Vec::new();
+    let mut validity = vec![0u8; values.len().div_ceil(8)];
+    for (row, value) in values.iter().enumerate() {
+        if let Some(value) = value {
+            bytes.extend(value);
+            validity[row / 8] |= 1 << (row % 8);
+        }
+        offsets.push(first + bytes.len() as u32);
+    }
+    (offsets, bytes, validity)
+}
+
+gpu_test!(
+    device_byte_array_pages_and_dictionaries_hold_every_value,
+    |runtime| {
+        let encoder = runtime.pages.as_ref().expect("the page kernels loaded");
+        let mut rng = rng("parquet-byte-arrays");
+        let n: usize = 100_003;
+        // Text of 0 to 60 bytes, nearly all distinct, a tenth null; one value of 200 000
+        // bytes (pieces of Snappy past one page's worth) and a few of 5 000.
+        let text: Vec<Option<Vec<u8>>> = (0..n)
+            .map(|i| {
+                (i % 10 != 3).then(|| match i {
+                    777 => (0..200_000).map(|b| (b % 251) as u8).collect(),
+                    _ if i % 4_999 == 0 => vec![b'q'; 5_000],
+                    _ => {
+                        let len = rng.random_range(0..=60);
+                        (0..len).map(|_| rng.random_range(b'a'..=b'z')).collect()
+                    }
+                })
+            })
+            .collect();
+        // 7 values, some null: a dictionary kept.
+        let modes = ["AIR", "FOB", "MAIL", "RAIL", "REG AIR", "SHIP", "TRUCK"];
+        let few: Vec<Option<Vec<u8>>> = (0..n)
+            .map(|i| (i % 9 != 0).then(|| modes[i * 7919 % 7].as_bytes().to_vec()))
+            .collect();
+        // Every row null.
+        let none: Vec<Option<Vec<u8>>> = vec![None; n];
+        // Offsets that start past 0, as a slice of a larger array's have them.
+        let text_column = byte_column(&text, 12_345);
+        let few_column = byte_column(&few, 0);
+        let none_column = byte_column(&none, 0);
+        let pages = [
+            cuts(n, 20_480, Some(&text_column.2)),
+            cuts(n, 8_192, Some(&few_column.2)),
+            cuts(n, 20_480, Some(&none_column.2)),
+        ];
+        fn column<'a>(
+            (offsets, bytes, valid): &'a (Vec<u32>, Vec<u8>, Vec<u8>),
+            pages: &'a [PageCut],
+            dictionary_limit: Option<usize>,
+        ) -> PageColumn<'a> {
+            PageColumn {
+                values: bytes,
+                offsets: Some(offsets),
+                validity: Some(valid),
+                in_width: 0,
+                out_width: 0,
+                nullable: true,
+                delta: false,
+                pages,
+                dictionary_limit,
+            }
+        }
+        let columns = [
+            // PLAIN.
+            column(&text_column, &pages[0], None),
+            // A dictionary tried and given up: PLAIN.
+            column(&text_column, &pages[0], Some(1 << 20)),
+            column(&few_column, &pages[1], Some(1 << 20)),
+            column(&none_column, &pages[2], Some(1 << 20)),
+        ];
+        let values = [&text, &text, &few, &none];
+        let plain = runtime
+            .with_device(|device, staging| encoder.encode(device, staging, &columns, false))
+            .unwrap();
+        let snappy = runtime
+            .with_device(|device, staging| encoder.encode(device, staging, &columns, true))
+            .unwrap();
+        let unsnap = |bytes: &[u8]| snap::raw::Decoder::new().decompress_vec(bytes).unwrap();
+        let plain_value = |v: &[u8]| [&(v.len() as u32).to_le_bytes()[..], v].concat();
+        for (c, column) in columns.iter().enumerate() {
+            let (plain, snappy) = (&plain[c], &snappy[c]);
+            let rows = values[c];
+            assert_eq!(plain.gave_up_dictionary, c == 1, "column {c}: gave up");
+            assert_eq!(
+                plain.dictionary.is_some(),
+                c == 2,
+                "column {c}: a dictionary"
+            );
+            // The distinct values in order of first appearance.
+            let mut entries: Vec<&[u8]> = Vec::new();
+            let mut seen = std::collections::HashSet::new();
+            for value in rows.iter().flatten() {
+                if seen.insert(value.as_slice()) {
+                    entries.push(value);
+                }
+            }
+            if let Some((page, count)) = &plain.dictionary {
+                assert_eq!(*count, entries.len(), "column {c}: entries");
+                let expected: Vec<u8> = entries.iter().flat_map(|v| plain_value(v)).collect();
+                assert_eq!(
+                    page.data.as_ref(),
+                    &expected[..],
+                    "column {c}: dictionary page"
+                );
+                let (snappy_page, _) = snappy.dictionary.as_ref().unwrap();
+                assert_eq!(unsnap(&snappy_page.data), page.data.as_ref());
+            }
+            for (p, cut) in column.pages.iter().enumerate() {
+                let body = plain.pages[p].data.as_ref();
+                assert_eq!(
+                    unsnap(&snappy.pages[p].data),
+                    body,
+                    "column {c} page {p}: Snappy"
+                );
+                assert_eq!(plain.pages[p].uncompressed_bytes, body.len());
+                let levels = reference_levels(column, cut);
+                assert_eq!(
+                    &body[..levels.len()],
+                    &levels[..],
+                    "column {c} page {p}: levels"
+                );
+                let page_values: Vec<&[u8]> = rows[cut.first_row..cut.first_row + cut.rows]
+                    .iter()
+                    .flatten()
+                    .map(|v| v.as_slice())
+                    .collect();
+                match &plain.dictionary {
+                    Some(_) => {
+                        let numbers = decode_hybrid(&body[levels.len()..], cut.values);
+                        let read: Vec<&[u8]> =
+                            numbers.iter().map(|&k| entries[k as usize]).collect();
+                        assert!(read == page_values, "column {c} page {p}: values");
+                    }
+                    None => {
+                        let expected: Vec<u8> =
+                            page_values.iter().flat_map(|v| plain_value(v)).collect();
+                        assert!(
+                            body[levels.len()..] == expected[..],
+                            "column {c} page {p}: PLAIN values"
+                        );
+                    }
+                }
+            }
+        }
+    }
+);
+
 /// `rows` rows of a key and the device's column types, some null, as one Parquet file.
 fn input_file(dir: &std::path::Path, rows: usize) -> std::path::PathBuf {
     let mut rng = rng("parquet-pages-job");
@@ -451,13 +610,28 @@ fn input_file(dir: &std::path::Path, rows: usize) -> std::path::PathBuf {
     )
     .with_precision_and_scale(12, 2)
     .unwrap();
+    // Short strings, nearly all distinct (a dictionary of a row group of 65 536 fits 1 MiB,
+    // not 64 KiB), some null, some empty.
+    let s = datafusion::arrow::array::StringArray::from_iter((0..rows).map(|i| {
+        (i % 13 != 0).then(|| match i % 17 {
+            0 => String::new(),
+            _ => format!("{:x}", rng.random::<u32>() % 1_000_000),
+        })
+    }));
     let schema = Arc::new(Schema::new(vec![
         Field::new("k", DataType::Int64, false),
         Field::new("f", DataType::Float64, true),
         Field::new("t", DataType::Timestamp(TimeUnit::Microsecond, None), false),
         Field::new("d", DataType::Decimal128(12, 2), true),
+        Field::new("s", DataType::Utf8, true),
     ]));
-    let columns: Vec<ArrayRef> = vec![Arc::new(k), Arc::new(f), Arc::new(t), Arc::new(d)];
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(k),
+        Arc::new(f),
+        Arc::new(t),
+        Arc::new(d),
+        Arc::new(s),
+    ];
     let batch = RecordBatch::try_new(Arc::clone(&schema), columns).unwrap();
     let path = dir.join("in.parquet");
     let mut writer =
@@ -556,8 +730,8 @@ gpu_test!(
                 properties.clone(),
             )
             .unwrap();
-            // Five row groups of four columns, all the device's.
-            assert_eq!((device, host), (20, 0), "{compression}");
+            // Five row groups of five columns, all the device's.
+            assert_eq!((device, host), (25, 0), "{compression}");
             let expected_encoding = |c: usize| match (dictionary, deltas, c) {
                 (Some(1048576), _, _) => Encoding::RLE_DICTIONARY,
                 (_, true, 0 | 2 | 3) => Encoding::DELTA_BINARY_PACKED,
@@ -587,7 +761,7 @@ gpu_test!(
                 SerializedFileReader::new(bytes).unwrap().metadata().clone(),
             );
             for g in 0..a.num_row_groups() {
-                for c in 0..4 {
+                for c in 0..5 {
                     let (x, y) = (a.row_group(g).column(c), b.row_group(g).column(c));
                     assert_eq!(
                         x.statistics(),

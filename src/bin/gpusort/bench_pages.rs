@@ -10,14 +10,18 @@
 //! `ArrowWriter` on the rayon pool, with the same encodings and compression. The
 //! dictionary passes: the same table, every dictionary given up (its values are nearly all
 //! distinct); then a table of the same kinds whose values take 1 000 distinct values a
-//! column, every dictionary kept. Medians of `--reps` after one warm-up run of each, with the process's CPU
-//! time (user and system) of each pass: the cores the device leaves to the sort and the
-//! other columns' encoders.
+//! column, every dictionary kept. Then a table of strings: columns of text of 10 to 43
+//! bytes, nearly all distinct (dictionaries given up), and columns of 7 short values
+//! (dictionaries kept), as `lineitem`'s comments and ship modes. Medians of `--reps` after
+//! one warm-up run of each, with the process's CPU time (user and system) of each pass:
+//! the cores the device leaves to the sort and the other columns' encoders.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use datafusion::arrow::array::{Array, ArrayRef, Float64Array, Int64Array, RecordBatch};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, Float64Array, Int64Array, RecordBatch, StringArray,
+};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::{exec_err, Result};
 use datafusion::parquet::arrow::ArrowWriter;
@@ -80,6 +84,51 @@ fn few_column(c: usize, start: usize, rows: usize) -> ArrayRef {
     }
 }
 
+/// Words of the string table's text.
+const WORDS: [&str; 16] = [
+    "carefully",
+    "final",
+    "deposits",
+    "sleep",
+    "quickly",
+    "ironic",
+    "requests",
+    "boost",
+    "furiously",
+    "regular",
+    "packages",
+    "haggle",
+    "blithely",
+    "express",
+    "accounts",
+    "nag",
+];
+
+/// Column `c` of the string table, rows `start .. start + rows`: even columns text of
+/// words, 10 to 43 bytes, nearly all distinct; odd ones one of 7 ship modes.
+fn string_column(c: usize, start: usize, rows: usize) -> ArrayRef {
+    const MODES: [&str; 7] = ["AIR", "FOB", "MAIL", "RAIL", "REG AIR", "SHIP", "TRUCK"];
+    let seed = (c as u64) << 40;
+    let range = start as u64..(start + rows) as u64;
+    match c % 2 {
+        0 => Arc::new(StringArray::from_iter_values(range.map(|i| {
+            let mut bits = splitmix64(seed + i);
+            let want = 10 + (bits % 34) as usize;
+            let mut text = String::with_capacity(want + 10);
+            while text.len() < want {
+                bits = splitmix64(bits);
+                text.push_str(WORDS[(bits % 16) as usize]);
+                text.push(' ');
+            }
+            text.truncate(want);
+            text
+        }))),
+        _ => Arc::new(StringArray::from_iter_values(
+            range.map(|i| MODES[(splitmix64(seed + i) % 7) as usize]),
+        )),
+    }
+}
+
 /// Pages of at most `per_page` rows (a multiple of 8) over `array`.
 fn cuts(array: &dyn Array, per_page: usize) -> Vec<PageCut> {
     (0..array.len())
@@ -134,15 +183,25 @@ fn device_pass(
             .collect();
         let cut: Vec<Vec<PageCut>> = group.iter().map(|a| cuts(a.as_ref(), per_page)).collect();
         let columns: Vec<PageColumn<'_>> = (0..group.len())
-            .map(|i| PageColumn {
-                values: data[i].buffers()[0].as_slice(),
-                validity: validity[i].as_ref().map(|b| b.as_slice()),
-                in_width: 8,
-                out_width: 8,
-                nullable: true,
-                delta: delta && i % 4 < 2,
-                pages: &cut[i],
-                dictionary_limit: dictionary.then_some(1 << 20),
+            .map(|i| {
+                let (values, offsets, width) = match group[i].as_string_opt::<i32>() {
+                    Some(strings) => {
+                        let offsets: &[u32] = strings.offsets().inner().inner().typed_data();
+                        (strings.values().as_slice(), Some(offsets), 0)
+                    }
+                    None => (data[i].buffers()[0].as_slice(), None, 8),
+                };
+                PageColumn {
+                    values,
+                    offsets,
+                    validity: validity[i].as_ref().map(|b| b.as_slice()),
+                    in_width: width,
+                    out_width: width,
+                    nullable: true,
+                    delta: delta && width == 8 && i % 4 < 2,
+                    pages: &cut[i],
+                    dictionary_limit: dictionary.then_some(1 << 20),
+                }
             })
             .collect();
         let pages = match gpusort::cuda::encode_on_device(&columns, snappy) {
@@ -203,7 +262,13 @@ pub fn run(options: &PagesBench) -> Result<()> {
             .collect()
     };
     let (distinct, few) = (table(column), table(few_column));
+    let strings = table(string_column);
     let input_bytes = options.rows * options.columns * 8;
+    let string_bytes: usize = strings
+        .iter()
+        .flatten()
+        .map(|a| a.as_string::<i32>().values().len())
+        .sum();
     let host = |compression, dictionary| {
         WriterProperties::builder()
             .set_dictionary_enabled(dictionary)
@@ -227,15 +292,30 @@ pub fn run(options: &PagesBench) -> Result<()> {
     );
     println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
     let (plain, snappy) = (Compression::UNCOMPRESSED, Compression::SNAPPY);
-    for (name, groups, compression, delta, dictionary) in [
-        ("PLAIN, uncompressed", &distinct, plain, false, false),
-        ("PLAIN, Snappy", &distinct, snappy, false, false),
+    for (name, groups, compression, delta, dictionary, bytes) in [
+        (
+            "PLAIN, uncompressed",
+            &distinct,
+            plain,
+            false,
+            false,
+            input_bytes,
+        ),
+        (
+            "PLAIN, Snappy",
+            &distinct,
+            snappy,
+            false,
+            false,
+            input_bytes,
+        ),
         (
             "integers DELTA_BINARY_PACKED, Snappy",
             &distinct,
             snappy,
             true,
             false,
+            input_bytes,
         ),
         (
             "dictionaries given up, then as above",
@@ -243,6 +323,7 @@ pub fn run(options: &PagesBench) -> Result<()> {
             snappy,
             true,
             true,
+            input_bytes,
         ),
         (
             "dictionaries of 1 000 values, Snappy",
@@ -250,6 +331,15 @@ pub fn run(options: &PagesBench) -> Result<()> {
             snappy,
             true,
             true,
+            input_bytes,
+        ),
+        (
+            "strings: text PLAIN (dictionary given up), 7 values dictionary, Snappy",
+            &strings,
+            snappy,
+            false,
+            true,
+            string_bytes,
         ),
     ] {
         let snappy = compression == Compression::SNAPPY;
@@ -281,10 +371,10 @@ pub fn run(options: &PagesBench) -> Result<()> {
         println!(
             "| {name} | {:.1} ms | {:.1} | {:.2} s | {:.1} ms | {:.1} | {:.2} s | {} / {} |",
             device.as_secs_f64() * 1e3,
-            input_bytes as f64 / device.as_secs_f64() / 1e9,
+            bytes as f64 / device.as_secs_f64() / 1e9,
             median(device_cpu).as_secs_f64(),
             host.as_secs_f64() * 1e3,
-            input_bytes as f64 / host.as_secs_f64() / 1e9,
+            bytes as f64 / host.as_secs_f64() / 1e9,
             median(host_cpu).as_secs_f64(),
             device_bytes,
             host_bytes
