@@ -521,16 +521,19 @@ extern "C" __global__ void __launch_bounds__(SNAPPY_WARPS * WARP)
         const u32 v = inside ? load4(src + p) : 0;
         const u32 h = snappy_hash(v);
         const u32 candidate = inside ? table[h] : SNAPPY_EMPTY;
-        __syncwarp();
-        if (inside) table[h] = (u16)p;
-        __syncwarp();
         const bool hit = candidate != SNAPPY_EMPTY && candidate < p && load4(src + candidate) == v;
         const u32 hits = __ballot_sync(0xffffffffu, hit);
+        const u32 first = hits == 0 ? WARP : __ffs(hits) - 1;
+        // Only the positions up to the first match go into the table: the scan goes on
+        // from the match's end, and a position past it that the next window scans again
+        // would find itself there, never an earlier match (on text, twice the output).
+        __syncwarp();
+        if (inside && lane <= first) table[h] = (u16)p;
+        __syncwarp();
         if (hits == 0) {
             pos += WARP;
             continue;
         }
-        const u32 first = __ffs(hits) - 1;
         const u32 at = pos + first;
         const u32 from = __shfl_sync(0xffffffffu, candidate, first);
         u32 matched = 4;
