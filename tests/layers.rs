@@ -51,7 +51,7 @@ const CUDA_LAYERS: &[&[&str]] = &[
     &["memory"],
     &["module"],
     &["columns"],
-    &["parquet_dictionary"],
+    &["parquet_dictionary", "parquet_input"],
     &["radix", "merge", "gather", "window", "parquet", "spread"],
     &["encode"],
     &["refine"],

@@ -31,6 +31,7 @@ mod multi_gpu;
 mod pages;
 mod parquet;
 mod parquet_dictionary;
+mod parquet_input;
 mod payload;
 mod radix;
 mod refine;

@@ -21,6 +21,7 @@ use crate::cuda::module::{arg, launch, load_module, Kernel, Module, PARQUET_PAGE
 use crate::cuda::parquet_dictionary::{
     ColumnDictionary, DictionaryInput, DictionaryKernels, Tried,
 };
+use crate::cuda::parquet_input::{ColumnParts, InputLayout, PreparedInput};
 use crate::cuda::tuning::{
     Tuning, DICT_CHUNK_VALUES, PAGE_THREADS, SNAPPY_PIECE_BYTES, SNAPPY_WARPS, VALUES_BYTES,
     VALUES_DELTA, VALUES_DICT, VALUES_PLAIN,
@@ -70,7 +71,13 @@ pub struct PageColumn<'a> {
     pub dictionary_limit: Option<usize>,
 }
 
-impl PageColumn<'_> {
+impl<'a> PageColumn<'a> {
+    /// The column's values, byte arrays' offsets and validity, as the launch's input
+    /// holds them.
+    pub(super) fn parts(&self) -> ColumnParts<'a> {
+        (self.values, self.offsets, self.validity)
+    }
+
     /// Rows of the column, nulls included.
     pub fn rows(&self) -> usize {
         match self.offsets {
@@ -238,42 +245,6 @@ fn snappy_bound(len: usize) -> usize {
     32 + len + len / 6
 }
 
-/// `len` rounded up to a multiple of 16 (where the next column's values start).
-fn align16(len: usize) -> usize {
-    len.div_ceil(16) * 16
-}
-
-/// Where a column's parts lie in the launch's input (bytes from its start).
-struct Placed {
-    values_at: usize,
-    offsets_at: Option<usize>,
-    validity_at: Option<usize>,
-}
-
-/// Puts `bytes` at the end of the input laid out as `segments` (`input_bytes` long), from
-/// a multiple of 16; where it starts.
-fn place<'s>(
-    segments: &mut Vec<(usize, &'s [u8])>,
-    input_bytes: &mut usize,
-    bytes: &'s [u8],
-) -> usize {
-    let at = *input_bytes;
-    segments.push((at, bytes));
-    *input_bytes = align16(at + bytes.len());
-    at
-}
-
-/// `offsets` as their little-endian bytes.
-fn as_bytes(offsets: &[u32]) -> &[u8] {
-    // SAFETY: any byte of a `u32` is a valid `u8`; the slice covers the same memory.
-    unsafe {
-        std::slice::from_raw_parts(
-            offsets.as_ptr().cast::<u8>(),
-            std::mem::size_of_val(offsets),
-        )
-    }
-}
-
 /// Copies `items` into a new device buffer; the copy is queued on the stream, so `items`
 /// must outlive the next synchronization (every caller synchronizes before returning).
 fn upload_table<T: Copy>(
@@ -305,12 +276,37 @@ impl PageEncoder {
         })
     }
 
-    /// The pages of `columns`, in order, Snappy-compressed where `snappy`.
+    /// The pages of `columns`, in order, Snappy-compressed where `snappy`; the input goes
+    /// up through the staging buffers.
     pub fn encode(
         &self,
         device: &Device,
         staging: &mut Staging,
         columns: &[PageColumn<'_>],
+        snappy: bool,
+    ) -> CudaResult<Vec<ColumnPages>> {
+        self.encode_from(device, staging, columns, None, snappy)
+    }
+
+    /// [`Self::encode`], the input already laid out in host memory as `prepared` (made
+    /// from the same `columns`): one copy straight from it where it is page-locked.
+    pub fn encode_prepared(
+        &self,
+        device: &Device,
+        staging: &mut Staging,
+        columns: &[PageColumn<'_>],
+        prepared: &PreparedInput,
+        snappy: bool,
+    ) -> CudaResult<Vec<ColumnPages>> {
+        self.encode_from(device, staging, columns, Some(prepared), snappy)
+    }
+
+    fn encode_from(
+        &self,
+        device: &Device,
+        staging: &mut Staging,
+        columns: &[PageColumn<'_>],
+        prepared: Option<&PreparedInput>,
         snappy: bool,
     ) -> CudaResult<Vec<ColumnPages>> {
         for column in columns {
@@ -344,33 +340,30 @@ impl PageEncoder {
                 );
             }
         }
-        // The columns' values, offsets and validity, each from a multiple of 16 bytes.
-        let mut segments: Vec<(usize, &[u8])> = Vec::new();
-        let mut input_bytes = 0;
-        let mut placed = Vec::with_capacity(columns.len());
-        for column in columns {
-            let values_at = place(&mut segments, &mut input_bytes, column.values);
-            let offsets_at = column
-                .offsets
-                .map(|offsets| place(&mut segments, &mut input_bytes, as_bytes(offsets)));
-            let validity_at = column
-                .validity
-                .map(|bits| place(&mut segments, &mut input_bytes, bits));
-            placed.push(Placed {
-                values_at,
-                offsets_at,
-                validity_at,
-            });
-        }
-        let input = staging.upload::<u8, _>(device, input_bytes.max(1), "parquet page input", {
-            let segments = &segments;
-            move |start, out| fill_from(segments, start, out)
-        })?;
+        let layout = InputLayout::of(columns.iter().map(PageColumn::parts));
+        let placed = &layout.placed;
+        let what = "parquet page input";
+        let input = match prepared {
+            Some(prepared) if prepared.locked() => {
+                let input = device.alloc::<u8>(layout.bytes.max(1), what)?;
+                // SAFETY: `prepared` outlives this call, which synchronizes before it returns.
+                unsafe { device.upload(&input, 0, prepared.bytes())? };
+                input
+            }
+            Some(prepared) => staging.upload::<u8, _>(device, layout.bytes.max(1), what, {
+                let bytes = prepared.bytes();
+                move |start, out| out.copy_from_slice(&bytes[start..start + out.len()])
+            })?,
+            None => staging.upload::<u8, _>(device, layout.bytes.max(1), what, {
+                let layout = &layout;
+                move |start, out| layout.fill(start, out)
+            })?,
+        };
         // The dictionaries tried, and what came of them.
         let device_at = |at: Option<usize>| at.map_or(0, |at| input.ptr() + at as u64);
         let tried_inputs: Vec<(usize, DictionaryInput)> = columns
             .iter()
-            .zip(&placed)
+            .zip(placed)
             .enumerate()
             .filter_map(|(index, (column, placed))| {
                 let limit = column.dictionary_limit?;
@@ -404,7 +397,7 @@ impl PageEncoder {
         }
         let specs: Vec<ColumnSpec> = columns
             .iter()
-            .zip(&placed)
+            .zip(placed)
             .zip(&dictionaries)
             .map(|((column, placed), dictionary)| {
                 let validity = device_at(placed.validity_at);
@@ -808,26 +801,6 @@ fn download_fresh(
     Ok(host)
 }
 
-/// Writes bytes `start .. start + out.len()` of the input laid out as `segments` (each at
-/// its offset; zeros between them).
-fn fill_from(segments: &[(usize, &[u8])], start: usize, out: &mut [u8]) {
-    out.fill(0);
-    let end = start + out.len();
-    let first = segments
-        .partition_point(|(at, bytes)| at + bytes.len() <= start)
-        .min(segments.len());
-    for &(at, bytes) in &segments[first..] {
-        if at >= end {
-            break;
-        }
-        let from = at.max(start);
-        let to = (at + bytes.len()).min(end);
-        if from < to {
-            out[from - start..to - start].copy_from_slice(&bytes[from - at..to - at]);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -844,20 +817,6 @@ mod tests {
         assert_eq!(levels_bytes(true, &cut(100, 100)), 4 + 2 + 1);
         // 13 groups of 8 bits: varint(27), 13 bytes.
         assert_eq!(levels_bytes(true, &cut(100, 90)), 4 + 1 + 13);
-    }
-
-    #[test]
-    fn segments_fill_their_places_and_zeros_between() {
-        let a = [1u8, 2, 3];
-        let b = [9u8; 5];
-        let segments = [(0, &a[..]), (16, &b[..])];
-        let mut out = vec![7u8; 24];
-        fill_from(&segments, 0, &mut out[..10]);
-        fill_from(&segments, 10, &mut out[10..]);
-        let mut expected = vec![0u8; 24];
-        expected[..3].copy_from_slice(&a);
-        expected[16..21].copy_from_slice(&b);
-        assert_eq!(out, expected);
     }
 
     #[test]
