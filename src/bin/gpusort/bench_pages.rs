@@ -4,9 +4,10 @@
 //! The table: `--columns` columns of `--rows` rows, four kinds in turn (random integers,
 //! sorted integers, random doubles, sorted doubles with a tenth null), cut into row groups
 //! of `--row-group-rows` rows as `gpusort sort` writes them. Each row group's columns go to
-//! the device in one call, as `--page-encoding device` sends them (upload, page kernels,
-//! Snappy, download of the pages; the host's page headers and statistics are not in this
-//! time). The baseline encodes every (row group, column) chunk with parquet's
+//! the device in one call, as `--page-encoding device` sends them (their input laid out in
+//! host memory, then upload, page kernels, Snappy, download of the pages; the host's page
+//! headers and statistics are not in this time), [`JOBS`] row groups at a time as a file's
+//! page jobs run. The baseline encodes every (row group, column) chunk with parquet's
 //! `ArrowWriter` on the rayon pool, with the same encodings and compression. The
 //! dictionary passes: the same table, every dictionary given up (its values are nearly all
 //! distinct); then a table of the same kinds whose values take 1 000 distinct values a
@@ -164,7 +165,12 @@ fn median(mut times: Vec<Duration>) -> Duration {
     times[times.len() / 2]
 }
 
-/// One pass of the device: every row group's columns in one call each; bytes of pages.
+/// Row groups whose pages are built at once, as `gpusort sort` runs a file's page jobs
+/// (one lays its input out while another holds the device).
+const JOBS: usize = 4;
+
+/// One pass of the device: every row group's columns in one call each, [`JOBS`] at a
+/// time; bytes of pages.
 /// With `delta`, the integer columns' values `DELTA_BINARY_PACKED`; with `dictionary`, a
 /// dictionary of at most 1 MiB tried first.
 fn device_pass(
@@ -174,47 +180,65 @@ fn device_pass(
     dictionary: bool,
     per_page: usize,
 ) -> Result<usize> {
-    let mut bytes = 0;
-    for group in groups {
-        let data: Vec<_> = group.iter().map(|a| a.to_data()).collect();
-        let validity: Vec<_> = group
-            .iter()
-            .map(|a| a.nulls().map(|n| n.inner().sliced()))
-            .collect();
-        let cut: Vec<Vec<PageCut>> = group.iter().map(|a| cuts(a.as_ref(), per_page)).collect();
-        let columns: Vec<PageColumn<'_>> = (0..group.len())
-            .map(|i| {
-                let (values, offsets, width) = match group[i].as_string_opt::<i32>() {
-                    Some(strings) => {
-                        let offsets: &[u32] = strings.offsets().inner().inner().typed_data();
-                        (strings.values().as_slice(), Some(offsets), 0)
-                    }
-                    None => (data[i].buffers()[0].as_slice(), None, 8),
-                };
-                PageColumn {
-                    values,
-                    offsets,
-                    validity: validity[i].as_ref().map(|b| b.as_slice()),
-                    in_width: width,
-                    out_width: width,
-                    nullable: true,
-                    delta: delta && width == 8 && i % 4 < 2,
-                    pages: &cut[i],
-                    dictionary_limit: dictionary.then_some(1 << 20),
+    let jobs = rayon::ThreadPoolBuilder::new()
+        .num_threads(JOBS)
+        .thread_name(|i| format!("bench-page-job-{i}"))
+        .build()
+        .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
+    let sizes: Result<Vec<usize>> = jobs.install(|| {
+        groups
+            .par_iter()
+            .map(|group| device_group(group, snappy, delta, dictionary, per_page))
+            .collect()
+    });
+    Ok(sizes?.iter().sum())
+}
+
+/// One row group's pages built on the device; their bytes.
+fn device_group(
+    group: &[ArrayRef],
+    snappy: bool,
+    delta: bool,
+    dictionary: bool,
+    per_page: usize,
+) -> Result<usize> {
+    let data: Vec<_> = group.iter().map(|a| a.to_data()).collect();
+    let validity: Vec<_> = group
+        .iter()
+        .map(|a| a.nulls().map(|n| n.inner().sliced()))
+        .collect();
+    let cut: Vec<Vec<PageCut>> = group.iter().map(|a| cuts(a.as_ref(), per_page)).collect();
+    let columns: Vec<PageColumn<'_>> = (0..group.len())
+        .map(|i| {
+            let (values, offsets, width) = match group[i].as_string_opt::<i32>() {
+                Some(strings) => {
+                    let offsets: &[u32] = strings.offsets().inner().inner().typed_data();
+                    (strings.values().as_slice(), Some(offsets), 0)
                 }
-            })
-            .collect();
-        let pages = match gpusort::cuda::encode_on_device(&columns, snappy) {
-            Ok(pages) => pages,
-            Err(reason) => return exec_err!("pages on the device: {reason}"),
-        };
-        bytes += pages
-            .iter()
-            .flat_map(|c| c.dictionary.iter().map(|d| &d.0).chain(&c.pages))
-            .map(|p| p.data.len())
-            .sum::<usize>();
-    }
-    Ok(bytes)
+                None => (data[i].buffers()[0].as_slice(), None, 8),
+            };
+            PageColumn {
+                values,
+                offsets,
+                validity: validity[i].as_ref().map(|b| b.as_slice()),
+                in_width: width,
+                out_width: width,
+                nullable: true,
+                delta: delta && width == 8 && i % 4 < 2,
+                pages: &cut[i],
+                dictionary_limit: dictionary.then_some(1 << 20),
+            }
+        })
+        .collect();
+    let pages = match gpusort::cuda::encode_on_device(&columns, snappy) {
+        Ok(pages) => pages,
+        Err(reason) => return exec_err!("pages on the device: {reason}"),
+    };
+    Ok(pages
+        .iter()
+        .flat_map(|c| c.dictionary.iter().map(|d| &d.0).chain(&c.pages))
+        .map(|p| p.data.len())
+        .sum::<usize>())
 }
 
 /// One pass of parquet's writers: every (row group, column) chunk on the rayon pool.
