@@ -17,6 +17,7 @@
 //! one warm-up run of each, with the process's CPU time (user and system) of each pass:
 //! the cores the device leaves to the sort and the other columns' encoders.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -180,18 +181,33 @@ fn device_pass(
     dictionary: bool,
     per_page: usize,
 ) -> Result<usize> {
-    let jobs = rayon::ThreadPoolBuilder::new()
-        .num_threads(JOBS)
-        .thread_name(|i| format!("bench-page-job-{i}"))
-        .build()
-        .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
-    let sizes: Result<Vec<usize>> = jobs.install(|| {
-        groups
-            .par_iter()
-            .map(|group| device_group(group, snappy, delta, dictionary, per_page))
+    // Plain threads, as the writer's page jobs: a rayon worker waiting for the copy
+    // threads would take another row group's job meanwhile, and that job would wait for
+    // the device its own thread holds.
+    let next = AtomicUsize::new(0);
+    let sizes: Vec<Result<usize>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..JOBS)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut bytes = 0;
+                    loop {
+                        let Some(group) = groups.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                            return Ok(bytes);
+                        };
+                        bytes += device_group(group, snappy, delta, dictionary, per_page)?;
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|_| exec_err!("a page job panicked"))
+            })
             .collect()
     });
-    Ok(sizes?.iter().sum())
+    sizes.into_iter().sum()
 }
 
 /// One row group's pages built on the device; their bytes.
