@@ -29,7 +29,7 @@
 #include "common.cuh"
 
 #if !defined(PAGE_THREADS) || !defined(SNAPPY_WARPS) || !defined(SNAPPY_HASH_BITS) || \
-    !defined(SNAPPY_PIECE_BYTES) || !defined(SNAPPY_MAX_SKIP) || !defined(VALUES_PLAIN) || !defined(VALUES_DELTA) || \
+    !defined(SNAPPY_PIECE_BYTES) || !defined(VALUES_PLAIN) || !defined(VALUES_DELTA) || \
     !defined(VALUES_DICT) || !defined(VALUES_BYTES)
 #error "the launch shapes come from src/cuda/tuning.rs as -D options"
 #endif
@@ -515,13 +515,8 @@ extern "C" __global__ void __launch_bounds__(SNAPPY_WARPS * WARP)
     // Positions with 4 bytes of the piece from them on.
     const u32 limit = len >= 4 ? len - 3 : 0;
     u32 out = 0, literal = 0, pos = 0;
-    // Windows without a match in a row: the lanes then look `1 + misses` bytes apart, so
-    // that incompressible bytes are passed over faster, as Snappy's own compressor skips
-    // ahead after its misses (reset by the next match).
-    u32 misses = 0;
     while (pos < limit) {
-        const u32 stride = 1 + min(misses, SNAPPY_MAX_SKIP);
-        const u32 p = pos + lane * stride;
+        const u32 p = pos + lane;
         const bool inside = p < limit;
         const u32 v = inside ? load4(src + p) : 0;
         const u32 h = snappy_hash(v);
@@ -536,12 +531,10 @@ extern "C" __global__ void __launch_bounds__(SNAPPY_WARPS * WARP)
         if (inside && lane <= first) table[h] = (u16)p;
         __syncwarp();
         if (hits == 0) {
-            pos += WARP * stride;
-            ++misses;
+            pos += WARP;
             continue;
         }
-        misses = 0;
-        const u32 at = pos + first * stride;
+        const u32 at = pos + first;
         const u32 from = __shfl_sync(0xffffffffu, candidate, first);
         u32 matched = 4;
         while (true) {
