@@ -309,6 +309,24 @@ impl PageEncoder {
         prepared: Option<&PreparedInput>,
         snappy: bool,
     ) -> CudaResult<Vec<ColumnPages>> {
+        let pages = self.encode_queued(device, staging, columns, prepared, snappy);
+        if pages.is_err() {
+            // A copy from `prepared` may still be queued: none outlives this call (the
+            // caller then gives its region back).
+            let _ = device.synchronize();
+        }
+        pages
+    }
+
+    /// [`Self::encode_from`], which synchronizes where it returns an error.
+    fn encode_queued(
+        &self,
+        device: &Device,
+        staging: &mut Staging,
+        columns: &[PageColumn<'_>],
+        prepared: Option<&PreparedInput>,
+        snappy: bool,
+    ) -> CudaResult<Vec<ColumnPages>> {
         for column in columns {
             match column.offsets {
                 Some(offsets) => assert!(
@@ -343,16 +361,31 @@ impl PageEncoder {
         let layout = InputLayout::of(columns.iter().map(PageColumn::parts));
         let placed = &layout.placed;
         let what = "parquet page input";
+        if let Some(prepared) = prepared {
+            assert_eq!(
+                prepared.bytes().len(),
+                layout.bytes,
+                "an input laid out for other columns"
+            );
+        }
         let input = match prepared {
             Some(prepared) if prepared.locked() => {
                 let input = device.alloc::<u8>(layout.bytes.max(1), what)?;
-                // SAFETY: `prepared` outlives this call, which synchronizes before it returns.
-                unsafe { device.upload(&input, 0, prepared.bytes())? };
+                if !prepared.bytes().is_empty() {
+                    // SAFETY: `prepared` outlives this call, which synchronizes before it
+                    // returns, on errors too (`encode_from`).
+                    unsafe { device.upload(&input, 0, prepared.bytes())? };
+                }
                 input
             }
             Some(prepared) => staging.upload::<u8, _>(device, layout.bytes.max(1), what, {
                 let bytes = prepared.bytes();
-                move |start, out| out.copy_from_slice(&bytes[start..start + out.len()])
+                move |start, out| {
+                    let from = bytes.get(start..).unwrap_or_default();
+                    let n = from.len().min(out.len());
+                    out[..n].copy_from_slice(&from[..n]);
+                    out[n..].fill(0);
+                }
             })?,
             None => staging.upload::<u8, _>(device, layout.bytes.max(1), what, {
                 let layout = &layout;

@@ -7,6 +7,7 @@
 //! bus's speed, not through the staging buffers' host copies, which the gather and the
 //! other jobs would wait for.
 
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use rayon::prelude::*;
@@ -66,7 +67,16 @@ impl<'a> InputLayout<'a> {
 
     /// Writes bytes `start .. start + out.len()` of the input (zeros between the ranges).
     pub(super) fn fill(&self, start: usize, out: &mut [u8]) {
+        // SAFETY: a `u8` is a `MaybeUninit<u8>` that is initialized; `fill_uninit` writes
+        // only initialized bytes.
+        let out = unsafe { &mut *(out as *mut [u8] as *mut [MaybeUninit<u8>]) };
+        self.fill_uninit(start, out);
+    }
+
+    /// [`Self::fill`] into memory not written yet; every byte of `out` is written.
+    fn fill_uninit(&self, start: usize, out: &mut [MaybeUninit<u8>]) {
         let end = start + out.len();
+        let zero = |out: &mut [MaybeUninit<u8>]| out.iter_mut().for_each(|b| _ = b.write(0));
         let mut written = start;
         let first = self
             .segments
@@ -77,11 +87,20 @@ impl<'a> InputLayout<'a> {
             }
             let from = at.max(start);
             let to = (at + bytes.len()).min(end);
-            out[written - start..from - start].fill(0);
-            out[from - start..to - start].copy_from_slice(&bytes[from - at..to - at]);
+            zero(&mut out[written - start..from - start]);
+            let part = &mut out[from - start..to - start];
+            // SAFETY: `part` and the source range have the same length and do not overlap
+            // (the input's columns are not in `out`).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    bytes[from - at..to - at].as_ptr(),
+                    part.as_mut_ptr().cast::<u8>(),
+                    part.len(),
+                )
+            };
             written = to;
         }
-        out[written - start..].fill(0);
+        zero(&mut out[written - start..]);
     }
 }
 
@@ -111,11 +130,16 @@ impl PreparedInput {
         let layout = InputLayout::of(columns);
         let region = regions.take(layout.bytes.max(1));
         // SAFETY: the region holds at least `layout.bytes` bytes and is this input's alone;
-        // every byte is written below before it is read.
-        let out = unsafe { std::slice::from_raw_parts_mut(region.as_mut_ptr(), layout.bytes) };
+        // its bytes are not read before `fill_uninit` wrote every one of them.
+        let out = unsafe {
+            std::slice::from_raw_parts_mut(
+                region.as_mut_ptr().cast::<MaybeUninit<u8>>(),
+                layout.bytes,
+            )
+        };
         out.par_chunks_mut(FILL_CHUNK)
             .enumerate()
-            .for_each(|(i, part)| layout.fill(i * FILL_CHUNK, part));
+            .for_each(|(i, part)| layout.fill_uninit(i * FILL_CHUNK, part));
         Self {
             region,
             bytes: layout.bytes,

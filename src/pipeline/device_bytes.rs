@@ -63,7 +63,9 @@ pub(super) fn offsets_and_bytes(array: &dyn Array) -> (&[u32], &[u8]) {
 /// The pages of a byte-array column (`offsets`, `nulls` its validity) where parquet's
 /// writer would close them: after the first write batch at which the page's `PLAIN`
 /// values (a 4-byte length and the bytes each) reach the properties' page size, or its
-/// rows their row count; always a multiple of 8 rows but the last.
+/// rows their row count; a batch whose values alone pass the page size goes in parts
+/// that each fit it (parquet's writer splits such a batch too, not on the same rows);
+/// always a multiple of 8 rows but the last.
 pub(super) fn cut_byte_pages(
     offsets: &[u32],
     nulls: Option<&NullBuffer>,
@@ -87,13 +89,32 @@ pub(super) fn cut_byte_pages(
     let mut first_row = 0;
     while first_row < rows {
         let (mut end, mut bytes) = (first_row, 0usize);
-        while end < rows {
-            let len = batch.min(rows - end);
-            let nulls = nulls_in(end, len);
-            bytes += 4 * (len - nulls) + (offsets[end + len] - offsets[end]) as usize;
-            if nulls > 0 {
-                bytes -= null_bytes(end, len);
+        let plain_bytes = |first: usize, len: usize| {
+            let nulls = nulls_in(first, len);
+            let all = 4 * (len - nulls) + (offsets[first + len] - offsets[first]) as usize;
+            match nulls {
+                0 => all,
+                _ => all - null_bytes(first, len),
             }
+        };
+        while end < rows {
+            let mut len = batch.min(rows - end);
+            let mut batch_bytes = plain_bytes(end, len);
+            if batch_bytes > by_bytes && len > 8 {
+                // The most whole groups of 8 rows that fit the page size, at least one.
+                let (mut fit, mut fit_bytes) = (8.min(len), plain_bytes(end, 8.min(len)));
+                while fit < len {
+                    let more = 8.min(len - fit);
+                    let more_bytes = plain_bytes(end + fit, more);
+                    if fit_bytes + more_bytes > by_bytes {
+                        break;
+                    }
+                    fit += more;
+                    fit_bytes += more_bytes;
+                }
+                (len, batch_bytes) = (fit, fit_bytes);
+            }
+            bytes += batch_bytes;
             end += len;
             if bytes >= by_bytes || end - first_row >= by_rows {
                 break;
@@ -292,6 +313,35 @@ mod tests {
             (lo.as_slice(), hi.as_slice()),
             (&b"000000000001"[..], &b"000000000206"[..])
         );
+    }
+
+    #[test]
+    fn batches_of_values_past_the_page_size_go_in_parts() {
+        let descr = ArrowSchemaConverter::new()
+            .convert(&Schema::new(vec![Field::new("b", DataType::Utf8, false)]))
+            .unwrap()
+            .column(0);
+        // 100 values of 10 000 bytes, pages of 64 KiB: 6 values (60 024 bytes) fit, but
+        // parts hold whole groups of 8 rows; at least one group.
+        let array = StringArray::from_iter_values((0..100).map(|i| format!("{i:010000}")));
+        let offsets: &[u32] = array.offsets().inner().inner().typed_data();
+        let properties = WriterProperties::builder()
+            .set_data_page_size_limit(64 << 10)
+            .build();
+        let cuts = cut_byte_pages(offsets, None, &properties, &descr);
+        assert!(
+            cuts.iter().all(|c| c.rows == 8 || c.first_row == 96),
+            "{cuts:?}"
+        );
+        assert_eq!(cuts.iter().map(|c| c.rows).sum::<usize>(), 100);
+        // Values of 1 000 bytes: parts of 64 rows (64 256 bytes, whole groups of 8); the
+        // first leaves the page under 64 KiB, the second closes it (parquet's writer: 65
+        // and 65).
+        let array = StringArray::from_iter_values((0..1000).map(|i| format!("{i:01000}")));
+        let offsets: &[u32] = array.offsets().inner().inner().typed_data();
+        let cuts = cut_byte_pages(offsets, None, &properties, &descr);
+        assert_eq!(cuts[0].rows, 128);
+        assert!(cuts.iter().all(|c| c.first_row % 8 == 0));
     }
 
     #[test]

@@ -514,11 +514,17 @@ pub(super) fn assemble_chunk(
         for (index, ((cut, page), stats)) in cuts.iter().zip(pages).zip(&page_stats).enumerate() {
             let nulls = (cut.rows - cut.values) as u64;
             nulls_total += nulls;
-            let header_stats = (properties.write_page_header_statistics(path)
-                && stats_level == EnabledStatistics::Page)
-                .then(|| {
+            // Parquet's writer puts statistics in a page's header only where it has a
+            // minimum and maximum, not marked backwards compatible.
+            let header_stats = stats
+                .as_ref()
+                .filter(|_| {
+                    properties.write_page_header_statistics(path)
+                        && stats_level == EnabledStatistics::Page
+                })
+                .map(|m| {
                     let physical = descr.physical_type();
-                    statistics(physical, stats.clone(), nulls, signed, &truncation)
+                    statistics(physical, Some(m.clone()), nulls, false, &truncation)
                 });
             let data_page = Page::DataPage {
                 buf: page.data,

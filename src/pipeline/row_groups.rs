@@ -880,7 +880,8 @@ mod tests {
             Some(Arc::clone(&counts)),
         )
         .unwrap();
-        // `k` (Int64) and `x` (Float64) are the device's; `s` and `l` the CPU's.
+        // `k` (Int64), `s` (Utf8View) and `x` (Float64) are the device's; `l` (a list) the
+        // CPU's.
         let taken: Vec<bool> = writer
             .device
             .as_ref()
@@ -889,7 +890,7 @@ mod tests {
             .iter()
             .map(Option::is_some)
             .collect();
-        assert_eq!(taken, vec![true, false, true, false]);
+        assert_eq!(taken, vec![true, true, true, false]);
         for batch in &batches {
             writer.write(batch).unwrap();
         }
@@ -897,15 +898,15 @@ mod tests {
         let written = datafusion::arrow::compute::concat_batches(&schema, &batches).unwrap();
         assert_eq!(read, written);
         assert_eq!(row_groups.len(), 6);
-        // Two leaves a row group, on the device or (without one) on the CPU.
-        assert_eq!(counts.device() + counts.host(), 12);
+        // Three leaves a row group, on the device or (without one) on the CPU.
+        assert_eq!(counts.device() + counts.host(), 18);
         if crate::cuda::runtime().is_err() {
             assert_eq!(counts.device(), 0);
         }
-        // The same by column: `k` and `x`, six chunks each, no dictionary asked for.
+        // The same by column: `k`, `s` and `x`, six chunks each, no dictionary asked for.
         let by_column = counts.by_column();
         let names: Vec<&str> = by_column.iter().map(|(name, _)| name.as_str()).collect();
-        assert_eq!(names, vec!["k", "x"]);
+        assert_eq!(names, vec!["k", "s", "x"]);
         for (name, column) in &by_column {
             assert_eq!(column.device + column.host, 6, "{name}");
             assert_eq!(column.dictionary, 0, "{name}");
