@@ -308,9 +308,10 @@ def sort_parquet(
     (``[0, 2]``); each run goes to the least busy of them. ``spill_dir``: where to
     spill (default ``$TMPDIR``); ``max_spill``: the most it may spill (bytes or ``"200G"``;
     default 90 % of the free space there). ``page_encoding``: ``host`` (default) or
-    ``device``: the Parquet pages of fixed-width columns written without a dictionary
-    (``PLAIN``, or ``DELTA_BINARY_PACKED`` for integers; uncompressed or ``snappy``) are
-    built on the GPU, the CPU encoding them where no device can. ``key_ranges``: how an
+    ``device``: the Parquet pages of top-level columns of 4- and 8-byte values, strings
+    and binaries (their dictionaries, else ``PLAIN``, or ``DELTA_BINARY_PACKED`` for
+    integers; uncompressed or ``snappy``) are built on the GPU, the CPU encoding them where
+    no device can. ``key_ranges``: how an
     input larger than the memory pool is sorted: ``on`` (by key range when its decoded
     size passes half the pool; each range sorted in memory and written in turn), ``off``
     (sorted runs spilled and merged), ``auto`` (default: ``on`` where a GPU sorts, ``off``

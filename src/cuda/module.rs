@@ -251,7 +251,7 @@ pub(super) const WINDOW_VALUES: KernelFile = KernelFile {
     ],
 };
 
-/// Parquet data pages of fixed-width columns, and their Snappy compression.
+/// Parquet data pages of fixed-width and byte-array columns, and their Snappy compression.
 pub(super) const PARQUET_PAGES: KernelFile = KernelFile {
     name: "parquet_pages.cu",
     source: include_str!("../../kernels/parquet_pages.cu"),
@@ -265,7 +265,7 @@ pub(super) const PARQUET_PAGES: KernelFile = KernelFile {
     ],
 };
 
-/// The dictionaries of fixed-width column chunks, for `RLE_DICTIONARY` pages.
+/// The dictionaries of column chunks (fixed-width values or byte arrays), for `RLE_DICTIONARY` pages.
 pub(super) const PARQUET_DICTIONARY: KernelFile = KernelFile {
     name: "parquet_dictionary.cu",
     source: include_str!("../../kernels/parquet_dictionary.cu"),

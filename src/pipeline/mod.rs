@@ -193,9 +193,10 @@ impl SortJob {
 /// Where a job's Parquet data pages are built.
 ///
 /// `Device`: the pages of top-level columns of 4- and 8-byte values (integers, floats,
-/// dates, times, timestamps, decimals of up to 18 digits) that a row group writes `PLAIN`
-/// without a dictionary, uncompressed or Snappy, are built and compressed on the GPU; the
-/// host writes their headers, statistics and page index. Every other column, and every
+/// dates, times, timestamps, decimals of up to 18 digits) and of strings and binaries,
+/// uncompressed or Snappy, are built and compressed on the GPU (their dictionaries too,
+/// else `PLAIN`, or `DELTA_BINARY_PACKED` for integers); the host writes their headers,
+/// statistics and page index. Every other column, and every
 /// column where no device can take the work, is encoded on the CPU as with `Host`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PageEncoding {

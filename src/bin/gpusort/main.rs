@@ -140,8 +140,8 @@ enum Command {
         #[arg(long, default_value = "all")]
         devices: gpusort::DeviceSelection,
         /// Where Parquet data pages are built: host (every page on the CPU), or device
-        /// (the pages of columns of 4- and 8-byte values written PLAIN without a
-        /// dictionary, uncompressed or snappy, built and compressed on the GPU).
+        /// (the pages of top-level columns of 4- and 8-byte values, strings and binaries,
+        /// uncompressed or snappy, dictionaries included, built and compressed on the GPU).
         #[arg(long, default_value = "host")]
         page_encoding: gpusort::pipeline::PageEncoding,
         /// How an input larger than the memory limit is sorted: on (by key range when its
