@@ -58,38 +58,35 @@ __device__ __forceinline__ u32 warp_inclusive_sum(u32 v) {
     return v;
 }
 
-// Block-wide exclusive prefix count of `flag`; `total` gets the block's count (every
-// thread of the block calls it; `warp_counts` holds a count per warp).
-__device__ __forceinline__ u32 block_rank(bool flag, u32* warp_counts, u32& total) {
-    const u32 ballot = __ballot_sync(0xffffffffu, flag);
-    const u32 lane = lane_id(), warp = warp_id();
-    if (lane == 0) warp_counts[warp] = __popc(ballot);
+// Block-wide: the sum of one value per warp (`warp_total`, the same in every lane of a
+// warp) over the warps before this one; `total` gets the sum over every warp (every thread
+// of the block calls it; `warp_values` holds a value per warp).
+__device__ __forceinline__ u32 warps_before(u32 warp_total, u32* warp_values, u32& total) {
+    const u32 warp = warp_id();
+    if (lane_id() == 0) warp_values[warp] = warp_total;
     __syncthreads();
     u32 before = 0, sum = 0;
     const u32 warps = blockDim.x / WARP;
     for (u32 w = 0; w < warps; ++w) {
         if (w == warp) before = sum;
-        sum += warp_counts[w];
+        sum += warp_values[w];
     }
     __syncthreads();
     total = sum;
-    return before + __popc(ballot & lanemask_lt());
+    return before;
+}
+
+// Block-wide exclusive prefix count of `flag`; `total` gets the block's count (every
+// thread of the block calls it; `warp_counts` holds a count per warp).
+__device__ __forceinline__ u32 block_rank(bool flag, u32* warp_counts, u32& total) {
+    const u32 ballot = __ballot_sync(0xffffffffu, flag);
+    return warps_before(__popc(ballot), warp_counts, total) + __popc(ballot & lanemask_lt());
 }
 
 // Block-wide exclusive prefix sum of `v`; `total` gets the block's sum (every thread of the
 // block calls it; `warp_sums` holds a sum per warp).
 __device__ __forceinline__ u32 block_exclusive_sum(u32 v, u32* warp_sums, u32& total) {
     const u32 inclusive = warp_inclusive_sum(v);
-    const u32 warp = warp_id();
-    if (lane_id() == WARP - 1) warp_sums[warp] = inclusive;
-    __syncthreads();
-    u32 before = 0, sum = 0;
-    const u32 warps = blockDim.x / WARP;
-    for (u32 w = 0; w < warps; ++w) {
-        if (w == warp) before = sum;
-        sum += warp_sums[w];
-    }
-    __syncthreads();
-    total = sum;
-    return before + inclusive - v;
+    const u32 warp_total = __shfl_sync(0xffffffffu, inclusive, WARP - 1);
+    return warps_before(warp_total, warp_sums, total) + inclusive - v;
 }

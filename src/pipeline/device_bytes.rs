@@ -76,55 +76,48 @@ pub(super) fn cut_byte_pages(
     let batch = properties.write_batch_size().max(1).div_ceil(8) * 8;
     let by_rows = properties.data_page_row_count_limit().max(1);
     let by_bytes = properties.column_data_page_size_limit(descr.path()).max(1);
-    let nulls_in = |first: usize, len: usize| nulls.map_or(0, |n| n.slice(first, len).null_count());
-    let null_bytes = |first: usize, len: usize| -> usize {
-        nulls.map_or(0, |n| {
-            (first..first + len)
-                .filter(|&row| n.is_null(row))
-                .map(|row| (offsets[row + 1] - offsets[row]) as usize)
-                .sum()
-        })
+    // Rows `first_row .. first_row + rows` as a stretch of a page, and the bytes of their
+    // values `PLAIN`.
+    let stretch = |first_row: usize, rows: usize| {
+        let null_rows = nulls.map_or(0, |n| n.slice(first_row, rows).null_count());
+        let cut = PageCut {
+            first_row,
+            rows,
+            values: rows - null_rows,
+        };
+        (cut, 4 * cut.values + page_value_bytes(offsets, nulls, &cut))
     };
     let mut cuts = Vec::new();
     let mut first_row = 0;
     while first_row < rows {
-        let (mut end, mut bytes) = (first_row, 0usize);
-        let plain_bytes = |first: usize, len: usize| {
-            let nulls = nulls_in(first, len);
-            let all = 4 * (len - nulls) + (offsets[first + len] - offsets[first]) as usize;
-            match nulls {
-                0 => all,
-                _ => all - null_bytes(first, len),
-            }
-        };
+        let (mut end, mut bytes, mut values) = (first_row, 0usize, 0usize);
         while end < rows {
-            let mut len = batch.min(rows - end);
-            let mut batch_bytes = plain_bytes(end, len);
-            if batch_bytes > by_bytes && len > 8 {
+            let len = batch.min(rows - end);
+            let (mut part, mut part_bytes) = stretch(end, len);
+            if part_bytes > by_bytes && len > 8 {
                 // The most whole groups of 8 rows that fit the page size, at least one.
-                let (mut fit, mut fit_bytes) = (8.min(len), plain_bytes(end, 8.min(len)));
-                while fit < len {
-                    let more = 8.min(len - fit);
-                    let more_bytes = plain_bytes(end + fit, more);
-                    if fit_bytes + more_bytes > by_bytes {
+                (part, part_bytes) = stretch(end, 8);
+                while part.rows < len {
+                    let (more, more_bytes) = stretch(end + part.rows, 8.min(len - part.rows));
+                    if part_bytes + more_bytes > by_bytes {
                         break;
                     }
-                    fit += more;
-                    fit_bytes += more_bytes;
+                    part.rows += more.rows;
+                    part.values += more.values;
+                    part_bytes += more_bytes;
                 }
-                (len, batch_bytes) = (fit, fit_bytes);
             }
-            bytes += batch_bytes;
-            end += len;
+            bytes += part_bytes;
+            values += part.values;
+            end += part.rows;
             if bytes >= by_bytes || end - first_row >= by_rows {
                 break;
             }
         }
-        let page_rows = end - first_row;
         cuts.push(PageCut {
             first_row,
-            rows: page_rows,
-            values: page_rows - nulls_in(first_row, page_rows),
+            rows: end - first_row,
+            values,
         });
         first_row = end;
     }
