@@ -17,6 +17,10 @@
 //                       dictionary, parquet_dictionary.cu): RLE/bit-packed hybrid runs
 //   dict_page_values    one block per page of an RLE_DICTIONARY column: the bit width, then
 //                       its chunks' runs
+//   page_extremes       one block per page of a column with statistics: the rows of its
+//                       smallest and largest value as parquet orders them (nulls and NaNs
+//                       skipped), so the host reads the page's minimum and maximum from two
+//                       rows instead of scanning it
 //   snappy_compress     one warp per piece (at most 64 KiB of one page's body): the piece
 //                       as Snappy elements (literals and copies within the piece), into
 //                       its own room of the scratch buffer; its length in `piece_bytes`
@@ -30,7 +34,8 @@
 
 #if !defined(PAGE_THREADS) || !defined(SNAPPY_WARPS) || !defined(SNAPPY_HASH_BITS) || \
     !defined(SNAPPY_PIECE_BYTES) || !defined(VALUES_PLAIN) || !defined(VALUES_DELTA) || \
-    !defined(VALUES_DICT) || !defined(VALUES_BYTES)
+    !defined(VALUES_DICT) || !defined(VALUES_BYTES) || !defined(ORDER_NONE) || \
+    !defined(ORDER_SIGNED) || !defined(ORDER_UNSIGNED) || !defined(ORDER_FLOAT) || !defined(ORDER_BYTES)
 #error "the launch shapes come from src/cuda/tuning.rs as -D options"
 #endif
 
@@ -57,6 +62,18 @@ struct ColumnSpec {
     u32 out_width;
     u32 encoding;  // VALUES_PLAIN, VALUES_DELTA, VALUES_DICT or VALUES_BYTES
     u32 bit_width; // VALUES_DICT: bits of an entry number
+};
+
+// How a column's statistics order its values (values, validity and offsets as in
+// ColumnSpec, but always the column's own values, also where its pages hold entry numbers).
+struct OrderSpec {
+    u64 values;
+    u64 validity;
+    u64 offsets;
+    u32 in_width;
+    u32 out_width;
+    u32 order; // ORDER_NONE (no statistics), ORDER_SIGNED, ORDER_UNSIGNED, ORDER_FLOAT or ORDER_BYTES
+    u32 unused;
 };
 
 __device__ __forceinline__ u32 varint_len(u32 v) {
@@ -427,6 +444,94 @@ extern "C" __global__ void __launch_bounds__(PAGE_THREADS)
         at += len;
     }
     if (threadIdx.x == 0) body_len[blockIdx.x] = page.levels_bytes + at;
+}
+
+// ---- Statistics -----------------------------------------------------------------------
+
+// No row: a page without a value its statistics count.
+#define NO_ROW 0xffffffffu
+
+// Whether row `row` of `c` counts in its statistics: not null, and not NaN.
+__device__ __forceinline__ bool counts_in_extremes(const OrderSpec& c, u32 row) {
+    if (!row_valid((const u8*)c.validity, row)) return false;
+    if (c.order != ORDER_FLOAT) return true;
+    const u8* src = (const u8*)c.values + (u64)row * c.in_width;
+    return c.out_width == 8 ? !isnan(*(const double*)src) : !isnan(*(const float*)src);
+}
+
+// Whether row `a`'s value of `c` orders before row `b`'s (both counted): integers by their
+// low `out_width` bytes, signed or not; floats as floats; byte arrays byte by byte,
+// unsigned, a prefix first.
+__device__ __forceinline__ bool orders_before(const OrderSpec& c, u32 a, u32 b) {
+    if (c.order == ORDER_BYTES) {
+        const u32* offsets = (const u32*)c.offsets;
+        const u8* bytes = (const u8*)c.values - offsets[0];
+        const u32 a_len = offsets[a + 1] - offsets[a], b_len = offsets[b + 1] - offsets[b];
+        const u8* x = bytes + offsets[a];
+        const u8* y = bytes + offsets[b];
+        const u32 n = min(a_len, b_len);
+        for (u32 i = 0; i < n; ++i) {
+            if (x[i] != y[i]) return x[i] < y[i];
+        }
+        return a_len < b_len;
+    }
+    const u8* x = (const u8*)c.values + (u64)a * c.in_width;
+    const u8* y = (const u8*)c.values + (u64)b * c.in_width;
+    if (c.out_width == 8) {
+        if (c.order == ORDER_FLOAT) return *(const double*)x < *(const double*)y;
+        if (c.order == ORDER_UNSIGNED) return *(const u64*)x < *(const u64*)y;
+        return *(const long long*)x < *(const long long*)y;
+    }
+    if (c.order == ORDER_FLOAT) return *(const float*)x < *(const float*)y;
+    if (c.order == ORDER_UNSIGNED) return *(const u32*)x < *(const u32*)y;
+    return *(const int*)x < *(const int*)y;
+}
+
+// The row of the smaller (`larger`: larger) value of rows `a` and `b`, either NO_ROW.
+__device__ __forceinline__ u32 pick_extreme(const OrderSpec& c, u32 a, u32 b, bool larger) {
+    if (a == NO_ROW) return b;
+    if (b == NO_ROW) return a;
+    return (larger ? orders_before(c, a, b) : orders_before(c, b, a)) ? b : a;
+}
+
+extern "C" __global__ void __launch_bounds__(PAGE_THREADS)
+    page_extremes(const PageSpec* pages, const OrderSpec* columns, u32* extremes) {
+    __shared__ u32 warp_rows[2][PAGE_THREADS / WARP];
+    const PageSpec page = pages[blockIdx.x];
+    const OrderSpec c = columns[page.column];
+    if (c.order == ORDER_NONE || page.values == 0) {
+        if (threadIdx.x == 0) {
+            extremes[2 * blockIdx.x] = NO_ROW;
+            extremes[2 * blockIdx.x + 1] = NO_ROW;
+        }
+        return;
+    }
+    u32 lo = NO_ROW, hi = NO_ROW;
+    const u32 first = (u32)page.first_row, end = first + page.rows;
+    for (u32 row = first + threadIdx.x; row < end; row += blockDim.x) {
+        if (!counts_in_extremes(c, row)) continue;
+        lo = pick_extreme(c, lo, row, false);
+        hi = pick_extreme(c, hi, row, true);
+    }
+    for (u32 step = WARP / 2; step > 0; step /= 2) {
+        const u32 other_lo = __shfl_down_sync(0xffffffffu, lo, step);
+        const u32 other_hi = __shfl_down_sync(0xffffffffu, hi, step);
+        lo = pick_extreme(c, lo, other_lo, false);
+        hi = pick_extreme(c, hi, other_hi, true);
+    }
+    if (lane_id() == 0) {
+        warp_rows[0][warp_id()] = lo;
+        warp_rows[1][warp_id()] = hi;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (u32 w = 1; w < blockDim.x / WARP; ++w) {
+            lo = pick_extreme(c, lo, warp_rows[0][w], false);
+            hi = pick_extreme(c, hi, warp_rows[1][w], true);
+        }
+        extremes[2 * blockIdx.x] = lo;
+        extremes[2 * blockIdx.x + 1] = hi;
+    }
 }
 
 // ---- Snappy ---------------------------------------------------------------------------

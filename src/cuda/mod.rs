@@ -62,7 +62,7 @@ pub use multi_gpu::{
     sort_host_words, sort_host_words_with, HostSortPlan, SpreadSorted, SpreadTimes,
 };
 pub use pages::encode_on_device;
-pub use parquet::{ColumnPages, EncodedPage, PageColumn, PageCut, PageEncoder};
+pub use parquet::{ColumnPages, EncodedPage, PageColumn, PageCut, PageEncoder, StatisticsOrder};
 pub use radix::onesweep::{RadixKey, Sorted, Values};
 pub use runtime::{
     device_count, disabled_reason, disabled_reason_of, fallback_count, is_driver_present,

@@ -260,6 +260,7 @@ pub(super) const PARQUET_PAGES: KernelFile = KernelFile {
         "delta_page_values",
         "dict_chunk_runs",
         "dict_page_values",
+        "page_extremes",
         "snappy_compress",
         "snappy_place",
     ],

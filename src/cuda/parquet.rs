@@ -9,8 +9,10 @@
 //! ([`parquet_dictionary`](super::parquet_dictionary)), as `RLE_DICTIONARY`), and,
 //! for Snappy, compresses each body in pieces of at
 //! most [`SNAPPY_PIECE_BYTES`], one warp a piece, and lays the pieces of each page end to
-//! end after the room of its length varint. Only the pages come back. Page headers, column
-//! chunk metadata and statistics are the host's (`src/pipeline/device_chunks.rs`).
+//! end after the room of its length varint. Only the pages come back, with the rows of
+//! each page's smallest and largest value where statistics are asked for
+//! ([`PageColumn::statistics`]). Page headers, column chunk metadata and the statistics
+//! themselves (read from those rows) are the host's (`src/pipeline/device_chunks.rs`).
 
 use bytes::Bytes;
 
@@ -23,8 +25,9 @@ use crate::cuda::parquet_dictionary::{
 };
 use crate::cuda::parquet_input::{ColumnParts, InputLayout, PreparedInput};
 use crate::cuda::tuning::{
-    Tuning, DICT_CHUNK_VALUES, PAGE_THREADS, SNAPPY_PIECE_BYTES, SNAPPY_WARPS, VALUES_BYTES,
-    VALUES_DELTA, VALUES_DICT, VALUES_PLAIN,
+    Tuning, DICT_CHUNK_VALUES, ORDER_BYTES, ORDER_FLOAT, ORDER_NONE, ORDER_SIGNED, ORDER_UNSIGNED,
+    PAGE_THREADS, SNAPPY_PIECE_BYTES, SNAPPY_WARPS, VALUES_BYTES, VALUES_DELTA, VALUES_DICT,
+    VALUES_PLAIN,
 };
 
 /// One page of a column: rows `first_row .. first_row + rows` of its values, `values` of
@@ -38,6 +41,31 @@ pub struct PageCut {
     pub rows: usize,
     /// Rows of the page that are not null.
     pub values: usize,
+}
+
+/// How a column's statistics order its values (Parquet's order of its physical type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatisticsOrder {
+    /// Integers of `out_width` bytes (the low bytes of each value), signed.
+    Signed,
+    /// The same, unsigned.
+    Unsigned,
+    /// Floats of `out_width` bytes; NaN counts in no statistic.
+    Float,
+    /// Byte arrays, byte by byte, unsigned; a prefix first.
+    Bytes,
+}
+
+impl StatisticsOrder {
+    fn code(order: Option<Self>) -> u32 {
+        match order {
+            None => ORDER_NONE,
+            Some(Self::Signed) => ORDER_SIGNED,
+            Some(Self::Unsigned) => ORDER_UNSIGNED,
+            Some(Self::Float) => ORDER_FLOAT,
+            Some(Self::Bytes) => ORDER_BYTES,
+        }
+    }
 }
 
 /// One column chunk to encode: its values as Arrow holds them (`in_width` bytes each,
@@ -69,6 +97,9 @@ pub struct PageColumn<'a> {
     /// `RLE_DICTIONARY`; past it, the pages are written as without one (`delta` or
     /// `PLAIN`), as parquet's writer gives a dictionary up.
     pub dictionary_limit: Option<usize>,
+    /// Where set, each page's smallest and largest value are found in this order
+    /// ([`ColumnPages::extremes`]).
+    pub statistics: Option<StatisticsOrder>,
 }
 
 impl<'a> PageColumn<'a> {
@@ -117,6 +148,10 @@ pub struct ColumnPages {
     pub gave_up_dictionary: bool,
     /// The data pages, in order.
     pub pages: Vec<EncodedPage>,
+    /// Where the column asked for statistics: per data page, the rows (in the column) of
+    /// its smallest and largest value, or `None` where no value of it counts (every row
+    /// null or NaN).
+    pub extremes: Option<Vec<Option<(usize, usize)>>>,
 }
 
 /// A page as the device made it.
@@ -136,11 +171,15 @@ pub struct PageEncoder {
     delta_values: Kernel,
     dict_runs: Kernel,
     dict_values: Kernel,
+    extremes: Kernel,
     dictionaries: DictionaryKernels,
     compress: Kernel,
     place: Kernel,
     _module: Module,
 }
+
+/// A page without a value its statistics count, in the kernels' extremes (`NO_ROW`).
+const NO_ROW: u32 = u32::MAX;
 
 /// One page, as the kernels' `PageSpec`.
 #[repr(C)]
@@ -166,6 +205,19 @@ struct ColumnSpec {
     out_width: u32,
     encoding: u32,
     bit_width: u32,
+}
+
+/// How a column's statistics order its values, as the kernels' `OrderSpec`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct OrderSpec {
+    values: u64,
+    validity: u64,
+    offsets: u64,
+    in_width: u32,
+    out_width: u32,
+    order: u32,
+    unused: u32,
 }
 
 /// A stretch of an `RLE_DICTIONARY` page's entry numbers, as the kernels' `DictChunk`.
@@ -269,6 +321,7 @@ impl PageEncoder {
             delta_values: module.kernel("delta_page_values")?,
             dict_runs: module.kernel("dict_chunk_runs")?,
             dict_values: module.kernel("dict_page_values")?,
+            extremes: module.kernel("page_extremes")?,
             dictionaries: DictionaryKernels::load(device, tuning)?,
             compress: module.kernel("snappy_compress")?,
             place: module.kernel("snappy_place")?,
@@ -561,6 +614,42 @@ impl PageEncoder {
                 )?;
             }
         }
+        // The rows of each page's extremes, found in the column's own values.
+        let extremes = match columns.iter().any(|c| c.statistics.is_some()) && !pages.is_empty() {
+            true => {
+                let orders: Vec<OrderSpec> = columns
+                    .iter()
+                    .zip(placed)
+                    .map(|(column, placed)| OrderSpec {
+                        values: input.ptr() + placed.values_at as u64,
+                        validity: device_at(placed.validity_at),
+                        offsets: device_at(placed.offsets_at),
+                        in_width: column.in_width,
+                        out_width: column.out_width,
+                        order: StatisticsOrder::code(column.statistics),
+                        unused: 0,
+                    })
+                    .collect();
+                let order_table = upload_table(device, &orders, "parquet statistics orders")?;
+                let rows = device.alloc::<u32>(2 * pages.len(), "parquet page extremes")?;
+                let (mut page_at, mut order_at, mut rows_at) =
+                    (page_table.ptr(), order_table.ptr(), rows.ptr());
+                let mut params = [arg(&mut page_at), arg(&mut order_at), arg(&mut rows_at)];
+                launch(
+                    device,
+                    self.extremes,
+                    pages.len() as u32,
+                    PAGE_THREADS,
+                    &mut params,
+                    pages.len(),
+                )?;
+                // `orders` is read by the kernel: the download below waits for it.
+                let rows = device.download_now(&rows)?;
+                drop(orders);
+                Some(rows)
+            }
+            false => None,
+        };
         drop(input);
         // Each page's body: from its place, as long as the kernels wrote it; a column's
         // dictionary page first.
@@ -588,11 +677,22 @@ impl PageEncoder {
         device.synchronize()?;
         // Back to columns.
         let mut encoded = encoded.into_iter();
+        let mut page_extremes = extremes.iter().flat_map(|rows| {
+            rows.chunks_exact(2).map(|pair| {
+                (pair[0] != NO_ROW && pair[1] != NO_ROW)
+                    .then(|| (pair[0] as usize, pair[1] as usize))
+            })
+        });
         Ok(columns
             .iter()
             .zip(&dictionaries)
             .zip(gave_up)
             .map(|((column, dictionary), gave_up_dictionary)| ColumnPages {
+                extremes: {
+                    let of_column: Vec<Option<(usize, usize)>> =
+                        page_extremes.by_ref().take(column.pages.len()).collect();
+                    column.statistics.map(|_| of_column)
+                },
                 dictionary: dictionary.as_ref().map(|(dictionary, _)| {
                     (
                         encoded.next().expect("a dictionary page"),

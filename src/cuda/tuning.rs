@@ -338,6 +338,16 @@ pub(super) const VALUES_DELTA: u32 = 1;
 pub(super) const VALUES_DICT: u32 = 2;
 /// ...or byte arrays `PLAIN` (each one's 4-byte length, then its bytes).
 pub(super) const VALUES_BYTES: u32 = 3;
+/// `order` of a column's statistics in the page kernels: none asked...
+pub(super) const ORDER_NONE: u32 = 0;
+/// ...integers, signed...
+pub(super) const ORDER_SIGNED: u32 = 1;
+/// ...or unsigned...
+pub(super) const ORDER_UNSIGNED: u32 = 2;
+/// ...floats (NaN skipped)...
+pub(super) const ORDER_FLOAT: u32 = 3;
+/// ...or byte arrays, byte by byte, unsigned.
+pub(super) const ORDER_BYTES: u32 = 4;
 /// Entry numbers of an `RLE_DICTIONARY` page that one thread encodes (a multiple of 8; its
 /// runs end there).
 pub const DICT_CHUNK_VALUES: usize = 512;
@@ -556,6 +566,11 @@ impl Tuning {
                 ("VALUES_DELTA", VALUES_DELTA as u64),
                 ("VALUES_DICT", VALUES_DICT as u64),
                 ("VALUES_BYTES", VALUES_BYTES as u64),
+                ("ORDER_NONE", ORDER_NONE as u64),
+                ("ORDER_SIGNED", ORDER_SIGNED as u64),
+                ("ORDER_UNSIGNED", ORDER_UNSIGNED as u64),
+                ("ORDER_FLOAT", ORDER_FLOAT as u64),
+                ("ORDER_BYTES", ORDER_BYTES as u64),
             ]),
             "parquet_dictionary.cu" => named(&[
                 ("DICT_THREADS", DICT_THREADS as u64),

@@ -38,7 +38,7 @@ use datafusion::parquet::schema::types::ColumnDescPtr;
 use rayon::prelude::*;
 
 use super::device_bytes;
-use crate::cuda::{ColumnPages, PageColumn, PageCut};
+use crate::cuda::{ColumnPages, PageColumn, PageCut, StatisticsOrder};
 
 /// How the device writes one Arrow column's values: bytes of each as Arrow holds them, in
 /// the page (its low bytes), and how Parquet orders them for statistics (byte arrays: 0
@@ -69,6 +69,17 @@ impl DeviceLayout {
     /// Whether the values are byte arrays.
     pub(super) fn byte_array(&self) -> bool {
         self.order == ValueOrder::Bytes
+    }
+
+    /// The order the device finds each page's extremes in (of the page's values, their
+    /// low `out_width` bytes).
+    fn statistics_order(&self) -> StatisticsOrder {
+        match self.order {
+            ValueOrder::Int32 | ValueOrder::Int64 => StatisticsOrder::Signed,
+            ValueOrder::UInt32 | ValueOrder::UInt64 => StatisticsOrder::Unsigned,
+            ValueOrder::Float | ValueOrder::Double => StatisticsOrder::Float,
+            ValueOrder::Bytes => StatisticsOrder::Bytes,
+        }
     }
 }
 
@@ -363,6 +374,19 @@ fn page_min_max(array: &dyn Array, order: ValueOrder, cut: &PageCut) -> Option<M
     }
 }
 
+/// The minimum and maximum of a page whose smallest value is at row `lo` and largest at
+/// row `hi` (as [`page_min_max`] of the page makes them).
+fn rows_min_max(array: &dyn Array, order: ValueOrder, lo: usize, hi: usize) -> Option<MinMax> {
+    let at = |row: usize| PageCut {
+        first_row: row,
+        rows: 1,
+        values: 1,
+    };
+    let smallest = page_min_max(array, order, &at(lo))?;
+    let largest = page_min_max(array, order, &at(hi))?;
+    Some(MinMax::merge(order, smallest, largest))
+}
+
 /// How parquet's writer cuts a column's byte-array minima and maxima: in statistics, in
 /// the column index, and whether as UTF-8.
 #[derive(Debug, Clone, Copy)]
@@ -448,6 +472,7 @@ pub(super) fn assemble_chunk(
         dictionary,
         gave_up_dictionary,
         pages,
+        extremes,
     } = pages;
     let encoding = match dictionary {
         Some(_) => Encoding::RLE_DICTIONARY,
@@ -479,8 +504,15 @@ pub(super) fn assemble_chunk(
             .map(|cut| device_bytes::page_value_bytes(offsets, nulls.as_ref(), cut) as i64)
             .collect()
     });
-    let page_stats: Vec<Option<MinMax>> = match stats_level {
-        EnabledStatistics::None => vec![None; cuts.len()],
+    let page_stats: Vec<Option<MinMax>> = match (stats_level, extremes) {
+        (EnabledStatistics::None, _) => vec![None; cuts.len()],
+        // The rows the device found: two values a page to read.
+        (_, Some(extremes)) if extremes.len() == cuts.len() => extremes
+            .iter()
+            .map(|rows| {
+                rows.and_then(|(lo, hi)| rows_min_max(array.as_ref(), layout.order, lo, hi))
+            })
+            .collect(),
         _ => cuts
             .par_iter()
             .map(|cut| page_min_max(array.as_ref(), layout.order, cut))
@@ -683,6 +715,7 @@ fn encode_with(
     {
         return Err("the leaves differ in compression".to_string());
     }
+    let started = std::time::Instant::now();
     // Byte arrays as one run of bytes each (their statistics are taken from it too).
     let leaves: Vec<DeviceLeaf> = leaves
         .par_iter()
@@ -758,11 +791,16 @@ fn encode_with(
                 nullable: leaf.descr.max_def_level() > 0,
                 pages: cuts,
                 dictionary_limit: dictionary_limit(properties, &leaf.descr),
+                statistics: (properties.statistics_enabled(leaf.descr.path())
+                    != EnabledStatistics::None)
+                    .then(|| leaf.layout.statistics_order()),
             }
         })
         .collect();
+    let prepared = started.elapsed();
     let pages = pages(&columns, snappy)?;
-    leaves
+    let built = started.elapsed();
+    let chunks = leaves
         .par_iter()
         .zip(cuts)
         .zip(pages)
@@ -771,7 +809,18 @@ fn encode_with(
             assemble_chunk(leaf, properties, &cuts, pages, compression(leaf), *encoding)
                 .map_err(|e| e.to_string())
         })
-        .collect()
+        .collect();
+    crate::trace::event(|| {
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        format!(
+            "writer: {} rows' pages: cut in {:.1} ms, built in {:.1} ms, chunks closed in {:.1} ms",
+            leaves.first().map_or(0, |leaf| leaf.array.len()),
+            ms(prepared),
+            ms(built - prepared),
+            ms(started.elapsed() - built),
+        )
+    });
+    chunks
 }
 
 #[cfg(test)]
@@ -817,6 +866,7 @@ mod tests {
                     Some(HostDictionary::Kept { entries, numbers }) => {
                         let bits = 64 - (entries.len() as u64 - 1).leading_zeros();
                         ColumnPages {
+                            extremes: column.statistics.map(|order| host_extremes(column, order)),
                             dictionary: Some((page(entries.concat()), entries.len())),
                             gave_up_dictionary: false,
                             pages: column
@@ -835,6 +885,7 @@ mod tests {
                         }
                     }
                     tried => ColumnPages {
+                        extremes: column.statistics.map(|order| host_extremes(column, order)),
                         dictionary: None,
                         gave_up_dictionary: matches!(tried, Some(HostDictionary::GaveUp)),
                         pages: column
@@ -957,6 +1008,69 @@ mod tests {
                 &column.values[row * inw..row * inw + outw]
             }
         }
+    }
+
+    /// Per page of `column`, the rows of its smallest and largest value in `order`, as the
+    /// device finds them (nulls and NaNs skipped; of equal values, any).
+    fn host_extremes(
+        column: &PageColumn<'_>,
+        order: StatisticsOrder,
+    ) -> Vec<Option<(usize, usize)>> {
+        let key = |row: usize| -> Option<KeyOf> {
+            let v = value_of(column, row);
+            let wide = v.len() == 8;
+            Some(match order {
+                StatisticsOrder::Bytes => KeyOf::Bytes(v.to_vec()),
+                StatisticsOrder::Signed if wide => {
+                    KeyOf::Int(i64::from_le_bytes(v.try_into().ok()?) as i128)
+                }
+                StatisticsOrder::Signed => {
+                    KeyOf::Int(i32::from_le_bytes(v.try_into().ok()?) as i128)
+                }
+                StatisticsOrder::Unsigned if wide => {
+                    KeyOf::Int(u64::from_le_bytes(v.try_into().ok()?) as i128)
+                }
+                StatisticsOrder::Unsigned => {
+                    KeyOf::Int(u32::from_le_bytes(v.try_into().ok()?) as i128)
+                }
+                StatisticsOrder::Float if wide => {
+                    let f = f64::from_le_bytes(v.try_into().ok()?);
+                    (!f.is_nan()).then_some(KeyOf::Float(f))?
+                }
+                StatisticsOrder::Float => {
+                    let f = f32::from_le_bytes(v.try_into().ok()?) as f64;
+                    (!f.is_nan()).then_some(KeyOf::Float(f))?
+                }
+            })
+        };
+        column
+            .pages
+            .iter()
+            .map(|cut| {
+                let mut out: Option<((usize, KeyOf), (usize, KeyOf))> = None;
+                for row in cut.first_row..cut.first_row + cut.rows {
+                    let Some(k) = holds_value(column, row).then(|| key(row)).flatten() else {
+                        continue;
+                    };
+                    out = Some(match out {
+                        None => ((row, k.clone()), (row, k)),
+                        Some((lo, hi)) => (
+                            if k < lo.1 { (row, k.clone()) } else { lo },
+                            if hi.1 < k { (row, k) } else { hi },
+                        ),
+                    });
+                }
+                out.map(|(lo, hi)| (lo.0, hi.0))
+            })
+            .collect()
+    }
+
+    /// A value as [`host_extremes`] orders it.
+    #[derive(Clone, PartialEq, PartialOrd)]
+    enum KeyOf {
+        Int(i128),
+        Float(f64),
+        Bytes(Vec<u8>),
     }
 
     /// Row `row`'s value `PLAIN`: its bytes, a byte array's after its 4-byte length.
@@ -1407,6 +1521,12 @@ mod tests {
     #[test]
     fn chunks_from_kernel_shaped_pages_read_back_as_parquets_own() {
         check_against_parquet(host_pages);
+        // Without the rows of each page's extremes, the host scans each page for them.
+        check_against_parquet(|columns, snappy| {
+            let mut pages = host_pages(columns, snappy)?;
+            pages.iter_mut().for_each(|column| column.extremes = None);
+            Ok(pages)
+        });
     }
 
     #[test]

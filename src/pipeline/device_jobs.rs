@@ -287,6 +287,7 @@ impl DeviceJob {
     }
 
     fn encode(&self, arrays: Vec<Vec<ArrayRef>>) -> Vec<Result<EncodedLeaf>> {
+        let started = std::time::Instant::now();
         let columns: Result<Vec<ArrayRef>> = arrays
             .par_iter()
             .map(|parts| {
@@ -315,6 +316,14 @@ impl DeviceJob {
             })
             .collect();
         let properties = &self.slots[0].properties;
+        crate::trace::event(|| {
+            format!(
+                "writer: {} arrays of {} leaves concatenated in {:.1} ms",
+                arrays.iter().map(Vec::len).sum::<usize>(),
+                arrays.len(),
+                started.elapsed().as_secs_f64() * 1e3
+            )
+        });
         match device_chunks::encode_on_device(&leaves, properties) {
             Ok(chunks) => {
                 crate::trace::event(|| {

@@ -13,7 +13,7 @@ use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::basic::{Compression, Encoding};
 use datafusion::parquet::file::properties::WriterProperties;
 use datafusion::parquet::file::reader::{FileReader, SerializedFileReader};
-use gpusort::cuda::{PageColumn, PageCut};
+use gpusort::cuda::{PageColumn, PageCut, StatisticsOrder};
 use gpusort::pipeline::{sort_files, PageEncoding, Progress, SortJob};
 
 /// The uncompressed body of page `cut` of `column`, written here from the format's
@@ -30,6 +30,56 @@ fn reference_body(column: &PageColumn<'_>, cut: &PageCut) -> Vec<u8> {
         }
     }
     out
+}
+
+/// A fixed-width value as statistics order it.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+enum OrderKey {
+    Int(i128),
+    Float(f64),
+}
+
+/// Row `row`'s value of a fixed-width `column` as its statistics order it: its low
+/// `out_width` bytes as a signed or unsigned integer, or a float.
+fn order_key(column: &PageColumn<'_>, row: usize) -> OrderKey {
+    let (inw, outw) = (column.in_width as usize, column.out_width as usize);
+    let v = &column.values[row * inw..row * inw + outw];
+    let int = |v: i128| OrderKey::Int(v);
+    match (column.statistics.expect("statistics asked for"), outw == 8) {
+        (StatisticsOrder::Signed, true) => int(i64::from_le_bytes(v.try_into().unwrap()) as i128),
+        (StatisticsOrder::Signed, false) => int(i32::from_le_bytes(v.try_into().unwrap()) as i128),
+        (StatisticsOrder::Unsigned, true) => int(u64::from_le_bytes(v.try_into().unwrap()) as i128),
+        (StatisticsOrder::Unsigned, false) => {
+            int(u32::from_le_bytes(v.try_into().unwrap()) as i128)
+        }
+        (StatisticsOrder::Float, true) => {
+            OrderKey::Float(f64::from_le_bytes(v.try_into().unwrap()))
+        }
+        (StatisticsOrder::Float, false) => {
+            OrderKey::Float(f32::from_le_bytes(v.try_into().unwrap()) as f64)
+        }
+        (StatisticsOrder::Bytes, _) => unreachable!("a fixed-width column"),
+    }
+}
+
+/// The smallest and largest value of page `cut` of a fixed-width `column` (nulls and
+/// NaNs skipped), or `None` where it has none.
+fn reference_extremes(column: &PageColumn<'_>, cut: &PageCut) -> Option<(OrderKey, OrderKey)> {
+    let keys: Vec<OrderKey> = (cut.first_row..cut.first_row + cut.rows)
+        .zip(page_validity(column, cut))
+        .filter(|&(_, valid)| valid)
+        .map(|(row, _)| order_key(column, row))
+        .filter(|k| !matches!(k, OrderKey::Float(f) if f.is_nan()))
+        .collect();
+    let lo = keys
+        .iter()
+        .copied()
+        .reduce(|a, b| if b < a { b } else { a })?;
+    let hi = keys
+        .iter()
+        .copied()
+        .reduce(|a, b| if a < b { b } else { a })?;
+    Some((lo, hi))
 }
 
 /// Whether each row of page `cut` holds a value.
@@ -141,6 +191,7 @@ gpu_test!(
                 delta: false,
                 pages: &pages[0],
                 dictionary_limit: None,
+                statistics: Some(StatisticsOrder::Signed),
             },
             PageColumn {
                 offsets: None,
@@ -152,6 +203,7 @@ gpu_test!(
                 delta: false,
                 pages: &pages[1],
                 dictionary_limit: None,
+                statistics: Some(StatisticsOrder::Float),
             },
             PageColumn {
                 offsets: None,
@@ -163,6 +215,7 @@ gpu_test!(
                 delta: false,
                 pages: &pages[2],
                 dictionary_limit: None,
+                statistics: Some(StatisticsOrder::Signed),
             },
             PageColumn {
                 offsets: None,
@@ -174,6 +227,7 @@ gpu_test!(
                 delta: false,
                 pages: &pages[3],
                 dictionary_limit: None,
+                statistics: Some(StatisticsOrder::Unsigned),
             },
             PageColumn {
                 offsets: None,
@@ -185,6 +239,7 @@ gpu_test!(
                 delta: false,
                 pages: &constant_pages,
                 dictionary_limit: None,
+                statistics: Some(StatisticsOrder::Signed),
             },
         ];
         let plain = runtime
@@ -195,6 +250,7 @@ gpu_test!(
             .unwrap();
         for (c, column) in columns.iter().enumerate() {
             let (mut plain_bytes, mut snappy_bytes, mut snap_bytes) = (0, 0, 0);
+            let extremes = plain[c].extremes.as_ref().expect("extremes asked for");
             let (plain, snappy) = (&plain[c].pages, &snappy[c].pages);
             for (p, cut) in column.pages.iter().enumerate() {
                 let expected = reference_body(column, cut);
@@ -212,6 +268,11 @@ gpu_test!(
                     "column {c} page {p}: Snappy restores another body"
                 );
                 assert_eq!(snappy[p].uncompressed_bytes, expected.len());
+                assert_eq!(
+                    extremes[p].map(|(lo, hi)| (order_key(column, lo), order_key(column, hi))),
+                    reference_extremes(column, cut),
+                    "column {c} page {p}: extremes"
+                );
                 plain_bytes += expected.len();
                 snappy_bytes += snappy[p].data.len();
                 snap_bytes += snap::raw::Encoder::new()
@@ -339,6 +400,7 @@ gpu_test!(
                 delta: false,
                 pages,
                 dictionary_limit: Some(1 << 20),
+                statistics: None,
             }
         }
         let columns = [
@@ -507,6 +569,7 @@ gpu_test!(
                 delta: false,
                 pages,
                 dictionary_limit,
+                statistics: Some(StatisticsOrder::Bytes),
             }
         }
         let columns = [
@@ -576,6 +639,15 @@ gpu_test!(
                     .flatten()
                     .map(|v| v.as_slice())
                     .collect();
+                // The rows of the page's smallest and largest value, bytes compared unsigned.
+                let found = plain.extremes.as_ref().expect("extremes asked for")[p]
+                    .map(|(lo, hi)| (rows[lo].as_deref().unwrap(), rows[hi].as_deref().unwrap()));
+                let expected = page_values.iter().min().zip(page_values.iter().max());
+                assert_eq!(
+                    found,
+                    expected.map(|(lo, hi)| (*lo, *hi)),
+                    "column {c} page {p}: extremes"
+                );
                 match &plain.dictionary {
                     Some(_) => {
                         let numbers = decode_hybrid(&body[levels.len()..], cut.values);
@@ -807,3 +879,118 @@ gpu_test!(
         }
     }
 );
+
+gpu_test!(page_statistics_from_the_device_are_parquets, |_runtime| {
+    use datafusion::arrow::array::{
+        BinaryArray, Float32Array, Int32Array, StringArray, UInt32Array, UInt64Array,
+    };
+    use datafusion::parquet::file::metadata::PageIndexPolicy;
+    use datafusion::parquet::file::metadata::ParquetMetaDataReader;
+    let rows = 70_000;
+    let nth = |i: usize, k: usize| i.is_multiple_of(k);
+    // Every order the device finds extremes in, with nulls, NaNs (a page of NaNs
+    // only), signed zeros, unsigned values past the signed range, a column of nulls
+    // only, and strings longer than the statistics' 64 bytes.
+    let columns: Vec<(&str, ArrayRef)> = vec![
+        (
+            "i32",
+            Arc::new(Int32Array::from_iter(
+                (0..rows).map(|i| (!nth(i, 7)).then_some((i as i32).wrapping_mul(-7919))),
+            )),
+        ),
+        (
+            "u32",
+            Arc::new(UInt32Array::from_iter_values((0..rows).map(|i| {
+                u32::MAX - (i as u32).wrapping_mul(2_654_435_761) % 1000
+            }))),
+        ),
+        (
+            "u64",
+            Arc::new(UInt64Array::from_iter(
+                (0..rows).map(|i| (!nth(i, 5)).then_some(u64::MAX - i as u64 * 977)),
+            )),
+        ),
+        (
+            "f32",
+            Arc::new(Float32Array::from_iter((0..rows).map(|i| {
+                (!nth(i, 3)).then_some(match i % 11 {
+                    1 => f32::NAN,
+                    2 => -0.0,
+                    4 => 0.0,
+                    _ => (i as f32).cos() * 10.0,
+                })
+            }))),
+        ),
+        (
+            "f64",
+            Arc::new(Float64Array::from_iter_values((0..rows).map(|i| {
+                if i < 20_000 || nth(i, 13) {
+                    f64::NAN
+                } else {
+                    -(i as f64).sin()
+                }
+            }))),
+        ),
+        (
+            "nulls",
+            Arc::new(Int32Array::from_iter((0..rows).map(|_| None::<i32>))),
+        ),
+        (
+            "text",
+            Arc::new(StringArray::from_iter((0..rows).map(|i| {
+                (!nth(i, 9)).then(|| match i % 5 {
+                    0 => String::new(),
+                    1 => format!("{}é{}", "z".repeat(70), i % 97),
+                    _ => format!("{:x}", (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+                })
+            }))),
+        ),
+        (
+            "bytes",
+            Arc::new(BinaryArray::from_iter_values((0..rows).map(|i| {
+                let n = i % 80;
+                vec![(i % 256) as u8 ^ 0x80; n]
+            }))),
+        ),
+    ];
+    let batch = RecordBatch::try_from_iter(columns).unwrap();
+    let batches: Vec<RecordBatch> = (0..rows)
+        .step_by(4_096)
+        .map(|at| batch.slice(at, 4_096.min(rows - at)))
+        .collect();
+    let properties = WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .set_dictionary_enabled(false)
+        // A multiple of the write batch: parquet's writer takes a write whose rows are all
+        // valid or all null in batches of this many rows, else of 1024, and the device cuts
+        // after whole batches of 1024.
+        .set_data_page_row_count_limit(4_096)
+        .set_max_row_group_row_count(Some(32 * 1024))
+        .build();
+    let (bytes, device, host) =
+        gpusort::pipeline::write_with_device_pages(batch.schema(), &batches, properties.clone())
+            .unwrap();
+    assert_eq!((device, host), (3 * 8, 0));
+    let mut expected = Vec::new();
+    // In one write: parquet's writer closes a page of nulls only where a write ends, and
+    // the device cuts the rows of a row group as one.
+    let mut writer = ArrowWriter::try_new(&mut expected, batch.schema(), Some(properties)).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+    let meta = |b: Vec<u8>| {
+        ParquetMetaDataReader::new()
+            .with_page_index_policy(PageIndexPolicy::Required)
+            .parse_and_finish(&bytes::Bytes::from(b))
+            .unwrap()
+    };
+    let (a, b) = (meta(expected), meta(bytes));
+    assert_eq!(a.num_row_groups(), b.num_row_groups());
+    for g in 0..a.num_row_groups() {
+        for c in 0..batch.num_columns() {
+            let (x, y) = (a.row_group(g).column(c), b.row_group(g).column(c));
+            assert_eq!(x.statistics(), y.statistics(), "row group {g} column {c}");
+            let (ix, iy) = (a.column_index().unwrap(), b.column_index().unwrap());
+            assert_eq!(ix[g][c], iy[g][c], "row group {g} column {c}: column index");
+        }
+    }
+});

@@ -29,7 +29,7 @@ use datafusion::common::{exec_err, Result};
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::basic::{Compression, Encoding};
 use datafusion::parquet::file::properties::WriterProperties;
-use gpusort::cuda::{PageColumn, PageCut};
+use gpusort::cuda::{PageColumn, PageCut, StatisticsOrder};
 use rayon::prelude::*;
 
 use crate::bench::splitmix64;
@@ -243,6 +243,11 @@ fn device_group(
                 delta: delta && width == 8 && i % 4 < 2,
                 pages: &cut[i],
                 dictionary_limit: dictionary.then_some(1 << 20),
+                // As parquet's writers: each page's minimum and maximum.
+                statistics: Some(match offsets {
+                    Some(_) => StatisticsOrder::Bytes,
+                    None => StatisticsOrder::Signed,
+                }),
             }
         })
         .collect();
