@@ -400,6 +400,10 @@ impl PageEncoder {
                 ),
             }
             let rows = column.rows();
+            assert!(
+                rows < u32::MAX as usize,
+                "a column chunk of {rows} rows: the kernels number rows in 32 bits"
+            );
             for cut in column.pages {
                 assert!(
                     cut.first_row % 8 == 0 && cut.first_row + cut.rows <= rows && cut.rows > 0,
@@ -643,7 +647,7 @@ impl PageEncoder {
                     &mut params,
                     pages.len(),
                 )?;
-                // `orders` is read by the kernel: the download below waits for it.
+                // The download waits for the stream: `orders` went up before it.
                 let rows = device.download_now(&rows)?;
                 drop(orders);
                 Some(rows)

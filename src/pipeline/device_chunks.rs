@@ -504,10 +504,17 @@ pub(super) fn assemble_chunk(
             .map(|cut| device_bytes::page_value_bytes(offsets, nulls.as_ref(), cut) as i64)
             .collect()
     });
+    if extremes.as_ref().is_some_and(|e| e.len() != cuts.len()) {
+        return Err(ParquetError::General(format!(
+            "gpusort: the extremes of {} pages found for {} cut",
+            extremes.map_or(0, |e| e.len()),
+            cuts.len()
+        )));
+    }
     let page_stats: Vec<Option<MinMax>> = match (stats_level, extremes) {
         (EnabledStatistics::None, _) => vec![None; cuts.len()],
         // The rows the device found: two values a page to read.
-        (_, Some(extremes)) if extremes.len() == cuts.len() => extremes
+        (_, Some(extremes)) => extremes
             .iter()
             .map(|rows| {
                 rows.and_then(|(lo, hi)| rows_min_max(array.as_ref(), layout.order, lo, hi))
@@ -1022,23 +1029,23 @@ mod tests {
             Some(match order {
                 StatisticsOrder::Bytes => KeyOf::Bytes(v.to_vec()),
                 StatisticsOrder::Signed if wide => {
-                    KeyOf::Int(i64::from_le_bytes(v.try_into().ok()?) as i128)
+                    KeyOf::Int(i64::from_le_bytes(v.try_into().unwrap()) as i128)
                 }
                 StatisticsOrder::Signed => {
-                    KeyOf::Int(i32::from_le_bytes(v.try_into().ok()?) as i128)
+                    KeyOf::Int(i32::from_le_bytes(v.try_into().unwrap()) as i128)
                 }
                 StatisticsOrder::Unsigned if wide => {
-                    KeyOf::Int(u64::from_le_bytes(v.try_into().ok()?) as i128)
+                    KeyOf::Int(u64::from_le_bytes(v.try_into().unwrap()) as i128)
                 }
                 StatisticsOrder::Unsigned => {
-                    KeyOf::Int(u32::from_le_bytes(v.try_into().ok()?) as i128)
+                    KeyOf::Int(u32::from_le_bytes(v.try_into().unwrap()) as i128)
                 }
                 StatisticsOrder::Float if wide => {
-                    let f = f64::from_le_bytes(v.try_into().ok()?);
+                    let f = f64::from_le_bytes(v.try_into().unwrap());
                     (!f.is_nan()).then_some(KeyOf::Float(f))?
                 }
                 StatisticsOrder::Float => {
-                    let f = f32::from_le_bytes(v.try_into().ok()?) as f64;
+                    let f = f32::from_le_bytes(v.try_into().unwrap()) as f64;
                     (!f.is_nan()).then_some(KeyOf::Float(f))?
                 }
             })
@@ -1213,9 +1220,13 @@ mod tests {
             ),
             (
                 "u64",
-                Arc::new(UInt64Array::from_iter(
-                    (0..rows).map(|i| (!nth(i, 5)).then_some(u64::MAX - i as u64 * 977)),
-                )),
+                // Both sides of 2^63 in every page: signed order would pick other extremes.
+                Arc::new(UInt64Array::from_iter((0..rows).map(|i| {
+                    (!nth(i, 5)).then_some(match i % 2 {
+                        0 => u64::MAX - i as u64 * 977,
+                        _ => i as u64 * 7_919,
+                    })
+                }))),
             ),
             (
                 "f32",

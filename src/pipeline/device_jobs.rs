@@ -339,13 +339,17 @@ impl DeviceJob {
             }
             Err(reason) => {
                 crate::trace::event(|| format!("writer: pages encoded on the host ({reason})"));
-                let mut writers = self.writers.lock().unwrap_or_else(|e| e.into_inner());
+                let writers: Vec<Option<ArrowColumnWriter>> = {
+                    let mut writers = self.writers.lock().unwrap_or_else(|e| e.into_inner());
+                    writers.iter_mut().map(Option::take).collect()
+                };
+                // The columns at once, as the CPU's encoders of a row group run.
                 self.slots
-                    .iter()
-                    .zip(writers.iter_mut())
+                    .par_iter()
+                    .zip(writers)
                     .zip(&columns)
                     .map(|((slot, writer), array)| {
-                        let mut writer = writer.take().ok_or_else(|| {
+                        let mut writer = writer.ok_or_else(|| {
                             ParquetError::General("gpusort: a column writer went missing".into())
                         })?;
                         for leaf in compute_leaves(&slot.field, array)? {

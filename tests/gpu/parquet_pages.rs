@@ -251,6 +251,11 @@ gpu_test!(
         for (c, column) in columns.iter().enumerate() {
             let (mut plain_bytes, mut snappy_bytes, mut snap_bytes) = (0, 0, 0);
             let extremes = plain[c].extremes.as_ref().expect("extremes asked for");
+            assert_eq!(
+                Some(extremes),
+                snappy[c].extremes.as_ref(),
+                "column {c}: extremes with Snappy"
+            );
             let (plain, snappy) = (&plain[c].pages, &snappy[c].pages);
             for (p, cut) in column.pages.iter().enumerate() {
                 let expected = reference_body(column, cut);
@@ -273,6 +278,16 @@ gpu_test!(
                     reference_extremes(column, cut),
                     "column {c} page {p}: extremes"
                 );
+                if let Some((lo, hi)) = extremes[p] {
+                    let valid = page_validity(column, cut);
+                    for row in [lo, hi] {
+                        assert!(
+                            (cut.first_row..cut.first_row + cut.rows).contains(&row)
+                                && valid[row - cut.first_row],
+                            "column {c} page {p}: row {row} of no value of the page"
+                        );
+                    }
+                }
                 plain_bytes += expected.len();
                 snappy_bytes += snappy[p].data.len();
                 snap_bytes += snap::raw::Encoder::new()
@@ -640,8 +655,17 @@ gpu_test!(
                     .map(|v| v.as_slice())
                     .collect();
                 // The rows of the page's smallest and largest value, bytes compared unsigned.
-                let found = plain.extremes.as_ref().expect("extremes asked for")[p]
-                    .map(|(lo, hi)| (rows[lo].as_deref().unwrap(), rows[hi].as_deref().unwrap()));
+                let page_rows = cut.first_row..cut.first_row + cut.rows;
+                let found =
+                    plain.extremes.as_ref().expect("extremes asked for")[p].map(|(lo, hi)| {
+                        assert!(page_rows.contains(&lo) && page_rows.contains(&hi));
+                        // A null row has no value: `unwrap` fails.
+                        (rows[lo].as_deref().unwrap(), rows[hi].as_deref().unwrap())
+                    });
+                assert_eq!(
+                    plain.extremes, snappy.extremes,
+                    "column {c}: extremes with Snappy"
+                );
                 let expected = page_values.iter().min().zip(page_values.iter().max());
                 assert_eq!(
                     found,
@@ -900,23 +924,38 @@ gpu_test!(page_statistics_from_the_device_are_parquets, |_runtime| {
         ),
         (
             "u32",
+            // Both sides of 2^31 in every page: signed order would pick other extremes.
             Arc::new(UInt32Array::from_iter_values((0..rows).map(|i| {
-                u32::MAX - (i as u32).wrapping_mul(2_654_435_761) % 1000
+                match i % 2 {
+                    0 => u32::MAX - (i as u32).wrapping_mul(2_654_435_761) % 1000,
+                    _ => (i as u32).wrapping_mul(2_654_435_761) % 1000,
+                }
             }))),
         ),
         (
             "u64",
-            Arc::new(UInt64Array::from_iter(
-                (0..rows).map(|i| (!nth(i, 5)).then_some(u64::MAX - i as u64 * 977)),
-            )),
+            // Both sides of 2^63.
+            Arc::new(UInt64Array::from_iter((0..rows).map(|i| {
+                (!nth(i, 5)).then_some(match i % 2 {
+                    0 => u64::MAX - i as u64 * 977,
+                    _ => i as u64 * 977,
+                })
+            }))),
         ),
         (
             "f32",
+            // Pages (of 4096 rows) of signed zeros only, of zeros and positives, of zeros
+            // and negatives, then of everything.
             Arc::new(Float32Array::from_iter((0..rows).map(|i| {
-                (!nth(i, 3)).then_some(match i % 11 {
-                    1 => f32::NAN,
-                    2 => -0.0,
-                    4 => 0.0,
+                let zero = if i % 2 == 0 { -0.0 } else { 0.0 };
+                (!nth(i, 3)).then_some(match (i % 32_768 / 4_096, i % 11) {
+                    (0, _) => zero,
+                    (1, 5..) => (i % 7) as f32 + 0.5,
+                    (2, 5..) => -((i % 7) as f32) - 0.5,
+                    (0..=2, _) => zero,
+                    (_, 1) => f32::NAN,
+                    (_, 2) => -0.0,
+                    (_, 4) => 0.0,
                     _ => (i as f32).cos() * 10.0,
                 })
             }))),
@@ -952,6 +991,14 @@ gpu_test!(page_statistics_from_the_device_are_parquets, |_runtime| {
                 vec![(i % 256) as u8 ^ 0x80; n]
             }))),
         ),
+        (
+            // No empty value, bytes on both sides of 0x80: a signed comparison of bytes
+            // would pick other extremes.
+            "high",
+            Arc::new(BinaryArray::from_iter_values(
+                (0..rows).map(|i| vec![(i * 37 % 256) as u8, (i % 251) as u8, 0x80]),
+            )),
+        ),
     ];
     let batch = RecordBatch::try_from_iter(columns).unwrap();
     let batches: Vec<RecordBatch> = (0..rows)
@@ -970,7 +1017,7 @@ gpu_test!(page_statistics_from_the_device_are_parquets, |_runtime| {
     let (bytes, device, host) =
         gpusort::pipeline::write_with_device_pages(batch.schema(), &batches, properties.clone())
             .unwrap();
-    assert_eq!((device, host), (3 * 8, 0));
+    assert_eq!((device, host), (3 * 9, 0));
     let mut expected = Vec::new();
     // In one write: parquet's writer closes a page of nulls only where a write ends, and
     // the device cuts the rows of a row group as one.
