@@ -804,9 +804,10 @@ fn encode_with(
             }
         })
         .collect();
-    let prepared = started.elapsed();
+    // When the pages were cut (byte arrays made contiguous first), and built.
+    let cut_at = started.elapsed();
     let pages = pages(&columns, snappy)?;
-    let built = started.elapsed();
+    let built_at = started.elapsed();
     let chunks = leaves
         .par_iter()
         .zip(cuts)
@@ -822,9 +823,9 @@ fn encode_with(
         format!(
             "writer: {} rows' pages: cut in {:.1} ms, built in {:.1} ms, chunks closed in {:.1} ms",
             leaves.first().map_or(0, |leaf| leaf.array.len()),
-            ms(prepared),
-            ms(built - prepared),
-            ms(started.elapsed() - built),
+            ms(cut_at),
+            ms(built_at - cut_at),
+            ms(started.elapsed() - built_at),
         )
     });
     chunks
