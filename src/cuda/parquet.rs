@@ -100,6 +100,32 @@ pub struct PageColumn<'a> {
     /// Where set, each page's smallest and largest value are found in this order
     /// ([`ColumnPages::extremes`]).
     pub statistics: Option<StatisticsOrder>,
+    /// Where set, the column's input is already on the device (nothing goes up): `values`
+    /// may then be empty, and `offsets` and `validity` are the host's copies of what it
+    /// holds there.
+    pub on_device: Option<OnDevice>,
+}
+
+/// Where a column's input lies on the device, when it is there already (a sorted run's
+/// column gathered there): device addresses (0: none) and rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OnDevice {
+    /// The values, `in_width` bytes each (byte arrays: their bytes).
+    pub values: u64,
+    /// Byte arrays' offsets, one more than the rows.
+    pub offsets: u64,
+    /// The validity bitmap, row 0 at bit 0.
+    pub validity: u64,
+    /// Rows of the column.
+    pub rows: usize,
+}
+
+/// Device addresses of a column's parts in one launch (0: none).
+#[derive(Debug, Clone, Copy)]
+struct Addresses {
+    values: u64,
+    offsets: u64,
+    validity: u64,
 }
 
 impl<'a> PageColumn<'a> {
@@ -111,6 +137,9 @@ impl<'a> PageColumn<'a> {
 
     /// Rows of the column, nulls included.
     pub fn rows(&self) -> usize {
+        if let Some(on_device) = self.on_device {
+            return on_device.rows;
+        }
         match self.offsets {
             Some(offsets) => offsets.len().saturating_sub(1),
             None => self.values.len() / self.in_width.max(1) as usize,
@@ -384,8 +413,9 @@ impl PageEncoder {
             match column.offsets {
                 Some(offsets) => assert!(
                     !offsets.is_empty()
-                        && (offsets[offsets.len() - 1] - offsets[0]) as usize
-                            <= column.values.len()
+                        && (column.on_device.is_some()
+                            || (offsets[offsets.len() - 1] - offsets[0]) as usize
+                                <= column.values.len())
                         && !column.delta,
                     "byte arrays past their bytes, or DELTA_BINARY_PACKED"
                 ),
@@ -415,8 +445,19 @@ impl PageEncoder {
                 );
             }
         }
-        let layout = InputLayout::of(columns.iter().map(PageColumn::parts));
-        let placed = &layout.placed;
+        let on_device = columns.iter().all(|c| c.on_device.is_some());
+        assert!(
+            on_device || columns.iter().all(|c| c.on_device.is_none()),
+            "columns on the device and on the host in one launch"
+        );
+        assert!(
+            !(on_device && prepared.is_some()),
+            "an input laid out for columns on the device"
+        );
+        let layout = match on_device {
+            true => InputLayout::of([]),
+            false => InputLayout::of(columns.iter().map(PageColumn::parts)),
+        };
         let what = "parquet page input";
         if let Some(prepared) = prepared {
             assert_eq!(
@@ -426,6 +467,7 @@ impl PageEncoder {
             );
         }
         let input = match prepared {
+            _ if on_device => device.alloc::<u8>(1, what)?,
             Some(prepared) if prepared.locked() => {
                 let input = device.alloc::<u8>(layout.bytes.max(1), what)?;
                 if !prepared.bytes().is_empty() {
@@ -449,20 +491,41 @@ impl PageEncoder {
                 move |start, out| layout.fill(start, out)
             })?,
         };
-        // The dictionaries tried, and what came of them.
+        // Where each column's parts are on the device.
         let device_at = |at: Option<usize>| at.map_or(0, |at| input.ptr() + at as u64);
+        let addresses: Vec<Addresses> = match on_device {
+            true => columns
+                .iter()
+                .filter_map(|c| c.on_device)
+                .map(|d| Addresses {
+                    values: d.values,
+                    offsets: d.offsets,
+                    validity: d.validity,
+                })
+                .collect(),
+            false => layout
+                .placed
+                .iter()
+                .map(|placed| Addresses {
+                    values: input.ptr() + placed.values_at as u64,
+                    offsets: device_at(placed.offsets_at),
+                    validity: device_at(placed.validity_at),
+                })
+                .collect(),
+        };
+        // The dictionaries tried, and what came of them.
         let tried_inputs: Vec<(usize, DictionaryInput)> = columns
             .iter()
-            .zip(placed)
+            .zip(&addresses)
             .enumerate()
-            .filter_map(|(index, (column, placed))| {
+            .filter_map(|(index, (column, at))| {
                 let limit = column.dictionary_limit?;
                 Some((
                     index,
                     DictionaryInput {
-                        values: input.ptr() + placed.values_at as u64,
-                        offsets: device_at(placed.offsets_at),
-                        validity: device_at(placed.validity_at),
+                        values: at.values,
+                        offsets: at.offsets,
+                        validity: at.validity,
                         in_width: column.in_width,
                         out_width: column.out_width,
                         rows: column.rows(),
@@ -487,10 +550,10 @@ impl PageEncoder {
         }
         let specs: Vec<ColumnSpec> = columns
             .iter()
-            .zip(placed)
+            .zip(&addresses)
             .zip(&dictionaries)
-            .map(|((column, placed), dictionary)| {
-                let validity = device_at(placed.validity_at);
+            .map(|((column, at), dictionary)| {
+                let validity = at.validity;
                 match dictionary {
                     Some((dictionary, _)) => ColumnSpec {
                         values: dictionary.entry_numbers(),
@@ -502,9 +565,9 @@ impl PageEncoder {
                         bit_width: dictionary.bit_width(),
                     },
                     None => ColumnSpec {
-                        values: input.ptr() + placed.values_at as u64,
+                        values: at.values,
                         validity,
-                        offsets: device_at(placed.offsets_at),
+                        offsets: at.offsets,
                         in_width: column.in_width,
                         out_width: column.out_width,
                         encoding: if column.offsets.is_some() {
@@ -623,11 +686,11 @@ impl PageEncoder {
             true => {
                 let orders: Vec<OrderSpec> = columns
                     .iter()
-                    .zip(placed)
-                    .map(|(column, placed)| OrderSpec {
-                        values: input.ptr() + placed.values_at as u64,
-                        validity: device_at(placed.validity_at),
-                        offsets: device_at(placed.offsets_at),
+                    .zip(&addresses)
+                    .map(|(column, at)| OrderSpec {
+                        values: at.values,
+                        validity: at.validity,
+                        offsets: at.offsets,
                         in_width: column.in_width,
                         out_width: column.out_width,
                         order: StatisticsOrder::code(column.statistics),

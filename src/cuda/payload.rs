@@ -40,12 +40,15 @@ use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::download::download_into_buffers;
 use crate::cuda::memory::transfer::Staging;
 use crate::cuda::module::{arg, launch};
+use crate::cuda::resident::ResidentRun;
 use crate::cuda::runtime::{note_failure_of, note_gather_failure, CudaRuntime};
 use crate::cuda::tuning::{
     GATHER_THREADS as THREADS, GATHER_WINDOWS_KEPT, MIN_GATHER_WINDOW_BYTES,
 };
 use crate::cuda::window::{compute_windows, SortedColumn, WindowDevice};
-use crate::gather::{PayloadGather, PayloadStats, RunRows, WindowRequest};
+use crate::gather::{
+    PayloadGather, PayloadStats, ResidentColumns, RunRows, SharedOrder, WindowRequest,
+};
 use crate::sort::RunState;
 
 /// One column of the run, on the device.
@@ -175,7 +178,8 @@ pub(super) struct DevicePayload {
     runtime: Arc<CudaRuntime>,
     /// What the session's work may do on the device.
     share: DeviceShare,
-    permutation: DeviceBuffer<u32>,
+    /// Shared with the payload of the run's resident columns, where it has one.
+    permutation: Arc<DeviceBuffer<u32>>,
     /// Rows of the run (the permutation may be longer).
     rows: usize,
     indices: Vec<usize>,
@@ -244,7 +248,7 @@ impl DevicePayload {
             let mut payload = DevicePayload {
                 runtime: Arc::clone(runtime),
                 share,
-                permutation: device_permutation,
+                permutation: Arc::new(device_permutation),
                 rows: n,
                 indices: Vec::new(),
                 columns: Vec::new(),
@@ -321,11 +325,88 @@ impl DevicePayload {
         Self {
             runtime,
             share,
-            permutation,
+            permutation: Arc::new(permutation),
             rows,
             indices,
             columns,
             stats,
+        }
+    }
+
+    /// The width of column `at`'s values (its place among the payload's columns), when the
+    /// device holds them as fixed-width values of its own (not sliced over devices).
+    pub(super) fn fixed_width(&self, at: usize) -> Option<usize> {
+        let column = &self.columns[at];
+        match (column.layout(), &column.data) {
+            (PayloadLayout::Fixed(width), ColumnData::Here(_)) => Some(width),
+            _ => None,
+        }
+    }
+
+    /// Column `at`'s values of output rows `start .. start + rows` gathered into a buffer of
+    /// their own, with their validity bitmap (row `start` at bit 0) where some row of the
+    /// run is null; queued on the device's stream.
+    pub(super) fn gather_range(
+        &self,
+        device: &Device,
+        at: usize,
+        start: usize,
+        rows: usize,
+    ) -> CudaResult<(DeviceBuffer<u8>, Option<DeviceBuffer<u8>>)> {
+        let column = &self.columns[at];
+        let width = self
+            .fixed_width(at)
+            .expect("a fixed-width column of this device");
+        let values = device.alloc::<u8>((rows * width).max(1), "resident page values")?;
+        if rows > 0 {
+            self.launch_values(device, column.values(), width, start, &[rows], values.ptr())?;
+        }
+        let validity = match column.validity() {
+            Some(bits) => {
+                let out = device.alloc::<u8>(rows.div_ceil(32).max(1) * 4, "resident validity")?;
+                if rows > 0 {
+                    self.launch_bits(device, bits, start, &[rows], out.ptr())?;
+                }
+                Some(out)
+            }
+            None => None,
+        };
+        Ok((values, validity))
+    }
+
+    /// The payload of the columns at `taken` (places among its columns) alone, sharing the
+    /// permutation; they are gathered here no more.
+    fn split_off(&mut self, taken: &[usize]) -> DevicePayload {
+        let mut indices = Vec::new();
+        let mut columns = Vec::new();
+        let mut kept_indices = Vec::new();
+        let mut kept_columns = Vec::new();
+        for (at, (index, column)) in std::mem::take(&mut self.indices)
+            .into_iter()
+            .zip(std::mem::take(&mut self.columns))
+            .enumerate()
+        {
+            match taken.contains(&at) {
+                true => {
+                    indices.push(index);
+                    columns.push(column);
+                }
+                false => {
+                    kept_indices.push(index);
+                    kept_columns.push(column);
+                }
+            }
+        }
+        self.indices = kept_indices;
+        self.columns = kept_columns;
+        DevicePayload {
+            runtime: Arc::clone(&self.runtime),
+            share: self.share,
+            permutation: Arc::clone(&self.permutation),
+            rows: self.rows,
+            indices,
+            columns,
+            stats: PayloadStats::default(),
         }
     }
 }
@@ -333,6 +414,36 @@ impl DevicePayload {
 impl PayloadGather for DevicePayload {
     fn columns(&self) -> &[usize] {
         &self.indices
+    }
+
+    fn split_resident(
+        &mut self,
+        columns: &[usize],
+        rows: &Arc<RunRows>,
+        permutation: &SharedOrder,
+    ) -> Option<Arc<dyn ResidentColumns>> {
+        let taken: Vec<usize> = (0..self.columns.len())
+            .filter(|&at| columns.contains(&self.indices[at]) && self.fixed_width(at).is_some())
+            .collect();
+        let declined = if self.runtime.pages.is_none() {
+            Some("the page kernels did not load".to_string())
+        } else if permutation.len() != self.rows {
+            Some(format!("an order of {} rows", permutation.len()))
+        } else if taken.is_empty() {
+            Some("none of them is fixed-width here".to_string())
+        } else {
+            None
+        };
+        if let Some(reason) = declined {
+            crate::trace::event(|| format!("  {} rows: no column stays ({reason})", self.rows));
+            return None;
+        }
+        let payload = self.split_off(&taken);
+        Some(Arc::new(ResidentRun::new(
+            payload,
+            Arc::clone(rows),
+            Arc::clone(permutation),
+        )))
     }
 
     fn retain_columns(&mut self, keep: &[usize]) {

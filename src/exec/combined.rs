@@ -469,6 +469,7 @@ impl PartitionOutput {
             &permutation[range.start..end],
             payload.as_mut().map(|p| p as &mut dyn PayloadGather),
             windows.as_ref().map(|w| w.at(range.start)),
+            None,
             |batch| {
                 metrics.baseline.record_output(batch.num_rows());
                 tx.blocking_send(Ok(batch)).is_ok()

@@ -59,7 +59,7 @@ use super::spill::RunSpiller;
 use super::stream::{sort_stream, SortTask};
 use crate::config::AlgorithmChoice;
 use crate::gather::Views;
-use crate::gather::WindowRequest;
+use crate::gather::{ResidentRequest, WindowRequest};
 use crate::sort::SortBackend;
 
 /// How a `GpuSortExec` sorts: settings taken from `GpuSortConfig` at plan time.
@@ -109,6 +109,9 @@ pub struct GpuSortExec {
     /// (`gather/windows.rs`); handed on only through
     /// [`execute_with_windows`](Self::execute_with_windows).
     windows: Option<Arc<WindowRequest>>,
+    /// Columns its consumer takes where a run is (`gather/resident.rs`): set by
+    /// [`with_resident`](Self::with_resident).
+    resident: Option<Arc<ResidentRequest>>,
     // How.
     /// Backend, run size, algorithm.
     options: GpuSortOptions,
@@ -139,6 +142,7 @@ impl GpuSortExec {
             run_batch_rows: None,
             partition_top: None,
             windows: None,
+            resident: None,
             input,
             expr,
             fetch,
@@ -211,6 +215,18 @@ impl GpuSortExec {
         self
     }
 
+    /// The same sort, whose run that is its partition's whole output and is gathered on a
+    /// device leaves `request`'s columns there for the consumer (the Parquet writer of
+    /// `gpusort sort`): its batches then carry the other columns only, in a schema that
+    /// names the run ([`RESIDENT_RUN_KEY`](crate::gather::RESIDENT_RUN_KEY)). Only for a
+    /// consumer that reads the plan's output directly and asks each such run for the
+    /// columns it left out.
+    pub fn with_resident(mut self, request: Arc<ResidentRequest>) -> Self {
+        self.resident = Some(request);
+        self.combined = Arc::default();
+        self
+    }
+
     /// This sort without window columns.
     pub fn without_windows(mut self) -> Self {
         if self.windows.take().is_some() {
@@ -242,6 +258,7 @@ impl GpuSortExec {
         exec.run_batch_rows = self.run_batch_rows;
         exec.partition_top = self.partition_top;
         exec.windows = self.windows.clone();
+        exec.resident = self.resident.clone();
         Ok(exec)
     }
 
@@ -562,6 +579,7 @@ impl GpuSortExec {
             fetch: self.fetch,
             partition_top: self.partition_top,
             windows,
+            resident: self.resident.clone(),
             batch_size,
             run_batch_rows: self.run_batch_rows.unwrap_or(batch_size),
             run_rows: self.options.run_rows,

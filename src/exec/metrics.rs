@@ -75,6 +75,8 @@ pub struct SortMetrics {
     pub device_splits: Count,
     /// Rows whose window columns the backend computed where the run was (the device).
     pub device_window_rows: Count,
+    /// Columns a run left on the device for its consumer (`gather/resident.rs`).
+    pub resident_columns: Count,
     /// Runs sorted on each device, registered as `device<N>_runs` at its first run.
     pub(super) device_runs: DeviceRuns,
 }
@@ -148,6 +150,7 @@ impl SortMetrics {
             device_wait_time: time("device_wait_time"),
             device_splits: counter("device_splits"),
             device_window_rows: counter("device_window_rows"),
+            resident_columns: counter("resident_columns"),
             device_runs: DeviceRuns {
                 set: set.clone(),
                 partition,

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow::array::{ArrayRef, RecordBatch};
+use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow::compute::SortOptions;
 use datafusion::arrow;
 use datafusion::common::{internal_err, Result};
@@ -25,7 +25,8 @@ use super::metrics::SortMetrics;
 use super::partition_top::{keep_top_rows, PartitionTop};
 use crate::config::AlgorithmChoice;
 use crate::gather::{
-    append_window_columns, gather_sorted_columns, PayloadGather, RunRows, Views, WindowRequest,
+    append_window_columns, gather_sorted_columns, PayloadGather, ResidentRequest, RunRows, Views,
+    WindowRequest,
 };
 use crate::keys::{encode_keys, EncodedKeys, KeyColumn};
 use crate::sort::{
@@ -45,6 +46,9 @@ pub(super) struct SortSpec {
     /// Window columns to compute where a run's rows are, for a run that is its
     /// partition's whole output ([`RunSorter::sort_final_run`]).
     pub windows: Option<Arc<WindowRequest>>,
+    /// Columns the consumer takes where a run is (`gather/resident.rs`), for a run that
+    /// is its partition's whole output and is gathered on a device.
+    pub resident: Option<Arc<ResidentRequest>>,
     /// Rows per output batch of a merge of runs.
     pub batch_size: usize,
     /// Rows per output batch of one sorted run (the batches its gather builds): the
@@ -223,13 +227,19 @@ impl<'a> RunSorter<'a> {
 
     /// [`Self::sort_run`] for a run that is its partition's whole output: the spec's
     /// window columns, when the backend computes them where the run is, are appended to
-    /// each batch (in the request's schema).
+    /// each batch (in the request's schema); without them, the columns of the spec's
+    /// resident request that the device keeps are handed to it, and left out of the
+    /// batches (`gather/resident.rs`).
     pub(super) fn sort_final_run(
         &self,
         batches: Vec<RecordBatch>,
         mut emit: impl FnMut(RecordBatch) -> bool,
     ) -> Result<()> {
-        self.sort_one(batches, &mut emit, self.spec.windows.as_ref())
+        let resident = match self.spec.windows {
+            Some(_) => None,
+            None => self.spec.resident.as_ref(),
+        };
+        self.sort_one(batches, &mut emit, self.spec.windows.as_ref(), resident)
             .map(|_| ())
     }
 
@@ -240,20 +250,21 @@ impl<'a> RunSorter<'a> {
         batches: Vec<RecordBatch>,
         emit: &mut dyn FnMut(RecordBatch) -> bool,
     ) -> Result<bool> {
-        self.sort_one(batches, emit, None)
+        self.sort_one(batches, emit, None, None)
     }
 
     /// [`Self::sort_run_or_stop`], with the `windows` columns appended where the backend
-    /// computes them.
+    /// computes them, or the `resident` request's columns left where the run is.
     fn sort_one(
         &self,
         batches: Vec<RecordBatch>,
         emit: &mut dyn FnMut(RecordBatch) -> bool,
         windows: Option<&Arc<WindowRequest>>,
+        resident: Option<&Arc<ResidentRequest>>,
     ) -> Result<bool> {
         let (spec, metrics) = (self.spec, self.metrics);
         spec.cancel.check()?;
-        let rows = RunRows::new(batches).with_views(spec.views);
+        let rows = Arc::new(RunRows::new(batches).with_views(spec.views));
         if rows.rows() == 0 {
             return Ok(true);
         }
@@ -286,6 +297,7 @@ impl<'a> RunSorter<'a> {
             }
         }
         spec.cancel.check()?;
+        let permutation = Arc::new(permutation);
         let mut payload = {
             let _timer = metrics.gather_time.timer();
             self.device_payload(&rows, &permutation, state)
@@ -294,18 +306,78 @@ impl<'a> RunSorter<'a> {
             Some(request) => self.device_windows(payload.as_deref_mut(), request, &[])?,
             None => None,
         };
+        // The request's columns the device keeps, and the schema of batches without them.
+        if let Some(request) = resident {
+            crate::trace::event(|| {
+                format!(
+                    "  {} rows: {} columns asked to stay on the device, the payload {}",
+                    rows.rows(),
+                    request.columns().len(),
+                    match &payload {
+                        Some(p) => format!("gathers {} columns there", p.columns().len()),
+                        None => "is gathered on the host".to_string(),
+                    }
+                )
+            });
+        }
+        let kept = match (resident, payload.as_deref_mut()) {
+            (Some(request), Some(gatherer)) => gatherer
+                .split_resident(request.columns(), &rows, &(Arc::clone(&permutation) as _))
+                .map(|run| {
+                    let keep: Vec<usize> = (0..rows.num_columns())
+                        .filter(|c| !run.columns().contains(c))
+                        .collect();
+                    let schema = request.register(run, &rows.batches()[0].schema())?;
+                    Ok::<_, datafusion::error::DataFusionError>((keep, schema))
+                })
+                .transpose()?,
+            _ => None,
+        };
+        if payload.as_ref().is_some_and(|p| p.columns().is_empty()) {
+            payload = None;
+        }
         let mut open = true;
+        let Some((keep, schema)) = kept else {
+            self.gather_rows(
+                &rows,
+                &permutation,
+                payload.as_deref_mut(),
+                computed.as_ref().map(|c| c.at(0)),
+                None,
+                |batch| {
+                    open = emit(batch);
+                    open
+                },
+            )?;
+            return Ok(open);
+        };
+        metrics
+            .resident_columns
+            .add(rows.num_columns() - keep.len());
+        let mut failed = None;
         self.gather_rows(
             &rows,
             &permutation,
             payload.as_deref_mut(),
-            computed.as_ref().map(|c| c.at(0)),
+            None,
+            Some(&keep),
             |batch| {
-                open = emit(batch);
+                let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+                let columns = batch.columns().to_vec();
+                match RecordBatch::try_new_with_options(Arc::clone(&schema), columns, &options) {
+                    Ok(batch) => open = emit(batch),
+                    Err(error) => {
+                        failed = Some(error);
+                        open = false;
+                    }
+                }
                 open
             },
         )?;
-        Ok(open)
+        match failed {
+            Some(error) => Err(error.into()),
+            None => Ok(open),
+        }
     }
 
     /// `request`'s window columns over the rows `payload` gathers, computed on its device
@@ -510,6 +582,7 @@ impl<'a> RunSorter<'a> {
         permutation: &[u32],
         mut payload: Option<&mut (dyn PayloadGather + '_)>,
         windows: Option<WindowsAt<'_>>,
+        keep: Option<&[usize]>,
         mut emit: impl FnMut(RecordBatch) -> bool,
     ) -> Result<()> {
         let (spec, metrics) = (self.spec, self.metrics);
@@ -518,9 +591,11 @@ impl<'a> RunSorter<'a> {
         let _compute = metrics.baseline.elapsed_compute().timer();
         let (mut offset, mut failed) = (windows.as_ref().map_or(0, |w| w.offset), None);
         // With window columns, only the sort's columns the window's consumer reads.
-        let keep = windows
-            .as_ref()
-            .and_then(|w| w.columns.request.keep.as_deref());
+        let keep = keep.or_else(|| {
+            windows
+                .as_ref()
+                .and_then(|w| w.columns.request.keep.as_deref())
+        });
         let gathered = gather_sorted_columns(
             rows,
             permutation,

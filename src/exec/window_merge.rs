@@ -171,6 +171,7 @@ pub(super) fn merge_by_windows(
         prefix: 0,
         // The window's rows were read back from disk: its output must not pin them.
         views: Views::Copied,
+        resident: None,
         ..spec.clone()
     });
     let keys = KeyRows::new(Arc::clone(&spec), &schema)?;
@@ -416,6 +417,7 @@ mod tests {
             fetch,
             partition_top: None,
             windows: None,
+            resident: None,
             batch_size: 7,
             run_batch_rows: 7,
             run_rows: 1 << 20,

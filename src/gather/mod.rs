@@ -16,6 +16,7 @@
 mod batches;
 mod bytes;
 mod columns;
+mod resident;
 mod windows;
 
 use std::sync::{Arc, OnceLock};
@@ -29,6 +30,9 @@ use rayon::prelude::*;
 
 pub use bytes::Views;
 pub use columns::{column_gatherer, ColumnGather, RowAt};
+pub use resident::{
+    resident_part, ResidentColumns, ResidentPart, ResidentRequest, SharedOrder, RESIDENT_RUN_KEY,
+};
 pub use windows::{
     append_window_columns, ordered_of, FrameEnd, FrameRange, Ordered, RangeKey, WindowColumn,
     WindowKind, WindowRequest, DEVICE_WINDOWS_KEY,
@@ -65,6 +69,18 @@ pub trait PayloadGather: Send {
     /// Gathers only those of its columns that are in `keep` from now on (the others were
     /// needed where the run is only, for window columns).
     fn retain_columns(&mut self, _keep: &[usize]) {}
+
+    /// Hands those of `columns` that it holds where the run is, and can keep there, to a
+    /// [`ResidentColumns`] of their own (the run's `rows` in `permutation`'s order), and
+    /// gathers them no more; `None` where it keeps none.
+    fn split_resident(
+        &mut self,
+        _columns: &[usize],
+        _rows: &Arc<RunRows>,
+        _permutation: &SharedOrder,
+    ) -> Option<Arc<dyn ResidentColumns>> {
+        None
+    }
 
     /// The window columns of `request` over every row of the run in sorted order (the
     /// rows it gathers), window partitions also starting at rows `starts` (the parts of
@@ -257,7 +273,7 @@ impl RunRows {
     }
 
     /// Columns `columns` of rows `ids`, in that order.
-    fn gather_columns(&self, ids: &[u32], columns: &[usize]) -> Result<Vec<ArrayRef>> {
+    pub fn gather_columns(&self, ids: &[u32], columns: &[usize]) -> Result<Vec<ArrayRef>> {
         if let [batch] = self.batches.as_slice() {
             let indices = UInt32Array::from(ids.to_vec());
             return columns

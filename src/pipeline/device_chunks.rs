@@ -38,7 +38,10 @@ use datafusion::parquet::schema::types::ColumnDescPtr;
 use rayon::prelude::*;
 
 use super::device_bytes;
-use crate::cuda::{ColumnPages, PageColumn, PageCut, StatisticsOrder};
+use crate::cuda::{
+    ColumnPages, PageColumn, PageCut, ResidentPageSpec, ResidentPages, ResidentRun, StatisticsOrder,
+};
+use crate::gather::ResidentColumns;
 
 /// How the device writes one Arrow column's values: bytes of each as Arrow holds them, in
 /// the page (its low bytes), and how Parquet orders them for statistics (byte arrays: 0
@@ -92,6 +95,8 @@ pub(super) struct DeviceChunk {
     /// Whether the chunk gave up the dictionary it tried; `None` where it tried none, or
     /// had no value to put in one.
     pub(super) gave_up_dictionary: Option<bool>,
+    /// Built from the sort's copy of the column on the device ([`encode_resident`]).
+    pub(super) resident: bool,
 }
 
 /// The layout the device writes `data_type` in as the leaf `descr`, or `None` where its
@@ -685,6 +690,7 @@ pub(super) fn assemble_chunk(
             offset_index: offset_index.map(|b| b.build()),
         },
         gave_up_dictionary,
+        resident: false,
     })
 }
 
@@ -801,6 +807,7 @@ fn encode_with(
                 statistics: (properties.statistics_enabled(leaf.descr.path())
                     != EnabledStatistics::None)
                     .then(|| leaf.layout.statistics_order()),
+                on_device: None,
             }
         })
         .collect();
@@ -829,6 +836,120 @@ fn encode_with(
         )
     });
     chunks
+}
+
+/// The chunks of columns a sorted run kept on the device (`src/cuda/resident.rs`), for
+/// rows `first .. first + rows` of the run: per leaf its column, layout and place among
+/// the run's columns. The device gathers the rows and builds the pages there; the values
+/// of each page's extremes are read from the run's input on the host. Or why not (the
+/// caller then brings the rows to the host and goes on as for any other rows).
+pub(super) fn encode_resident(
+    run: &dyn ResidentColumns,
+    first: usize,
+    rows: usize,
+    leaves: &[(ColumnDescPtr, DeviceLayout, usize)],
+    properties: &WriterProperties,
+) -> std::result::Result<Vec<DeviceChunk>, String> {
+    let Some(run) = run.as_any().downcast_ref::<ResidentRun>() else {
+        return Err("the run's columns are not on a CUDA device".to_string());
+    };
+    let compression = |descr: &ColumnDescPtr| properties.compression(descr.path());
+    let snappy = leaves
+        .first()
+        .is_some_and(|(descr, ..)| compression(descr) == Compression::SNAPPY);
+    if leaves
+        .iter()
+        .any(|(descr, ..)| (compression(descr) == Compression::SNAPPY) != snappy)
+    {
+        return Err("the leaves differ in compression".to_string());
+    }
+    let started = std::time::Instant::now();
+    let encodings: Vec<Encoding> = leaves
+        .iter()
+        .map(|(descr, ..)| values_encoding(properties, descr).unwrap_or(Encoding::PLAIN))
+        .collect();
+    let mut specs = Vec::with_capacity(leaves.len());
+    for ((descr, layout, column), encoding) in leaves.iter().zip(&encodings) {
+        if layout.byte_array() || run.width(*column) != layout.in_width as usize {
+            return Err(format!(
+                "column {} is held as {} bytes a value on the device",
+                descr.path(),
+                run.width(*column)
+            ));
+        }
+        specs.push(ResidentPageSpec {
+            column: *column,
+            out_width: layout.out_width,
+            nullable: descr.max_def_level() > 0,
+            delta: *encoding == Encoding::DELTA_BINARY_PACKED,
+            dictionary_limit: dictionary_limit(properties, descr),
+            statistics: (properties.statistics_enabled(descr.path()) != EnabledStatistics::None)
+                .then(|| layout.statistics_order()),
+        });
+    }
+    let cut = |i: usize, nulls: Option<&NullBuffer>| {
+        let (descr, layout, _) = &leaves[i];
+        cut_pages(rows, nulls, *layout, properties, descr)
+    };
+    let built = run.encode_pages(first, rows, &specs, snappy, &cut)?;
+    let built_at = started.elapsed();
+    let chunks = leaves
+        .par_iter()
+        .zip(built)
+        .zip(&encodings)
+        .map(|(((descr, layout, column), built), encoding)| {
+            let ResidentPages { cuts, pages, .. } = built;
+            // The values at each page's extremes, two a page, read from the host.
+            let (array, pages) = extreme_values(run, *column, first, pages)?;
+            let leaf = DeviceLeaf {
+                array,
+                descr: Arc::clone(descr),
+                layout: *layout,
+            };
+            let mut chunk = assemble_chunk(
+                &leaf,
+                properties,
+                &cuts,
+                pages,
+                compression(descr),
+                *encoding,
+            )?;
+            chunk.resident = true;
+            Ok(chunk)
+        })
+        .collect::<Result<Vec<DeviceChunk>>>()
+        .map_err(|e| e.to_string());
+    crate::trace::event(|| {
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        format!(
+            "writer: {rows} resident rows' pages built in {:.1} ms, chunks closed in {:.1} ms",
+            ms(built_at),
+            ms(started.elapsed() - built_at),
+        )
+    });
+    chunks
+}
+
+/// The values at `pages`' extremes (rows of the row group that starts at row `first` of
+/// `run`), read from the run's input: an array of two values a page that has them, and
+/// the pages with their extremes renumbered into it.
+fn extreme_values(
+    run: &ResidentRun,
+    column: usize,
+    first: usize,
+    mut pages: ColumnPages,
+) -> Result<(ArrayRef, ColumnPages)> {
+    let mut at = Vec::new();
+    if let Some(extremes) = pages.extremes.as_mut() {
+        for rows in extremes.iter_mut().flatten() {
+            at.extend([first + rows.0, first + rows.1]);
+            *rows = (at.len() - 2, at.len() - 1);
+        }
+    }
+    let array = run
+        .values_at(column, &at)
+        .map_err(|e| ParquetError::General(e.to_string()))?;
+    Ok((array, pages))
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ use rayon::prelude::*;
 
 use super::device_chunks::{self, DeviceChunk, DeviceLayout, DeviceLeaf};
 use super::write_memory::WriteMemory;
+use crate::gather::{ResidentColumns, ResidentPart};
 
 /// A leaf's column chunk, from a CPU writer or built on the device.
 pub(super) enum EncodedLeaf {
@@ -46,6 +47,9 @@ pub struct ColumnPageCounts {
     pub device: u64,
     /// Of those, with a dictionary.
     pub dictionary: u64,
+    /// Of those, built from the sort's own copy of the column on the device (the rows
+    /// never came to the host).
+    pub resident: u64,
     /// Encoded by the CPU instead (no device, or a failure).
     pub host: u64,
 }
@@ -54,6 +58,11 @@ impl PageCounts {
     /// Chunks built on the device.
     pub(super) fn device(&self) -> u64 {
         self.by_column().iter().map(|(_, c)| c.device).sum()
+    }
+
+    /// Chunks built on the device from the sort's copy of their column there.
+    pub(super) fn resident(&self) -> u64 {
+        self.by_column().iter().map(|(_, c)| c.resident).sum()
     }
 
     /// Chunks the device was to build and the CPU encoded (no device, or a failure).
@@ -81,6 +90,9 @@ impl PageCounts {
                 counts.device += 1;
                 if chunk.close.metadata.dictionary_page_offset().is_some() {
                     counts.dictionary += 1;
+                }
+                if chunk.resident {
+                    counts.resident += 1;
                 }
             }
             None => counts.host += 1,
@@ -171,6 +183,36 @@ impl DevicePages {
     }
 }
 
+/// The top-level columns of `schema` (whose Parquet columns are `columns`) whose pages the
+/// device builds under `properties` from a sorted run's own copy on the device: those of
+/// fixed-width values it takes (`src/cuda/resident.rs`).
+pub(super) fn resident_columns(
+    schema: &SchemaRef,
+    columns: &SchemaDescriptor,
+    properties: &WriterProperties,
+) -> Vec<usize> {
+    let pages = DevicePages::new(schema, columns, Arc::default());
+    let mut taken = Vec::new();
+    let mut leaf = 0;
+    for (index, field) in schema.fields().iter().enumerate() {
+        let first = leaf;
+        while leaf < columns.num_columns()
+            && columns.column(leaf).path().parts()[0] == *field.name()
+        {
+            leaf += 1;
+        }
+        if leaf != first + 1 {
+            continue;
+        }
+        if let Some((_, descr, layout)) = pages.leaves[first].as_ref() {
+            if !layout.byte_array() && device_chunks::properties_allow(properties, descr) {
+                taken.push(index);
+            }
+        }
+    }
+    taken
+}
+
 impl Drop for DevicePages {
     fn drop(&mut self) {
         if let Some((sender, threads)) = self.worker.take() {
@@ -201,8 +243,16 @@ pub(super) struct DeviceJob {
     memory: Arc<WriteMemory>,
 }
 
+/// Rows of a slot's column as they arrived: arrays, or ranges of a run that left the
+/// column on the device.
+#[derive(Debug, Clone)]
+enum SlotPart {
+    Array(ArrayRef),
+    Resident(ResidentPart),
+}
+
 struct JobState {
-    arrays: Vec<Vec<ArrayRef>>,
+    arrays: Vec<Vec<SlotPart>>,
     /// Bytes of `arrays`, counted as queued in the memory.
     queued: usize,
     /// Each slot's chunk once the job ran (taken by the appender).
@@ -240,8 +290,13 @@ impl DeviceJob {
     /// Adds rows of slot `slot`'s column (`bytes` of them, already counted as queued).
     pub(super) fn push(&self, slot: usize, array: ArrayRef, bytes: usize) {
         let mut state = self.lock();
-        state.arrays[slot].push(array);
+        state.arrays[slot].push(SlotPart::Array(array));
         state.queued += bytes;
+    }
+
+    /// Adds rows of slot `slot`'s column that a run kept on the device.
+    pub(super) fn push_resident(&self, slot: usize, part: ResidentPart) {
+        self.lock().arrays[slot].push(SlotPart::Resident(part));
     }
 
     /// Encodes the row group's device leaves: on the device, else with their CPU writers.
@@ -286,7 +341,44 @@ impl DeviceJob {
         self.memory.encoder_done();
     }
 
-    fn encode(&self, arrays: Vec<Vec<ArrayRef>>) -> Vec<Result<EncodedLeaf>> {
+    fn encode(&self, parts: Vec<Vec<SlotPart>>) -> Vec<Result<EncodedLeaf>> {
+        let properties = &self.slots[0].properties;
+        if let Some((run, first, rows)) = one_resident_range(&parts) {
+            let columns: Vec<usize> = parts
+                .iter()
+                .map(|p| match &p[0] {
+                    SlotPart::Resident(part) => part.column,
+                    SlotPart::Array(_) => unreachable!("a resident range of arrays"),
+                })
+                .collect();
+            let leaves: Vec<(ColumnDescPtr, DeviceLayout, usize)> = self
+                .slots
+                .iter()
+                .zip(columns)
+                .map(|(slot, column)| (Arc::clone(&slot.descr), slot.layout, column))
+                .collect();
+            match device_chunks::encode_resident(run.as_ref(), first, rows, &leaves, properties) {
+                Ok(chunks) => {
+                    return chunks
+                        .into_iter()
+                        .map(|c| Ok(EncodedLeaf::Device(c)))
+                        .collect()
+                }
+                Err(reason) => crate::trace::event(|| {
+                    format!("writer: resident rows' pages not built on the device ({reason})")
+                }),
+            }
+        }
+        let arrays = match materialize(parts) {
+            Ok(arrays) => arrays,
+            Err(e) => {
+                return self
+                    .slots
+                    .iter()
+                    .map(|_| Err(ParquetError::General(e.to_string())))
+                    .collect()
+            }
+        };
         let started = std::time::Instant::now();
         let columns: Result<Vec<ArrayRef>> = arrays
             .par_iter()
@@ -315,7 +407,6 @@ impl DeviceJob {
                 layout: slot.layout,
             })
             .collect();
-        let properties = &self.slots[0].properties;
         crate::trace::event(|| {
             format!(
                 "writer: {} arrays of {} leaves concatenated in {:.1} ms",
@@ -384,4 +475,53 @@ impl DeviceJob {
     pub(super) fn encoded(&self) -> usize {
         self.lock().encoded
     }
+}
+
+/// The run and rows every slot's parts cover, where each slot's column is one range of
+/// rows of the same run, the same rows for every slot.
+fn one_resident_range(parts: &[Vec<SlotPart>]) -> Option<(Arc<dyn ResidentColumns>, usize, usize)> {
+    let mut range: Option<(&Arc<dyn ResidentColumns>, usize, usize)> = None;
+    for slot in parts {
+        let (mut first, mut end) = (None, 0);
+        for part in slot {
+            let SlotPart::Resident(part) = part else {
+                return None;
+            };
+            match first {
+                None => first = Some(part.first),
+                Some(_) if part.first != end => return None,
+                Some(_) => {}
+            }
+            end = part.first + part.rows;
+            match range {
+                Some((run, ..)) if !Arc::ptr_eq(run, &part.run) => return None,
+                None => range = Some((&part.run, part.first, 0)),
+                _ => {}
+            }
+        }
+        let first = first?;
+        match range {
+            Some((run, f, 0)) if f == first => range = Some((run, first, end - first)),
+            Some((_, f, rows)) if f == first && rows == end - first => {}
+            _ => return None,
+        }
+    }
+    range
+        .filter(|(_, _, rows)| *rows > 0)
+        .map(|(run, first, rows)| (Arc::clone(run), first, rows))
+}
+
+/// Each slot's parts as arrays: the resident ones brought to the host from their run.
+fn materialize(parts: Vec<Vec<SlotPart>>) -> datafusion::error::Result<Vec<Vec<ArrayRef>>> {
+    parts
+        .into_iter()
+        .map(|slot| {
+            slot.into_iter()
+                .map(|part| match part {
+                    SlotPart::Array(array) => Ok(array),
+                    SlotPart::Resident(part) => part.run.column(part.column, part.first, part.rows),
+                })
+                .collect()
+        })
+        .collect()
 }

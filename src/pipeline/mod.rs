@@ -84,6 +84,7 @@ pub use ranged_job::{range_count, KeyRangeChoice};
 pub use row_groups::write_with_device_pages;
 pub use schemas::widen;
 
+use crate::gather::ResidentRequest;
 use crate::{
     BackendChoice, DeviceSelection, GpuSortConfig, GpuSortExec, GpuSortRule, SessionStateBuilderExt,
 };
@@ -293,6 +294,10 @@ impl std::fmt::Display for SortSummary {
         let (device, host) = (self.output.device_chunks, self.output.device_chunks_on_host);
         if device + host > 0 {
             write!(f, "; pages of {device} column chunks built on the device")?;
+            let resident = self.output.device_chunks_resident;
+            if resident > 0 {
+                write!(f, " ({resident} from the sort's copy there)")?;
+            }
             if host > 0 {
                 write!(f, " ({host} more encoded on the host: no device could)")?;
             }
@@ -407,7 +412,6 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
         .await
         .map_err(PipelineError::execution("planning the sort"))?;
     crate::trace::event(|| "plan: physical plan made".to_string());
-    progress.watch(Arc::clone(&plan));
     let output = ParquetOutput::create(
         output_options,
         plan.schema(),
@@ -415,6 +419,9 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
         &ctx.runtime_env().memory_pool,
         progress.written_bytes_counter(),
     )?;
+    let resident = output.resident_request();
+    let plan = leave_on_device(plan, resident.as_ref());
+    progress.watch(Arc::clone(&plan));
     let planned = started.elapsed();
     crate::trace::event(|| "plan: output opened".to_string());
     // Parquet footers give the rows the output must hold (CSV: the rows read, once known).
@@ -458,6 +465,8 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
     // The scan has read everything once the rows are spilled by range.
     let scan = ranged.is_none().then_some(scan);
     let (plans, ahead) = match &ranged {
+        // A key range's sort leaves nothing on the device: its run's input would stay
+        // held until its last row group is written, while the next range is read.
         Some(ranged) => (ranged.plans.clone(), ranged.ahead.clone()),
         None => (vec![Arc::clone(&plan)], vec![false]),
     };
@@ -489,6 +498,46 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
         stages,
         peak_memory: memory::peak_resident_bytes(),
     })
+}
+
+/// Environment variable that lets a sort leave columns on the device for the writer's
+/// pages (`--page-encoding device` only); off by default until measured on a device.
+pub const RESIDENT_PAGES_VAR: &str = "GPUSORT_RESIDENT_PAGES";
+
+/// `plan`, whose sort (its root) leaves `request`'s columns on the device for the writer
+/// where a run of it is gathered there (`gather/resident.rs`); unchanged without a request
+/// or where its root is not gpusort's sort.
+fn leave_on_device(
+    plan: Arc<dyn ExecutionPlan>,
+    request: Option<&Arc<ResidentRequest>>,
+) -> Arc<dyn ExecutionPlan> {
+    let Some(request) = request else {
+        return plan;
+    };
+    // Not yet measured nor run on a device: asked for by name until it is.
+    if std::env::var_os(RESIDENT_PAGES_VAR).is_none() {
+        return plan;
+    }
+    match plan.downcast_ref::<GpuSortExec>() {
+        Some(sort) => {
+            crate::trace::event(|| {
+                format!(
+                    "plan: the sort may leave {} columns on the device for the writer",
+                    request.columns().len()
+                )
+            });
+            Arc::new(sort.clone().with_resident(Arc::clone(request)))
+        }
+        None => {
+            crate::trace::event(|| {
+                format!(
+                    "plan: {} above the sort: nothing left on the device",
+                    plan.name()
+                )
+            });
+            plan
+        }
+    }
 }
 
 fn output_options(job: &SortJob) -> Result<OutputOptions, PipelineError> {

@@ -12,6 +12,7 @@
 //! declares the sort order (`sorting_columns`), so that DataFusion
 //! (and other readers) reading it back know it is sorted.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
@@ -26,7 +27,7 @@ use datafusion::parquet::basic::Compression;
 use datafusion::parquet::file::metadata::{ParquetMetaDataReader, SortingColumn};
 use datafusion::parquet::file::properties::WriterProperties;
 
-use super::device_jobs::{ColumnPageCounts, PageCounts};
+use super::device_jobs::{resident_columns, ColumnPageCounts, PageCounts};
 use super::encodings::with_integer_deltas;
 use super::error::PipelineError;
 use super::leftovers::{parent_dir, remove_path, temp_sibling, JobLock};
@@ -34,6 +35,7 @@ use super::order_by::SortKey;
 use super::row_groups::ParallelFileWriter;
 use super::write_memory::WriteMemory;
 use super::writeback::WritebackFile;
+use crate::gather::{ResidentColumns, ResidentRequest};
 
 /// Where and how the sorted rows are written.
 #[derive(Debug, Clone)]
@@ -103,6 +105,9 @@ pub struct WrittenOutput {
     pub device_chunks: u64,
     /// See `device_chunks`.
     pub device_chunks_on_host: u64,
+    /// Of `device_chunks`, those built from the sort's own copy of their column on the
+    /// device (its rows never came to the host).
+    pub device_chunks_resident: u64,
     /// The same by column, in schema order: the columns whose pages the device was asked
     /// to build (every other column's pages are the CPU's).
     pub device_columns: Vec<(String, ColumnPageCounts)>,
@@ -122,6 +127,9 @@ impl WrittenOutput {
                 let mut notes = Vec::new();
                 if counts.dictionary > 0 {
                     notes.push(format!("{} with a dictionary", counts.dictionary));
+                }
+                if counts.resident > 0 {
+                    notes.push(format!("{} from the sort's copy", counts.resident));
                 }
                 if counts.host > 0 {
                     notes.push(format!("{} more by the CPU", counts.host));
@@ -158,6 +166,11 @@ pub struct ParquetOutput {
     /// Chunks whose pages the device built (or was to build), every file's.
     page_counts: Arc<PageCounts>,
     rows_in_file: usize,
+    /// With device pages: the columns whose pages the writer would build from a sorted
+    /// run's copy on the device, and the rows of each run that left them there taken so
+    /// far (`gather/resident.rs`).
+    resident: Option<Arc<ResidentRequest>>,
+    resident_rows: HashMap<u64, usize>,
     /// Finished or open files, relative to `temp` (directory output).
     file_names: Vec<String>,
     rows: u64,
@@ -191,7 +204,14 @@ impl ParquetOutput {
             File::create(&temp).map_err(PipelineError::io("creating", &temp))?;
         }
         let lock = JobLock::hold(&temp).ok();
+        let resident = options
+            .device_pages
+            .then(|| resident_columns(&schema, &columns, &properties))
+            .filter(|columns| !columns.is_empty())
+            .map(|columns| Arc::new(ResidentRequest::new(columns)));
         let mut output = Self {
+            resident,
+            resident_rows: HashMap::new(),
             memory: Arc::new(WriteMemory::new(pool)),
             page_counts: Arc::new(PageCounts::default()),
             options,
@@ -216,8 +236,53 @@ impl ParquetOutput {
         self.rows
     }
 
+    /// The columns whose pages this output builds from a sorted run's copy on the device,
+    /// where it builds pages there: for the sort that feeds it
+    /// ([`GpuSortExec::with_resident`](crate::exec::GpuSortExec::with_resident)).
+    pub fn resident_request(&self) -> Option<Arc<ResidentRequest>> {
+        self.resident.clone()
+    }
+
     /// Appends `batch`, starting new files at the row limit.
     pub fn write(&mut self, batch: &RecordBatch) -> Result<(), PipelineError> {
+        let run = match &self.resident {
+            Some(request) => request
+                .run_of(batch)
+                .map_err(PipelineError::execution("writing"))?,
+            None => None,
+        };
+        let first = run
+            .as_ref()
+            .map_or(0, |(id, _)| *self.resident_rows.entry(*id).or_default());
+        self.write_rows(batch, run.as_ref().map(|(_, run)| (run, first)))?;
+        if let Some((id, run)) = run {
+            let taken = first + batch.num_rows();
+            if taken > run.rows() {
+                return Err(PipelineError::execution("writing")(
+                    datafusion::error::DataFusionError::Internal(format!(
+                        "gpusort: {taken} rows of a sorted run of {}",
+                        run.rows()
+                    )),
+                ));
+            }
+            self.resident_rows.insert(id, taken);
+            if taken == run.rows() {
+                // The row groups that hold its rows keep what they need of it.
+                if let Some(request) = &self.resident {
+                    request.release(id);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Self::write`] of a batch whose columns `resident`'s run holds are its rows from
+    /// `first` on.
+    fn write_rows(
+        &mut self,
+        batch: &RecordBatch,
+        resident: Option<(&Arc<dyn ResidentColumns>, usize)>,
+    ) -> Result<(), PipelineError> {
         let mut offset = 0;
         while offset < batch.num_rows() {
             let room = match self.options.max_rows_per_file {
@@ -231,8 +296,9 @@ impl ParquetOutput {
             };
             let take = room.min(batch.num_rows() - offset);
             let writer = self.writer.as_mut().expect("an open file while writing");
+            let resident = resident.map(|(run, first)| (run, first + offset));
             writer
-                .write(&batch.slice(offset, take))
+                .write_rows(&batch.slice(offset, take), resident)
                 .map_err(write_error)?;
             self.rows_in_file += take;
             self.rows += take as u64;
@@ -293,6 +359,7 @@ impl ParquetOutput {
             bytes,
             device_chunks: self.page_counts.device(),
             device_chunks_on_host: self.page_counts.host(),
+            device_chunks_resident: self.page_counts.resident(),
             device_columns: self.page_counts.by_column(),
         })
     }
@@ -567,6 +634,7 @@ mod tests {
             device,
             dictionary,
             host,
+            resident: 0,
         };
         let mut output = WrittenOutput {
             files: Vec::new(),
@@ -574,6 +642,7 @@ mod tests {
             bytes: 0,
             device_chunks: 0,
             device_chunks_on_host: 0,
+            device_chunks_resident: 0,
             device_columns: Vec::new(),
         };
         assert_eq!(output.device_pages(), None);
@@ -589,6 +658,123 @@ mod tests {
     }
 
     use super::*;
+    use datafusion::arrow::array::{ArrayRef, Float64Array, Int64Array, StringViewArray};
+    use datafusion::arrow::datatypes::{DataType, Field};
+
+    /// A run's columns held on the host, standing in for a device's copy.
+    #[derive(Debug)]
+    struct HostRun {
+        columns: Vec<usize>,
+        arrays: Vec<ArrayRef>,
+    }
+
+    impl ResidentColumns for HostRun {
+        fn columns(&self) -> &[usize] {
+            &self.columns
+        }
+        fn rows(&self) -> usize {
+            self.arrays[0].len()
+        }
+        fn column(
+            &self,
+            column: usize,
+            first: usize,
+            rows: usize,
+        ) -> datafusion::error::Result<ArrayRef> {
+            Ok(self.arrays[column].slice(first, rows))
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
+
+    /// Batches of a run that left its fixed-width columns where it was sorted carry the
+    /// others only; the output (files and row groups cutting the batches anywhere, two
+    /// runs one after the other, one of them handing full batches) reads back as every
+    /// column of every row, and a run is let go once its rows are written.
+    #[test]
+    fn batches_of_a_run_that_kept_columns_write_every_column() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("s", DataType::Utf8View, true),
+            Field::new("x", DataType::Float64, true),
+        ]));
+        let rows = 10_000;
+        let k: ArrayRef = Arc::new(Int64Array::from_iter_values((0..rows as i64).rev()));
+        let s: ArrayRef = Arc::new(
+            (0..rows)
+                .map(|i| (i % 7 != 0).then(|| format!("v{}", i % 113)))
+                .collect::<StringViewArray>(),
+        );
+        let x: ArrayRef = Arc::new(
+            (0..rows)
+                .map(|i| (i % 5 != 0).then_some(i as f64 / 4.0))
+                .collect::<Float64Array>(),
+        );
+        let full = RecordBatch::try_new(Arc::clone(&schema), vec![k, s, x]).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let options = OutputOptions {
+            path: dir.path().join("out"),
+            max_rows_per_file: Some(3_000),
+            row_group_rows: 1_000,
+            compression: Compression::SNAPPY,
+            overwrite: false,
+            sync: false,
+            device_pages: true,
+        };
+        let pool: Arc<dyn MemoryPool> =
+            Arc::new(datafusion::execution::memory_pool::UnboundedMemoryPool::default());
+        let mut output = ParquetOutput::create(
+            options,
+            Arc::clone(&schema),
+            &[],
+            &pool,
+            Arc::new(AtomicU64::new(0)),
+        )
+        .unwrap();
+        let request = output.resident_request().unwrap();
+        assert_eq!(request.columns(), [0, 2]);
+        // Rows 0 .. 6 500 come from a run that kept `k` and `x`, the rest in full batches.
+        let kept = 6_500;
+        let run: Arc<dyn ResidentColumns> = Arc::new(HostRun {
+            columns: vec![0, 2],
+            arrays: vec![full.column(0).slice(0, kept), full.column(2).slice(0, kept)],
+        });
+        let reduced = request.register(Arc::clone(&run), &schema).unwrap();
+        let mut at = 0;
+        for size in [700, 1_300, 999, 2_001, 1_500] {
+            let columns = vec![full.column(1).slice(at, size)];
+            output
+                .write(&RecordBatch::try_new(Arc::clone(&reduced), columns).unwrap())
+                .unwrap();
+            at += size;
+        }
+        assert_eq!(at, kept);
+        // Every row of the run taken: the request holds it no more.
+        let probe =
+            RecordBatch::try_new(Arc::clone(&reduced), vec![full.column(1).slice(0, 1)]).unwrap();
+        assert!(request.run_of(&probe).is_err());
+        output.write(&full.slice(kept, rows - kept)).unwrap();
+        let written = output.commit().unwrap();
+        assert_eq!(written.rows, rows as u64);
+        assert_eq!(written.files.len(), 4);
+        let mut read = Vec::new();
+        for file in &written.files {
+            let file = File::open(file).unwrap();
+            let reader =
+                datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(
+                    file, 4096,
+                )
+                .unwrap();
+            read.extend(reader.map(|b| b.unwrap()));
+        }
+        let read = datafusion::arrow::compute::concat_batches(&read[0].schema(), &read).unwrap();
+        assert_eq!(read.num_rows(), rows);
+        for (c, column) in full.columns().iter().enumerate() {
+            let got = datafusion::arrow::compute::cast(read.column(c), column.data_type()).unwrap();
+            assert_eq!(&got, column, "column {c}");
+        }
+    }
 
     #[test]
     fn replacing_a_file_or_a_directory_leaves_nothing_behind() {

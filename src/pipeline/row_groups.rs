@@ -43,6 +43,7 @@ use super::device_jobs::{DeviceJob, DevicePages, DeviceSlot, EncodedLeaf, PageCo
 use super::encodings::DictionaryChoice;
 use super::write_memory::WriteMemory;
 use crate::exec::views::array_memory;
+use crate::gather::{resident_part, ResidentColumns};
 
 /// A Parquet file being written; columns and row groups encoded in parallel, appended in
 /// order by a thread of its own.
@@ -112,10 +113,22 @@ impl<W: Write + Send + 'static> ParallelFileWriter<W> {
 
     /// Appends the rows of `batch`.
     pub(super) fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        self.write_rows(batch, None)
+    }
+
+    /// Appends the rows of `batch`; with `resident`, a batch of a run that left columns on
+    /// the device (`gather/resident.rs`): those columns are rows `first ..` of that run,
+    /// the batch holds the others.
+    pub(super) fn write_rows(
+        &mut self,
+        batch: &RecordBatch,
+        resident: Option<(&Arc<dyn ResidentColumns>, usize)>,
+    ) -> Result<()> {
         let mut offset = 0;
         while offset < batch.num_rows() {
             let take = (self.row_group_rows - self.filling_rows).min(batch.num_rows() - offset);
-            self.queue(&batch.slice(offset, take))?;
+            let resident = resident.map(|(run, first)| (run, first + offset));
+            self.queue(&batch.slice(offset, take), resident)?;
             self.filling_rows += take;
             offset += take;
             if self.filling_rows == self.row_group_rows {
@@ -142,8 +155,12 @@ impl<W: Write + Send + 'static> ParallelFileWriter<W> {
     }
 
     /// Queues the leaves of `batch` (rows of the filling row group) on their encoders, once
-    /// the memory allows.
-    fn queue(&mut self, batch: &RecordBatch) -> Result<()> {
+    /// the memory allows; the columns `resident`'s run holds are its rows from `first` on.
+    fn queue(
+        &mut self,
+        batch: &RecordBatch,
+        resident: Option<(&Arc<dyn ResidentColumns>, usize)>,
+    ) -> Result<()> {
         if self.filling.is_none() {
             let writers = self.column_writers()?;
             let device = self.device_leaves();
@@ -153,8 +170,34 @@ impl<W: Write + Send + 'static> ParallelFileWriter<W> {
         let filling = self.filling.as_ref().expect("a filling row group");
         let mut leaves = Vec::new();
         let mut device_arrays = Vec::new();
+        let mut device_resident = Vec::new();
         let mut leaf = 0;
-        for (field, column) in self.schema.fields().iter().zip(batch.columns()) {
+        let mut arrays = batch.columns().iter();
+        let rows = batch.num_rows();
+        for (index, field) in self.schema.fields().iter().enumerate() {
+            let part = resident.and_then(|(run, first)| resident_part(run, index, first, rows));
+            let column = match part {
+                Some(part) => match filling.device_slot(leaf) {
+                    Some(slot) => {
+                        device_resident.push((slot, part));
+                        leaf += 1;
+                        continue;
+                    }
+                    // A leaf this row group encodes on the CPU: its rows come to the host.
+                    None => part
+                        .run
+                        .column(part.column, part.first, part.rows)
+                        .map_err(|e| ParquetError::General(e.to_string()))?,
+                },
+                None => Arc::clone(arrays.next().ok_or_else(|| {
+                    ParquetError::General(format!(
+                        "gpusort: a batch of {} columns for a file of {}",
+                        batch.num_columns(),
+                        self.schema.fields().len()
+                    ))
+                })?),
+            };
+            let column = &column;
             let mut bytes = array_memory(column.as_ref());
             if let Some(slot) = filling.device_slot(leaf) {
                 device_arrays.push((slot, Arc::clone(column), bytes));
@@ -167,7 +210,7 @@ impl<W: Write + Send + 'static> ParallelFileWriter<W> {
                 leaf += 1;
             }
         }
-        if leaf != filling.columns.len() {
+        if leaf != filling.columns.len() || arrays.next().is_some() {
             return Err(ParquetError::General(format!(
                 "gpusort: {leaf} leaf columns for {} column writers",
                 filling.columns.len()
@@ -189,6 +232,9 @@ impl<W: Write + Send + 'static> ParallelFileWriter<W> {
         if let Some(job) = &filling.device {
             for (slot, array, bytes) in device_arrays {
                 job.push(slot, array, bytes);
+            }
+            for (slot, part) in device_resident {
+                job.push_resident(slot, part);
             }
         }
         Ok(())

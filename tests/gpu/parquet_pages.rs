@@ -192,6 +192,7 @@ gpu_test!(
                 pages: &pages[0],
                 dictionary_limit: None,
                 statistics: Some(StatisticsOrder::Signed),
+                on_device: None,
             },
             PageColumn {
                 offsets: None,
@@ -204,6 +205,7 @@ gpu_test!(
                 pages: &pages[1],
                 dictionary_limit: None,
                 statistics: Some(StatisticsOrder::Float),
+                on_device: None,
             },
             PageColumn {
                 offsets: None,
@@ -216,6 +218,7 @@ gpu_test!(
                 pages: &pages[2],
                 dictionary_limit: None,
                 statistics: Some(StatisticsOrder::Signed),
+                on_device: None,
             },
             PageColumn {
                 offsets: None,
@@ -228,6 +231,7 @@ gpu_test!(
                 pages: &pages[3],
                 dictionary_limit: None,
                 statistics: Some(StatisticsOrder::Unsigned),
+                on_device: None,
             },
             PageColumn {
                 offsets: None,
@@ -240,6 +244,7 @@ gpu_test!(
                 pages: &constant_pages,
                 dictionary_limit: None,
                 statistics: Some(StatisticsOrder::Signed),
+                on_device: None,
             },
         ];
         let plain = runtime
@@ -416,6 +421,7 @@ gpu_test!(
                 pages,
                 dictionary_limit: Some(1 << 20),
                 statistics: None,
+                on_device: None,
             }
         }
         let columns = [
@@ -585,6 +591,7 @@ gpu_test!(
                 pages,
                 dictionary_limit,
                 statistics: Some(StatisticsOrder::Bytes),
+                on_device: None,
             }
         }
         let columns = [

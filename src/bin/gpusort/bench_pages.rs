@@ -248,6 +248,7 @@ fn device_group(
                     Some(_) => StatisticsOrder::Bytes,
                     None => StatisticsOrder::Signed,
                 }),
+                on_device: None,
             }
         })
         .collect();

@@ -1,0 +1,244 @@
+//! A sorted run's fixed-width columns kept on the device after its sort
+//! ([`ResidentColumns`], `src/gather/resident.rs`), for the Parquet writer: each row
+//! group's rows of them are gathered on the device into buffers of their own and its
+//! pages built from there ([`ResidentRun::encode_pages`]); only the validity bitmaps (to
+//! cut the pages) and the pages come back. The values of each page's extremes are read
+//! from the run's input on the host ([`ResidentRun::values_at`]), and so are the columns
+//! of a row group the device cannot take ([`ResidentColumns::column`]).
+//!
+//! ```text
+//!  run on the device:  permutation, columns ─ gather rows first .. first + n ─► row group's
+//!                      values + validity ─ page kernels (parquet.rs) ─► pages ──► host
+//! ```
+
+use std::any::Any;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use arrow::array::ArrayRef;
+use arrow::buffer::{BooleanBuffer, Buffer, NullBuffer};
+use datafusion::arrow;
+use datafusion::common::Result;
+
+use crate::cuda::error::CudaResult;
+use crate::cuda::parquet::{ColumnPages, OnDevice, PageColumn, PageCut, StatisticsOrder};
+use crate::cuda::payload::DevicePayload;
+use crate::cuda::runtime::note_failure_of;
+use crate::gather::{PayloadGather, ResidentColumns, RunRows, SharedOrder};
+
+/// A run's columns on the device, with the run's input and order on the host.
+pub struct ResidentRun {
+    payload: Mutex<DevicePayload>,
+    /// The sort's columns it holds.
+    columns: Vec<usize>,
+    /// Bytes of each column's values on the device.
+    widths: Vec<usize>,
+    rows: Arc<RunRows>,
+    permutation: SharedOrder,
+}
+
+impl std::fmt::Debug for ResidentRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResidentRun")
+            .field("columns", &self.columns)
+            .field("rows", &self.permutation.len())
+            .finish()
+    }
+}
+
+/// How one of a run's resident columns goes into a row group's pages.
+#[derive(Debug, Clone, Copy)]
+pub struct ResidentPageSpec {
+    /// The column's place in [`ResidentColumns::columns`].
+    pub column: usize,
+    /// Bytes of each value in the page (its low bytes).
+    pub out_width: u32,
+    /// Definition levels are written.
+    pub nullable: bool,
+    /// Values `DELTA_BINARY_PACKED`, else `PLAIN`.
+    pub delta: bool,
+    /// A dictionary is tried, kept under this many bytes ([`PageColumn::dictionary_limit`]).
+    pub dictionary_limit: Option<usize>,
+    /// Each page's extremes are found in this order.
+    pub statistics: Option<StatisticsOrder>,
+}
+
+/// One column of a row group, its pages built from the run's copy on the device.
+#[derive(Debug)]
+pub struct ResidentPages {
+    /// How the column was cut into pages.
+    pub cuts: Vec<PageCut>,
+    /// The pages.
+    pub pages: ColumnPages,
+    /// Its validity in the row group, where a row of it is null.
+    pub nulls: Option<NullBuffer>,
+}
+
+/// How the caller cuts column `i` of a launch (its validity given) into pages.
+pub type CutPages<'a> = &'a (dyn Fn(usize, Option<&NullBuffer>) -> Vec<PageCut> + Sync);
+
+impl ResidentRun {
+    /// The run whose columns `payload` holds (every one fixed-width on its device), of
+    /// `rows` in `permutation`'s order.
+    pub(super) fn new(
+        payload: DevicePayload,
+        rows: Arc<RunRows>,
+        permutation: SharedOrder,
+    ) -> Self {
+        let widths = (0..payload.columns().len())
+            .map(|at| {
+                payload
+                    .fixed_width(at)
+                    .expect("fixed-width resident columns")
+            })
+            .collect();
+        Self {
+            columns: payload.columns().to_vec(),
+            widths,
+            payload: Mutex::new(payload),
+            rows,
+            permutation,
+        }
+    }
+
+    fn payload(&self) -> MutexGuard<'_, DevicePayload> {
+        self.payload.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Bytes of a value of column `column` (its place in the run's columns) on the device.
+    pub fn width(&self, column: usize) -> usize {
+        self.widths[column]
+    }
+
+    /// The pages of `specs`' columns for rows `first .. first + rows` of the run, built on
+    /// the device (Snappy where `snappy`), each column cut by `cut`; or why not (a failure
+    /// is logged, and a fatal one disables the device, as a failed sort does).
+    pub fn encode_pages(
+        &self,
+        first: usize,
+        rows: usize,
+        specs: &[ResidentPageSpec],
+        snappy: bool,
+        cut: CutPages<'_>,
+    ) -> std::result::Result<Vec<ResidentPages>, String> {
+        assert!(
+            first + rows <= self.permutation.len(),
+            "rows past the end of the run"
+        );
+        let payload = self.payload();
+        let runtime = Arc::clone(payload.runtime());
+        let Some(encoder) = runtime.pages.as_ref() else {
+            return Err("the Parquet page kernels did not load".to_string());
+        };
+        let started = Instant::now();
+        let mut held = started;
+        let built = runtime.with_device(|device, staging| {
+            held = Instant::now();
+            let gathered = specs
+                .iter()
+                .map(|spec| payload.gather_range(device, spec.column, first, rows))
+                .collect::<CudaResult<Vec<_>>>()?;
+            let nulls = gathered
+                .iter()
+                .map(|(_, validity)| {
+                    let Some(bits) = validity else {
+                        return Ok(None);
+                    };
+                    let host = Buffer::from_vec(device.download_now(bits)?);
+                    let nulls = NullBuffer::new(BooleanBuffer::new(host, 0, rows));
+                    Ok((nulls.null_count() > 0).then_some(nulls))
+                })
+                .collect::<CudaResult<Vec<Option<NullBuffer>>>>()?;
+            let cuts: Vec<Vec<PageCut>> = nulls
+                .iter()
+                .enumerate()
+                .map(|(i, nulls)| cut(i, nulls.as_ref()))
+                .collect();
+            let columns: Vec<PageColumn<'_>> = specs
+                .iter()
+                .zip(&gathered)
+                .zip(&nulls)
+                .zip(&cuts)
+                .map(|(((spec, (values, validity)), nulls), cuts)| PageColumn {
+                    values: &[],
+                    offsets: None,
+                    validity: nulls.as_ref().map(|n| n.buffer().as_slice()),
+                    in_width: self.widths[spec.column] as u32,
+                    out_width: spec.out_width,
+                    nullable: spec.nullable,
+                    delta: spec.delta,
+                    pages: cuts,
+                    dictionary_limit: spec.dictionary_limit,
+                    statistics: spec.statistics,
+                    on_device: Some(OnDevice {
+                        values: values.ptr(),
+                        offsets: 0,
+                        // Where no row of the row group is null, the kernels read none.
+                        validity: match (nulls, validity) {
+                            (Some(_), Some(bits)) => bits.ptr(),
+                            _ => 0,
+                        },
+                        rows,
+                    }),
+                })
+                .collect();
+            let pages = encoder.encode(device, staging, &columns, snappy)?;
+            drop(gathered);
+            Ok((cuts, pages, nulls))
+        });
+        crate::trace::event(|| {
+            format!(
+                "pages: {rows} resident rows of {} columns, waited {:.1} ms for the device, held it {:.1} ms",
+                specs.len(),
+                (held - started).as_secs_f64() * 1e3,
+                held.elapsed().as_secs_f64() * 1e3,
+            )
+        });
+        match built {
+            Ok((cuts, pages, nulls)) => Ok(cuts
+                .into_iter()
+                .zip(pages)
+                .zip(nulls)
+                .map(|((cuts, pages), nulls)| ResidentPages { cuts, pages, nulls })
+                .collect()),
+            Err(error) => {
+                note_failure_of(
+                    runtime.ordinal(),
+                    "Parquet page encoding",
+                    "encoding on the host",
+                    &error,
+                    rows,
+                );
+                Err(error.to_string())
+            }
+        }
+    }
+
+    /// Column `column`'s (its place in the run's columns) values at rows `at` of the
+    /// run's order, read from the run's input on the host.
+    pub fn values_at(&self, column: usize, at: &[usize]) -> Result<ArrayRef> {
+        let ids: Vec<u32> = at.iter().map(|&row| self.permutation[row]).collect();
+        let mut arrays = self.rows.gather_columns(&ids, &[self.columns[column]])?;
+        Ok(arrays.remove(0))
+    }
+}
+
+impl ResidentColumns for ResidentRun {
+    fn columns(&self) -> &[usize] {
+        &self.columns
+    }
+
+    fn rows(&self) -> usize {
+        self.permutation.len()
+    }
+
+    fn column(&self, column: usize, first: usize, rows: usize) -> Result<ArrayRef> {
+        let ids = &self.permutation[first..first + rows];
+        let mut arrays = self.rows.gather_columns(ids, &[self.columns[column]])?;
+        Ok(arrays.remove(0))
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
