@@ -341,39 +341,62 @@ impl DeviceJob {
         self.memory.encoder_done();
     }
 
-    fn encode(&self, parts: Vec<Vec<SlotPart>>) -> Vec<Result<EncodedLeaf>> {
-        let properties = &self.slots[0].properties;
-        if let Some((run, first, rows)) = one_resident_range(&parts) {
-            let columns: Vec<usize> = parts
+    fn encode(&self, mut parts: Vec<Vec<SlotPart>>) -> Vec<Result<EncodedLeaf>> {
+        let mut outcome: Vec<Option<Result<EncodedLeaf>>> =
+            (0..parts.len()).map(|_| None).collect();
+        // The slots whose rows a run kept on the device: their pages built from there.
+        if let Some((run, first, rows, taken)) = resident_range(&parts) {
+            let leaves: Vec<(ColumnDescPtr, DeviceLayout, usize)> = taken
                 .iter()
-                .map(|p| match &p[0] {
-                    SlotPart::Resident(part) => part.column,
-                    SlotPart::Array(_) => unreachable!("a resident range of arrays"),
+                .map(|&(slot, column)| {
+                    let slot = &self.slots[slot];
+                    (Arc::clone(&slot.descr), slot.layout, column)
                 })
                 .collect();
-            let leaves: Vec<(ColumnDescPtr, DeviceLayout, usize)> = self
-                .slots
-                .iter()
-                .zip(columns)
-                .map(|(slot, column)| (Arc::clone(&slot.descr), slot.layout, column))
-                .collect();
+            let properties = &self.slots[0].properties;
             match device_chunks::encode_resident(run.as_ref(), first, rows, &leaves, properties) {
                 Ok(chunks) => {
-                    return chunks
-                        .into_iter()
-                        .map(|c| Ok(EncodedLeaf::Device(c)))
-                        .collect()
+                    for (&(slot, _), chunk) in taken.iter().zip(chunks) {
+                        outcome[slot] = Some(Ok(EncodedLeaf::Device(chunk)));
+                    }
                 }
                 Err(reason) => crate::trace::event(|| {
                     format!("writer: resident rows' pages not built on the device ({reason})")
                 }),
             }
         }
+        // The others (and those, where the device could not) from arrays on the host.
+        let rest: Vec<usize> = (0..parts.len())
+            .filter(|&slot| outcome[slot].is_none())
+            .collect();
+        if !rest.is_empty() {
+            let rest_parts = rest
+                .iter()
+                .map(|&slot| std::mem::take(&mut parts[slot]))
+                .collect();
+            for (&slot, result) in rest.iter().zip(self.encode_arrays(&rest, rest_parts)) {
+                outcome[slot] = Some(result);
+            }
+        }
+        outcome
+            .into_iter()
+            .map(|o| o.expect("every slot encoded"))
+            .collect()
+    }
+
+    /// The chunks of slots `taken` (in order), whose rows are `parts` (resident ones
+    /// brought to the host first): pages built on the device, else with their CPU writers.
+    fn encode_arrays(
+        &self,
+        taken: &[usize],
+        parts: Vec<Vec<SlotPart>>,
+    ) -> Vec<Result<EncodedLeaf>> {
+        let properties = &self.slots[0].properties;
+        let slots: Vec<&DeviceSlot> = taken.iter().map(|&slot| &self.slots[slot]).collect();
         let arrays = match materialize(parts) {
             Ok(arrays) => arrays,
             Err(e) => {
-                return self
-                    .slots
+                return slots
                     .iter()
                     .map(|_| Err(ParquetError::General(e.to_string())))
                     .collect()
@@ -390,15 +413,13 @@ impl DeviceJob {
         let columns = match columns {
             Ok(columns) => columns,
             Err(e) => {
-                return self
-                    .slots
+                return slots
                     .iter()
                     .map(|_| Err(ParquetError::General(e.to_string())))
                     .collect()
             }
         };
-        let leaves: Vec<DeviceLeaf> = self
-            .slots
+        let leaves: Vec<DeviceLeaf> = slots
             .iter()
             .zip(&columns)
             .map(|(slot, array)| DeviceLeaf {
@@ -432,10 +453,10 @@ impl DeviceJob {
                 crate::trace::event(|| format!("writer: pages encoded on the host ({reason})"));
                 let writers: Vec<Option<ArrowColumnWriter>> = {
                     let mut writers = self.writers.lock().unwrap_or_else(|e| e.into_inner());
-                    writers.iter_mut().map(Option::take).collect()
+                    taken.iter().map(|&slot| writers[slot].take()).collect()
                 };
                 // The columns at once, as the CPU's encoders of a row group run.
-                self.slots
+                slots
                     .par_iter()
                     .zip(writers)
                     .zip(&columns)
@@ -477,38 +498,49 @@ impl DeviceJob {
     }
 }
 
-/// The run and rows every slot's parts cover, where each slot's column is one range of
-/// rows of the same run, the same rows for every slot.
-fn one_resident_range(parts: &[Vec<SlotPart>]) -> Option<(Arc<dyn ResidentColumns>, usize, usize)> {
-    let mut range: Option<(&Arc<dyn ResidentColumns>, usize, usize)> = None;
-    for slot in parts {
-        let (mut first, mut end) = (None, 0);
-        for part in slot {
-            let SlotPart::Resident(part) = part else {
-                return None;
-            };
-            match first {
-                None => first = Some(part.first),
-                Some(_) if part.first != end => return None,
-                Some(_) => {}
-            }
-            end = part.first + part.rows;
-            match range {
-                Some((run, ..)) if !Arc::ptr_eq(run, &part.run) => return None,
-                None => range = Some((&part.run, part.first, 0)),
-                _ => {}
-            }
+/// The slots whose parts are one range of rows of one run, the same for each (the first
+/// such slot's): the run, the range, and each slot with its column's place in the run.
+#[allow(clippy::type_complexity)]
+fn resident_range(
+    parts: &[Vec<SlotPart>],
+) -> Option<(Arc<dyn ResidentColumns>, usize, usize, Vec<(usize, usize)>)> {
+    let mut found: Option<(&Arc<dyn ResidentColumns>, usize, usize)> = None;
+    let mut taken = Vec::new();
+    for (slot, slot_parts) in parts.iter().enumerate() {
+        let Some((run, column, first, rows)) = slot_range(slot_parts) else {
+            continue;
+        };
+        match found {
+            None => found = Some((run, first, rows)),
+            Some((r, f, n)) if Arc::ptr_eq(r, run) && f == first && n == rows => {}
+            Some(_) => continue,
         }
-        let first = first?;
-        match range {
-            Some((run, f, 0)) if f == first => range = Some((run, first, end - first)),
-            Some((_, f, rows)) if f == first && rows == end - first => {}
-            _ => return None,
-        }
+        taken.push((slot, column));
     }
-    range
-        .filter(|(_, _, rows)| *rows > 0)
-        .map(|(run, first, rows)| (Arc::clone(run), first, rows))
+    found.map(|(run, first, rows)| (Arc::clone(run), first, rows, taken))
+}
+
+/// The run, column, first row and rows of a slot's parts where they are one range of
+/// one column of one run, in order.
+fn slot_range(parts: &[SlotPart]) -> Option<(&Arc<dyn ResidentColumns>, usize, usize, usize)> {
+    let mut range: Option<(&Arc<dyn ResidentColumns>, usize, usize, usize)> = None;
+    for part in parts {
+        let SlotPart::Resident(part) = part else {
+            return None;
+        };
+        range = match range {
+            None => Some((&part.run, part.column, part.first, part.rows)),
+            Some((run, column, first, rows))
+                if Arc::ptr_eq(run, &part.run)
+                    && column == part.column
+                    && first + rows == part.first =>
+            {
+                Some((run, column, first, rows + part.rows))
+            }
+            Some(_) => return None,
+        };
+    }
+    range.filter(|(.., rows)| *rows > 0)
 }
 
 /// Each slot's parts as arrays: the resident ones brought to the host from their run.
@@ -524,4 +556,71 @@ fn materialize(parts: Vec<Vec<SlotPart>>) -> datafusion::error::Result<Vec<Vec<A
                 .collect()
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Run(Vec<usize>);
+
+    impl ResidentColumns for Run {
+        fn columns(&self) -> &[usize] {
+            &self.0
+        }
+        fn rows(&self) -> usize {
+            100
+        }
+        fn column(
+            &self,
+            _column: usize,
+            first: usize,
+            rows: usize,
+        ) -> datafusion::error::Result<ArrayRef> {
+            let values = (first as i64..(first + rows) as i64).collect::<Vec<_>>();
+            Ok(Arc::new(datafusion::arrow::array::Int64Array::from(values)))
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
+
+    fn part(run: &Arc<dyn ResidentColumns>, column: usize, first: usize, rows: usize) -> SlotPart {
+        SlotPart::Resident(ResidentPart {
+            run: Arc::clone(run),
+            column,
+            first,
+            rows,
+        })
+    }
+
+    /// A row group's slots whose rows are one range of one run go to the device together;
+    /// a slot of arrays, of another range, of another run or of rows out of order does not.
+    #[test]
+    fn slots_of_one_range_of_one_run_are_taken_together() {
+        let run: Arc<dyn ResidentColumns> = Arc::new(Run(vec![0, 2, 3]));
+        let other: Arc<dyn ResidentColumns> = Arc::new(Run(vec![1]));
+        let array = || SlotPart::Array(run.column(0, 0, 5).unwrap());
+        let parts = vec![
+            vec![part(&run, 0, 10, 5), part(&run, 0, 15, 5)],
+            vec![array()],
+            vec![part(&run, 1, 10, 10)],
+            vec![part(&run, 2, 10, 9)],
+            vec![part(&other, 0, 10, 10)],
+            vec![part(&run, 2, 15, 5), part(&run, 2, 10, 5)],
+            vec![part(&run, 2, 10, 5), array()],
+        ];
+        let (found, first, rows, taken) = resident_range(&parts).unwrap();
+        assert!(Arc::ptr_eq(&found, &run));
+        assert_eq!((first, rows), (10, 10));
+        assert_eq!(taken, vec![(0, 0), (2, 1)]);
+        // No resident slot: nothing taken.
+        assert!(resident_range(&[vec![array()], vec![]]).is_none());
+        let arrays = materialize(vec![vec![part(&run, 1, 3, 2), array()]]).unwrap();
+        assert_eq!(
+            arrays[0].iter().map(|a| a.len()).collect::<Vec<_>>(),
+            [2, 5]
+        );
+    }
 }

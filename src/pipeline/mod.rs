@@ -152,6 +152,11 @@ pub struct SortJob {
     /// memory limit cannot hold a row group being read per core: see
     /// [`memory::scan_partitions`]).
     pub target_partitions: Option<usize>,
+    /// With device pages: the sort's fixed-width columns stay on the device, and their
+    /// pages are built from that copy (`src/cuda/resident.rs`). On by default;
+    /// [`RESIDENT_PAGES_VAR`]`=0` turns it off (to measure against).
+    #[doc(hidden)]
+    pub resident_pages: bool,
     /// Test hook: fail the write once this many rows are written, as a full disk (ENOSPC)
     /// would.
     #[doc(hidden)]
@@ -185,6 +190,7 @@ impl SortJob {
             page_encoding: PageEncoding::Host,
             key_ranges: KeyRangeChoice::Auto,
             target_partitions: None,
+            resident_pages: std::env::var_os(RESIDENT_PAGES_VAR).is_none_or(|v| v != "0"),
             inject_write_failure_after: None,
             inject_lost_batch: false,
         }
@@ -419,7 +425,7 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
         &ctx.runtime_env().memory_pool,
         progress.written_bytes_counter(),
     )?;
-    let resident = output.resident_request();
+    let resident = output.resident_request().filter(|_| job.resident_pages);
     let plan = leave_on_device(plan, resident.as_ref());
     progress.watch(Arc::clone(&plan));
     let planned = started.elapsed();
@@ -500,8 +506,8 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
     })
 }
 
-/// Environment variable that lets a sort leave columns on the device for the writer's
-/// pages (`--page-encoding device` only); off by default until measured on a device.
+/// Environment variable that turns [`SortJob::resident_pages`] off where it is `0`
+/// (`--page-encoding device` only).
 pub const RESIDENT_PAGES_VAR: &str = "GPUSORT_RESIDENT_PAGES";
 
 /// `plan`, whose sort (its root) leaves `request`'s columns on the device for the writer
@@ -514,10 +520,6 @@ fn leave_on_device(
     let Some(request) = request else {
         return plan;
     };
-    // Not yet measured nor run on a device: asked for by name until it is.
-    if std::env::var_os(RESIDENT_PAGES_VAR).is_none() {
-        return plan;
-    }
     match plan.downcast_ref::<GpuSortExec>() {
         Some(sort) => {
             crate::trace::event(|| {

@@ -776,12 +776,16 @@ async fn sorted_files_with_device_pages_read_back_as_the_hosts() {
         job.compression = "snappy".into();
         // More distinct values than a dictionary page holds: `f` gives it up.
         job.row_group_rows = 150_000;
+        job.resident_pages = true;
         let summary = sort_files(&job, &Progress::new()).await.unwrap();
         eprintln!("{name}: {summary}");
         if encoding == PageEncoding::Device {
             // Which row groups of `f` go without a dictionary (to the device) depends on
             // how far the appender got when each started; none falls back to the CPU.
             assert_eq!(summary.output.device_chunks_on_host, 0, "{summary}");
+            // The fixed-width columns (`k`, `f`, `t`, `d`) of the 8 row groups are built
+            // from the sort's copy on the device; the strings come down.
+            assert_eq!(summary.output.device_chunks_resident, 32, "{summary}");
         } else {
             assert_eq!(summary.output.device_chunks, 0);
         }
@@ -804,6 +808,70 @@ async fn sorted_files_with_device_pages_read_back_as_the_hosts() {
         for c in 0..host.row_group(g).num_columns() {
             let (a, b) = (host.row_group(g).column(c), device.row_group(g).column(c));
             assert_eq!(a.statistics(), b.statistics(), "row group {g} column {c}");
+        }
+    }
+}
+
+/// Every column fixed-width: each row group's pages are built from the sort's own copy on
+/// the device (none of its rows comes to the host), across files and row groups that cut
+/// the run anywhere; the files read back as the host's, with the same statistics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a CUDA GPU"]
+async fn resident_pages_of_fixed_width_columns_read_back_as_the_hosts() {
+    let Some(_runtime) = device() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // More rows than a run gathers on the host (`device_gather_min_rows`).
+    let all = read_parquet(&input_file(dir.path(), 1_100_000));
+    let fixed = all.project(&[0, 1, 2, 3]).unwrap();
+    let input = dir.path().join("fixed.parquet");
+    let mut writer =
+        ArrowWriter::try_new(std::fs::File::create(&input).unwrap(), fixed.schema(), None).unwrap();
+    writer.write(&fixed).unwrap();
+    writer.close().unwrap();
+    let mut outputs = Vec::new();
+    for (name, encoding) in [
+        ("host", PageEncoding::Host),
+        ("device", PageEncoding::Device),
+    ] {
+        let output = dir.path().join(name);
+        let mut job = SortJob::new(vec![input.display().to_string()], &output, "k");
+        job.page_encoding = encoding;
+        job.resident_pages = true;
+        job.compression = "snappy".into();
+        job.row_group_rows = 150_000;
+        job.max_rows_per_file = Some(400_000);
+        let summary = sort_files(&job, &Progress::new()).await.unwrap();
+        eprintln!("{name}: {summary}");
+        if encoding == PageEncoding::Device {
+            // 3 files of 400 000, 400 000 and 300 000 rows: 3 + 3 + 2 row groups, 4
+            // columns each.
+            assert_eq!(summary.output.device_chunks, 32, "{summary}");
+            assert_eq!(summary.output.device_chunks_resident, 32, "{summary}");
+        }
+        outputs.push(summary.output.files);
+    }
+    assert_eq!(outputs[0].len(), 3);
+    for (host, device) in outputs[0].iter().zip(&outputs[1]) {
+        assert_eq!(
+            read_parquet(host),
+            read_parquet(device),
+            "{}",
+            host.display()
+        );
+        let meta = |path: &std::path::Path| {
+            SerializedFileReader::new(std::fs::File::open(path).unwrap())
+                .unwrap()
+                .metadata()
+                .clone()
+        };
+        let (a, b) = (meta(host), meta(device));
+        assert_eq!(a.num_row_groups(), b.num_row_groups());
+        for g in 0..a.num_row_groups() {
+            for c in 0..a.row_group(g).num_columns() {
+                let (x, y) = (a.row_group(g).column(c), b.row_group(g).column(c));
+                assert_eq!(x.statistics(), y.statistics(), "row group {g} column {c}");
+                assert_eq!(x.num_values(), y.num_values(), "row group {g} column {c}");
+            }
         }
     }
 }
