@@ -33,7 +33,8 @@
 #include "common.cuh"
 
 #if !defined(PAGE_THREADS) || !defined(SNAPPY_WARPS) || !defined(SNAPPY_HASH_BITS) || \
-    !defined(SNAPPY_PIECE_BYTES) || !defined(VALUES_PLAIN) || !defined(VALUES_DELTA) || \
+    !defined(SNAPPY_PIECE_BYTES) || !defined(SNAPPY_MAX_SKIP) || !defined(VALUES_PLAIN) || \
+    !defined(VALUES_DELTA) || \
     !defined(VALUES_DICT) || !defined(VALUES_BYTES) || !defined(ORDER_NONE) || \
     !defined(ORDER_SIGNED) || !defined(ORDER_UNSIGNED) || !defined(ORDER_FLOAT) || !defined(ORDER_BYTES)
 #error "the launch shapes come from src/cuda/tuning.rs as -D options"
@@ -620,8 +621,13 @@ extern "C" __global__ void __launch_bounds__(SNAPPY_WARPS * WARP)
     // Positions with 4 bytes of the piece from them on.
     const u32 limit = len >= 4 ? len - 3 : 0;
     u32 out = 0, literal = 0, pos = 0;
+    // Windows without a match in a row: the lanes then look `1 + misses` bytes apart (at
+    // most SNAPPY_MAX_SKIP + 1), so that incompressible bytes are passed over faster, as
+    // Snappy's own compressor skips ahead after its misses; the next match resets it.
+    u32 misses = 0;
     while (pos < limit) {
-        const u32 p = pos + lane;
+        const u32 stride = 1 + min(misses, (u32)SNAPPY_MAX_SKIP);
+        const u32 p = pos + lane * stride;
         const bool inside = p < limit;
         const u32 v = inside ? load4(src + p) : 0;
         const u32 h = snappy_hash(v);
@@ -636,10 +642,12 @@ extern "C" __global__ void __launch_bounds__(SNAPPY_WARPS * WARP)
         if (inside && lane <= first) table[h] = (u16)p;
         __syncwarp();
         if (hits == 0) {
-            pos += WARP;
+            pos += WARP * stride;
+            ++misses;
             continue;
         }
-        const u32 at = pos + first;
+        misses = 0;
+        const u32 at = pos + first * stride;
         const u32 from = __shfl_sync(0xffffffffu, candidate, first);
         u32 matched = 4;
         while (true) {

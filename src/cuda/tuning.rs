@@ -330,6 +330,10 @@ pub(super) const SNAPPY_HASH_BITS: u32 = 13;
 /// Most bytes of one compressed piece: copies reach at most this far back (positions fit
 /// the hash table's 16-bit entries).
 pub(crate) const SNAPPY_PIECE_BYTES: usize = 1 << 16;
+/// Most bytes less one between the positions a Snappy warp looks at, which grows by one
+/// with each window of 32 positions without a match (incompressible bytes passed over
+/// faster).
+pub(super) const SNAPPY_MAX_SKIP: u32 = 15;
 /// `encoding` of a page kernel's column: values `PLAIN`...
 pub(super) const VALUES_PLAIN: u32 = 0;
 /// ...or `DELTA_BINARY_PACKED`...
@@ -562,6 +566,7 @@ impl Tuning {
                 ("SNAPPY_WARPS", SNAPPY_WARPS as u64),
                 ("SNAPPY_HASH_BITS", SNAPPY_HASH_BITS as u64),
                 ("SNAPPY_PIECE_BYTES", SNAPPY_PIECE_BYTES as u64),
+                ("SNAPPY_MAX_SKIP", SNAPPY_MAX_SKIP as u64),
                 ("VALUES_PLAIN", VALUES_PLAIN as u64),
                 ("VALUES_DELTA", VALUES_DELTA as u64),
                 ("VALUES_DICT", VALUES_DICT as u64),
