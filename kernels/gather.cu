@@ -11,6 +11,11 @@
 //                             batch's own data buffer, and the buffer's size
 //   copy_view_bytes           the long values' bytes into their batch's data buffer; the
 //                             views then point there (buffer 0 of their batch)
+//   view_lengths              each gathered view's length (0 under nulls): scanned by
+//                             scan_view_bytes into byte-array offsets, a block per stretch
+//   add_stretch_bases         each stretch's offsets moved up by the bytes before it
+//   view_bytes_end_to_end     every value's bytes at its offset, end to end (inline ones
+//                             from their view, long ones from the column's data buffers)
 //   gather_peer_w*, gather_peer_bits
 //                             the same gathers from a column cut into slices, each held by
 //                             another device of a spread run and read over NVLink or PCIe
@@ -207,6 +212,43 @@ extern "C" __global__ void __launch_bounds__(GATHER_THREADS)
         __syncthreads();
     }
     if (threadIdx.x == 0) totals[blockIdx.x] = carry;
+}
+
+// Each of `n` gathered views' length (0 under nulls: gather_views emptied them).
+extern "C" __global__ void view_lengths(const View* __restrict__ views, u32 n,
+                                        u32* __restrict__ lengths) {
+    const u32 stride = gridDim.x * blockDim.x;
+    for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        lengths[i] = views[i].len;
+    }
+}
+
+// `offsets[i] += bases[i / stretch_rows]`: offsets scanned within stretches of rows made
+// offsets from the start of all of them.
+extern "C" __global__ void add_stretch_bases(u32* __restrict__ offsets, u32 n, u32 stretch_rows,
+                                             const u64* __restrict__ bases) {
+    const u32 stride = gridDim.x * blockDim.x;
+    for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        offsets[i] += (u32)bases[i / stretch_rows];
+    }
+}
+
+// Each of `n` gathered views' bytes copied to `out + offsets[i]`: the values end to end, as
+// a byte array column's bytes beside its offsets.
+extern "C" __global__ void view_bytes_end_to_end(const View* __restrict__ views,
+                                                 const u32* __restrict__ offsets, u32 n,
+                                                 const u8* __restrict__ data,
+                                                 const u64* __restrict__ buffer_starts,
+                                                 u8* __restrict__ out) {
+    const u32 stride = gridDim.x * blockDim.x;
+    for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const View view = views[i];
+        const u8* from = view.len <= MAX_INLINE_VIEW_LEN
+                             ? (const u8*)&views[i].prefix
+                             : data + buffer_starts[view.buffer] + view.offset;
+        u8* to = out + offsets[i];
+        for (u32 k = 0; k < view.len; ++k) to[k] = from[k];
+    }
 }
 
 // The final views of the window (`views` gathered by gather_views): each long value's bytes

@@ -60,6 +60,10 @@ pub struct Gatherer {
     pub(super) views: Kernel,
     pub(super) scan_view_bytes: Kernel,
     pub(super) copy_view_bytes: Kernel,
+    /// Gathered views' lengths, and their bytes end to end (byte arrays for the pages).
+    pub(super) view_lengths: Kernel,
+    pub(super) add_stretch_bases: Kernel,
+    pub(super) view_bytes_end_to_end: Kernel,
     /// `values` from a column in slices on several devices ([`PeerSlices`]).
     pub(super) peer_values: [Kernel; 6],
     pub(super) peer_bits: Kernel,
@@ -84,6 +88,9 @@ impl Gatherer {
             views: kernel("gather_views")?,
             scan_view_bytes: kernel("scan_view_bytes")?,
             copy_view_bytes: kernel("copy_view_bytes")?,
+            view_lengths: kernel("view_lengths")?,
+            add_stretch_bases: kernel("add_stretch_bases")?,
+            view_bytes_end_to_end: kernel("view_bytes_end_to_end")?,
             peer_values: [
                 kernel("gather_peer_w1")?,
                 kernel("gather_peer_w2")?,

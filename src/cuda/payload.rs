@@ -45,6 +45,10 @@ use crate::cuda::runtime::{note_failure_of, note_gather_failure, CudaRuntime};
 use crate::cuda::tuning::{
     GATHER_THREADS as THREADS, GATHER_WINDOWS_KEPT, MIN_GATHER_WINDOW_BYTES,
 };
+
+/// Rows of a stretch of byte-array lengths one block scans
+/// ([`DevicePayload::gather_range_bytes`]).
+const SCAN_STRETCH_ROWS: usize = 4096;
 use crate::cuda::window::{compute_windows, SortedColumn, WindowDevice};
 use crate::gather::{
     PayloadGather, PayloadStats, ResidentColumns, RunRows, SharedOrder, WindowRequest,
@@ -200,6 +204,18 @@ struct Regions {
     values: (usize, usize),
     validity: Option<(usize, usize)>,
     data: Option<(usize, usize)>,
+}
+
+/// A range of a views column as byte arrays on the device ([`DevicePayload::gather_range_bytes`]).
+pub(super) struct RangeBytes {
+    /// The values' bytes end to end.
+    pub(super) bytes: DeviceBuffer<u8>,
+    /// One offset more than the rows, from 0.
+    pub(super) offsets: DeviceBuffer<u32>,
+    /// The same offsets on the host.
+    pub(super) host_offsets: Vec<u32>,
+    /// The validity bitmap (row 0 at bit 0), where some row of the run is null.
+    pub(super) validity: Option<DeviceBuffer<u8>>,
 }
 
 /// A window's views gathered to scratch memory, before their long values are copied.
@@ -374,6 +390,129 @@ impl DevicePayload {
         Ok((values, validity))
     }
 
+    /// Whether column `at` is byte-like values held whole on this device (views).
+    pub(super) fn is_views(&self, at: usize) -> bool {
+        matches!(
+            (self.columns[at].layout(), &self.columns[at].data),
+            (PayloadLayout::Views, ColumnData::Here(_))
+        )
+    }
+
+    /// Column `at`'s (views) values of output rows `start .. start + rows` as byte
+    /// arrays: their bytes end to end and their `rows + 1` offsets (also brought to the
+    /// host), with their validity bitmap where some row of the run is null. An error where
+    /// the bytes pass 32-bit offsets.
+    pub(super) fn gather_range_bytes(
+        &self,
+        device: &Device,
+        at: usize,
+        start: usize,
+        rows: usize,
+    ) -> CudaResult<RangeBytes> {
+        let column = &self.columns[at];
+        let gathered = self.gather_views(device, column, start, &[rows])?;
+        let gatherer = &self.runtime.gatherer;
+        let offsets = device.alloc::<u32>(rows + 1, "resident byte offsets")?;
+        // The lengths scanned a block per stretch of rows, then each stretch moved up by
+        // the bytes of those before it.
+        let stretches = rows.div_ceil(SCAN_STRETCH_ROWS);
+        let totals = device.alloc::<u64>(stretches, "resident stretch bytes")?;
+        let (mut views, mut n, mut lengths) = (gathered.views.ptr(), rows as u32, offsets.ptr());
+        let mut params = [arg(&mut views), arg(&mut n), arg(&mut lengths)];
+        let grid = self.grid_for(rows);
+        launch(
+            device,
+            gatherer.view_lengths,
+            grid,
+            THREADS,
+            &mut params,
+            rows,
+        )?;
+        let (mut stretch, mut sums) = (SCAN_STRETCH_ROWS as u32, totals.ptr());
+        let mut params = [
+            arg(&mut lengths),
+            arg(&mut n),
+            arg(&mut stretch),
+            arg(&mut sums),
+        ];
+        let blocks = stretches as u32;
+        launch(
+            device,
+            gatherer.scan_view_bytes,
+            blocks,
+            THREADS,
+            &mut params,
+            rows,
+        )?;
+        let mut bases = device.download_now(&totals)?;
+        let mut total = 0u64;
+        for base in bases.iter_mut() {
+            (*base, total) = (total, total + *base);
+        }
+        if total > u64::from(u32::MAX) {
+            return Err(CudaError::BatchTooLarge { bytes: total });
+        }
+        let end = [total as u32];
+        // SAFETY: `end` and `bases` outlive the copies: the stream is synchronized (the
+        // offsets' download) before this returns.
+        unsafe {
+            device.upload(&offsets, rows, &end)?;
+            device.upload(&totals, 0, &bases)?;
+        }
+        let mut params = [
+            arg(&mut lengths),
+            arg(&mut n),
+            arg(&mut stretch),
+            arg(&mut sums),
+        ];
+        launch(
+            device,
+            gatherer.add_stretch_bases,
+            grid,
+            THREADS,
+            &mut params,
+            rows,
+        )?;
+        let bytes = device.alloc::<u8>((total as usize).max(1), "resident bytes")?;
+        let data = column
+            .here()
+            .view_data
+            .as_ref()
+            .expect("views have their data");
+        let (mut src, mut starts, mut out) = (data.data.ptr(), data.starts.ptr(), bytes.ptr());
+        let mut params = [
+            arg(&mut views),
+            arg(&mut lengths),
+            arg(&mut n),
+            arg(&mut src),
+            arg(&mut starts),
+            arg(&mut out),
+        ];
+        launch(
+            device,
+            gatherer.view_bytes_end_to_end,
+            grid,
+            THREADS,
+            &mut params,
+            total as usize,
+        )?;
+        let host_offsets = device.download_now(&offsets)?;
+        let validity = match column.validity() {
+            Some(bits) => {
+                let out = device.alloc::<u8>(rows.div_ceil(32).max(1) * 4, "resident validity")?;
+                self.launch_bits(device, bits, start, &[rows], out.ptr())?;
+                Some(out)
+            }
+            None => None,
+        };
+        Ok(RangeBytes {
+            bytes,
+            offsets,
+            host_offsets,
+            validity,
+        })
+    }
+
     /// The payload of the columns at `taken` (places among its columns) alone, sharing the
     /// permutation; they are gathered here no more.
     fn split_off(&mut self, taken: &[usize]) -> DevicePayload {
@@ -423,14 +562,17 @@ impl PayloadGather for DevicePayload {
         permutation: &SharedOrder,
     ) -> Option<Arc<dyn ResidentColumns>> {
         let taken: Vec<usize> = (0..self.columns.len())
-            .filter(|&at| columns.contains(&self.indices[at]) && self.fixed_width(at).is_some())
+            .filter(|&at| {
+                columns.contains(&self.indices[at])
+                    && (self.fixed_width(at).is_some() || self.is_views(at))
+            })
             .collect();
         let declined = if self.runtime.pages.is_none() {
             Some("the page kernels did not load".to_string())
         } else if permutation.len() != self.rows {
             Some(format!("an order of {} rows", permutation.len()))
         } else if taken.is_empty() {
-            Some("none of them is fixed-width here".to_string())
+            Some("none of them is held whole here".to_string())
         } else {
             None
         };

@@ -1,7 +1,8 @@
-//! A sorted run's fixed-width columns kept on the device after its sort
+//! A sorted run's fixed-width and byte-like (views) columns kept on the device after its sort
 //! ([`ResidentColumns`], `src/gather/resident.rs`), for the Parquet writer: each row
-//! group's rows of them are gathered on the device into buffers of their own and its
-//! pages built from there ([`ResidentRun::encode_pages`]); only the validity bitmaps (to
+//! group's rows of them are gathered on the device into buffers of their own (byte-like
+//! values as their bytes end to end and offsets) and its pages built from there
+//! ([`ResidentRun::encode_pages`]); only the validity bitmaps and byte arrays' offsets (to
 //! cut the pages) and the pages come back. The values of each page's extremes are read
 //! from the run's input on the host ([`ResidentRun::values_at`]), and so are the columns
 //! of a row group the device cannot take ([`ResidentColumns::column`]).
@@ -21,6 +22,7 @@ use datafusion::arrow;
 use datafusion::common::Result;
 
 use crate::cuda::error::CudaResult;
+use crate::cuda::memory::device::DeviceBuffer;
 use crate::cuda::parquet::{ColumnPages, OnDevice, PageColumn, PageCut, StatisticsOrder};
 use crate::cuda::payload::DevicePayload;
 use crate::cuda::runtime::note_failure_of;
@@ -72,10 +74,23 @@ pub struct ResidentPages {
     pub pages: ColumnPages,
     /// Its validity in the row group, where a row of it is null.
     pub nulls: Option<NullBuffer>,
+    /// Byte arrays: their offsets in the row group (one more than the rows, from 0).
+    pub offsets: Option<Vec<u32>>,
 }
 
-/// How the caller cuts column `i` of a launch (its validity given) into pages.
-pub type CutPages<'a> = &'a (dyn Fn(usize, Option<&NullBuffer>) -> Vec<PageCut> + Sync);
+/// One column's rows of a row group gathered on the device.
+struct Gathered {
+    /// Fixed-width values, or byte arrays' bytes end to end.
+    values: DeviceBuffer<u8>,
+    /// Byte arrays' offsets, on the device and on the host.
+    offsets: Option<(DeviceBuffer<u32>, Vec<u32>)>,
+    validity: Option<DeviceBuffer<u8>>,
+}
+
+/// How the caller cuts column `i` of a launch (its validity and, for byte arrays, its
+/// offsets given) into pages.
+pub type CutPages<'a> =
+    &'a (dyn Fn(usize, Option<&NullBuffer>, Option<&[u32]>) -> Vec<PageCut> + Sync);
 
 impl ResidentRun {
     /// The run whose columns `payload` holds (every one fixed-width on its device), of
@@ -86,10 +101,15 @@ impl ResidentRun {
         permutation: SharedOrder,
     ) -> Self {
         let widths = (0..payload.columns().len())
-            .map(|at| {
-                payload
-                    .fixed_width(at)
-                    .expect("fixed-width resident columns")
+            .map(|at| match payload.fixed_width(at) {
+                Some(width) => width,
+                None => {
+                    assert!(
+                        payload.is_views(at),
+                        "resident columns are fixed-width or views"
+                    );
+                    0
+                }
             })
             .collect();
         Self {
@@ -105,7 +125,8 @@ impl ResidentRun {
         self.payload.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Bytes of a value of column `column` (its place in the run's columns) on the device.
+    /// Bytes of a value of column `column` (its place in the run's columns) on the device;
+    /// 0 for byte-like values (views), which its pages take as byte arrays.
     pub fn width(&self, column: usize) -> usize {
         self.widths[column]
     }
@@ -136,12 +157,27 @@ impl ResidentRun {
             held = Instant::now();
             let gathered = specs
                 .iter()
-                .map(|spec| payload.gather_range(device, spec.column, first, rows))
+                .map(|spec| match self.widths[spec.column] {
+                    0 => payload
+                        .gather_range_bytes(device, spec.column, first, rows)
+                        .map(|b| Gathered {
+                            values: b.bytes,
+                            offsets: Some((b.offsets, b.host_offsets)),
+                            validity: b.validity,
+                        }),
+                    _ => payload.gather_range(device, spec.column, first, rows).map(
+                        |(values, validity)| Gathered {
+                            values,
+                            offsets: None,
+                            validity,
+                        },
+                    ),
+                })
                 .collect::<CudaResult<Vec<_>>>()?;
             let nulls = gathered
                 .iter()
-                .map(|(_, validity)| {
-                    let Some(bits) = validity else {
+                .map(|gathered| {
+                    let Some(bits) = &gathered.validity else {
                         return Ok(None);
                     };
                     let host = Buffer::from_vec(device.download_now(bits)?);
@@ -151,17 +187,21 @@ impl ResidentRun {
                 .collect::<CudaResult<Vec<Option<NullBuffer>>>>()?;
             let cuts: Vec<Vec<PageCut>> = nulls
                 .iter()
+                .zip(&gathered)
                 .enumerate()
-                .map(|(i, nulls)| cut(i, nulls.as_ref()))
+                .map(|(i, (nulls, gathered))| {
+                    let offsets = gathered.offsets.as_ref().map(|(_, host)| host.as_slice());
+                    cut(i, nulls.as_ref(), offsets)
+                })
                 .collect();
             let columns: Vec<PageColumn<'_>> = specs
                 .iter()
                 .zip(&gathered)
                 .zip(&nulls)
                 .zip(&cuts)
-                .map(|(((spec, (values, validity)), nulls), cuts)| PageColumn {
+                .map(|(((spec, gathered), nulls), cuts)| PageColumn {
                     values: &[],
-                    offsets: None,
+                    offsets: gathered.offsets.as_ref().map(|(_, host)| host.as_slice()),
                     validity: nulls.as_ref().map(|n| n.buffer().as_slice()),
                     in_width: self.widths[spec.column] as u32,
                     out_width: spec.out_width,
@@ -171,10 +211,10 @@ impl ResidentRun {
                     dictionary_limit: spec.dictionary_limit,
                     statistics: spec.statistics,
                     on_device: Some(OnDevice {
-                        values: values.ptr(),
-                        offsets: 0,
+                        values: gathered.values.ptr(),
+                        offsets: gathered.offsets.as_ref().map_or(0, |(d, _)| d.ptr()),
                         // Where no row of the row group is null, the kernels read none.
-                        validity: match (nulls, validity) {
+                        validity: match (nulls, &gathered.validity) {
                             (Some(_), Some(bits)) => bits.ptr(),
                             _ => 0,
                         },
@@ -183,8 +223,11 @@ impl ResidentRun {
                 })
                 .collect();
             let pages = encoder.encode(device, staging, &columns, snappy)?;
-            drop(gathered);
-            Ok((cuts, pages, nulls))
+            let offsets: Vec<Option<Vec<u32>>> = gathered
+                .into_iter()
+                .map(|g| g.offsets.map(|(_, host)| host))
+                .collect();
+            Ok((cuts, pages, nulls, offsets))
         });
         crate::trace::event(|| {
             format!(
@@ -195,11 +238,17 @@ impl ResidentRun {
             )
         });
         match built {
-            Ok((cuts, pages, nulls)) => Ok(cuts
+            Ok((cuts, pages, nulls, offsets)) => Ok(cuts
                 .into_iter()
                 .zip(pages)
                 .zip(nulls)
-                .map(|((cuts, pages), nulls)| ResidentPages { cuts, pages, nulls })
+                .zip(offsets)
+                .map(|(((cuts, pages), nulls), offsets)| ResidentPages {
+                    cuts,
+                    pages,
+                    nulls,
+                    offsets,
+                })
                 .collect()),
             Err(error) => {
                 note_failure_of(

@@ -471,6 +471,7 @@ pub(super) fn assemble_chunk(
     pages: ColumnPages,
     compression: Compression,
     fallback: Encoding,
+    value_bytes: Option<Vec<i64>>,
 ) -> Result<DeviceChunk> {
     let (array, descr, layout) = (&leaf.array, &leaf.descr, leaf.layout);
     let ColumnPages {
@@ -501,13 +502,16 @@ pub(super) fn assemble_chunk(
     let signed = descr.sort_order().is_signed();
     let nullable = descr.max_def_level() > 0;
     let truncation = Truncation::of(properties, descr);
-    // Byte arrays: the bytes of each page's values (parquet's unencoded bytes).
+    // Byte arrays: the bytes of each page's values (parquet's unencoded bytes), given or
+    // from the leaf's own values.
     let value_bytes: Option<Vec<i64>> = layout.byte_array().then(|| {
-        let (offsets, _) = device_bytes::offsets_and_bytes(array.as_ref());
-        let nulls = array.logical_nulls();
-        cuts.iter()
-            .map(|cut| device_bytes::page_value_bytes(offsets, nulls.as_ref(), cut) as i64)
-            .collect()
+        value_bytes.unwrap_or_else(|| {
+            let (offsets, _) = device_bytes::offsets_and_bytes(array.as_ref());
+            let nulls = array.logical_nulls();
+            cuts.iter()
+                .map(|cut| device_bytes::page_value_bytes(offsets, nulls.as_ref(), cut) as i64)
+                .collect()
+        })
     });
     if extremes.as_ref().is_some_and(|e| e.len() != cuts.len()) {
         return Err(ParquetError::General(format!(
@@ -821,8 +825,16 @@ fn encode_with(
         .zip(pages)
         .zip(&encodings)
         .map(|(((leaf, cuts), pages), encoding)| {
-            assemble_chunk(leaf, properties, &cuts, pages, compression(leaf), *encoding)
-                .map_err(|e| e.to_string())
+            assemble_chunk(
+                leaf,
+                properties,
+                &cuts,
+                pages,
+                compression(leaf),
+                *encoding,
+                None,
+            )
+            .map_err(|e| e.to_string())
         })
         .collect();
     crate::trace::event(|| {
@@ -870,7 +882,8 @@ pub(super) fn encode_resident(
         .collect();
     let mut specs = Vec::with_capacity(leaves.len());
     for ((descr, layout, column), encoding) in leaves.iter().zip(&encodings) {
-        if layout.byte_array() || run.width(*column) != layout.in_width as usize {
+        // Byte arrays are held as views (width 0) and taken as bytes and offsets.
+        if run.width(*column) != layout.in_width as usize {
             return Err(format!(
                 "column {} is held as {} bytes a value on the device",
                 descr.path(),
@@ -887,9 +900,12 @@ pub(super) fn encode_resident(
                 .then(|| layout.statistics_order()),
         });
     }
-    let cut = |i: usize, nulls: Option<&NullBuffer>| {
+    let cut = |i: usize, nulls: Option<&NullBuffer>, offsets: Option<&[u32]>| {
         let (descr, layout, _) = &leaves[i];
-        cut_pages(rows, nulls, *layout, properties, descr)
+        match offsets {
+            Some(offsets) => device_bytes::cut_byte_pages(offsets, nulls, properties, descr),
+            None => cut_pages(rows, nulls, *layout, properties, descr),
+        }
     };
     let built = run.encode_pages(first, rows, &specs, snappy, &cut)?;
     let built_at = started.elapsed();
@@ -898,9 +914,25 @@ pub(super) fn encode_resident(
         .zip(built)
         .zip(&encodings)
         .map(|(((descr, layout, column), built), encoding)| {
-            let ResidentPages { cuts, pages, .. } = built;
-            // The values at each page's extremes, two a page, read from the host.
+            let ResidentPages {
+                cuts,
+                pages,
+                nulls,
+                offsets,
+            } = built;
+            // Byte arrays: the bytes of each page's values, from the row group's offsets.
+            let value_bytes = offsets.map(|offsets| {
+                cuts.iter()
+                    .map(|cut| device_bytes::page_value_bytes(&offsets, nulls.as_ref(), cut) as i64)
+                    .collect()
+            });
+            // The values at each page's extremes, two a page, read from the host (byte
+            // arrays as their bytes end to end, as the statistics read them).
             let (array, pages) = extreme_values(run, *column, first, pages)?;
+            let array = match layout.byte_array() {
+                true => device_bytes::contiguous(&array).map_err(ParquetError::General)?,
+                false => array,
+            };
             let leaf = DeviceLeaf {
                 array,
                 descr: Arc::clone(descr),
@@ -913,6 +945,7 @@ pub(super) fn encode_resident(
                 pages,
                 compression(descr),
                 *encoding,
+                value_bytes,
             )?;
             chunk.resident = true;
             Ok(chunk)

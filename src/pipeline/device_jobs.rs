@@ -184,12 +184,14 @@ impl DevicePages {
 }
 
 /// The top-level columns of `schema` (whose Parquet columns are `columns`) whose pages the
-/// device builds under `properties` from a sorted run's own copy on the device: those of
-/// fixed-width values it takes (`src/cuda/resident.rs`).
+/// device builds under `properties` from a sorted run's own copy on the device: those it
+/// takes (`src/cuda/resident.rs`; a run holds fixed-width and view columns there), byte
+/// arrays only with `byte_arrays`.
 pub(super) fn resident_columns(
     schema: &SchemaRef,
     columns: &SchemaDescriptor,
     properties: &WriterProperties,
+    byte_arrays: bool,
 ) -> Vec<usize> {
     let pages = DevicePages::new(schema, columns, Arc::default());
     let mut taken = Vec::new();
@@ -205,7 +207,9 @@ pub(super) fn resident_columns(
             continue;
         }
         if let Some((_, descr, layout)) = pages.leaves[first].as_ref() {
-            if !layout.byte_array() && device_chunks::properties_allow(properties, descr) {
+            if (byte_arrays || !layout.byte_array())
+                && device_chunks::properties_allow(properties, descr)
+            {
                 taken.push(index);
             }
         }

@@ -152,11 +152,11 @@ pub struct SortJob {
     /// memory limit cannot hold a row group being read per core: see
     /// [`memory::scan_partitions`]).
     pub target_partitions: Option<usize>,
-    /// With device pages: the sort's fixed-width columns stay on the device, and their
-    /// pages are built from that copy (`src/cuda/resident.rs`). On by default;
-    /// [`RESIDENT_PAGES_VAR`]`=0` turns it off (to measure against).
+    /// With device pages: which of the sort's columns stay on the device, their pages
+    /// built from that copy (`src/cuda/resident.rs`); by default the fixed-width ones
+    /// ([`RESIDENT_PAGES_VAR`] chooses another, to measure against).
     #[doc(hidden)]
-    pub resident_pages: bool,
+    pub resident_pages: KeepOnDevice,
     /// Test hook: fail the write once this many rows are written, as a full disk (ENOSPC)
     /// would.
     #[doc(hidden)]
@@ -190,7 +190,7 @@ impl SortJob {
             page_encoding: PageEncoding::Host,
             key_ranges: KeyRangeChoice::Auto,
             target_partitions: None,
-            resident_pages: std::env::var_os(RESIDENT_PAGES_VAR).is_none_or(|v| v != "0"),
+            resident_pages: KeepOnDevice::from_env(),
             inject_write_failure_after: None,
             inject_lost_batch: false,
         }
@@ -418,14 +418,14 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
         .await
         .map_err(PipelineError::execution("planning the sort"))?;
     crate::trace::event(|| "plan: physical plan made".to_string());
-    let output = ParquetOutput::create(
+    let mut output = ParquetOutput::create(
         output_options,
         plan.schema(),
         &keys,
         &ctx.runtime_env().memory_pool,
         progress.written_bytes_counter(),
     )?;
-    let resident = output.resident_request().filter(|_| job.resident_pages);
+    let resident = output.resident_request(job.resident_pages);
     let plan = leave_on_device(plan, resident.as_ref());
     progress.watch(Arc::clone(&plan));
     let planned = started.elapsed();
@@ -506,9 +506,32 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
     })
 }
 
-/// Environment variable that turns [`SortJob::resident_pages`] off where it is `0`
-/// (`--page-encoding device` only).
+/// Environment variable that sets [`SortJob::resident_pages`] (`--page-encoding device`
+/// only): `0` none, `all` byte-like columns too, anything else the default.
 pub const RESIDENT_PAGES_VAR: &str = "GPUSORT_RESIDENT_PAGES";
+
+/// Which columns of a sort whose pages the device builds stay on the device for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeepOnDevice {
+    /// None: every column comes back to the host and goes up again in its page job.
+    Off,
+    /// The fixed-width ones (the default: on SF10 `lineitem` the fastest in wall time).
+    FixedWidth,
+    /// Byte-like (view) columns too, as their bytes and offsets: the least host CPU.
+    All,
+}
+
+impl KeepOnDevice {
+    /// From [`RESIDENT_PAGES_VAR`]: `0` [`Self::Off`], `all` [`Self::All`], else
+    /// [`Self::FixedWidth`].
+    pub fn from_env() -> Self {
+        match std::env::var(RESIDENT_PAGES_VAR).as_deref() {
+            Ok("0") => Self::Off,
+            Ok("all") => Self::All,
+            _ => Self::FixedWidth,
+        }
+    }
+}
 
 /// `plan`, whose sort (its root) leaves `request`'s columns on the device for the writer
 /// where a run of it is gathered there (`gather/resident.rs`); unchanged without a request

@@ -35,6 +35,7 @@ use super::order_by::SortKey;
 use super::row_groups::ParallelFileWriter;
 use super::write_memory::WriteMemory;
 use super::writeback::WritebackFile;
+use super::KeepOnDevice;
 use crate::gather::{ResidentColumns, ResidentRequest};
 
 /// Where and how the sorted rows are written.
@@ -204,13 +205,8 @@ impl ParquetOutput {
             File::create(&temp).map_err(PipelineError::io("creating", &temp))?;
         }
         let lock = JobLock::hold(&temp).ok();
-        let resident = options
-            .device_pages
-            .then(|| resident_columns(&schema, &columns, &properties))
-            .filter(|columns| !columns.is_empty())
-            .map(|columns| Arc::new(ResidentRequest::new(columns)));
         let mut output = Self {
-            resident,
+            resident: None,
             resident_rows: HashMap::new(),
             memory: Arc::new(WriteMemory::new(pool)),
             page_counts: Arc::new(PageCounts::default()),
@@ -236,10 +232,21 @@ impl ParquetOutput {
         self.rows
     }
 
-    /// The columns whose pages this output builds from a sorted run's copy on the device,
-    /// where it builds pages there: for the sort that feeds it
+    /// The columns (those `keep` names) whose pages this output builds from a sorted run's
+    /// copy on the device, where it builds pages there: for the sort that feeds it
     /// ([`GpuSortExec::with_resident`](crate::exec::GpuSortExec::with_resident)).
-    pub fn resident_request(&self) -> Option<Arc<ResidentRequest>> {
+    pub fn resident_request(&mut self, keep: KeepOnDevice) -> Option<Arc<ResidentRequest>> {
+        let byte_arrays = match keep {
+            KeepOnDevice::Off => return None,
+            KeepOnDevice::FixedWidth => false,
+            KeepOnDevice::All => true,
+        };
+        if !self.options.device_pages {
+            return None;
+        }
+        let columns = ArrowSchemaConverter::new().convert(&self.schema).ok()?;
+        let columns = resident_columns(&self.schema, &columns, &self.properties, byte_arrays);
+        self.resident = (!columns.is_empty()).then(|| Arc::new(ResidentRequest::new(columns)));
         self.resident.clone()
     }
 
@@ -732,8 +739,16 @@ mod tests {
             Arc::new(AtomicU64::new(0)),
         )
         .unwrap();
-        let request = output.resident_request().unwrap();
-        assert_eq!(request.columns(), [0, 2]);
+        assert_eq!(
+            output
+                .resident_request(KeepOnDevice::FixedWidth)
+                .unwrap()
+                .columns(),
+            [0, 2]
+        );
+        assert!(output.resident_request(KeepOnDevice::Off).is_none());
+        let request = output.resident_request(KeepOnDevice::All).unwrap();
+        assert_eq!(request.columns(), [0, 1, 2]);
         // Rows 0 .. 6 500 come from a run that kept `k` and `x`, the rest in full batches.
         let kept = 6_500;
         let run: Arc<dyn ResidentColumns> = Arc::new(HostRun {

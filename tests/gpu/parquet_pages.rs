@@ -14,7 +14,7 @@ use datafusion::parquet::basic::{Compression, Encoding};
 use datafusion::parquet::file::properties::WriterProperties;
 use datafusion::parquet::file::reader::{FileReader, SerializedFileReader};
 use gpusort::cuda::{PageColumn, PageCut, StatisticsOrder};
-use gpusort::pipeline::{sort_files, PageEncoding, Progress, SortJob};
+use gpusort::pipeline::{sort_files, KeepOnDevice, PageEncoding, Progress, SortJob};
 
 /// The uncompressed body of page `cut` of `column`, written here from the format's
 /// definition: a 4-byte length and the levels (one RLE run of 1s without nulls, else one
@@ -776,16 +776,16 @@ async fn sorted_files_with_device_pages_read_back_as_the_hosts() {
         job.compression = "snappy".into();
         // More distinct values than a dictionary page holds: `f` gives it up.
         job.row_group_rows = 150_000;
-        job.resident_pages = true;
+        job.resident_pages = KeepOnDevice::All;
         let summary = sort_files(&job, &Progress::new()).await.unwrap();
         eprintln!("{name}: {summary}");
         if encoding == PageEncoding::Device {
             // Which row groups of `f` go without a dictionary (to the device) depends on
             // how far the appender got when each started; none falls back to the CPU.
             assert_eq!(summary.output.device_chunks_on_host, 0, "{summary}");
-            // The fixed-width columns (`k`, `f`, `t`, `d`) of the 8 row groups are built
-            // from the sort's copy on the device; the strings come down.
-            assert_eq!(summary.output.device_chunks_resident, 32, "{summary}");
+            // Every column of the 8 row groups (`k`, `f`, `t`, `d`, and `s`, read as views)
+            // is built from the sort's copy on the device.
+            assert_eq!(summary.output.device_chunks_resident, 40, "{summary}");
         } else {
             assert_eq!(summary.output.device_chunks, 0);
         }
@@ -836,7 +836,7 @@ async fn resident_pages_of_fixed_width_columns_read_back_as_the_hosts() {
         let output = dir.path().join(name);
         let mut job = SortJob::new(vec![input.display().to_string()], &output, "k");
         job.page_encoding = encoding;
-        job.resident_pages = true;
+        job.resident_pages = KeepOnDevice::FixedWidth;
         job.compression = "snappy".into();
         job.row_group_rows = 150_000;
         job.max_rows_per_file = Some(400_000);
