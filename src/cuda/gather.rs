@@ -1,5 +1,5 @@
 //! The kernels of `kernels/gather.cu` (a run's payload columns gathered on the device in
-//! sorted order) and which column types they take; `payload.rs` uses them.
+//! sorted order) and which column types they take; `payload/` uses them.
 //!
 //! The host gather reads each output row's values from wherever the row sat in the input:
 //! one DRAM miss per row and column, which at 10⁸ rows costs more than the whole device

@@ -5,8 +5,8 @@
 //!  sort_run.rs    one run: keys up, encode, dispatch, refine, permutation down
 //!  dispatch.rs    which device sort a run gets
 //!  runtime.rs     the probe, the opened device and its kernels, failures of the process
-//!  payload.rs     a run's payload gathered on the device (DeviceRun: the run's state)
-//!  resident.rs    a run's columns kept on the device for the writer's pages
+//!  payload/       a run's payload gathered on the device (DeviceRun: the run's state)
+//!  payload/resident.rs  a run's columns kept on the device for the writer's pages
 //!  window.rs      window columns over a run's sorted rows (kernels and their use)
 //!  multi_gpu/     one sort spread over several devices by key ranges (spread.rs: its kernels)
 //!  encode.rs · refine.rs · gather.rs          key encoding · long-string ties · gather kernels
@@ -36,7 +36,6 @@ mod parquet_input;
 mod payload;
 mod radix;
 mod refine;
-mod resident;
 mod runtime;
 mod sort_run;
 mod spread;
@@ -67,8 +66,8 @@ pub use pages::encode_on_device;
 pub use parquet::{
     ColumnPages, EncodedPage, OnDevice, PageColumn, PageCut, PageEncoder, StatisticsOrder,
 };
+pub use payload::resident::{CutPages, ResidentPageSpec, ResidentPages, ResidentRun};
 pub use radix::onesweep::{RadixKey, Sorted, Values};
-pub use resident::{CutPages, ResidentPageSpec, ResidentPages, ResidentRun};
 pub use runtime::{
     device_count, disabled_reason, disabled_reason_of, fallback_count, is_driver_present,
     open_state, pinned_ordinal, runtime, runtime_of, selected_ordinals, start_opening, CudaRuntime,

@@ -222,7 +222,7 @@ pub(super) const LARGE_SEGMENT_TILE: TileShape = TileShape {
 /// segment): every block sorts a whole tile, so emptier tiles would waste the work.
 pub(super) const LARGE_TILE_MIN_FILL: usize = 4;
 
-// ---- The payload gather (payload.rs) ---------------------------------------------------
+// ---- The payload gather (payload/) -----------------------------------------------------
 
 /// A gather window's host memory is at most this share of the idle regions kept for
 /// reuse, so that the windows alive at once (one gathered ahead, one being emitted, the

@@ -850,7 +850,7 @@ fn encode_with(
     chunks
 }
 
-/// The chunks of columns a sorted run kept on the device (`src/cuda/resident.rs`), for
+/// The chunks of columns a sorted run kept on the device (`src/cuda/payload/resident.rs`), for
 /// rows `first .. first + rows` of the run: per leaf its column, layout and place among
 /// the run's columns. The device gathers the rows and builds the pages there; the values
 /// of each page's extremes are read from the run's input on the host. Or why not (the

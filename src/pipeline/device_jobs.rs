@@ -185,7 +185,7 @@ impl DevicePages {
 
 /// The top-level columns of `schema` (whose Parquet columns are `columns`) whose pages the
 /// device builds under `properties` from a sorted run's own copy on the device: those it
-/// takes (`src/cuda/resident.rs`; a run holds fixed-width and view columns there), byte
+/// takes (`src/cuda/payload/resident.rs`; a run holds fixed-width and view columns there), byte
 /// arrays only with `byte_arrays`.
 pub(super) fn resident_columns(
     schema: &SchemaRef,

@@ -153,7 +153,7 @@ pub struct SortJob {
     /// [`memory::scan_partitions`]).
     pub target_partitions: Option<usize>,
     /// With device pages: which of the sort's columns stay on the device, their pages
-    /// built from that copy (`src/cuda/resident.rs`); by default the fixed-width ones
+    /// built from that copy (`src/cuda/payload/resident.rs`); by default the fixed-width ones
     /// ([`RESIDENT_PAGES_VAR`] chooses another, to measure against).
     #[doc(hidden)]
     pub resident_pages: KeepOnDevice,

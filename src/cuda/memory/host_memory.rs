@@ -14,7 +14,7 @@
 //! ```
 //!
 //! A consumer that keeps a few batches of a window keeps the whole region (one window:
-//! about a quarter of the idle limit at most, `payload.rs`) until it drops them.
+//! about a quarter of the idle limit at most, `payload/`) until it drops them.
 //!
 //! Regions that went back are also page-locked for the device (a [`PageLocker`]:
 //! `cuMemHostRegister`), by a thread of their own, off every query's critical path. The

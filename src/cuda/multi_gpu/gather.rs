@@ -8,7 +8,7 @@
 //!     peer copies make the permutation whole on every device; each column stays in its
 //!     D slices, one per device
 //!  each window of output batches:  batches cut into D consecutive groups of about equal
-//!     rows; device d gathers group d (`payload.rs`), reading each row's values from the
+//!     rows; device d gathers group d (`payload/`), reading each row's values from the
 //!     device whose slice holds it (`gather_peer_*`), and copies it back over its own link;
 //!     the groups join in order
 //!  without peer access:  each device uploads the whole permutation and payload itself

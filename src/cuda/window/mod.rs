@@ -1,6 +1,6 @@
 //! The kernels of `kernels/window.cu` and `kernels/window_values.cu`, and the window
 //! columns they compute over a run's sorted rows on the device ([`compute_windows`]), for
-//! `DevicePayload::windows` (`payload.rs`).
+//! `DevicePayload::windows` (`payload/`).
 //!
 //! ```text
 //!  key columns, gathered in sorted order ─► flags: row starts a window partition / peer group

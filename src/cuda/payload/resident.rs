@@ -21,10 +21,10 @@ use arrow::buffer::{BooleanBuffer, Buffer, NullBuffer};
 use datafusion::arrow;
 use datafusion::common::Result;
 
+use super::DevicePayload;
 use crate::cuda::error::CudaResult;
 use crate::cuda::memory::device::DeviceBuffer;
 use crate::cuda::parquet::{ColumnPages, OnDevice, PageColumn, PageCut, StatisticsOrder};
-use crate::cuda::payload::DevicePayload;
 use crate::cuda::runtime::note_failure_of;
 use crate::gather::{PayloadGather, ResidentColumns, RunRows, SharedOrder};
 

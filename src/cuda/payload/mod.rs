@@ -22,6 +22,7 @@
 //! do not fit in device memory, and every other type, stay with the host gather. A failure
 //! part way hands the rest of the run back to the host gather.
 
+pub(super) mod resident;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -40,11 +41,11 @@ use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::download::download_into_buffers;
 use crate::cuda::memory::transfer::Staging;
 use crate::cuda::module::{arg, launch};
-use crate::cuda::resident::ResidentRun;
 use crate::cuda::runtime::{note_failure_of, note_gather_failure, CudaRuntime};
 use crate::cuda::tuning::{
     GATHER_THREADS as THREADS, GATHER_WINDOWS_KEPT, MIN_GATHER_WINDOW_BYTES,
 };
+use resident::ResidentRun;
 
 /// Rows of a stretch of byte-array lengths one block scans
 /// ([`DevicePayload::gather_range_bytes`]).
