@@ -323,13 +323,7 @@ impl<'a> RunSorter<'a> {
         let kept = match (resident, payload.as_deref_mut()) {
             (Some(request), Some(gatherer)) => gatherer
                 .split_resident(request.columns(), &rows, &(Arc::clone(&permutation) as _))
-                .map(|run| {
-                    let keep: Vec<usize> = (0..rows.num_columns())
-                        .filter(|c| !run.columns().contains(c))
-                        .collect();
-                    let schema = request.register(run, &rows.batches()[0].schema())?;
-                    Ok::<_, datafusion::error::DataFusionError>((keep, schema))
-                })
+                .map(|run| request.register(run, &rows.batches()[0].schema()))
                 .transpose()?,
             _ => None,
         };

@@ -69,9 +69,13 @@ impl ResidentRequest {
         &self.columns
     }
 
-    /// Keeps `run` until the consumer lets it go; the schema of its batches: `schema`
-    /// without the run's columns, marked with the run's number.
-    pub fn register(&self, run: Arc<dyn ResidentColumns>, schema: &Schema) -> Result<SchemaRef> {
+    /// Keeps `run` until the consumer lets it go; the columns of `schema` its batches
+    /// carry (those it does not hold), and their schema, marked with the run's number.
+    pub fn register(
+        &self,
+        run: Arc<dyn ResidentColumns>,
+        schema: &Schema,
+    ) -> Result<(Vec<usize>, SchemaRef)> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let keep: Vec<usize> = (0..schema.fields().len())
             .filter(|c| !run.columns().contains(c))
@@ -80,7 +84,7 @@ impl ResidentRequest {
         metadata.insert(RESIDENT_RUN_KEY.to_string(), id.to_string());
         let reduced = Arc::new(schema.project(&keep)?.with_metadata(metadata));
         self.lock().insert(id, run);
-        Ok(reduced)
+        Ok((keep, reduced))
     }
 
     /// The run whose batches `batch` is one of, when it left columns out.
@@ -179,7 +183,7 @@ mod tests {
             columns: vec![2],
             values: (0..10).collect(),
         });
-        let reduced = request.register(Arc::clone(&run), &schema).unwrap();
+        let (_, reduced) = request.register(Arc::clone(&run), &schema).unwrap();
         let names: Vec<&str> = reduced.fields().iter().map(|f| f.name().as_str()).collect();
         assert_eq!(names, ["a", "b"]);
         let batch = RecordBatch::new_empty(Arc::clone(&reduced));

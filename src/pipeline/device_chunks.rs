@@ -707,6 +707,24 @@ pub(super) struct DeviceLeaf {
     pub(super) layout: DeviceLayout,
 }
 
+/// Whether the leaves `descrs` of one launch are Snappy-compressed under `properties`
+/// (else uncompressed); an error where they differ.
+fn one_launch_snappy<'a>(
+    properties: &WriterProperties,
+    mut descrs: impl Iterator<Item = &'a ColumnDescPtr>,
+) -> std::result::Result<bool, String> {
+    let snappy =
+        |descr: &ColumnDescPtr| properties.compression(descr.path()) == Compression::SNAPPY;
+    let Some(first) = descrs.next() else {
+        return Ok(false);
+    };
+    let first = snappy(first);
+    match descrs.all(|descr| snappy(descr) == first) {
+        true => Ok(first),
+        false => Err("the leaves differ in compression".to_string()),
+    }
+}
+
 /// The chunks of `leaves`, their pages built on the device under `properties`; or why
 /// not (the caller encodes them on the host).
 pub(super) fn encode_on_device(
@@ -723,15 +741,7 @@ fn encode_with(
     pages: impl FnOnce(&[PageColumn<'_>], bool) -> std::result::Result<Vec<ColumnPages>, String>,
 ) -> std::result::Result<Vec<DeviceChunk>, String> {
     let compression = |leaf: &DeviceLeaf| properties.compression(leaf.descr.path());
-    let snappy = leaves
-        .first()
-        .is_some_and(|leaf| compression(leaf) == Compression::SNAPPY);
-    if leaves
-        .iter()
-        .any(|leaf| (compression(leaf) == Compression::SNAPPY) != snappy)
-    {
-        return Err("the leaves differ in compression".to_string());
-    }
+    let snappy = one_launch_snappy(properties, leaves.iter().map(|leaf| &leaf.descr))?;
     let started = std::time::Instant::now();
     // Byte arrays as one run of bytes each (their statistics are taken from it too).
     let leaves: Vec<DeviceLeaf> = leaves
@@ -866,15 +876,7 @@ pub(super) fn encode_resident(
         return Err("the run's columns are not on a CUDA device".to_string());
     };
     let compression = |descr: &ColumnDescPtr| properties.compression(descr.path());
-    let snappy = leaves
-        .first()
-        .is_some_and(|(descr, ..)| compression(descr) == Compression::SNAPPY);
-    if leaves
-        .iter()
-        .any(|(descr, ..)| (compression(descr) == Compression::SNAPPY) != snappy)
-    {
-        return Err("the leaves differ in compression".to_string());
-    }
+    let snappy = one_launch_snappy(properties, leaves.iter().map(|(descr, ..)| descr))?;
     let started = std::time::Instant::now();
     let encodings: Vec<Encoding> = leaves
         .iter()

@@ -755,7 +755,7 @@ mod tests {
             columns: vec![0, 2],
             arrays: vec![full.column(0).slice(0, kept), full.column(2).slice(0, kept)],
         });
-        let reduced = request.register(Arc::clone(&run), &schema).unwrap();
+        let (_, reduced) = request.register(Arc::clone(&run), &schema).unwrap();
         let mut at = 0;
         for size in [700, 1_300, 999, 2_001, 1_500] {
             let columns = vec![full.column(1).slice(at, size)];
