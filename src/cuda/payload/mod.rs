@@ -371,24 +371,33 @@ impl DevicePayload {
         rows: usize,
     ) -> CudaResult<(DeviceBuffer<u8>, Option<DeviceBuffer<u8>>)> {
         let column = &self.columns[at];
-        let width = self
-            .fixed_width(at)
-            .expect("a fixed-width column of this device");
-        let values = device.alloc::<u8>((rows * width).max(1), "resident page values")?;
+        let PayloadLayout::Fixed(width) = column.layout() else {
+            panic!("a gathered range of a column that is not fixed-width");
+        };
+        let values = device.alloc::<u8>((rows * width).max(1), "gathered column values")?;
         if rows > 0 {
             self.launch_values(device, column.values(), width, start, &[rows], values.ptr())?;
         }
-        let validity = match column.validity() {
-            Some(bits) => {
-                let out = device.alloc::<u8>(rows.div_ceil(32).max(1) * 4, "resident validity")?;
-                if rows > 0 {
-                    self.launch_bits(device, bits, start, &[rows], out.ptr())?;
-                }
-                Some(out)
-            }
-            None => None,
+        Ok((values, self.gather_validity(device, column, start, rows)?))
+    }
+
+    /// `column`'s validity bitmap of output rows `start .. start + rows` (row `start` at
+    /// bit 0), where some row of the run is null; queued on the device's stream.
+    fn gather_validity(
+        &self,
+        device: &Device,
+        column: &PayloadColumn,
+        start: usize,
+        rows: usize,
+    ) -> CudaResult<Option<DeviceBuffer<u8>>> {
+        let Some(bits) = column.validity() else {
+            return Ok(None);
         };
-        Ok((values, validity))
+        let out = device.alloc::<u8>(rows.div_ceil(32).max(1) * 4, "gathered validity")?;
+        if rows > 0 {
+            self.launch_bits(device, bits, start, &[rows], out.ptr())?;
+        }
+        Ok(Some(out))
     }
 
     /// Whether column `at` is byte-like values held whole on this device (views).
@@ -411,14 +420,17 @@ impl DevicePayload {
         rows: usize,
     ) -> CudaResult<RangeBytes> {
         let column = &self.columns[at];
-        let gathered = self.gather_views(device, column, start, &[rows])?;
-        let gatherer = &self.runtime.gatherer;
+        let gathered = device.alloc::<u8>(rows * VIEW_BYTES, "gathered views")?;
         let offsets = device.alloc::<u32>(rows + 1, "resident byte offsets")?;
+        // The views' long bytes (written by the gather, unused here) land in `offsets`,
+        // which the lengths of every value then overwrite.
+        self.launch_gather_views(device, column, start, rows, gathered.ptr(), offsets.ptr())?;
+        let gatherer = &self.runtime.gatherer;
         // The lengths scanned a block per stretch of rows, then each stretch moved up by
         // the bytes of those before it.
         let stretches = rows.div_ceil(SCAN_STRETCH_ROWS);
         let totals = device.alloc::<u64>(stretches, "resident stretch bytes")?;
-        let (mut views, mut n, mut lengths) = (gathered.views.ptr(), rows as u32, offsets.ptr());
+        let (mut views, mut n, mut lengths) = (gathered.ptr(), rows as u32, offsets.ptr());
         let mut params = [arg(&mut views), arg(&mut n), arg(&mut lengths)];
         let grid = self.grid_for(rows);
         launch(
@@ -429,22 +441,7 @@ impl DevicePayload {
             &mut params,
             rows,
         )?;
-        let (mut stretch, mut sums) = (SCAN_STRETCH_ROWS as u32, totals.ptr());
-        let mut params = [
-            arg(&mut lengths),
-            arg(&mut n),
-            arg(&mut stretch),
-            arg(&mut sums),
-        ];
-        let blocks = stretches as u32;
-        launch(
-            device,
-            gatherer.scan_view_bytes,
-            blocks,
-            THREADS,
-            &mut params,
-            rows,
-        )?;
+        self.launch_scan(device, offsets.ptr(), rows, SCAN_STRETCH_ROWS, totals.ptr())?;
         let mut bases = device.download_now(&totals)?;
         let mut total = 0u64;
         for base in bases.iter_mut() {
@@ -460,6 +457,7 @@ impl DevicePayload {
             device.upload(&offsets, rows, &end)?;
             device.upload(&totals, 0, &bases)?;
         }
+        let (mut stretch, mut sums) = (SCAN_STRETCH_ROWS as u32, totals.ptr());
         let mut params = [
             arg(&mut lengths),
             arg(&mut n),
@@ -498,14 +496,7 @@ impl DevicePayload {
             total as usize,
         )?;
         let host_offsets = device.download_now(&offsets)?;
-        let validity = match column.validity() {
-            Some(bits) => {
-                let out = device.alloc::<u8>(rows.div_ceil(32).max(1) * 4, "resident validity")?;
-                self.launch_bits(device, bits, start, &[rows], out.ptr())?;
-                Some(out)
-            }
-            None => None,
-        };
+        let validity = self.gather_validity(device, column, start, rows)?;
         Ok(RangeBytes {
             bytes,
             offsets,
@@ -741,17 +732,7 @@ impl DevicePayload {
         let PayloadLayout::Fixed(width) = column.layout() else {
             return Ok(None);
         };
-        let rows = self.rows;
-        let values = device.alloc::<u8>(rows * width, "window column")?;
-        self.launch_values(device, column.values(), width, 0, &[rows], values.ptr())?;
-        let validity = match column.validity() {
-            Some(bits) => {
-                let out = device.alloc::<u8>(rows.div_ceil(32) * 4, "window column validity")?;
-                self.launch_bits(device, bits, 0, &[rows], out.ptr())?;
-                Some(out)
-            }
-            None => None,
-        };
+        let (values, validity) = self.gather_range(device, at, 0, self.rows)?;
         Ok(Some(SortedColumn {
             values,
             validity,
@@ -903,44 +884,8 @@ impl DevicePayload {
         let views = device.alloc::<u8>(rows * VIEW_BYTES, "gathered views")?;
         let offsets = device.alloc::<u32>(rows, "long value offsets")?;
         let totals = device.alloc::<u64>(batch_rows.len(), "batch data sizes")?;
-        let gatherer = &self.runtime.gatherer;
-        let raw = column.here();
-        let valid = raw.validity.as_ref().map_or(0, |v| v.ptr());
-        let (mut src, mut valid, mut perm, mut n) = (
-            raw.values.ptr(),
-            valid,
-            self.permutation_at(start),
-            rows as u32,
-        );
-        let (mut out, mut long) = (views.ptr(), offsets.ptr());
-        let mut params = [
-            arg(&mut src),
-            arg(&mut valid),
-            arg(&mut perm),
-            arg(&mut n),
-            arg(&mut out),
-            arg(&mut long),
-        ];
-        launch(
-            device,
-            gatherer.views,
-            self.grid_for(rows),
-            THREADS,
-            &mut params,
-            rows,
-        )?;
-        let (mut long, mut n, mut batch) = (offsets.ptr(), rows as u32, batch_rows[0] as u32);
-        let mut sums = totals.ptr();
-        let mut params = [arg(&mut long), arg(&mut n), arg(&mut batch), arg(&mut sums)];
-        let blocks = batch_rows.len() as u32;
-        launch(
-            device,
-            gatherer.scan_view_bytes,
-            blocks,
-            THREADS,
-            &mut params,
-            rows,
-        )?;
+        self.launch_gather_views(device, column, start, rows, views.ptr(), offsets.ptr())?;
+        self.launch_scan(device, offsets.ptr(), rows, batch_rows[0], totals.ptr())?;
         let batch_bytes = device.download_now(&totals)?;
         if let Some(&too_big) = batch_bytes.iter().find(|&&b| b > u64::from(u32::MAX)) {
             return Err(CudaError::BatchTooLarge { bytes: too_big });
@@ -950,6 +895,69 @@ impl DevicePayload {
             offsets,
             batch_bytes: batch_bytes.into_iter().map(|b| b as usize).collect(),
         })
+    }
+
+    /// Queues the gather of `column`'s views of output rows `start .. start + rows` (empty
+    /// under nulls) to device address `views`, and the bytes each long value needs outside
+    /// its view to `long_bytes` (u32 each).
+    fn launch_gather_views(
+        &self,
+        device: &Device,
+        column: &PayloadColumn,
+        start: usize,
+        rows: usize,
+        views: u64,
+        long_bytes: u64,
+    ) -> CudaResult<()> {
+        let raw = column.here();
+        let valid = raw.validity.as_ref().map_or(0, |v| v.ptr());
+        let (mut src, mut valid, mut perm, mut n) = (
+            raw.values.ptr(),
+            valid,
+            self.permutation_at(start),
+            rows as u32,
+        );
+        let (mut out, mut long) = (views, long_bytes);
+        let mut params = [
+            arg(&mut src),
+            arg(&mut valid),
+            arg(&mut perm),
+            arg(&mut n),
+            arg(&mut out),
+            arg(&mut long),
+        ];
+        let kernel = self.runtime.gatherer.views;
+        launch(
+            device,
+            kernel,
+            self.grid_for(rows),
+            THREADS,
+            &mut params,
+            rows,
+        )
+    }
+
+    /// Queues the exclusive scan of the `rows` u32 at device address `values`, within
+    /// stretches of `stretch` rows (a block each), each stretch's sum to `totals` (u64).
+    fn launch_scan(
+        &self,
+        device: &Device,
+        values: u64,
+        rows: usize,
+        stretch: usize,
+        totals: u64,
+    ) -> CudaResult<()> {
+        let (mut values, mut n, mut stretch_rows, mut sums) =
+            (values, rows as u32, stretch as u32, totals);
+        let mut params = [
+            arg(&mut values),
+            arg(&mut n),
+            arg(&mut stretch_rows),
+            arg(&mut sums),
+        ];
+        let blocks = rows.div_ceil(stretch.max(1)) as u32;
+        let kernel = self.runtime.gatherer.scan_view_bytes;
+        launch(device, kernel, blocks, THREADS, &mut params, rows)
     }
 
     /// Copies the long values of gathered `views` into their batches' data buffers at
