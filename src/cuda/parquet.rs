@@ -445,6 +445,7 @@ impl PageEncoder {
                 );
             }
         }
+        let mut laps = crate::trace::Laps::start();
         let on_device = columns.iter().all(|c| c.on_device.is_some());
         assert!(
             on_device || columns.iter().all(|c| c.on_device.is_none()),
@@ -534,6 +535,7 @@ impl PageEncoder {
                 ))
             })
             .collect();
+        laps.lap("input up");
         let inputs: Vec<DictionaryInput> = tried_inputs.iter().map(|(_, i)| *i).collect();
         let mut dictionaries: Vec<Option<(ColumnDictionary, DictionaryInput)>> =
             columns.iter().map(|_| None).collect();
@@ -548,6 +550,7 @@ impl PageEncoder {
                 Tried::NoValues => {}
             }
         }
+        laps.lap("dictionaries tried");
         let specs: Vec<ColumnSpec> = columns
             .iter()
             .zip(&addresses)
@@ -712,6 +715,7 @@ impl PageEncoder {
                 )?;
                 // The download waits for the stream: `orders` went up before it.
                 let rows = device.download_now(&rows)?;
+                laps.lap("bodies and extremes");
                 drop(orders);
                 Some(rows)
             }
@@ -721,6 +725,7 @@ impl PageEncoder {
         // Each page's body: from its place, as long as the kernels wrote it; a column's
         // dictionary page first.
         let written = device.download_now(&lengths)?;
+        laps.lap("bodies");
         let mut spans: Vec<(usize, usize)> = Vec::with_capacity(pages.len() + columns.len());
         let mut data_pages = pages.iter().zip(&written);
         for (column, dictionary) in columns.iter().zip(&dictionary_spans) {
@@ -730,7 +735,7 @@ impl PageEncoder {
             }
         }
         let encoded = if snappy {
-            self.compress_pages(device, staging, &bodies, &spans)?
+            self.compress_pages(device, staging, &bodies, &spans, &mut laps)?
         } else {
             let host = Bytes::from(download_fresh(device, staging, &bodies, body_bytes)?);
             spans
@@ -742,6 +747,15 @@ impl PageEncoder {
                 .collect()
         };
         device.synchronize()?;
+        laps.lap("downloaded");
+        crate::trace::event(|| {
+            format!(
+                "pages: {} pages of {} columns, {body_bytes} bytes of bodies: {}",
+                pages.len(),
+                columns.len(),
+                laps.summary()
+            )
+        });
         // Back to columns.
         let mut encoded = encoded.into_iter();
         let mut page_extremes = extremes.iter().flat_map(|rows| {
@@ -876,6 +890,7 @@ impl PageEncoder {
         staging: &mut Staging,
         bodies: &DeviceBuffer<u8>,
         spans: &[(usize, usize)],
+        laps: &mut crate::trace::Laps,
     ) -> CudaResult<Vec<EncodedPage>> {
         let mut pieces = Vec::new();
         let mut scratch_bytes = 0;
@@ -925,6 +940,7 @@ impl PageEncoder {
             )?;
         }
         let sizes = device.download_now(&piece_bytes)?;
+        laps.lap("compressed");
         // Each page: its varint, then its pieces.
         let mut final_at = vec![0u64; pieces.len()];
         let mut page_at = Vec::with_capacity(spans.len());

@@ -155,6 +155,7 @@ impl ResidentRun {
         let mut held = started;
         let built = runtime.with_device(|device, staging| {
             held = Instant::now();
+            let mut laps = crate::trace::Laps::start();
             let gathered = specs
                 .iter()
                 .map(|spec| match self.widths[spec.column] {
@@ -174,6 +175,7 @@ impl ResidentRun {
                     ),
                 })
                 .collect::<CudaResult<Vec<_>>>()?;
+            laps.lap("gathered");
             let nulls = gathered
                 .iter()
                 .map(|gathered| {
@@ -185,6 +187,7 @@ impl ResidentRun {
                     Ok((nulls.null_count() > 0).then_some(nulls))
                 })
                 .collect::<CudaResult<Vec<Option<NullBuffer>>>>()?;
+            laps.lap("validity down");
             let cuts: Vec<Vec<PageCut>> = nulls
                 .iter()
                 .zip(&gathered)
@@ -194,6 +197,7 @@ impl ResidentRun {
                     cut(i, nulls.as_ref(), offsets)
                 })
                 .collect();
+            laps.lap("cut");
             let columns: Vec<PageColumn<'_>> = specs
                 .iter()
                 .zip(&gathered)
@@ -223,6 +227,8 @@ impl ResidentRun {
                 })
                 .collect();
             let pages = encoder.encode(device, staging, &columns, snappy)?;
+            laps.lap("encoded");
+            crate::trace::event(|| format!("pages: resident rows {first}..: {}", laps.summary()));
             let offsets: Vec<Option<Vec<u32>>> = gathered
                 .into_iter()
                 .map(|g| g.offsets.map(|(_, host)| host))
