@@ -32,6 +32,7 @@ use crate::cuda::memory::budget::{DeviceMemoryStats, DeviceShare, Lease, LeaseKi
 use crate::cuda::memory::device::Device;
 use crate::cuda::memory::host_memory::{idle_limit, HostRegions, PageLocker};
 use crate::cuda::memory::idle_vectors::IdleVectors;
+use crate::cuda::memory::lanes::DeviceLanes;
 use crate::cuda::memory::transfer::Staging;
 use crate::cuda::merge::locality::LocalitySort;
 use crate::cuda::merge::segmented::SegmentedSort;
@@ -73,6 +74,8 @@ pub struct CudaRuntime {
     pub tuning: Tuning,
     /// Pinned staging buffers; holding the lock is holding the device.
     pub(super) staging: Mutex<Staging>,
+    /// Streams beside the device's own, for page jobs that run at once.
+    pub(super) lanes: DeviceLanes,
     /// Host memory of gathered windows, reused between sorts.
     pub(super) host_regions: Arc<HostRegions>,
     /// Permutation vectors given back after a sort, filled again by the next download.
@@ -344,6 +347,7 @@ fn open_runtime(ordinal: usize) -> CudaResult<Arc<CudaRuntime>> {
             spreader,
             pages,
             staging,
+            lanes: DeviceLanes::new(tuning.device_lanes),
             host_regions,
             idle_permutations,
             tuning: tuning.clone(),
@@ -432,6 +436,16 @@ impl CudaRuntime {
             DeviceShare::UNLIMITED,
             |device, staging, _| work(device, staging),
         )
+    }
+
+    /// Runs `work` on one of the device's lanes (`memory/lanes.rs`), beside other jobs on
+    /// the others and without the device's lease: for work that only reads what the
+    /// device's stream finished writing before it started, and frees all it allocates.
+    pub(crate) fn on_lane<T>(
+        &self,
+        work: impl FnOnce(&Device, &mut Staging) -> CudaResult<T>,
+    ) -> CudaResult<T> {
+        self.lanes.run(&self.device, work)
     }
 
     /// Runs `work` once the device's budget grants a lease of `kind` for work within

@@ -32,6 +32,7 @@
 //! | `GPUSORT_HOST_LOCK` | switch, `0`: idle host regions are not page-locked |
 //! | `GPUSORT_HOST_PARTITION_IDS` | switch, `1`: routed sorts hash their rows on the host |
 //! | `GPUSORT_PEER_COPIES` | switch, `0`: a sort spread over devices exchanges through host memory |
+//! | `GPUSORT_DEVICE_LANES` | streams beside a device's own for page jobs (default 4; `memory/lanes.rs`) |
 //!
 //! All are read when the runtime opens. The three switches can also be flipped later, between
 //! the runs of a benchmark (`gpusort bench sql --variant env:GPUSORT_HOST_LOCK=0`), through
@@ -247,6 +248,11 @@ pub(crate) const GATHER_PEER_SLICES: usize = 8;
 /// driver: long enough that a session's queries, one after another, reuse them.
 pub const DEVICE_IDLE_RELEASE: Duration = Duration::from_secs(10);
 
+/// Streams beside a device's own that page jobs run on at once (`memory/lanes.rs`): the
+/// WORKERS of a file's page jobs (`pipeline/device_jobs.rs`), each a chain of small
+/// launches and waits that leaves most of the device idle alone.
+pub(crate) const DEVICE_LANES: usize = 4;
+
 /// Segments of at most this many rows on average are merge sorted; longer ones go to
 /// the composite radix sort (H100, 2^26 u64 keys: the merge sort wins at 10 000 rows per
 /// segment, 8.6 against 12.8 ms, the radix sort at 1 000 000; docs/performance.md).
@@ -407,6 +413,9 @@ pub struct Tuning {
     pub host_partition_ids: bool,
     /// `GPUSORT_PEER_COPIES`: the peer-copy switch when the runtime opens.
     pub peer_copies: bool,
+    /// `GPUSORT_DEVICE_LANES`: the most streams beside a device's own that independent
+    /// jobs (Parquet pages of a run kept on the device) run on at once, at least 1.
+    pub device_lanes: usize,
 }
 
 /// How the windowed locality sort picks its halo.
@@ -477,6 +486,9 @@ impl Tuning {
             host_lock: switch("GPUSORT_HOST_LOCK", true),
             host_partition_ids: switch("GPUSORT_HOST_PARTITION_IDS", false),
             peer_copies: switch("GPUSORT_PEER_COPIES", true),
+            device_lanes: number("GPUSORT_DEVICE_LANES")
+                .filter(|&n| n > 0)
+                .map_or(DEVICE_LANES, |n| n.min(64) as usize),
         }
     }
 
@@ -765,6 +777,7 @@ mod tests {
         assert_eq!(t.window_halo, WindowHalo::LeastClean);
         assert_eq!(t.place_max_radius, MAX_PLACE_RADIUS);
         assert!(t.host_lock && !t.host_partition_ids);
+        assert_eq!(t.device_lanes, DEVICE_LANES);
     }
 
     #[test]
@@ -780,6 +793,7 @@ mod tests {
             ("GPUSORT_PLACE_MAX_RADIUS", "x"),
             ("GPUSORT_HOST_LOCK", "0"),
             ("GPUSORT_HOST_PARTITION_IDS", "1"),
+            ("GPUSORT_DEVICE_LANES", "2"),
         ]);
         assert!(t.disable_cuda);
         assert_eq!(t.pinned_device, Some(2));
@@ -790,6 +804,11 @@ mod tests {
         assert_eq!(t.window_halo, WindowHalo::Off);
         assert_eq!(t.place_max_radius, MAX_PLACE_RADIUS);
         assert!(!t.host_lock && t.host_partition_ids);
+        assert_eq!(t.device_lanes, 2);
+        assert_eq!(
+            with(&[("GPUSORT_DEVICE_LANES", "0")]).device_lanes,
+            DEVICE_LANES
+        );
         assert!(!with(&[("GPUSORT_DISABLE_CUDA", "0")]).disable_cuda);
         assert_eq!(
             with(&[("GPUSORT_LOCALITY_WINDOW_HALO", "100")]).window_halo,

@@ -153,8 +153,8 @@ pub struct SortJob {
     /// [`memory::scan_partitions`]).
     pub target_partitions: Option<usize>,
     /// With device pages: which of the sort's columns stay on the device, their pages
-    /// built from that copy (`src/cuda/payload/resident.rs`); by default the fixed-width ones
-    /// ([`RESIDENT_PAGES_VAR`] chooses another, to measure against).
+    /// built from that copy (`src/cuda/payload/resident.rs`); by default all of them
+    /// ([`RESIDENT_PAGES_VAR`] chooses fewer, to measure against).
     #[doc(hidden)]
     pub resident_pages: KeepOnDevice,
     /// Test hook: fail the write once this many rows are written, as a full disk (ENOSPC)
@@ -507,7 +507,7 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
 }
 
 /// Environment variable that sets [`SortJob::resident_pages`] (`--page-encoding device`
-/// only): `0` none, `all` byte-like columns too, anything else the default.
+/// only): `0` none, `fixed` the fixed-width columns only, anything else the default (all).
 pub const RESIDENT_PAGES_VAR: &str = "GPUSORT_RESIDENT_PAGES";
 
 /// Which columns of a sort whose pages the device builds stay on the device for them.
@@ -515,20 +515,21 @@ pub const RESIDENT_PAGES_VAR: &str = "GPUSORT_RESIDENT_PAGES";
 pub enum KeepOnDevice {
     /// None: every column comes back to the host and goes up again in its page job.
     Off,
-    /// The fixed-width ones (the default: on SF10 `lineitem` the fastest in wall time).
+    /// The fixed-width ones: byte-like columns come to the host and go up again.
     FixedWidth,
-    /// Byte-like (view) columns too, as their bytes and offsets: the least host CPU.
+    /// Byte-like (view) columns too, as their bytes and offsets (the default: on SF10
+    /// `lineitem` the fastest and the least host CPU).
     All,
 }
 
 impl KeepOnDevice {
-    /// From [`RESIDENT_PAGES_VAR`]: `0` [`Self::Off`], `all` [`Self::All`], else
-    /// [`Self::FixedWidth`].
+    /// From [`RESIDENT_PAGES_VAR`]: `0` [`Self::Off`], `fixed` [`Self::FixedWidth`], else
+    /// [`Self::All`].
     pub fn from_env() -> Self {
         match std::env::var(RESIDENT_PAGES_VAR).as_deref() {
             Ok("0") => Self::Off,
-            Ok("all") => Self::All,
-            _ => Self::FixedWidth,
+            Ok("fixed") => Self::FixedWidth,
+            _ => Self::All,
         }
     }
 }

@@ -121,6 +121,36 @@ impl Device {
         Ok(opened)
     }
 
+    /// A handle of the same device, context, memory pool and budget with a stream of its
+    /// own, for work that may run beside this stream's (`lanes.rs`); its context must be
+    /// current on the calling thread. Dropping it destroys only its stream.
+    pub(crate) fn with_own_stream(&self) -> CudaResult<Self> {
+        let stream = call(
+            "cuStreamCreate",
+            result::stream::create(result::stream::StreamKind::NonBlocking),
+        )?;
+        Ok(Self {
+            context: self.context,
+            stream,
+            pool: self.pool,
+            budget: Arc::clone(&self.budget),
+            ordinal: self.ordinal,
+            name: self.name.clone(),
+            arch: self.arch,
+            sm_count: self.sm_count,
+            max_shared_per_block: self.max_shared_per_block,
+            total_memory: self.total_memory,
+        })
+    }
+
+    /// Work queued on `other` (of the same context) from now on waits for the work queued
+    /// on this stream so far, without blocking the host.
+    pub(crate) fn order_before(&self, other: &Device) -> CudaResult<()> {
+        let mark = self.event()?;
+        mark.record(self)?;
+        mark.queue_wait_on(other.stream)
+    }
+
     /// Lets the default memory pool keep freed blocks (the next sort reuses them).
     fn keep_freed_memory(&self) -> CudaResult<()> {
         let mut threshold: u64 = u64::MAX;

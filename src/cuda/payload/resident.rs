@@ -13,7 +13,7 @@
 //! ```
 
 use std::any::Any;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::array::ArrayRef;
@@ -30,7 +30,8 @@ use crate::gather::{PayloadGather, ResidentColumns, RunRows, SharedOrder};
 
 /// A run's columns on the device, with the run's input and order on the host.
 pub struct ResidentRun {
-    payload: Mutex<DevicePayload>,
+    /// Read by page jobs at once, each on a lane of the device (`memory/lanes.rs`).
+    payload: DevicePayload,
     /// The sort's columns it holds.
     columns: Vec<usize>,
     /// Bytes of each column's values on the device.
@@ -115,14 +116,10 @@ impl ResidentRun {
         Self {
             columns: payload.columns().to_vec(),
             widths,
-            payload: Mutex::new(payload),
+            payload,
             rows,
             permutation,
         }
-    }
-
-    fn payload(&self) -> MutexGuard<'_, DevicePayload> {
-        self.payload.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Bytes of a value of column `column` (its place in the run's columns) on the device;
@@ -146,14 +143,16 @@ impl ResidentRun {
             first + rows <= self.permutation.len(),
             "rows past the end of the run"
         );
-        let payload = self.payload();
+        let payload = &self.payload;
         let runtime = Arc::clone(payload.runtime());
         let Some(encoder) = runtime.pages.as_ref() else {
             return Err("the Parquet page kernels did not load".to_string());
         };
         let started = Instant::now();
         let mut held = started;
-        let built = runtime.with_device(|device, staging| {
+        // On a lane: the device's stream finished the run's sort and uploads, which the
+        // lane waits for; other row groups' jobs run on the other lanes at once.
+        let built = runtime.on_lane(|device, staging| {
             held = Instant::now();
             let mut laps = crate::trace::Laps::start();
             let gathered = specs
@@ -237,7 +236,7 @@ impl ResidentRun {
         });
         crate::trace::event(|| {
             format!(
-                "pages: {rows} resident rows of {} columns, waited {:.1} ms for the device, held it {:.1} ms",
+                "pages: {rows} resident rows of {} columns, waited {:.1} ms for a lane, held it {:.1} ms",
                 specs.len(),
                 (held - started).as_secs_f64() * 1e3,
                 held.elapsed().as_secs_f64() * 1e3,
