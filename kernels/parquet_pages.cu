@@ -33,7 +33,7 @@
 #include "common.cuh"
 
 #if !defined(PAGE_THREADS) || !defined(SNAPPY_WARPS) || !defined(SNAPPY_HASH_BITS) || \
-    !defined(SNAPPY_PIECE_BYTES) || !defined(SNAPPY_MAX_SKIP) || !defined(VALUES_PLAIN) || \
+    !defined(SNAPPY_PIECE_BYTES) || !defined(SNAPPY_MAX_SKIP) || !defined(SNAPPY_STAGED) || !defined(VALUES_PLAIN) || \
     !defined(VALUES_DELTA) || \
     !defined(VALUES_DICT) || !defined(VALUES_BYTES) || !defined(ORDER_NONE) || \
     !defined(ORDER_SIGNED) || !defined(ORDER_UNSIGNED) || !defined(ORDER_FLOAT) || !defined(ORDER_BYTES)
@@ -604,18 +604,37 @@ __device__ __forceinline__ u32 emit_copy(u8* dst, u32 at, u32 offset, u32 len) {
     return emit_copy_element(dst, at, offset, len);
 }
 
+#if SNAPPY_STAGED
+// A piece and 8 bytes of zeros after it in shared memory, a warp's.
+#define SNAPPY_STAGE_BYTES (SNAPPY_PIECE_BYTES + 8)
+#endif
+
 extern "C" __global__ void __launch_bounds__(SNAPPY_WARPS * WARP)
     snappy_compress(const Piece* __restrict__ pieces, u32 n_pieces, const u8* __restrict__ bodies,
                     u8* __restrict__ scratch, u32* __restrict__ piece_bytes) {
     __shared__ u16 tables[SNAPPY_WARPS][SNAPPY_TABLE];
+#if SNAPPY_STAGED
+    __shared__ __align__(16) u32 staged[SNAPPY_WARPS][SNAPPY_STAGE_BYTES / 4];
+#endif
     const u32 index = blockIdx.x * SNAPPY_WARPS + warp_id();
     if (index >= n_pieces) return;
     u16* table = tables[warp_id()];
     const u32 lane = lane_id();
     for (u32 i = lane; i < SNAPPY_TABLE; i += WARP) table[i] = SNAPPY_EMPTY;
-    __syncwarp();
     const Piece piece = pieces[index];
+#if SNAPPY_STAGED
+    // The piece into shared memory a word a lane at a time (the body may start on any
+    // byte: each word from two aligned loads, as load4 reads), zeros after it; every read
+    // of the search below is then a shared-memory one.
+    u32* words = staged[warp_id()];
+    for (u32 w = lane; w < SNAPPY_STAGE_BYTES / 4; w += WARP) {
+        words[w] = 4 * w < piece.len ? load4(bodies + piece.in_at + 4 * w) : 0;
+    }
+    const u8* src = (const u8*)words;
+#else
     const u8* src = bodies + piece.in_at;
+#endif
+    __syncwarp();
     u8* dst = scratch + piece.out_at;
     const u32 len = piece.len;
     // Positions with 4 bytes of the piece from them on.

@@ -764,6 +764,14 @@ mod tests {
                 }
             }
         }
+        // The Snappy kernel's other shape (`GPUSORT_SNAPPY_SHAPE=global`) compiles too.
+        let global = Tuning {
+            snappy: crate::cuda::tuning::SnappyShape::GLOBAL,
+            ..Tuning::default()
+        };
+        let cubin = compile_cubin(PARQUET_PAGES, 90, &global)
+            .unwrap_or_else(|e| panic!("parquet_pages.cu, the global Snappy shape: {e}"));
+        assert!(has_symbol(&cubin, "snappy_compress"));
     }
 
     /// No kernel file has defaults of its own for what `Tuning::defines` passes: without

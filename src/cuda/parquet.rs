@@ -8,7 +8,7 @@
 //! their entry numbers in the chunk's dictionary, built on the device too
 //! ([`parquet_dictionary`](super::parquet_dictionary)), as `RLE_DICTIONARY`), and,
 //! for Snappy, compresses each body in pieces of at
-//! most [`SNAPPY_PIECE_BYTES`], one warp a piece, and lays the pieces of each page end to
+//! most [`SnappyShape::piece_bytes`], one warp a piece, and lays the pieces of each page end to
 //! end after the room of its length varint. Only the pages come back, with the rows of
 //! each page's smallest and largest value where statistics are asked for
 //! ([`PageColumn::statistics`]). Page headers, column chunk metadata and the statistics
@@ -25,9 +25,8 @@ use crate::cuda::parquet_dictionary::{
 };
 use crate::cuda::parquet_input::{ColumnParts, InputLayout, PreparedInput};
 use crate::cuda::tuning::{
-    Tuning, DICT_CHUNK_VALUES, ORDER_BYTES, ORDER_FLOAT, ORDER_NONE, ORDER_SIGNED, ORDER_UNSIGNED,
-    PAGE_THREADS, SNAPPY_PIECE_BYTES, SNAPPY_WARPS, VALUES_BYTES, VALUES_DELTA, VALUES_DICT,
-    VALUES_PLAIN,
+    SnappyShape, Tuning, DICT_CHUNK_VALUES, ORDER_BYTES, ORDER_FLOAT, ORDER_NONE, ORDER_SIGNED,
+    ORDER_UNSIGNED, PAGE_THREADS, VALUES_BYTES, VALUES_DELTA, VALUES_DICT, VALUES_PLAIN,
 };
 
 /// One page of a column: rows `first_row .. first_row + rows` of its values, `values` of
@@ -204,6 +203,8 @@ pub struct PageEncoder {
     dictionaries: DictionaryKernels,
     compress: Kernel,
     place: Kernel,
+    /// The shape the Snappy kernel was compiled for.
+    snappy: SnappyShape,
     _module: Module,
 }
 
@@ -354,6 +355,7 @@ impl PageEncoder {
             dictionaries: DictionaryKernels::load(device, tuning)?,
             compress: module.kernel("snappy_compress")?,
             place: module.kernel("snappy_place")?,
+            snappy: tuning.snappy,
             _module: module,
         })
     }
@@ -899,8 +901,9 @@ impl PageEncoder {
         for &(start, len) in spans {
             let end = start + len;
             let first = pieces.len();
-            for at in (start..end).step_by(SNAPPY_PIECE_BYTES) {
-                let len = SNAPPY_PIECE_BYTES.min(end - at);
+            let piece_bytes = self.snappy.piece_bytes;
+            for at in (start..end).step_by(piece_bytes) {
+                let len = piece_bytes.min(end - at);
                 pieces.push(Piece {
                     in_at: at as u64,
                     out_at: scratch_bytes as u64,
@@ -929,12 +932,12 @@ impl PageEncoder {
                 arg(&mut scratch_at),
                 arg(&mut sizes_at),
             ];
-            let grid = pieces.len().div_ceil(SNAPPY_WARPS as usize) as u32;
+            let grid = pieces.len().div_ceil(self.snappy.warps as usize) as u32;
             launch(
                 device,
                 self.compress,
                 grid,
-                SNAPPY_WARPS * 32,
+                self.snappy.warps * 32,
                 &mut params,
                 body_bytes,
             )?;

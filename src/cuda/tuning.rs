@@ -32,6 +32,7 @@
 //! | `GPUSORT_HOST_LOCK` | switch, `0`: idle host regions are not page-locked |
 //! | `GPUSORT_HOST_PARTITION_IDS` | switch, `1`: routed sorts hash their rows on the host |
 //! | `GPUSORT_PEER_COPIES` | switch, `0`: a sort spread over devices exchanges through host memory |
+//! | `GPUSORT_SNAPPY_SHAPE` | `global`: the Snappy kernel's earlier shape (64 KiB pieces read in device memory) |
 //! | `GPUSORT_DEVICE_LANES` | streams beside a device's own for page jobs (default 4; `memory/lanes.rs`) |
 //!
 //! All are read when the runtime opens. The three switches can also be flipped later, between
@@ -328,14 +329,46 @@ pub(super) const WINDOW_SCAN_ITEMS: u32 = 16;
 
 /// Threads of a page kernel's block (one block per page, or per compressed piece placed).
 pub(super) const PAGE_THREADS: u32 = 256;
-/// Warps of a Snappy compression block, one piece each.
-pub(super) const SNAPPY_WARPS: u32 = 2;
-/// Bits of a Snappy piece's hash table of earlier positions (16-bit entries in shared
-/// memory, one table per warp: `SNAPPY_WARPS << SNAPPY_HASH_BITS` entries a block).
-pub(super) const SNAPPY_HASH_BITS: u32 = 13;
-/// Most bytes of one compressed piece: copies reach at most this far back (positions fit
-/// the hash table's 16-bit entries).
-pub(crate) const SNAPPY_PIECE_BYTES: usize = 1 << 16;
+/// How the Snappy kernel cuts and reads a page's body: pieces of at most `piece_bytes`,
+/// one warp each, `warps` a block, a hash table of `1 << hash_bits` earlier positions a
+/// warp in shared memory; `staged`: the piece is first copied into shared memory, where
+/// the warp then finds and extends its matches (else it reads the body in device memory).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnappyShape {
+    pub piece_bytes: usize,
+    pub hash_bits: u32,
+    pub warps: u32,
+    pub staged: bool,
+}
+
+impl SnappyShape {
+    /// The default: 16 KiB pieces staged in shared memory with a 4 096-entry table (24 KiB
+    /// a warp, 9 warps an SM), whose every load of a match is a shared-memory one. On SF10
+    /// `lineitem`'s pages about three times the bytes a second of [`Self::GLOBAL`].
+    pub const STAGED: Self = Self {
+        piece_bytes: 1 << 14,
+        hash_bits: 12,
+        warps: 1,
+        staged: true,
+    };
+    /// The shape before (`GPUSORT_SNAPPY_SHAPE=global`): 64 KiB pieces read in device
+    /// memory, an 8 192-entry table (16 KiB a warp), two warps a block.
+    pub const GLOBAL: Self = Self {
+        piece_bytes: 1 << 16,
+        hash_bits: 13,
+        warps: 2,
+        staged: false,
+    };
+
+    fn parse(text: &str) -> Option<Self> {
+        match text.trim() {
+            "staged" => Some(Self::STAGED),
+            "global" => Some(Self::GLOBAL),
+            _ => None,
+        }
+    }
+}
+
 /// Most bytes less one between the positions a Snappy warp looks at, which grows by one
 /// with each window of 32 positions without a match (incompressible bytes passed over
 /// faster).
@@ -416,6 +449,8 @@ pub struct Tuning {
     /// `GPUSORT_DEVICE_LANES`: the most streams beside a device's own that independent
     /// jobs (Parquet pages of a run kept on the device) run on at once, at least 1.
     pub device_lanes: usize,
+    /// `GPUSORT_SNAPPY_SHAPE` (`staged` or `global`): how the Snappy kernel works.
+    pub snappy: SnappyShape,
 }
 
 /// How the windowed locality sort picks its halo.
@@ -489,6 +524,8 @@ impl Tuning {
             device_lanes: number("GPUSORT_DEVICE_LANES")
                 .filter(|&n| n > 0)
                 .map_or(DEVICE_LANES, |n| n.min(64) as usize),
+            snappy: read(lookup, "GPUSORT_SNAPPY_SHAPE", SnappyShape::parse)
+                .unwrap_or(SnappyShape::STAGED),
         }
     }
 
@@ -575,9 +612,10 @@ impl Tuning {
             ]),
             "parquet_pages.cu" => named(&[
                 ("PAGE_THREADS", PAGE_THREADS as u64),
-                ("SNAPPY_WARPS", SNAPPY_WARPS as u64),
-                ("SNAPPY_HASH_BITS", SNAPPY_HASH_BITS as u64),
-                ("SNAPPY_PIECE_BYTES", SNAPPY_PIECE_BYTES as u64),
+                ("SNAPPY_WARPS", self.snappy.warps as u64),
+                ("SNAPPY_HASH_BITS", self.snappy.hash_bits as u64),
+                ("SNAPPY_PIECE_BYTES", self.snappy.piece_bytes as u64),
+                ("SNAPPY_STAGED", self.snappy.staged as u64),
                 ("SNAPPY_MAX_SKIP", SNAPPY_MAX_SKIP as u64),
                 ("VALUES_PLAIN", VALUES_PLAIN as u64),
                 ("VALUES_DELTA", VALUES_DELTA as u64),
@@ -794,6 +832,7 @@ mod tests {
             ("GPUSORT_HOST_LOCK", "0"),
             ("GPUSORT_HOST_PARTITION_IDS", "1"),
             ("GPUSORT_DEVICE_LANES", "2"),
+            ("GPUSORT_SNAPPY_SHAPE", "global"),
         ]);
         assert!(t.disable_cuda);
         assert_eq!(t.pinned_device, Some(2));
@@ -805,6 +844,8 @@ mod tests {
         assert_eq!(t.place_max_radius, MAX_PLACE_RADIUS);
         assert!(!t.host_lock && t.host_partition_ids);
         assert_eq!(t.device_lanes, 2);
+        assert_eq!(t.snappy, SnappyShape::GLOBAL);
+        assert_eq!(Tuning::default().snappy, SnappyShape::STAGED);
         assert_eq!(
             with(&[("GPUSORT_DEVICE_LANES", "0")]).device_lanes,
             DEVICE_LANES
