@@ -764,14 +764,17 @@ mod tests {
                 }
             }
         }
-        // The Snappy kernel's other shape (`GPUSORT_SNAPPY_SHAPE=global`) compiles too.
-        let global = Tuning {
-            snappy: crate::cuda::tuning::SnappyShape::GLOBAL,
-            ..Tuning::default()
-        };
-        let cubin = compile_cubin(PARQUET_PAGES, 90, &global)
-            .unwrap_or_else(|e| panic!("parquet_pages.cu, the global Snappy shape: {e}"));
-        assert!(has_symbol(&cubin, "snappy_compress"));
+        // The Snappy kernel's other shapes (`GPUSORT_SNAPPY_SHAPE`) compile too.
+        use crate::cuda::tuning::SnappyShape;
+        for shape in [SnappyShape::GLOBAL, SnappyShape::STAGED_32K] {
+            let tuning = Tuning {
+                snappy: shape,
+                ..Tuning::default()
+            };
+            let cubin = compile_cubin(PARQUET_PAGES, 90, &tuning)
+                .unwrap_or_else(|e| panic!("parquet_pages.cu, Snappy {shape:?}: {e}"));
+            assert!(has_symbol(&cubin, "snappy_compress"));
+        }
     }
 
     /// No kernel file has defaults of its own for what `Tuning::defines` passes: without

@@ -32,7 +32,7 @@
 //! | `GPUSORT_HOST_LOCK` | switch, `0`: idle host regions are not page-locked |
 //! | `GPUSORT_HOST_PARTITION_IDS` | switch, `1`: routed sorts hash their rows on the host |
 //! | `GPUSORT_PEER_COPIES` | switch, `0`: a sort spread over devices exchanges through host memory |
-//! | `GPUSORT_SNAPPY_SHAPE` | `global`: the Snappy kernel's earlier shape (64 KiB pieces read in device memory) |
+//! | `GPUSORT_SNAPPY_SHAPE` | `global`: the Snappy kernel's earlier shape (64 KiB pieces read in device memory); `staged32`: 32 KiB pieces |
 //! | `GPUSORT_DEVICE_LANES` | streams beside a device's own for page jobs (default 4; `memory/lanes.rs`) |
 //!
 //! All are read when the runtime opens. The three switches can also be flipped later, between
@@ -360,9 +360,17 @@ impl SnappyShape {
         staged: false,
     };
 
+    /// 32 KiB pieces staged, with the same table (40 KiB a warp, 5 warps an SM):
+    /// `GPUSORT_SNAPPY_SHAPE=staged32`, measured against the default.
+    pub const STAGED_32K: Self = Self {
+        piece_bytes: 1 << 15,
+        ..Self::STAGED
+    };
+
     fn parse(text: &str) -> Option<Self> {
         match text.trim() {
             "staged" => Some(Self::STAGED),
+            "staged32" => Some(Self::STAGED_32K),
             "global" => Some(Self::GLOBAL),
             _ => None,
         }
@@ -449,7 +457,8 @@ pub struct Tuning {
     /// `GPUSORT_DEVICE_LANES`: the most streams beside a device's own that independent
     /// jobs (Parquet pages of a run kept on the device) run on at once, at least 1.
     pub device_lanes: usize,
-    /// `GPUSORT_SNAPPY_SHAPE` (`staged` or `global`): how the Snappy kernel works.
+    /// `GPUSORT_SNAPPY_SHAPE` (`staged`, `staged32` or `global`): how the Snappy kernel
+    /// works.
     pub snappy: SnappyShape,
 }
 
