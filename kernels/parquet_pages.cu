@@ -624,8 +624,10 @@ extern "C" __global__ void __launch_bounds__(SNAPPY_WARPS * WARP)
     const Piece piece = pieces[index];
 #if SNAPPY_STAGED
     // The piece into shared memory a word a lane at a time (the body may start on any
-    // byte: each word from two aligned loads, as load4 reads), zeros after it; every read
-    // of the search below is then a shared-memory one.
+    // byte: each word from two aligned loads, as load4 reads), zeros in the words past it
+    // (the last word of a piece whose length is not a multiple of 4 ends with bytes past
+    // the piece, which the search never compares); every read of the search below is then
+    // a shared-memory one.
     u32* words = staged[warp_id()];
     for (u32 w = lane; w < SNAPPY_STAGE_BYTES / 4; w += WARP) {
         words[w] = 4 * w < piece.len ? load4(bodies + piece.in_at + 4 * w) : 0;

@@ -253,6 +253,9 @@ pub const DEVICE_IDLE_RELEASE: Duration = Duration::from_secs(10);
 /// WORKERS of a file's page jobs (`pipeline/device_jobs.rs`), each a chain of small
 /// launches and waits that leaves most of the device idle alone.
 pub(crate) const DEVICE_LANES: usize = 4;
+/// The most lanes `GPUSORT_DEVICE_LANES` can ask for (each holds 64 MiB of page-locked
+/// staging memory; 8 and 16 were slower than 4 on SF10).
+pub(crate) const MAX_DEVICE_LANES: usize = 16;
 
 /// Segments of at most this many rows on average are merge sorted; longer ones go to
 /// the composite radix sort (H100, 2^26 u64 keys: the merge sort wins at 10 000 rows per
@@ -532,7 +535,7 @@ impl Tuning {
             peer_copies: switch("GPUSORT_PEER_COPIES", true),
             device_lanes: number("GPUSORT_DEVICE_LANES")
                 .filter(|&n| n > 0)
-                .map_or(DEVICE_LANES, |n| n.min(64) as usize),
+                .map_or(DEVICE_LANES, |n| n.min(MAX_DEVICE_LANES as u64) as usize),
             snappy: read(lookup, "GPUSORT_SNAPPY_SHAPE", SnappyShape::parse)
                 .unwrap_or(SnappyShape::STAGED),
         }

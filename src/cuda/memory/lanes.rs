@@ -5,10 +5,14 @@
 //!
 //! A job on a lane does not take the device's lease (`budget.rs`): it reads buffers that the
 //! device's own stream finished writing (each lane's stream waits for the work queued there
-//! when the job starts) and allocates its own, charged to the same budget and freed on its
-//! stream before the lane is handed to the next job. Lanes are made when first needed, at
-//! most [`DeviceLanes::max`] (`GPUSORT_DEVICE_LANES`, `tuning.rs`), and kept for the life of the process; each holds two pinned
-//! staging buffers (`transfer.rs`, [`CHUNK_BYTES`](super::transfer::CHUNK_BYTES) each).
+//! when the job starts) and allocates its own, freed on its stream before the lane is
+//! handed to the next job. Those are charged to the device's budget like any buffer: seen
+//! by the admission of later sorts, and refused past the limit of a lease that holds the
+//! device meanwhile (the job then fails, and its caller encodes on the host). Lanes are
+//! made when first needed, at most `GPUSORT_DEVICE_LANES` (`tuning.rs`), and kept for the
+//! life of the process; each holds two pinned staging buffers (`transfer.rs`,
+//! [`CHUNK_BYTES`](super::transfer::CHUNK_BYTES) each: 256 MiB of page-locked host memory
+//! for the default 4 lanes, outside DataFusion's pool).
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 
@@ -53,10 +57,21 @@ struct Borrowed<'a> {
 
 impl Drop for Borrowed<'_> {
     fn drop(&mut self) {
+        let lane = self.lane.take();
+        let lane = match lane {
+            Some(lane) if std::thread::panicking() => {
+                // What the job queued may still read buffers that others free once the
+                // panic is caught: wait for it before the lane goes.
+                let _ = lane.device.synchronize();
+                drop(lane);
+                None
+            }
+            other => other,
+        };
         let mut state = self.lanes.lock();
-        match self.lane.take() {
-            Some(lane) if !std::thread::panicking() => state.idle.push(lane),
-            _ => state.made -= 1,
+        match lane {
+            Some(lane) => state.idle.push(lane),
+            None => state.made -= 1,
         }
         drop(state);
         self.lanes.handed_back.notify_one();
@@ -78,7 +93,7 @@ impl DeviceLanes {
     }
 
     /// Runs `work` on a lane of `main` (its device, whose stream work on the lane waits
-    /// for), once one is free: an idle lane, or a new one while fewer than [`Self::max`]
+    /// for), once one is free: an idle lane, or a new one while fewer than its most
     /// exist. Where `work` fails, what it queued is waited for before the lane is handed
     /// on, so that no buffer it freed is still read.
     pub(crate) fn run<T>(
@@ -108,16 +123,8 @@ impl DeviceLanes {
         drop(state);
         main.bind()?;
         if make {
-            match Self::make(main) {
-                Ok(lane) => borrowed.lane = Some(lane),
-                Err(error) => {
-                    // Not made: no lane to hand back, and room for another.
-                    self.lock().made -= 1;
-                    std::mem::forget(borrowed);
-                    self.handed_back.notify_one();
-                    return Err(error);
-                }
-            }
+            // Not made: `borrowed` holds no lane, and its drop makes room for another.
+            borrowed.lane = Some(Self::make(main)?);
         }
         let lane = borrowed.lane.as_mut().expect("a lane");
         main.order_before(&lane.device)?;

@@ -441,7 +441,14 @@ impl DevicePayload {
             &mut params,
             rows,
         )?;
-        self.launch_scan(device, offsets.ptr(), rows, SCAN_STRETCH_ROWS, totals.ptr())?;
+        self.launch_scan(
+            device,
+            offsets.ptr(),
+            rows,
+            SCAN_STRETCH_ROWS,
+            stretches,
+            totals.ptr(),
+        )?;
         let mut bases = device.download_now(&totals)?;
         let mut total = 0u64;
         for base in bases.iter_mut() {
@@ -885,7 +892,14 @@ impl DevicePayload {
         let offsets = device.alloc::<u32>(rows, "long value offsets")?;
         let totals = device.alloc::<u64>(batch_rows.len(), "batch data sizes")?;
         self.launch_gather_views(device, column, start, rows, views.ptr(), offsets.ptr())?;
-        self.launch_scan(device, offsets.ptr(), rows, batch_rows[0], totals.ptr())?;
+        self.launch_scan(
+            device,
+            offsets.ptr(),
+            rows,
+            batch_rows[0],
+            batch_rows.len(),
+            totals.ptr(),
+        )?;
         let batch_bytes = device.download_now(&totals)?;
         if let Some(&too_big) = batch_bytes.iter().find(|&&b| b > u64::from(u32::MAX)) {
             return Err(CudaError::BatchTooLarge { bytes: too_big });
@@ -938,13 +952,15 @@ impl DevicePayload {
     }
 
     /// Queues the exclusive scan of the `rows` u32 at device address `values`, within
-    /// stretches of `stretch` rows (a block each), each stretch's sum to `totals` (u64).
+    /// `stretches` stretches of `stretch` rows (a block each; a batch of a window each,
+    /// all equal but the last), each stretch's sum to `totals` (u64).
     fn launch_scan(
         &self,
         device: &Device,
         values: u64,
         rows: usize,
         stretch: usize,
+        stretches: usize,
         totals: u64,
     ) -> CudaResult<()> {
         let (mut values, mut n, mut stretch_rows, mut sums) =
@@ -955,7 +971,8 @@ impl DevicePayload {
             arg(&mut stretch_rows),
             arg(&mut sums),
         ];
-        let blocks = rows.div_ceil(stretch.max(1)) as u32;
+        // One block a stretch, each writing its total (0 for a stretch past the rows).
+        let blocks = stretches as u32;
         let kernel = self.runtime.gatherer.scan_view_bytes;
         launch(device, kernel, blocks, THREADS, &mut params, rows)
     }
