@@ -84,10 +84,7 @@ impl Device {
         call("cuCtxSetCurrent", unsafe {
             result::ctx::set_current(context)
         })?;
-        let stream = call(
-            "cuStreamCreate",
-            result::stream::create(result::stream::StreamKind::NonBlocking),
-        )?;
+        let stream = new_stream()?;
         let attribute = |a: Attr| {
             // SAFETY: a valid device handle and attribute enum.
             call("cuDeviceGetAttribute", unsafe {
@@ -125,13 +122,9 @@ impl Device {
     /// own, for work that may run beside this stream's (`lanes.rs`); its context must be
     /// current on the calling thread. Dropping it destroys only its stream.
     pub(crate) fn with_own_stream(&self) -> CudaResult<Self> {
-        let stream = call(
-            "cuStreamCreate",
-            result::stream::create(result::stream::StreamKind::NonBlocking),
-        )?;
         Ok(Self {
             context: self.context,
-            stream,
+            stream: new_stream()?,
             pool: self.pool,
             budget: Arc::clone(&self.budget),
             ordinal: self.ordinal,
@@ -143,12 +136,12 @@ impl Device {
         })
     }
 
-    /// Work queued on `other` (of the same context) from now on waits for the work queued
-    /// on this stream so far, without blocking the host.
-    pub(crate) fn order_before(&self, other: &Device) -> CudaResult<()> {
+    /// Work queued on `other` (a stream of the same context) from now on waits for the
+    /// work queued on this device's stream so far, without blocking the host.
+    pub(crate) fn order_before(&self, other: sys::CUstream) -> CudaResult<()> {
         let mark = self.event()?;
         mark.record(self)?;
-        mark.queue_wait_on(other.stream)
+        mark.queue_wait_on(other)
     }
 
     /// Lets the default memory pool keep freed blocks (the next sort reuses them).
@@ -408,6 +401,14 @@ impl Drop for Device {
         // SAFETY: the stream was created by `open` and is no longer used.
         let _ = unsafe { result::stream::destroy(self.stream) };
     }
+}
+
+/// A new non-blocking stream in the context current on the calling thread.
+pub(super) fn new_stream() -> CudaResult<sys::CUstream> {
+    call(
+        "cuStreamCreate",
+        result::stream::create(result::stream::StreamKind::NonBlocking),
+    )
 }
 
 /// Queues a copy of `src` to `dst[offset..]` on `stream` (of `dst`'s device).

@@ -127,7 +127,7 @@ impl DeviceLanes {
             borrowed.lane = Some(Self::make(main)?);
         }
         let lane = borrowed.lane.as_mut().expect("a lane");
-        main.order_before(&lane.device)?;
+        main.order_before(lane.device.stream())?;
         let done = work(&lane.device, &mut lane.staging);
         if done.is_err() {
             let _ = lane.device.synchronize();

@@ -15,7 +15,9 @@ use cudarc::driver::result;
 use cudarc::driver::sys;
 
 use crate::cuda::error::CudaResult;
-use crate::cuda::memory::device::{call, download_on, upload_on, Device, DeviceBuffer, Event};
+use crate::cuda::memory::device::{
+    call, download_on, new_stream, upload_on, Device, DeviceBuffer, Event,
+};
 
 /// A non-blocking stream beside `device`'s own, destroyed (after its work) on drop.
 pub(crate) struct SideStream<'d> {
@@ -26,18 +28,15 @@ pub(crate) struct SideStream<'d> {
 impl<'d> SideStream<'d> {
     /// A new side stream of `device` (whose context must be current on this thread).
     pub(crate) fn new(device: &'d Device) -> CudaResult<Self> {
-        let stream = call(
-            "cuStreamCreate",
-            result::stream::create(result::stream::StreamKind::NonBlocking),
-        )?;
-        Ok(Self { device, stream })
+        Ok(Self {
+            device,
+            stream: new_stream()?,
+        })
     }
 
     /// Work queued on the side stream from now on waits for what the main stream holds now.
     pub(crate) fn wait_for_work(&self) -> CudaResult<()> {
-        let work = self.device.event()?;
-        work.record(self.device)?;
-        work.queue_wait_on(self.stream)
+        self.device.order_before(self.stream)
     }
 
     /// Work queued on the main stream from now on waits for `mark` (of the side stream).

@@ -272,7 +272,12 @@ impl ResidentRun {
     /// run's order, read from the run's input on the host.
     pub fn values_at(&self, column: usize, at: &[usize]) -> Result<ArrayRef> {
         let ids: Vec<u32> = at.iter().map(|&row| self.permutation[row]).collect();
-        let mut arrays = self.rows.gather_columns(&ids, &[self.columns[column]])?;
+        self.input_values(column, &ids)
+    }
+
+    /// Column `column`'s values at input rows `ids`, from the run's input on the host.
+    fn input_values(&self, column: usize, ids: &[u32]) -> Result<ArrayRef> {
+        let mut arrays = self.rows.gather_columns(ids, &[self.columns[column]])?;
         Ok(arrays.remove(0))
     }
 }
@@ -287,9 +292,7 @@ impl ResidentColumns for ResidentRun {
     }
 
     fn column(&self, column: usize, first: usize, rows: usize) -> Result<ArrayRef> {
-        let ids = &self.permutation[first..first + rows];
-        let mut arrays = self.rows.gather_columns(ids, &[self.columns[column]])?;
-        Ok(arrays.remove(0))
+        self.input_values(column, &self.permutation[first..first + rows])
     }
 
     fn as_any(&self) -> &dyn Any {
