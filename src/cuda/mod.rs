@@ -40,6 +40,7 @@ mod runtime;
 mod sort_run;
 mod spread;
 mod tuning;
+mod visible;
 mod window;
 
 // The device API: what the session (through `backend.rs`), the binary's benchmarks and the
@@ -70,8 +71,8 @@ pub use payload::resident::{CutPages, ResidentPageSpec, ResidentPages, ResidentR
 pub use radix::onesweep::{RadixKey, Sorted, Values};
 pub use runtime::{
     device_count, disabled_reason, disabled_reason_of, fallback_count, is_driver_present,
-    open_state, pinned_ordinal, runtime, runtime_of, selected_ordinals, start_opening, CudaRuntime,
-    OpenState, DEFAULT_DEVICE_MEMORY_FRACTION,
+    open_state, pinned_ordinal, runtime, runtime_of, selected_count_at_most, selected_ordinals,
+    start_opening, CudaRuntime, OpenState, DEFAULT_DEVICE_MEMORY_FRACTION,
 };
 pub use tuning::{
     switches, PassMode, Switches, Tuning, DEVICE_IDLE_RELEASE, DICT_CHUNK_VALUES,

@@ -116,9 +116,12 @@ pub(super) fn first_ordinal() -> usize {
     pinned_ordinal().unwrap_or(0)
 }
 
-/// The devices the driver sees (0 without a driver, or told to use none).
+/// [`device_count`], once known.
+static COUNT: OnceLock<usize> = OnceLock::new();
+
+/// The devices the driver sees (0 without a driver, or told to use none). The first call
+/// initializes the driver (about 0.1 s in a fresh process).
 pub fn device_count() -> usize {
-    static COUNT: OnceLock<usize> = OnceLock::new();
     *COUNT.get_or_init(|| {
         if Tuning::from_env().disable_cuda || !is_driver_present() {
             return 0;
@@ -169,9 +172,34 @@ pub fn runtime_of(ordinal: usize) -> Opened {
 /// Each device whose runtime [`start_opening`] has started opening on a thread.
 static OPENING: [AtomicBool; MAX_DEVICES] = [const { AtomicBool::new(false) }; MAX_DEVICES];
 
+/// Calls of [`start_opening`] whose thread has not yet counted the devices and marked
+/// those it opens (the driver's initialization, about 0.1 s in a fresh process).
+static COUNTING: AtomicUsize = AtomicUsize::new(0);
+
 /// The ordinals `selection` names on this host.
 pub fn selected_ordinals(selection: DeviceSelection) -> Vec<usize> {
     selection.ordinals(device_count(), pinned_ordinal())
+}
+
+/// At least as many devices as `selection` names on this host, without initializing the
+/// driver where the count is not known yet: the devices the driver lists in `/proc`
+/// (fewer where `CUDA_VISIBLE_DEVICES` names fewer), else [`selected_ordinals`]'s count.
+/// For setting memory aside per device before the devices are open.
+pub fn selected_count_at_most(selection: DeviceSelection) -> usize {
+    if let Some(&count) = COUNT.get() {
+        return selection.ordinals(count, pinned_ordinal()).len();
+    }
+    let listed = || {
+        super::visible::listed_devices()
+            .map(|n| n.min(MAX_DEVICES))
+            .unwrap_or_else(|| selected_ordinals(DeviceSelection::All).len())
+    };
+    match selection {
+        DeviceSelection::Ordinals(mask) => mask.count_ones() as usize,
+        DeviceSelection::All if pinned_ordinal().is_some() => 1,
+        DeviceSelection::All => listed(),
+        DeviceSelection::First(n) => n.min(listed()),
+    }
 }
 
 /// Starts opening the runtimes of the devices `selection` names, each on a thread of its
@@ -179,6 +207,9 @@ pub fn selected_ordinals(selection: DeviceSelection) -> Vec<usize> {
 /// pinned staging) takes a good part of a second in a fresh process; a job that starts it
 /// first plans and scans meanwhile, and its first device sort waits only for what is left
 /// ([`OpenState::Opening`] makes the planner defer the devices to then).
+///
+/// The devices are counted on that thread too where they were not yet (the driver's
+/// initialization); meanwhile [`open_state`] says `Opening`.
 pub fn start_opening(selection: DeviceSelection) {
     // Without a driver, or told to use no device, opening fails at once: it does so here,
     // so that nothing is planned for a device being opened that will never be.
@@ -186,6 +217,35 @@ pub fn start_opening(selection: DeviceSelection) {
         let _ = runtime();
         return;
     }
+    if COUNT.get().is_some() {
+        return open_selected(selection);
+    }
+    COUNTING.fetch_add(1, Ordering::AcqRel);
+    let spawned = std::thread::Builder::new()
+        .name("gpusort-cuda-count".into())
+        .spawn(move || {
+            // Each device to open is marked before the count is let go of, so that
+            // `open_state` never sees it not started in between.
+            let _counted = CountingDone;
+            open_selected(selection);
+        });
+    if spawned.is_err() {
+        COUNTING.fetch_sub(1, Ordering::AcqRel);
+        open_selected(selection);
+    }
+}
+
+/// Lets go of one [`COUNTING`] when dropped (a panic included).
+struct CountingDone;
+
+impl Drop for CountingDone {
+    fn drop(&mut self) {
+        COUNTING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// [`start_opening`]'s work once the devices may be counted.
+fn open_selected(selection: DeviceSelection) {
     for ordinal in selected_ordinals(selection) {
         if RUNTIMES[ordinal].get().is_some() || OPENING[ordinal].swap(true, Ordering::AcqRel) {
             continue;
@@ -218,6 +278,10 @@ pub enum OpenState {
 /// one is, else `Opening` when one is being opened, else `NotStarted` when one is not,
 /// else `Unusable` (each device's reason).
 pub fn open_state(selection: DeviceSelection) -> OpenState {
+    if COUNTING.load(Ordering::Acquire) > 0 {
+        // Being counted, and then opened, by `start_opening`'s thread.
+        return OpenState::Opening;
+    }
     let ordinals = selected_ordinals(selection);
     if ordinals.is_empty() {
         // No driver (or no device at all): opening says why.

@@ -372,8 +372,9 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
             crate::cuda::open_state(job.devices),
             crate::cuda::OpenState::Unusable(_)
         );
+    // Counted without waiting for the driver where the opening thread has not yet.
     let devices = match cuda {
-        true => crate::cuda::selected_ordinals(job.devices).len().max(1),
+        true => crate::cuda::selected_count_at_most(job.devices).max(1),
         false => 0,
     };
     let pool = job
