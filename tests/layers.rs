@@ -45,7 +45,7 @@ const LAYERS: &[&[&str]] = &[
 
 /// Layers of `src/cuda/` from the bottom (files and subfolders).
 const CUDA_LAYERS: &[&[&str]] = &[
-    &["error"],
+    &["error", "visible"],
     &["faults"],
     &["tuning"],
     &["memory"],

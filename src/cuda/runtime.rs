@@ -217,7 +217,8 @@ pub fn start_opening(selection: DeviceSelection) {
         let _ = runtime();
         return;
     }
-    if COUNT.get().is_some() {
+    // Counted already, or nothing to count (the driver lists no GPU): nothing to wait for.
+    if COUNT.get().is_some() || super::visible::listed_devices() == Some(0) {
         return open_selected(selection);
     }
     COUNTING.fetch_add(1, Ordering::AcqRel);
