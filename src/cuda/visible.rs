@@ -1,7 +1,8 @@
 //! How many CUDA devices this process may see, told without initializing the driver
 //! (which takes about 0.1 s in a fresh process): from the driver's own list in `/proc`,
-//! and `CUDA_VISIBLE_DEVICES`. An upper bound, for setting memory aside per device
-//! before the devices are open; the driver's count is the truth.
+//! and `CUDA_VISIBLE_DEVICES`. An upper bound (but for a GPU split into MIG instances, which
+//! the list shows once unless `CUDA_VISIBLE_DEVICES` names them), for setting memory aside
+//! per device before the devices are open; the driver's count is the truth.
 
 use std::path::Path;
 
