@@ -71,7 +71,7 @@ pub use payload::resident::{CutPages, ResidentPageSpec, ResidentPages, ResidentR
 pub use radix::onesweep::{RadixKey, Sorted, Values};
 pub use runtime::{
     device_count, disabled_reason, disabled_reason_of, fallback_count, is_driver_present,
-    open_state, pinned_ordinal, runtime, runtime_of, selected_count_at_most, selected_ordinals,
+    open_state, pinned_ordinal, runtime, runtime_of, selected_count_bound, selected_ordinals,
     start_opening, CudaRuntime, OpenState, DEFAULT_DEVICE_MEMORY_FRACTION,
 };
 pub use tuning::{

@@ -181,24 +181,24 @@ pub fn selected_ordinals(selection: DeviceSelection) -> Vec<usize> {
     selection.ordinals(device_count(), pinned_ordinal())
 }
 
-/// At least as many devices as `selection` names on this host, without initializing the
-/// driver where the count is not known yet: the devices the driver lists in `/proc`
-/// (fewer where `CUDA_VISIBLE_DEVICES` names fewer), else [`selected_ordinals`]'s count.
+/// An upper bound on the devices `selection` names on this host, told without waiting for
+/// the driver's initialization where the devices are not counted yet: the GPUs the driver
+/// lists in `/proc` (fewer where `CUDA_VISIBLE_DEVICES` names fewer). Where that list
+/// cannot be read, the devices are counted here (the driver initialized, or waited for).
 /// For setting memory aside per device before the devices are open.
-pub fn selected_count_at_most(selection: DeviceSelection) -> usize {
+pub fn selected_count_bound(selection: DeviceSelection) -> usize {
     if let Some(&count) = COUNT.get() {
         return selection.ordinals(count, pinned_ordinal()).len();
     }
-    let listed = || {
-        super::visible::listed_devices()
-            .map(|n| n.min(MAX_DEVICES))
-            .unwrap_or_else(|| selected_ordinals(DeviceSelection::All).len())
+    let Some(listed) = super::visible::listed_devices() else {
+        return selected_ordinals(selection).len();
     };
+    let listed = listed.min(MAX_DEVICES);
     match selection {
-        DeviceSelection::Ordinals(mask) => mask.count_ones() as usize,
-        DeviceSelection::All if pinned_ordinal().is_some() => 1,
-        DeviceSelection::All => listed(),
-        DeviceSelection::First(n) => n.min(listed()),
+        DeviceSelection::Ordinals(mask) => (mask.count_ones() as usize).min(listed),
+        DeviceSelection::All if pinned_ordinal().is_some() => listed.min(1),
+        DeviceSelection::All => listed,
+        DeviceSelection::First(n) => n.min(listed),
     }
 }
 
@@ -209,7 +209,10 @@ pub fn selected_count_at_most(selection: DeviceSelection) -> usize {
 /// ([`OpenState::Opening`] makes the planner defer the devices to then).
 ///
 /// The devices are counted on that thread too where they were not yet (the driver's
-/// initialization); meanwhile [`open_state`] says `Opening`.
+/// initialization), unless the driver lists none; meanwhile [`open_state`] says `Opening`,
+/// even where the count then finds no device to open (a driver that lists GPUs none of
+/// which CUDA shows): the planner's sorts then wait for nothing at their first sort and
+/// run on the CPU, counted as fallbacks.
 pub fn start_opening(selection: DeviceSelection) {
     // Without a driver, or told to use no device, opening fails at once: it does so here,
     // so that nothing is planned for a device being opened that will never be.
@@ -275,9 +278,10 @@ pub enum OpenState {
     Unusable(String),
 }
 
-/// Where the runtimes of the devices `selection` names stand, without waiting: `Open` when
-/// one is, else `Opening` when one is being opened, else `NotStarted` when one is not,
-/// else `Unusable` (each device's reason).
+/// Where the runtimes of the devices `selection` names stand, without waiting: `Opening`
+/// while [`start_opening`]'s thread counts the devices; else `Open` when one is, else
+/// `Opening` when one is being opened, else `NotStarted` when one is not, else `Unusable`
+/// (each device's reason).
 pub fn open_state(selection: DeviceSelection) -> OpenState {
     if COUNTING.load(Ordering::Acquire) > 0 {
         // Being counted, and then opened, by `start_opening`'s thread.

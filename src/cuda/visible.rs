@@ -1,8 +1,7 @@
 //! How many CUDA devices this process may see, told without initializing the driver
 //! (which takes about 0.1 s in a fresh process): from the driver's own list in `/proc`,
-//! and `CUDA_VISIBLE_DEVICES`. An upper bound (but for a GPU split into MIG instances, which
-//! the list shows once unless `CUDA_VISIBLE_DEVICES` names them), for setting memory aside
-//! per device before the devices are open; the driver's count is the truth.
+//! and `CUDA_VISIBLE_DEVICES`. An upper bound, for setting memory aside per device before
+//! the devices are open; the driver's count is the truth.
 
 use std::path::Path;
 
@@ -23,15 +22,22 @@ fn gpus_in(dir: &Path) -> Option<usize> {
 }
 
 /// `listed` devices, or fewer where `visible` (`CUDA_VISIBLE_DEVICES`) names fewer: the
-/// driver shows at most one device an entry, and none after an entry it cannot use. An
-/// empty value hides every device. Entries naming MIG instances (several on one listed
-/// GPU) count as they are.
+/// driver shows at most one device an entry, and none from an entry that names none (empty,
+/// or a negative ordinal such as `-1`) on. Entries naming MIG instances (several on one
+/// listed GPU) are counted as they are, not bounded by the list.
 fn bounded_by_visible(listed: usize, visible: Option<&str>) -> usize {
-    match visible {
-        None => listed,
-        Some(value) if value.trim().is_empty() => 0,
-        Some(value) if value.contains("MIG-") => value.split(',').count(),
-        Some(value) => listed.min(value.split(',').count()),
+    let Some(value) = visible else {
+        return listed;
+    };
+    let named = value
+        .split(',')
+        .map(str::trim)
+        .take_while(|entry| !entry.is_empty() && !entry.starts_with('-'))
+        .count();
+    if value.contains("MIG-") {
+        named
+    } else {
+        listed.min(named)
     }
 }
 
@@ -45,6 +51,9 @@ mod tests {
         assert_eq!(bounded_by_visible(4, Some("1,3")), 2);
         assert_eq!(bounded_by_visible(1, Some("0,1,2")), 1);
         assert_eq!(bounded_by_visible(4, Some("")), 0);
+        assert_eq!(bounded_by_visible(4, Some("-1")), 0);
+        assert_eq!(bounded_by_visible(4, Some("0,-1,2")), 1);
+        assert_eq!(bounded_by_visible(4, Some(" 2, 3 ")), 2);
         assert_eq!(bounded_by_visible(8, Some("GPU-1a2b,GPU-3c4d")), 2);
         assert_eq!(bounded_by_visible(1, Some("MIG-1a2b,MIG-3c4d")), 2);
     }

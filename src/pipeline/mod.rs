@@ -365,16 +365,16 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
     });
     let rule = Arc::new(GpuSortRule::new());
     // The pool leaves room for what the CUDA backend holds outside it on each device that
-    // may be in use (one still being opened counts; without a driver, opening has already
-    // failed).
+    // may be in use (one still being counted or opened counts; without a driver, or where
+    // it lists no GPU, opening has already failed).
     let cuda = backend != BackendChoice::Cpu
         && !matches!(
             crate::cuda::open_state(job.devices),
             crate::cuda::OpenState::Unusable(_)
         );
-    // Counted without waiting for the driver where the opening thread has not yet.
+    // Bounded without waiting for the driver where the opening thread has not counted yet.
     let devices = match cuda {
-        true => crate::cuda::selected_count_at_most(job.devices).max(1),
+        true => crate::cuda::selected_count_bound(job.devices).max(1),
         false => 0,
     };
     let pool = job
