@@ -314,7 +314,17 @@ impl<'a> RunSorter<'a> {
                     rows.rows(),
                     request.columns().len(),
                     match &payload {
-                        Some(p) => format!("gathers {} columns there", p.columns().len()),
+                        Some(p) => {
+                            let stats = p.stats();
+                            let seconds = stats.upload.as_secs_f64();
+                            format!(
+                                "gathers {} columns there ({:.0} MB up in {:.0} ms, {:.1} GB/s)",
+                                p.columns().len(),
+                                stats.h2d_bytes as f64 / 1e6,
+                                seconds * 1e3,
+                                stats.h2d_bytes as f64 / seconds.max(1e-9) / 1e9
+                            )
+                        }
                         None => "is gathered on the host".to_string(),
                     }
                 )
