@@ -187,13 +187,11 @@ pub fn selected_ordinals(selection: DeviceSelection) -> Vec<usize> {
 /// cannot be read, the devices are counted here (the driver initialized, or waited for).
 /// For setting memory aside per device before the devices are open.
 pub fn selected_count_bound(selection: DeviceSelection) -> usize {
-    if let Some(&count) = COUNT.get() {
-        return selection.ordinals(count, pinned_ordinal()).len();
-    }
-    let Some(listed) = super::visible::listed_devices() else {
-        return selected_ordinals(selection).len();
+    let listed = match (COUNT.get(), super::visible::listed_devices()) {
+        (None, Some(listed)) => listed.min(MAX_DEVICES),
+        // Counted already, or nothing to tell it from: the count itself.
+        _ => return selected_ordinals(selection).len(),
     };
-    let listed = listed.min(MAX_DEVICES);
     match selection {
         DeviceSelection::Ordinals(mask) => (mask.count_ones() as usize).min(listed),
         DeviceSelection::All if pinned_ordinal().is_some() => listed.min(1),
