@@ -56,3 +56,23 @@ async fn dropping_a_query_stops_every_path() {
     let cpu = std::sync::Arc::new(gpusort::sort::CpuBackend);
     common::cancel::dropping_a_query_stops_every_path(cpu, 100_000).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn early_copies_get_every_batch_and_are_let_go_when_not_one_run() {
+    use common::early::{early_copy_of, Shape};
+    use datafusion::arrow::datatypes::DataType;
+    // The resident columns but the key `k`, as their types.
+    let asked = vec![vec![(0, DataType::Int64), (2, DataType::Utf8View)]];
+    let one = early_copy_of(Shape::OneRun, 3, 20_000).await;
+    assert_eq!(one.asked, asked);
+    assert_eq!(one.rows, 60_000, "{one:?}");
+    assert_eq!(one.partitions.len(), 3, "{one:?}");
+    assert_eq!((one.ended, one.abandoned), (1, 0), "{one:?}");
+    for shape in [Shape::SeveralRuns, Shape::Spilled] {
+        let let_go = early_copy_of(shape, 3, 20_000).await;
+        assert_eq!(let_go.asked, asked, "{shape:?}");
+        assert_eq!(let_go.abandoned, 1, "{shape:?}: {let_go:?}");
+    }
+    let none = early_copy_of(Shape::NotResident, 2, 5_000).await;
+    assert!(none.asked.is_empty(), "{none:?}");
+}

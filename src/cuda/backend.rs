@@ -18,16 +18,21 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use arrow::datatypes::DataType;
+use datafusion::arrow;
 use datafusion::common::Result;
 
 use crate::config::AlgorithmChoice;
 use crate::config::DEFAULT_SPREAD_MIN_ROWS;
 use crate::config::{DeviceMemoryLimit, DeviceSelection};
+use crate::cuda::columns::PayloadLayout;
 use crate::cuda::encode::encodable_on_device;
 use crate::cuda::error::CudaError;
 use crate::cuda::faults::FaultScope;
+use crate::cuda::gather::payload_layout;
 use crate::cuda::memory::budget::DeviceShare;
 use crate::cuda::multi_gpu::{sort_columns_spread, ColumnsSpread, SpreadRun};
+use crate::cuda::payload::early::{DeviceOf, EarlyUpload};
 use crate::cuda::payload::DeviceRun;
 use crate::cuda::runtime::{
     count_fallback, device_count, first_ordinal, is_settled, note_failure_of, runtime_of,
@@ -35,6 +40,7 @@ use crate::cuda::runtime::{
 };
 use crate::cuda::sort_run::{self, Fitted};
 use crate::cuda::tuning::switches;
+use crate::gather::EarlyColumns;
 use crate::keys::{column_rows, encode_keys, limb_sources, EncodedKeys, KeyColumn};
 use crate::sort::{
     Algorithm, CpuBackend, DeviceUse, IdTableMaker, KeySort, Permutation, RunState, Segments,
@@ -432,6 +438,29 @@ impl CudaBackend {
 impl SortBackend for CudaBackend {
     fn name(&self) -> &'static str {
         "cuda"
+    }
+
+    /// The fixed-width and views columns of `columns`, uploaded as they arrive to the
+    /// device the first group finds (`payload/early.rs`), within half the backend's limit.
+    fn early_columns(&self, columns: &[(usize, DataType)]) -> Option<Arc<dyn EarlyColumns>> {
+        let columns: Vec<(usize, PayloadLayout)> = columns
+            .iter()
+            .filter_map(|(index, data_type)| match payload_layout(data_type)? {
+                PayloadLayout::Bits => None,
+                layout => Some((*index, layout)),
+            })
+            .collect();
+        if columns.is_empty() {
+            return None;
+        }
+        let backend = self.clone();
+        let device_of: DeviceOf = Box::new(move || {
+            let (claim, share) = backend.device()?;
+            let runtime = Arc::clone(claim.runtime);
+            let cap = share.limit.min(runtime.device.total_memory) / 2;
+            Some((runtime, cap))
+        });
+        Some(Arc::new(EarlyUpload::new(columns, device_of)))
     }
 
     fn devices(&self) -> Option<String> {

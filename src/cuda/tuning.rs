@@ -34,6 +34,7 @@
 //! | `GPUSORT_PEER_COPIES` | switch, `0`: a sort spread over devices exchanges through host memory |
 //! | `GPUSORT_SNAPPY_SHAPE` | `global`: the Snappy kernel's earlier shape (64 KiB pieces read in device memory); `staged32`: 32 KiB pieces |
 //! | `GPUSORT_DEVICE_LANES` | streams beside a device's own for page jobs (default 4; `memory/lanes.rs`) |
+//! | `GPUSORT_EARLY_UPLOAD` | `0`: a sort's payload kept on the device for its writer goes up after the sort, not while the input is read (`payload/early.rs`) |
 //!
 //! All are read when the runtime opens. The three switches can also be flipped later, between
 //! the runs of a benchmark (`gpusort bench sql --variant env:GPUSORT_HOST_LOCK=0`), through
@@ -463,6 +464,9 @@ pub struct Tuning {
     /// `GPUSORT_SNAPPY_SHAPE` (`staged`, `staged32` or `global`): how the Snappy kernel
     /// works.
     pub snappy: SnappyShape,
+    /// `GPUSORT_EARLY_UPLOAD`: a sort's payload kept on the device for its writer goes up
+    /// while the input is read (`payload/early.rs`).
+    pub early_upload: bool,
 }
 
 /// How the windowed locality sort picks its halo.
@@ -538,6 +542,7 @@ impl Tuning {
                 .map_or(DEVICE_LANES, |n| n.min(MAX_DEVICE_LANES as u64) as usize),
             snappy: read(lookup, "GPUSORT_SNAPPY_SHAPE", SnappyShape::parse)
                 .unwrap_or(SnappyShape::STAGED),
+            early_upload: switch("GPUSORT_EARLY_UPLOAD", true),
         }
     }
 

@@ -29,6 +29,7 @@ use super::hash_routing::HashRouting;
 use super::resources::SortResources;
 use super::run::{split_runs, SortSpec};
 use super::spill::{spill_batch_rows, SpilledRun};
+use crate::gather::EarlyColumns;
 use crate::keys::working_limbs;
 
 /// The whole input, once every partition is drained.
@@ -65,6 +66,9 @@ pub(super) struct InputBuffer {
     limbs: Option<(SchemaRef, usize)>,
     /// The buffers the buffered batches hold, each accounted once.
     held: HeldBuffers,
+    /// The backend's copy of some columns, made as batches are admitted (`gather/early.rs`);
+    /// let go at the first spill.
+    early: Option<Arc<dyn EarlyColumns>>,
 }
 
 impl InputBuffer {
@@ -82,6 +86,7 @@ impl InputBuffer {
             routing: None,
             limbs: None,
             held: HeldBuffers::default(),
+            early: None,
         }
     }
 
@@ -90,6 +95,19 @@ impl InputBuffer {
         self.spilled = (0..routing.partitions()).map(|_| Vec::new()).collect();
         self.routing = Some(routing);
         self
+    }
+
+    /// This buffer handing each admitted batch to `early` (the backend's copy of some
+    /// columns) until it spills.
+    pub(super) fn with_early(mut self, early: Option<Arc<dyn EarlyColumns>>) -> Self {
+        self.early = early;
+        self
+    }
+
+    /// The backend's copy of some columns, once the input is drained: `None` when the
+    /// buffer spilled (the copy was let go then) or had none.
+    pub(super) fn take_early(&mut self) -> Option<Arc<dyn EarlyColumns>> {
+        self.early.take()
     }
 
     /// The reservation the buffered batches are accounted in.
@@ -209,6 +227,9 @@ impl InputBuffer {
             }
             self.reservation.grow(bytes);
         }
+        if let Some(early) = &self.early {
+            early.add(partition, &batch);
+        }
         self.buffered[partition].push(batch);
         Ok(())
     }
@@ -225,6 +246,9 @@ impl InputBuffer {
     /// batches being written are held (a device gather stages a window of the run in host
     /// memory outside the pool).
     async fn spill_buffered(&mut self) -> Result<()> {
+        if let Some(early) = self.early.take() {
+            early.abandon();
+        }
         // Each output partition merges its own runs, all of them at once.
         let batch_rows = spill_batch_rows(
             self.reservation.size() / self.spilled.len().max(1),

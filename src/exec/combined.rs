@@ -434,7 +434,7 @@ impl PartitionOutput {
                         reservation: reservation.new_empty(),
                         sharers,
                     };
-                    emit_buffered(buffered, &self.resources, memory, tx).await?;
+                    emit_buffered(buffered, &self.resources, memory, None, tx).await?;
                 }
                 self.resources.metrics.baseline.done();
             }

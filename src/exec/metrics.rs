@@ -8,7 +8,8 @@
 //! batches, with the device's gather of fixed-width columns), all summed over runs;
 //! `gather_h2d_time` and `gather_d2h_time` (the device gather's part of it: uploads, and
 //! windows gathered and copied back), `device_gathered_columns` (columns of runs gathered
-//! on the GPU);
+//! on the GPU), `early_columns` (of those, columns put on the device while the input was
+//! read);
 //! `h2d_bytes` / `d2h_bytes` (bytes that crossed PCIe; 0 on the CPU backend), `runs`, one
 //! `algorithm_<name>` count per algorithm that sorted a run, and `gpu_fallbacks`;
 //! `device_peak_bytes` (the most device memory in use at once, every query's, while this
@@ -56,6 +57,8 @@ pub struct SortMetrics {
     pub gather_d2h_time: Time,
     /// Columns of runs gathered on the device (summed over runs).
     pub device_gathered_columns: Count,
+    /// Of those, columns the backend put on the device while the input was read.
+    pub early_columns: Count,
     /// Bytes host → device.
     pub h2d_bytes: Count,
     /// Bytes device → host.
@@ -137,6 +140,7 @@ impl SortMetrics {
             gather_h2d_time: time("gather_h2d_time"),
             gather_d2h_time: time("gather_d2h_time"),
             device_gathered_columns: counter("device_gathered_columns"),
+            early_columns: counter("early_columns"),
             h2d_bytes: counter("h2d_bytes"),
             d2h_bytes: counter("d2h_bytes"),
             runs: counter("runs"),
@@ -161,8 +165,9 @@ impl SortMetrics {
     /// What a device gather did for a run: bytes and times, and how many of its columns
     /// it gathered.
     pub fn record_payload(&self, stats: PayloadStats, columns: usize) {
-        self.h2d_bytes.add(stats.h2d_bytes);
+        self.h2d_bytes.add(stats.h2d_bytes + stats.early_h2d_bytes);
         self.d2h_bytes.add(stats.d2h_bytes);
+        self.early_columns.add(stats.early_columns);
         self.gather_h2d_time.add_duration(stats.upload);
         self.gather_d2h_time.add_duration(stats.windows);
         self.device_gathered_columns.add(columns);

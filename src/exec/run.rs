@@ -25,8 +25,8 @@ use super::metrics::SortMetrics;
 use super::partition_top::{keep_top_rows, PartitionTop};
 use crate::config::AlgorithmChoice;
 use crate::gather::{
-    append_window_columns, gather_sorted_columns, PayloadGather, ResidentRequest, RunRows, Views,
-    WindowRequest,
+    append_window_columns, gather_sorted_columns, EarlyColumns, PayloadGather, ResidentRequest,
+    RunRows, Views, WindowRequest,
 };
 use crate::keys::{encode_keys, EncodedKeys, KeyColumn};
 use crate::sort::{
@@ -197,6 +197,15 @@ fn segments_within(
     Ok(Some(Segments::new(starts, rows.rows())))
 }
 
+/// What a run that is its partition's whole output may come with.
+#[derive(Default)]
+struct Extras<'a> {
+    /// Columns the consumer takes where the run is.
+    resident: Option<&'a Arc<ResidentRequest>>,
+    /// The backend's copy of some of the run's columns, made while its input arrived.
+    early: Option<Arc<dyn EarlyColumns>>,
+}
+
 /// Sorts runs of one partition: what every run is sorted by and with (`spec`), and where
 /// its stages are recorded (`metrics`). One run goes through `sort_run`: keys evaluated,
 /// segments found, keys encoded and sorted by the backend, ties of long strings refined,
@@ -233,13 +242,15 @@ impl<'a> RunSorter<'a> {
     pub(super) fn sort_final_run(
         &self,
         batches: Vec<RecordBatch>,
+        early: Option<Arc<dyn EarlyColumns>>,
         mut emit: impl FnMut(RecordBatch) -> bool,
     ) -> Result<()> {
         let resident = match self.spec.windows {
             Some(_) => None,
             None => self.spec.resident.as_ref(),
         };
-        self.sort_one(batches, &mut emit, self.spec.windows.as_ref(), resident)
+        let (windows, extra) = (self.spec.windows.as_ref(), Extras { resident, early });
+        self.sort_one(batches, &mut emit, windows, extra)
             .map(|_| ())
     }
 
@@ -250,21 +261,25 @@ impl<'a> RunSorter<'a> {
         batches: Vec<RecordBatch>,
         emit: &mut dyn FnMut(RecordBatch) -> bool,
     ) -> Result<bool> {
-        self.sort_one(batches, emit, None, None)
+        self.sort_one(batches, emit, None, Extras::default())
     }
 
     /// [`Self::sort_run_or_stop`], with the `windows` columns appended where the backend
-    /// computes them, or the `resident` request's columns left where the run is.
+    /// computes them, or the `extras`' resident request's columns left where the run is.
     fn sort_one(
         &self,
         batches: Vec<RecordBatch>,
         emit: &mut dyn FnMut(RecordBatch) -> bool,
         windows: Option<&Arc<WindowRequest>>,
-        resident: Option<&Arc<ResidentRequest>>,
+        extras: Extras<'_>,
     ) -> Result<bool> {
         let (spec, metrics) = (self.spec, self.metrics);
+        let Extras { resident, early } = extras;
         spec.cancel.check()?;
-        let rows = Arc::new(RunRows::new(batches).with_views(spec.views));
+        let rows = RunRows::new(batches)
+            .with_views(spec.views)
+            .with_early(early);
+        let rows = Arc::new(rows);
         if rows.rows() == 0 {
             return Ok(true);
         }

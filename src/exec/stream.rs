@@ -17,10 +17,11 @@
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow;
 use datafusion::common::Result;
 use datafusion::execution::memory_pool::MemoryReservation;
+use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::physical_plan::stream::RecordBatchReceiverStream;
 use datafusion::physical_plan::SendableRecordBatchStream;
@@ -32,6 +33,7 @@ use super::metrics::SortMetrics;
 use super::resources::SortResources;
 use super::run::{split_runs, RunSorter, SortSpec};
 use super::spill::{merge_runs, MergeMemory};
+use crate::gather::EarlyColumns;
 
 /// Everything one partition's sort owns while it runs.
 pub(super) struct SortTask {
@@ -66,10 +68,15 @@ async fn run_task(task: SortTask, tx: Sender<Result<RecordBatch>>) -> Result<()>
         reservation,
         resources,
     } = task;
-    let mut buffer = InputBuffer::new(inputs.len(), resources.clone(), reservation);
+    let mut buffer = InputBuffer::new(inputs.len(), resources.clone(), reservation)
+        .with_early(early_columns(&resources));
     let metrics = &resources.metrics;
     let collecting = metrics.collect_time.timer();
     buffer.fill(inputs).await?;
+    let early = buffer.take_early();
+    if let Some(early) = &early {
+        early.input_ended();
+    }
     let merge_memory = MergeMemory {
         reservation: buffer.reservation().new_empty(),
         sharers: 1,
@@ -77,19 +84,21 @@ async fn run_task(task: SortTask, tx: Sender<Result<RecordBatch>>) -> Result<()>
     let (buffered, input_reservation) = buffer.finish().await?;
     collecting.done();
     crate::trace::event(|| "input collected".to_string());
-    emit_buffered(buffered, &resources, merge_memory, tx).await?;
+    emit_buffered(buffered, &resources, merge_memory, early, tx).await?;
     // The input and its sorted copies stay accounted until the last batch is handed over.
     drop(input_reservation);
     metrics.baseline.done();
     Ok(())
 }
 
-/// Sorts a drained input and sends its batches: one run straight through, several runs
-/// (or spilled ones) through DataFusion's streaming merge, within `merge_memory`.
+/// Sorts a drained input and sends its batches: one run straight through (with `early`,
+/// the backend's copy of some of its columns), several runs (or spilled ones) through
+/// DataFusion's streaming merge, within `merge_memory`.
 pub(super) async fn emit_buffered(
     buffered: Buffered,
     resources: &SortResources,
     merge_memory: MergeMemory,
+    early: Option<Arc<dyn EarlyColumns>>,
     tx: Sender<Result<RecordBatch>>,
 ) -> Result<()> {
     let SortResources {
@@ -103,9 +112,12 @@ pub(super) async fn emit_buffered(
             let mut runs = split_runs(batches, spec.run_rows);
             if runs.len() <= 1 {
                 if let Some(run) = runs.pop() {
-                    sort_run_into(Arc::clone(spec), run, metrics.clone(), tx).await?;
+                    sort_run_into(Arc::clone(spec), run, early, metrics.clone(), tx).await?;
                 }
             } else {
+                if let Some(early) = early {
+                    early.abandon();
+                }
                 let sorted = sort_runs_in_memory(runs, schema, spec, metrics, &tx).await?;
                 if sorted.is_empty() {
                     return Ok(());
@@ -129,10 +141,12 @@ pub(super) async fn emit_buffered(
     Ok(())
 }
 
-/// Sorts one run on a blocking thread, sending its batches as they are built.
+/// Sorts one run (with `early`, the backend's copy of some of its columns) on a blocking
+/// thread, sending its batches as they are built.
 async fn sort_run_into(
     spec: Arc<SortSpec>,
     run: Vec<RecordBatch>,
+    early: Option<Arc<dyn EarlyColumns>>,
     metrics: SortMetrics,
     tx: Sender<Result<RecordBatch>>,
 ) -> Result<()> {
@@ -140,7 +154,7 @@ async fn sort_run_into(
     cancel
         .blocking(move || {
             let mut blocked = std::time::Duration::ZERO;
-            let sorted = RunSorter::new(&spec, &metrics).sort_final_run(run, |batch| {
+            let sorted = RunSorter::new(&spec, &metrics).sort_final_run(run, early, |batch| {
                 metrics.baseline.record_output(batch.num_rows());
                 let sending = std::time::Instant::now();
                 let open = tx.blocking_send(Ok(batch)).is_ok();
@@ -204,4 +218,31 @@ async fn send_merged(
             break;
         }
     }
+}
+
+/// The backend's copy of the columns the sort's resident request takes (its keys left out:
+/// the key sort puts those on the device itself), made while the input is read, for a sort
+/// whose run is gathered whole where it was sorted (`gather/early.rs`); `None` for any
+/// other sort.
+fn early_columns(resources: &SortResources) -> Option<Arc<dyn EarlyColumns>> {
+    let spec = &resources.spec;
+    let request = spec.resident.as_ref()?;
+    if spec.windows.is_some() || spec.fetch.is_some() || spec.partition_top.is_some() {
+        return None;
+    }
+    let keys: Vec<usize> = spec
+        .exprs
+        .iter()
+        .filter_map(|key| key.expr.downcast_ref::<Column>().map(Column::index))
+        .collect();
+    let columns: Vec<(usize, DataType)> = request
+        .columns()
+        .iter()
+        .filter(|c| !keys.contains(c))
+        .filter_map(|&c| Some((c, resources.schema.fields().get(c)?.data_type().clone())))
+        .collect();
+    if columns.is_empty() {
+        return None;
+    }
+    spec.backend.early_columns(&columns)
 }

@@ -16,6 +16,7 @@
 mod batches;
 mod bytes;
 mod columns;
+mod early;
 mod resident;
 mod windows;
 
@@ -30,6 +31,7 @@ use rayon::prelude::*;
 
 pub use bytes::Views;
 pub use columns::{column_gatherer, ColumnGather, RowAt};
+pub use early::EarlyColumns;
 pub use resident::{
     resident_part, ResidentColumns, ResidentPart, ResidentRequest, SharedOrder, RESIDENT_RUN_KEY,
 };
@@ -110,6 +112,11 @@ pub struct PayloadStats {
     pub device_peak_bytes: usize,
     /// Time spent waiting for the device.
     pub device_wait: std::time::Duration,
+    /// Columns the backend had put on the device while the run's input was read
+    /// (`early.rs`).
+    pub early_columns: usize,
+    /// Their bytes that crossed then (not in `h2d_bytes`).
+    pub early_h2d_bytes: usize,
 }
 
 /// The buffered rows of one run, addressed by row id (0 .. rows).
@@ -126,6 +133,8 @@ pub struct RunRows {
     columns: Vec<OnceLock<Box<dyn ColumnGather>>>,
     /// How gathered view arrays hold their values.
     views: Views,
+    /// A backend's copy of some of the run's columns, made while the input arrived.
+    early: Option<Arc<dyn EarlyColumns>>,
 }
 
 impl std::fmt::Debug for RunRows {
@@ -168,7 +177,20 @@ impl RunRows {
             rows,
             columns,
             views: Views::Shared,
+            early: None,
         }
+    }
+
+    /// The same rows, with `early`: a backend's copy of some of their columns, made while
+    /// they arrived (`early.rs`).
+    pub fn with_early(mut self, early: Option<Arc<dyn EarlyColumns>>) -> Self {
+        self.early = early;
+        self
+    }
+
+    /// The backend's copy of some of the run's columns, made while the input arrived.
+    pub fn early(&self) -> Option<&Arc<dyn EarlyColumns>> {
+        self.early.as_ref()
     }
 
     /// How gathered view arrays hold their values.

@@ -979,6 +979,10 @@ fn describe_sort(
     if spills > 0 {
         parts.push(format!("{spills} spill files"));
     }
+    let early = count("early_columns");
+    if early > 0 {
+        parts.push(format!("{early} columns up while read"));
+    }
     let fallbacks = count("gpu_fallbacks");
     if fallbacks > 0 {
         parts.push(format!("{fallbacks} runs fell back to the CPU"));

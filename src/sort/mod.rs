@@ -22,10 +22,14 @@ pub(crate) mod runs;
 mod segments;
 
 use std::fmt::Debug;
+use std::sync::Arc;
 
+use arrow::datatypes::DataType;
+use datafusion::arrow;
 use datafusion::common::Result;
 
 use crate::config::AlgorithmChoice;
+use crate::gather::EarlyColumns;
 use crate::keys::{EncodedKeys, KeyColumn};
 
 pub use cpu::{merge_sort, radix_sort, CpuBackend};
@@ -191,6 +195,14 @@ pub trait SortBackend: Debug + Send + Sync {
         _algorithm: AlgorithmChoice,
     ) -> Result<Option<(SortedRun, Vec<usize>)>> {
         Ok(None)
+    }
+
+    /// A copy of the input columns `columns` (each its index in the input's schema and its
+    /// type) that this backend makes as the batches arrive, for the payload gather of a run
+    /// that is the whole input (`gather/early.rs`); `None` (the default) where it makes
+    /// none. It may leave out any column it cannot take.
+    fn early_columns(&self, _columns: &[(usize, DataType)]) -> Option<Arc<dyn EarlyColumns>> {
+        None
     }
 }
 

@@ -7,6 +7,7 @@ pub mod cancel;
 pub mod compare;
 pub mod data;
 pub mod differential;
+pub mod early;
 pub mod file_jobs;
 pub mod load;
 pub mod parquet;

@@ -786,6 +786,11 @@ async fn sorted_files_with_device_pages_read_back_as_the_hosts() {
             // Every column of the 8 row groups (`k`, `f`, `t`, `d`, and `s`, read as views)
             // is built from the sort's copy on the device.
             assert_eq!(summary.output.device_chunks_resident, 40, "{summary}");
+            // All but the key went up while the file was read.
+            assert!(
+                summary.algorithm.contains("4 columns up while read"),
+                "{summary}"
+            );
         } else {
             assert_eq!(summary.output.device_chunks, 0);
         }
@@ -810,6 +815,53 @@ async fn sorted_files_with_device_pages_read_back_as_the_hosts() {
             assert_eq!(a.statistics(), b.statistics(), "row group {g} column {c}");
         }
     }
+}
+
+/// Several input files (partitions read at once): the payload goes up while they are
+/// read, in groups of each partition that the run lays end to end in its own order, the
+/// strings' data buffers numbered across them; the file reads back as the host's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a CUDA GPU"]
+async fn payload_copied_while_several_files_are_read_writes_the_hosts_file() {
+    let Some(_runtime) = device() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let all = read_parquet(&input_file(dir.path(), 1_600_000));
+    let inputs: Vec<String> = (0..4)
+        .map(|i| {
+            let part = all.slice(i * 400_000, 400_000);
+            let path = dir.path().join(format!("part-{i}.parquet"));
+            let file = std::fs::File::create(&path).unwrap();
+            let mut writer = ArrowWriter::try_new(file, part.schema(), None).unwrap();
+            writer.write(&part).unwrap();
+            writer.close().unwrap();
+            path.display().to_string()
+        })
+        .collect();
+    let mut outputs = Vec::new();
+    for (name, encoding) in [
+        ("host", PageEncoding::Host),
+        ("device", PageEncoding::Device),
+    ] {
+        let output = dir.path().join(format!("{name}.parquet"));
+        let mut job = SortJob::new(inputs.clone(), &output, "k");
+        job.page_encoding = encoding;
+        job.compression = "snappy".into();
+        job.resident_pages = KeepOnDevice::All;
+        let summary = sort_files(&job, &Progress::new()).await.unwrap();
+        eprintln!("{name}: {summary}");
+        if encoding == PageEncoding::Device {
+            assert!(
+                summary.algorithm.contains("4 columns up while read"),
+                "{summary}"
+            );
+        }
+        outputs.push(output);
+    }
+    assert_eq!(
+        read_parquet(&outputs[0]),
+        read_parquet(&outputs[1]),
+        "the files' rows"
+    );
 }
 
 /// Every column fixed-width: each row group's pages are built from the sort's own copy on
@@ -847,6 +899,10 @@ async fn resident_pages_of_fixed_width_columns_read_back_as_the_hosts() {
             // columns each.
             assert_eq!(summary.output.device_chunks, 32, "{summary}");
             assert_eq!(summary.output.device_chunks_resident, 32, "{summary}");
+            assert!(
+                summary.algorithm.contains("3 columns up while read"),
+                "{summary}"
+            );
         }
         outputs.push(summary.output.files);
     }

@@ -80,24 +80,12 @@ pub(super) fn upload_raw_column(
         }
         PayloadLayout::Fixed(width) => {
             let data: Vec<ArrayData> = arrays.iter().map(|a| a.to_data()).collect();
-            let parts: Vec<&[u8]> = data
-                .iter()
-                .map(|d| &d.buffers()[0].as_slice()[d.offset() * width..][..d.len() * width])
-                .collect();
+            let parts: Vec<&[u8]> = data.iter().map(|d| fixed_values(d, width)).collect();
             upload_fixed(device, staging, arrays, &parts, width, narrowing)?
         }
     };
-    let validity = if arrays.iter().any(|a| a.logical_null_count() > 0) {
-        let bits = concat_bits(arrays.iter().map(|a| match a.logical_nulls() {
-            Some(nulls) => nulls.inner().clone(),
-            None => NullBuffer::new_valid(a.len()).inner().clone(),
-        }));
-        let buffer = upload_bytes(device, staging, &[bits.values()], "column validity")?;
-        bytes += buffer.len();
-        Some(Arc::new(buffer))
-    } else {
-        None
-    };
+    let (validity, validity_bytes) = upload_validity(device, staging, arrays)?;
+    bytes += validity_bytes;
     let column = RawColumn {
         layout,
         values: Arc::new(values),
@@ -105,6 +93,30 @@ pub(super) fn upload_raw_column(
         view_data,
     };
     Ok((column, bytes))
+}
+
+/// Uploads the validity bitmaps of `arrays` back to back, where some row is null; returns
+/// the buffer and the bytes copied.
+pub(super) fn upload_validity(
+    device: &Device,
+    staging: &mut Staging,
+    arrays: &[ArrayRef],
+) -> CudaResult<(Option<Arc<DeviceBuffer<u8>>>, usize)> {
+    if !arrays.iter().any(|a| a.logical_null_count() > 0) {
+        return Ok((None, 0));
+    }
+    let bits = concat_bits(arrays.iter().map(|a| match a.logical_nulls() {
+        Some(nulls) => nulls.inner().clone(),
+        None => NullBuffer::new_valid(a.len()).inner().clone(),
+    }));
+    let buffer = upload_bytes(device, staging, &[bits.values()], "column validity")?;
+    let bytes = buffer.len();
+    Ok((Some(Arc::new(buffer)), bytes))
+}
+
+/// The bytes of `array`'s values (`width` bytes each) from its offset on.
+pub(super) fn fixed_values(array: &ArrayData, width: usize) -> &[u8] {
+    &array.buffers()[0].as_slice()[array.offset() * width..][..array.len() * width]
 }
 
 /// Uploads fixed-width values (`parts` of `arrays`), narrowed when `narrowing` is given,

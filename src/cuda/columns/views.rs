@@ -88,7 +88,7 @@ impl RunBuffers {
 }
 
 /// The data buffers an array's views (or offsets) point into.
-fn data_buffers(array: &ArrayRef) -> Vec<Buffer> {
+pub(crate) fn data_buffers(array: &ArrayRef) -> Vec<Buffer> {
     use DataType::*;
     match array.data_type() {
         Utf8View => array.as_string_view().data_buffers().to_vec(),
@@ -268,9 +268,22 @@ pub(crate) fn upload_views(
     arrays: &[ArrayRef],
     buffers: &RunBuffers,
 ) -> CudaResult<(DeviceBuffer<u8>, usize)> {
+    upload_numbered_views(device, staging, arrays, &buffers.numbers)
+}
+
+/// Uploads the views of `arrays` (null rows empty), the data buffers of each array
+/// numbered as `numbers` says (one list per array, one number per buffer of
+/// [`data_buffers`]); returns them and the bytes copied.
+pub(crate) fn upload_numbered_views(
+    device: &Device,
+    staging: &mut Staging,
+    arrays: &[ArrayRef],
+    numbers: &[Vec<u32>],
+) -> CudaResult<(DeviceBuffer<u8>, usize)> {
+    assert_eq!(arrays.len(), numbers.len(), "one numbering per array");
     let sources: Vec<(ViewSource, Option<NullBuffer>)> = arrays
         .iter()
-        .zip(&buffers.numbers)
+        .zip(numbers)
         .map(|(array, numbers)| (view_source(array, numbers), array.logical_nulls()))
         .collect();
     let mut starts = Vec::with_capacity(arrays.len() + 1);

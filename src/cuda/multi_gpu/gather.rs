@@ -485,6 +485,8 @@ impl PayloadGather for SpreadPayload {
             windows: all.iter().map(|s| s.windows).max().unwrap_or_default(),
             device_peak_bytes: all.iter().map(|s| s.device_peak_bytes).max().unwrap_or(0),
             device_wait: all.iter().map(|s| s.device_wait).max().unwrap_or_default(),
+            early_columns: all.iter().map(|s| s.early_columns).sum(),
+            early_h2d_bytes: all.iter().map(|s| s.early_h2d_bytes).sum(),
         }
     }
 

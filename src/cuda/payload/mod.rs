@@ -22,6 +22,7 @@
 //! do not fit in device memory, and every other type, stay with the host gather. A failure
 //! part way hands the rest of the run back to the host gather.
 
+pub(super) mod early;
 pub(super) mod resident;
 use std::sync::Arc;
 use std::time::Instant;
@@ -45,6 +46,7 @@ use crate::cuda::runtime::{note_failure_of, note_gather_failure, CudaRuntime};
 use crate::cuda::tuning::{
     GATHER_THREADS as THREADS, GATHER_WINDOWS_KEPT, MIN_GATHER_WINDOW_BYTES,
 };
+use early::EarlyUpload;
 use resident::ResidentRun;
 
 /// Rows of a stretch of byte-array lengths one block scans
@@ -262,6 +264,19 @@ impl DevicePayload {
                     })?
                 }
             };
+            let mut early = match rows.early() {
+                Some(early) => take_early(
+                    early.as_any(),
+                    runtime.ordinal(),
+                    device,
+                    staging,
+                    rows,
+                    &candidates,
+                )?,
+                None => Default::default(),
+            };
+            stats.h2d_bytes += early.late_bytes;
+            stats.early_h2d_bytes = early.early_bytes;
             let mut payload = DevicePayload {
                 runtime: Arc::clone(runtime),
                 share,
@@ -278,9 +293,13 @@ impl DevicePayload {
                         && k.arrays.len() == arrays.len()
                         && k.arrays.iter().zip(&arrays).all(|(a, b)| Arc::ptr_eq(a, b))
                 });
-                let raw = match kept {
-                    Some(kept) => kept.raw.clone(),
-                    None => match upload_raw_column(
+                let raw = match (kept, early.columns.remove(&index)) {
+                    (Some(kept), _) => kept.raw.clone(),
+                    (None, Some(raw)) => {
+                        payload.stats.early_columns += 1;
+                        raw
+                    }
+                    (None, None) => match upload_raw_column(
                         device,
                         staging,
                         &arrays,
@@ -309,6 +328,27 @@ impl DevicePayload {
             Ok((!payload.columns.is_empty()).then_some(payload))
         })
     }
+}
+
+/// The columns of `candidates` that `early` (a backend's copy of the run's columns, made
+/// while its input arrived: this backend's own, on device `ordinal`) holds, put together
+/// on `device`; none where it is another's or on another device (it is let go then).
+fn take_early(
+    early: &dyn std::any::Any,
+    ordinal: usize,
+    device: &Device,
+    staging: &mut Staging,
+    rows: &RunRows,
+    candidates: &[(usize, PayloadLayout)],
+) -> CudaResult<early::Taken> {
+    let Some(early) = early.downcast_ref::<EarlyUpload>() else {
+        return Ok(early::Taken::default());
+    };
+    if early.ordinal() != Some(ordinal) {
+        crate::gather::EarlyColumns::abandon(early);
+        return Ok(early::Taken::default());
+    }
+    early.take_columns(device, staging, rows, candidates)
 }
 
 impl DevicePayload {
