@@ -34,7 +34,7 @@
 //! | `GPUSORT_PEER_COPIES` | switch, `0`: a sort spread over devices exchanges through host memory |
 //! | `GPUSORT_SNAPPY_SHAPE` | `global`: the Snappy kernel's earlier shape (64 KiB pieces read in device memory); `staged32`: 32 KiB pieces |
 //! | `GPUSORT_DEVICE_LANES` | streams beside a device's own for page jobs (default 4; `memory/lanes.rs`) |
-//! | `GPUSORT_EARLY_UPLOAD` | `0`: a sort's payload kept on the device for its writer goes up after the sort, not while the input is read (`payload/early.rs`) |
+//! | `GPUSORT_EARLY_UPLOAD` | threads that put a sort's payload kept on the device for its writer there while the input is read (default 4, at most 8; `0`: after the sort; `payload/early.rs`) |
 //!
 //! All are read when the runtime opens. The three switches can also be flipped later, between
 //! the runs of a benchmark (`gpusort bench sql --variant env:GPUSORT_HOST_LOCK=0`), through
@@ -254,6 +254,11 @@ pub const DEVICE_IDLE_RELEASE: Duration = Duration::from_secs(10);
 /// WORKERS of a file's page jobs (`pipeline/device_jobs.rs`), each a chain of small
 /// launches and waits that leaves most of the device idle alone.
 pub(crate) const DEVICE_LANES: usize = 4;
+/// Threads that upload a sort's payload while its input is read (`payload/early.rs`),
+/// each on a lane of the device.
+pub(crate) const EARLY_UPLOADERS: usize = 4;
+/// The most `GPUSORT_EARLY_UPLOAD` can ask for.
+pub(crate) const MAX_EARLY_UPLOADERS: usize = 8;
 /// The most lanes `GPUSORT_DEVICE_LANES` can ask for (each holds 64 MiB of page-locked
 /// staging memory; 8 and 16 were slower than 4 on SF10).
 pub(crate) const MAX_DEVICE_LANES: usize = 16;
@@ -464,9 +469,9 @@ pub struct Tuning {
     /// `GPUSORT_SNAPPY_SHAPE` (`staged`, `staged32` or `global`): how the Snappy kernel
     /// works.
     pub snappy: SnappyShape,
-    /// `GPUSORT_EARLY_UPLOAD`: a sort's payload kept on the device for its writer goes up
-    /// while the input is read (`payload/early.rs`).
-    pub early_upload: bool,
+    /// `GPUSORT_EARLY_UPLOAD`: threads that put a sort's payload kept on the device for its
+    /// writer there while the input is read (`payload/early.rs`); 0: it goes after the sort.
+    pub early_uploaders: usize,
 }
 
 /// How the windowed locality sort picks its halo.
@@ -542,7 +547,9 @@ impl Tuning {
                 .map_or(DEVICE_LANES, |n| n.min(MAX_DEVICE_LANES as u64) as usize),
             snappy: read(lookup, "GPUSORT_SNAPPY_SHAPE", SnappyShape::parse)
                 .unwrap_or(SnappyShape::STAGED),
-            early_upload: switch("GPUSORT_EARLY_UPLOAD", true),
+            early_uploaders: number("GPUSORT_EARLY_UPLOAD").map_or(EARLY_UPLOADERS, |n| {
+                n.min(MAX_EARLY_UPLOADERS as u64) as usize
+            }),
         }
     }
 

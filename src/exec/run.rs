@@ -352,8 +352,10 @@ impl<'a> RunSorter<'a> {
                 .transpose()?,
             _ => None,
         };
-        if payload.as_ref().is_some_and(|p| p.columns().is_empty()) {
-            payload = None;
+        if let Some(emptied) = payload.take_if(|p| p.columns().is_empty()) {
+            // Every column it held went to the consumer: what putting them there took is
+            // recorded here, as no gather will.
+            metrics.record_payload(emptied.stats(), 0);
         }
         let mut open = true;
         let Some((keep, schema)) = kept else {

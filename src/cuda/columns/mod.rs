@@ -122,7 +122,7 @@ pub(super) fn fixed_values(array: &ArrayData, width: usize) -> &[u8] {
 /// Uploads fixed-width values (`parts` of `arrays`), narrowed when `narrowing` is given,
 /// the type is worth it and every value allows it, else whole; returns the buffer and the
 /// bytes copied.
-fn upload_fixed(
+pub(in crate::cuda) fn upload_fixed(
     device: &Device,
     staging: &mut Staging,
     arrays: &[ArrayRef],

@@ -35,8 +35,9 @@ use crate::cuda::module::{arg, launch, load_module, Kernel, Module, NARROW};
 use crate::cuda::tuning::{Tuning, NARROW_THREADS as THREADS};
 
 /// Columns smaller than this go across whole: the scratch chunk and the launches would
-/// cost more than the bytes saved.
-const MIN_NARROWED_BYTES: usize = 4 << 20;
+/// cost more than the bytes saved. (The early copy's pieces, `payload/early.rs`, are a
+/// few megabytes each.)
+const MIN_NARROWED_BYTES: usize = 1 << 20;
 
 /// The loaded kernels of narrowed uploads (`kernels/narrow.cu`) of one device.
 #[derive(Debug)]

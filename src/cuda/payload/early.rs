@@ -39,20 +39,22 @@ use arrow::array::{ArrayRef, RecordBatch};
 use arrow::buffer::Buffer;
 use datafusion::arrow;
 
+use crate::cuda::columns::narrow::Narrowing;
 use crate::cuda::columns::views::{data_buffers, upload_numbered_views, ViewData, VIEW_BYTES};
-use crate::cuda::columns::{fixed_values, upload_bytes, upload_validity, PayloadLayout, RawColumn};
+use crate::cuda::columns::{
+    fixed_values, upload_bytes, upload_fixed, upload_validity, PayloadLayout, RawColumn,
+};
 use crate::cuda::error::{CudaError, CudaResult};
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::transfer::Staging;
 use crate::cuda::runtime::CudaRuntime;
+use crate::cuda::tuning::MAX_EARLY_UPLOADERS;
 use crate::gather::{EarlyColumns, RunRows};
 
 /// Payload bytes of one partition's batches that go up as one group: large enough that a
 /// group's copies move megabytes, small enough that what is pending when the input ends
 /// (at most a group per partition) goes up in a few milliseconds.
-const GROUP_BYTES: usize = 32 << 20;
-/// Threads that upload groups, each on a lane of the device.
-const UPLOADERS: usize = 2;
+const GROUP_BYTES: usize = 64 << 20;
 
 /// Finds the device a copy goes to, with the most device bytes its pieces may hold;
 /// `None` where there is none (called by the first uploader, so that the sort's input is
@@ -127,6 +129,8 @@ struct Piece {
     values: DeviceBuffer<u8>,
     /// Bytes of `values` that are values.
     len: usize,
+    /// Bytes that crossed PCIe for it (fewer than `len` where the values went narrowed).
+    sent: usize,
     /// Views: the data buffers first seen in the group.
     data: Option<DataPiece>,
 }
@@ -204,11 +208,12 @@ impl EarlyUpload {
             let (tx, rx) = channel();
             let rx = Arc::new(Mutex::new(rx));
             let mut uploaders = lock(&self.uploaders);
-            for i in 0..UPLOADERS {
+            // As many as the tuning may ask for: those past its count end at once.
+            for i in 0..MAX_EARLY_UPLOADERS {
                 let (shared, rx) = (Arc::clone(&self.shared), Arc::clone(&rx));
                 let spawned = std::thread::Builder::new()
                     .name(format!("gpusort-early-{i}"))
-                    .spawn(move || upload_groups(&shared, &rx));
+                    .spawn(move || upload_groups(&shared, &rx, i));
                 match spawned {
                     Ok(handle) => uploaders.push(handle),
                     Err(error) if uploaders.is_empty() => {
@@ -298,10 +303,7 @@ impl EarlyUpload {
                 .iter()
                 .map(|&g| groups_of[c][g].take().expect("each group once"))
                 .collect();
-            let early: usize = pieces
-                .iter()
-                .map(|p| p.len + p.data.as_ref().map_or(0, |d| d.len))
-                .sum();
+            let early: usize = pieces.iter().map(|p| p.sent).sum();
             let built =
                 concatenate(device, staging, layout, &pieces, buffers[c]).and_then(|column| {
                     let (validity, bytes) = upload_validity(device, staging, &run_arrays)?;
@@ -472,23 +474,27 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// An uploader: uploads the groups it receives until the sender goes, each on a lane of
+/// Uploader `i`: uploads the groups it receives until the sender goes, each on a lane of
 /// the device; a failure, or pieces that would pass the cap, stop the copy (the run's
-/// payload then goes up as before, where a failure is met again and handled).
-fn upload_groups(shared: &Shared, jobs: &Mutex<Receiver<Group>>) {
+/// payload then goes up as before, where a failure is met again and handled). Ends at
+/// once where the tuning asks for fewer uploaders.
+fn upload_groups(shared: &Shared, jobs: &Mutex<Receiver<Group>>, i: usize) {
+    let Some((runtime, cap)) = shared.device() else {
+        stop_shared(shared, "no usable device");
+        return;
+    };
+    let uploaders = runtime.tuning.early_uploaders;
+    if uploaders == 0 {
+        stop_shared(shared, "GPUSORT_EARLY_UPLOAD=0");
+    }
+    if i >= uploaders.max(1) {
+        return;
+    }
     loop {
         let received = lock(jobs).recv();
         let Ok(group) = received else {
             return;
         };
-        let Some((runtime, cap)) = shared.device() else {
-            stop_shared(shared, "no usable device");
-            continue;
-        };
-        if !runtime.tuning.early_upload {
-            stop_shared(shared, "GPUSORT_EARLY_UPLOAD=0");
-            continue;
-        }
         {
             let mut state = shared.lock();
             if state.stopped.is_some() {
@@ -503,8 +509,9 @@ fn upload_groups(shared: &Shared, jobs: &Mutex<Receiver<Group>>) {
             state.bytes += group.bytes;
         }
         let started = Instant::now();
-        let uploaded =
-            runtime.on_lane(|device, staging| upload_group(device, staging, shared, &group));
+        let narrowing = &runtime.narrowing;
+        let uploaded = runtime
+            .on_lane(|device, staging| upload_group(device, staging, narrowing, shared, &group));
         let mut state = shared.lock();
         state.busy += started.elapsed();
         match uploaded {
@@ -544,6 +551,7 @@ fn stop_shared(shared: &Shared, why: &str) {
 fn upload_group(
     device: &Device,
     staging: &mut Staging,
+    narrowing: &Narrowing,
     shared: &Shared,
     group: &Group,
 ) -> CudaResult<Vec<Piece>> {
@@ -555,10 +563,13 @@ fn upload_group(
                 let data: Vec<_> = arrays.iter().map(|a| a.to_data()).collect();
                 let parts: Vec<&[u8]> = data.iter().map(|d| fixed_values(d, width)).collect();
                 let len = parts.iter().map(|p| p.len()).sum();
-                let values = upload_bytes(device, staging, &parts, "early column values")?;
+                // Narrowed where the values allow it: the scan's CPU writes fewer bytes.
+                let (values, sent) =
+                    upload_fixed(device, staging, arrays, &parts, width, Some(narrowing))?;
                 Piece {
                     values,
                     len,
+                    sent,
                     data: None,
                 }
             }
@@ -582,6 +593,7 @@ fn upload_group(
                 Piece {
                     values,
                     len,
+                    sent: len + at,
                     data: Some(DataPiece {
                         bytes,
                         len: at,
