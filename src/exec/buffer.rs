@@ -9,6 +9,9 @@
 //! (partition, then arrival) is the input order, and merging them with ties broken by run
 //! index keeps the sort stable.
 //!
+//! With an early copy of some columns (a backend's [`EarlyColumns`], `gather/early.rs`),
+//! each admitted batch is handed to it as well; the first spill lets it go.
+//!
 //! With a [`HashRouting`] (a sort that reads the input of a hash repartition itself), the
 //! rows are spilled by output partition: each spill splits the buffered batches into the
 //! hash partitions first, so every output partition finds its own sorted runs on disk.

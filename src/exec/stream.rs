@@ -2,6 +2,7 @@
 //!
 //! ```text
 //!  input partitions ──(concurrently, accounted in the MemoryPool)──► buffered batches
+//!        │                 (and to the backend's early copy of the payload, if any)
 //!        │                 reservation full: sort buffered runs ──► spill files (buffer.rs)
 //!        ▼  split into runs of ≤ run_rows                  (partition order, then arrival)
 //!  one run:    spawn_blocking(sort_run) ──batches──► channel ──► consumer
