@@ -453,8 +453,19 @@ impl SortBackend for CudaBackend {
         if columns.is_empty() {
             return None;
         }
+        // Switched off: known without waiting where the devices are open already.
+        if let Some(Ok(opened)) = self.devices.get() {
+            if usable(opened).any(|d| d.runtime.tuning.early_uploaders == 0) {
+                return None;
+            }
+        }
         let backend = self.clone();
         let device_of: DeviceOf = Box::new(move || {
+            // One device: with several, the copy's memory would send the run to another
+            // (the least busy one), and the copy would be let go.
+            if usable(backend.open().ok()?).count() != 1 {
+                return None;
+            }
             let (claim, share) = backend.device()?;
             let runtime = Arc::clone(claim.runtime);
             let cap = share.limit.min(runtime.device.total_memory) / 2;

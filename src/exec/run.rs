@@ -296,6 +296,10 @@ impl<'a> RunSorter<'a> {
                 segments,
             } => {
                 metrics.device_splits.add(1);
+                // The pieces gather on their own: a copy of the run's columns is let go.
+                if let Some(early) = rows.early() {
+                    early.abandon();
+                }
                 return self.sort_in_pieces(rows.batches().to_vec(), piece_rows, segments, emit);
             }
         };
@@ -317,6 +321,11 @@ impl<'a> RunSorter<'a> {
             let _timer = metrics.gather_time.timer();
             self.device_payload(&rows, &permutation, state)
         };
+        // What the payload gather did not take of a copy made while the input was read
+        // (it gathered on the host, or on other devices) is let go now, not with the run.
+        if let Some(early) = rows.early() {
+            early.abandon();
+        }
         let computed = match windows {
             Some(request) => self.device_windows(payload.as_deref_mut(), request, &[])?,
             None => None,

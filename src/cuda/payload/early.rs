@@ -267,11 +267,18 @@ impl EarlyUpload {
             waited: waiting.elapsed(),
             ..Taken::default()
         };
+        if self.ordinal() != Some(device.ordinal) {
+            // The run went to another device (or the copy found none).
+            self.stop("the run is sorted on another device");
+            return Ok(taken);
+        }
         let mut state = self.shared.lock();
         if let Some(why) = &state.stopped {
             crate::trace::event(|| format!("early upload: not used ({why})"));
             return Ok(taken);
         }
+        // Taken once: a later `abandon` finds nothing to let go.
+        state.stopped = Some("taken by the run".to_string());
         let uploaded = std::mem::take(&mut state.uploaded);
         let (busy, groups) = (state.busy, state.groups);
         let buffers: Vec<usize> = state.numbering.iter().map(HashMap::len).collect();
@@ -411,7 +418,7 @@ impl Shared {
 
 impl EarlyColumns for EarlyUpload {
     fn add(&self, partition: usize, batch: &RecordBatch) {
-        if batch.num_rows() == 0 {
+        if batch.num_rows() == 0 || self.shared.lock().stopped.is_some() {
             return;
         }
         let bytes: usize = self
@@ -449,7 +456,7 @@ impl EarlyColumns for EarlyUpload {
     }
 
     fn abandon(&self) {
-        self.stop("the input is not one run in memory");
+        self.stop("not used by the run");
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -464,8 +471,9 @@ impl Drop for EarlyUpload {
         if state.stopped.is_none() {
             state.stopped = Some("let go".to_string());
         }
-        state.uploaded.clear();
+        let uploaded = std::mem::take(&mut state.uploaded);
         drop(state);
+        free_on_device(&self.shared, uploaded);
         lock(&self.jobs).take();
     }
 }
@@ -480,7 +488,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// once where the tuning asks for fewer uploaders.
 fn upload_groups(shared: &Shared, jobs: &Mutex<Receiver<Group>>, i: usize) {
     let Some((runtime, cap)) = shared.device() else {
-        stop_shared(shared, "no usable device");
+        stop_shared(shared, "not one usable device");
         return;
     };
     let uploaders = runtime.tuning.early_uploaders;
@@ -544,7 +552,28 @@ fn stop_shared(shared: &Shared, why: &str) {
     }
     let uploaded = std::mem::take(&mut state.uploaded);
     drop(state);
-    drop(uploaded);
+    free_on_device(shared, uploaded);
+}
+
+/// Frees the pieces of `uploaded` on a thread of their own with the device's context
+/// current: the caller may be any thread (a runtime's worker, or one bound to another
+/// device), and a buffer is freed in its device's context.
+fn free_on_device(shared: &Shared, uploaded: Vec<Uploaded>) {
+    if uploaded.is_empty() {
+        return;
+    }
+    let Some(Some((runtime, _))) = shared.device.get() else {
+        return;
+    };
+    let runtime = Arc::clone(runtime);
+    let freeing = move || {
+        let _ = runtime.device.bind();
+        drop(uploaded);
+    };
+    // Where no thread can be made, the closure (and the pieces) is dropped here.
+    let _ = std::thread::Builder::new()
+        .name("gpusort-early-free".to_string())
+        .spawn(freeing);
 }
 
 /// Uploads every column of `group`, on a lane's `device`, and waits for the copies.

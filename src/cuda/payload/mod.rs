@@ -344,10 +344,7 @@ fn take_early(
     let Some(early) = early.downcast_ref::<EarlyUpload>() else {
         return Ok(early::Taken::default());
     };
-    if early.ordinal() != Some(ordinal) {
-        crate::gather::EarlyColumns::abandon(early);
-        return Ok(early::Taken::default());
-    }
+    debug_assert_eq!(ordinal, device.ordinal, "the gathering device");
     early.take_columns(device, staging, rows, candidates)
 }
 
