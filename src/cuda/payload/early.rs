@@ -21,7 +21,9 @@
 //! scan); byte-like columns as views (`Utf8View`, `BinaryView`) numbered across the run as
 //! the groups are made, each data buffer once, so the run's buffer table (`ViewData`)
 //! points into whichever piece holds it. `Boolean` columns, and every column of a run that
-//! spills, sorts in several runs or lands on another device, go up as before.
+//! spills, sorts in several runs or in pieces, or gathers on the host or another device, go
+//! up as before; a backend with several usable devices makes no copy (its memory would send
+//! the run to the least busy other one).
 //!
 //! Device memory: the pieces are charged to the device's budget as they are made, and all
 //! of them together may hold at most half the backend's device limit (past it, the copy
