@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use datafusion::arrow::array::{Int64Array, RecordBatch};
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::SortOptions;
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::Result;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::source::DataSourceExec;
@@ -27,7 +27,7 @@ use gpusort::keys::{EncodedKeys, KeyColumn};
 use gpusort::sort::{IdTableMaker, KeySort, Segments, SortBackend, SortedRun};
 use gpusort::{AlgorithmChoice, GpuSortExec};
 
-use super::seed;
+use super::data::{keyed_input, keyed_schema};
 
 /// A backend that sorts on `inner`, every sort then waiting until the test opens the gate
 /// (calls that leave the sort to the caller pass straight through).
@@ -128,35 +128,12 @@ impl SortBackend for GateBackend {
 }
 
 fn schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("g", DataType::Int64, false),
-        Field::new("k", DataType::Int64, false),
-    ]))
+    keyed_schema()
 }
 
 /// `partitions` input partitions of `rows` rows each, in batches of 4096.
 fn input(partitions: usize, rows: usize) -> Vec<Vec<RecordBatch>> {
-    let mut state = seed() | 1;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
-    (0..partitions)
-        .map(|_| {
-            (0..rows)
-                .step_by(4096)
-                .map(|at| {
-                    let n = 4096.min(rows - at);
-                    let k: Vec<i64> = (0..n).map(|_| next() as i64).collect();
-                    let g = Int64Array::from_iter_values(k.iter().map(|k| k.rem_euclid(97)));
-                    RecordBatch::try_new(schema(), vec![Arc::new(g), Arc::new(Int64Array::from(k))])
-                        .unwrap()
-                })
-                .collect()
-        })
-        .collect()
+    keyed_input(partitions, rows, 4096)
 }
 
 /// A path of the sort, and how to build its plan.

@@ -283,3 +283,37 @@ pub fn split_uneven(
     }
     parts
 }
+
+/// The schema of [`keyed_input`]: a group `g` (the key modulo 97) and a key `k`.
+pub fn keyed_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("g", DataType::Int64, false),
+        Field::new("k", DataType::Int64, false),
+    ]))
+}
+
+/// `partitions` input partitions of `rows` rows each, in batches of `batch_rows`: random
+/// keys `k` (from the run's seed) and their group `g`.
+pub fn keyed_input(partitions: usize, rows: usize, batch_rows: usize) -> Vec<Vec<RecordBatch>> {
+    let mut state = super::seed() | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    (0..partitions)
+        .map(|_| {
+            (0..rows)
+                .step_by(batch_rows)
+                .map(|at| {
+                    let n = batch_rows.min(rows - at);
+                    let k: Vec<i64> = (0..n).map(|_| next() as i64).collect();
+                    let g = Int64Array::from_iter_values(k.iter().map(|k| k.rem_euclid(97)));
+                    let columns: Vec<ArrayRef> = vec![Arc::new(g), Arc::new(Int64Array::from(k))];
+                    RecordBatch::try_new(keyed_schema(), columns).unwrap()
+                })
+                .collect()
+        })
+        .collect()
+}

@@ -26,7 +26,7 @@ use gpusort::keys::{EncodedKeys, KeyColumn};
 use gpusort::sort::{CpuBackend, KeySort, Segments, SortBackend, SortedRun};
 use gpusort::{AlgorithmChoice, GpuSortExec};
 
-use super::seed;
+use super::data::{keyed_input, keyed_schema};
 
 /// What the copies a backend made received.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -101,40 +101,32 @@ impl SortBackend for RecordingBackend {
 }
 
 fn schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("g", DataType::Int64, false),
-        Field::new("k", DataType::Int64, false),
-        Field::new("s", DataType::Utf8View, true),
-    ]))
+    let mut fields = keyed_schema().fields().to_vec();
+    fields.push(Arc::new(Field::new("s", DataType::Utf8View, true)));
+    Arc::new(Schema::new(fields))
 }
 
-/// `partitions` input partitions of `rows` rows each, in batches of 1000.
+/// `partitions` input partitions of `rows` rows each, in batches of 1000: the keyed input
+/// and a string column made from the key, some null.
 fn input(partitions: usize, rows: usize) -> Vec<Vec<RecordBatch>> {
-    let mut state = seed() | 1;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
+    let with_strings = |batch: RecordBatch| {
+        let k = batch
+            .column(1)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
+        let s = StringViewArray::from_iter(
+            k.values()
+                .iter()
+                .map(|k| (k % 5 != 0).then(|| format!("value {k} of the input"))),
+        );
+        let mut columns = batch.columns().to_vec();
+        columns.push(Arc::new(s) as ArrayRef);
+        RecordBatch::try_new(schema(), columns).unwrap()
     };
-    (0..partitions)
-        .map(|_| {
-            (0..rows)
-                .step_by(1000)
-                .map(|at| {
-                    let n = 1000.min(rows - at);
-                    let k: Vec<i64> = (0..n).map(|_| next() as i64).collect();
-                    let g = Int64Array::from_iter_values(k.iter().map(|k| k.rem_euclid(97)));
-                    let s = StringViewArray::from_iter(
-                        k.iter()
-                            .map(|k| (k % 5 != 0).then(|| format!("value {k} of the input"))),
-                    );
-                    let columns: Vec<ArrayRef> =
-                        vec![Arc::new(g), Arc::new(Int64Array::from(k)), Arc::new(s)];
-                    RecordBatch::try_new(schema(), columns).unwrap()
-                })
-                .collect()
-        })
+    keyed_input(partitions, rows, 1000)
+        .into_iter()
+        .map(|batches| batches.into_iter().map(with_strings).collect())
         .collect()
 }
 

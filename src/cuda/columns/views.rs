@@ -260,6 +260,23 @@ pub struct ViewData {
     pub starts: DeviceBuffer<u64>,
 }
 
+impl ViewData {
+    /// The run buffers `data` on the device, with `starts` (where each begins in `data`,
+    /// then the total) uploaded as its table.
+    pub(crate) fn new(
+        device: &Device,
+        staging: &mut Staging,
+        data: DeviceBuffer<u8>,
+        starts: &[u64],
+    ) -> CudaResult<Self> {
+        let starts =
+            staging.upload::<u64, _>(device, starts.len(), "view buffer starts", |at, out| {
+                out.copy_from_slice(&starts[at..at + out.len()])
+            })?;
+        Ok(Self { data, starts })
+    }
+}
+
 /// Uploads the views of `arrays` in the run numbering of `buffers` (null rows empty);
 /// returns them and the bytes copied.
 pub(crate) fn upload_views(
@@ -335,18 +352,8 @@ pub(crate) fn upload_view_data(
     }
     starts.push(total);
     let data = crate::cuda::columns::upload_bytes(device, staging, &parts, "view data")?;
-    let table =
-        staging.upload::<u64, _>(device, starts.len(), "view buffer starts", |at, out| {
-            out.copy_from_slice(&starts[at..at + out.len()])
-        })?;
     let bytes = data.len() + starts.len() * 8;
-    Ok((
-        ViewData {
-            data,
-            starts: table,
-        },
-        bytes,
-    ))
+    Ok((ViewData::new(device, staging, data, &starts)?, bytes))
 }
 
 /// The output array of one batch gathered on the device: its views (long values pointing

@@ -101,9 +101,8 @@ struct State {
     uploaded: Vec<Uploaded>,
     /// Per column: the run numbers of the view data buffers seen so far.
     numbering: Vec<HashMap<(usize, usize), u32>>,
-    /// Time the uploaders spent, and the groups they uploaded.
+    /// Time the uploaders spent.
     busy: Duration,
-    groups: usize,
 }
 
 /// One group of a partition's batches, for the uploaders.
@@ -282,7 +281,7 @@ impl EarlyUpload {
         // Taken once: a later `abandon` finds nothing to let go.
         state.stopped = Some("taken by the run".to_string());
         let uploaded = std::mem::take(&mut state.uploaded);
-        let (busy, groups) = (state.busy, state.groups);
+        let (busy, groups) = (state.busy, uploaded.len());
         let buffers: Vec<usize> = state.numbering.iter().map(HashMap::len).collect();
         drop(state);
         let mut groups_of: Vec<Vec<Option<Piece>>> = (0..self.shared.columns.len())
@@ -468,15 +467,8 @@ impl EarlyColumns for EarlyUpload {
 
 impl Drop for EarlyUpload {
     fn drop(&mut self) {
-        // The uploaders skip what is still queued and end; the pieces go with the last.
-        let mut state = self.shared.lock();
-        if state.stopped.is_none() {
-            state.stopped = Some("let go".to_string());
-        }
-        let uploaded = std::mem::take(&mut state.uploaded);
-        drop(state);
-        free_on_device(&self.shared, uploaded);
-        lock(&self.jobs).take();
+        // The uploaders skip what is still queued and end.
+        self.stop("let go");
     }
 }
 
@@ -526,7 +518,6 @@ fn upload_groups(shared: &Shared, jobs: &Mutex<Receiver<Group>>, i: usize) {
         state.busy += started.elapsed();
         match uploaded {
             Ok(pieces) if state.stopped.is_none() => {
-                state.groups += 1;
                 state.uploaded.push(Uploaded {
                     arrays: group.arrays,
                     pieces,
@@ -710,11 +701,7 @@ fn concatenate(
         data_pieces().map(|d| (&d.bytes, d.len)),
         "view data",
     )?;
-    let starts =
-        staging.upload::<u64, _>(device, starts.len(), "view buffer starts", |at, out| {
-            out.copy_from_slice(&starts[at..at + out.len()])
-        })?;
-    Ok((values, Some(ViewData { data, starts })))
+    Ok((values, Some(ViewData::new(device, staging, data, &starts)?)))
 }
 
 /// The first `len` bytes of each buffer end to end in a new buffer, padded with zeros to a

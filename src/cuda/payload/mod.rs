@@ -265,14 +265,7 @@ impl DevicePayload {
                 }
             };
             let mut early = match rows.early() {
-                Some(early) => take_early(
-                    early.as_any(),
-                    runtime.ordinal(),
-                    device,
-                    staging,
-                    rows,
-                    &candidates,
-                )?,
+                Some(early) => take_early(early.as_any(), device, staging, rows, &candidates)?,
                 None => Default::default(),
             };
             stats.h2d_bytes += early.late_bytes;
@@ -331,21 +324,19 @@ impl DevicePayload {
 }
 
 /// The columns of `candidates` that `early` (a backend's copy of the run's columns, made
-/// while its input arrived: this backend's own, on device `ordinal`) holds, put together
-/// on `device`; none where it is another's or on another device (it is let go then).
+/// while its input arrived) holds, put together on `device`; none where it is not this
+/// backend's, or where the copy is on another device (it is let go then).
 fn take_early(
     early: &dyn std::any::Any,
-    ordinal: usize,
     device: &Device,
     staging: &mut Staging,
     rows: &RunRows,
     candidates: &[(usize, PayloadLayout)],
 ) -> CudaResult<early::Taken> {
-    let Some(early) = early.downcast_ref::<EarlyUpload>() else {
-        return Ok(early::Taken::default());
-    };
-    debug_assert_eq!(ordinal, device.ordinal, "the gathering device");
-    early.take_columns(device, staging, rows, candidates)
+    match early.downcast_ref::<EarlyUpload>() {
+        Some(early) => early.take_columns(device, staging, rows, candidates),
+        None => Ok(early::Taken::default()),
+    }
 }
 
 impl DevicePayload {
