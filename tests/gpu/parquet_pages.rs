@@ -15,6 +15,7 @@ use datafusion::parquet::file::properties::WriterProperties;
 use datafusion::parquet::file::reader::{FileReader, SerializedFileReader};
 use gpusort::cuda::{PageColumn, PageCut, StatisticsOrder};
 use gpusort::pipeline::{sort_files, KeepOnDevice, PageEncoding, Progress, SortJob};
+use gpusort::DeviceSelection;
 
 /// The uncompressed body of page `cut` of `column`, written here from the format's
 /// definition: a 4-byte length and the levels (one RLE run of 1s without nulls, else one
@@ -777,6 +778,8 @@ async fn sorted_files_with_device_pages_read_back_as_the_hosts() {
         // More distinct values than a dictionary page holds: `f` gives it up.
         job.row_group_rows = 150_000;
         job.resident_pages = KeepOnDevice::All;
+        // One device: a host of several makes no copy while the input is read.
+        job.devices = DeviceSelection::First(1);
         let summary = sort_files(&job, &Progress::new()).await.unwrap();
         eprintln!("{name}: {summary}");
         if encoding == PageEncoding::Device {
@@ -847,6 +850,8 @@ async fn payload_copied_while_several_files_are_read_writes_the_hosts_file() {
         job.page_encoding = encoding;
         job.compression = "snappy".into();
         job.resident_pages = KeepOnDevice::All;
+        // One device: a host of several makes no copy while the input is read.
+        job.devices = DeviceSelection::First(1);
         let summary = sort_files(&job, &Progress::new()).await.unwrap();
         eprintln!("{name}: {summary}");
         if encoding == PageEncoding::Device {
@@ -889,6 +894,7 @@ async fn resident_pages_of_fixed_width_columns_read_back_as_the_hosts() {
         let mut job = SortJob::new(vec![input.display().to_string()], &output, "k");
         job.page_encoding = encoding;
         job.resident_pages = KeepOnDevice::FixedWidth;
+        job.devices = DeviceSelection::First(1);
         job.compression = "snappy".into();
         job.row_group_rows = 150_000;
         job.max_rows_per_file = Some(400_000);
