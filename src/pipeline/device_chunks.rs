@@ -991,6 +991,7 @@ fn extreme_values(
 mod tests {
     use super::*;
     use crate::cuda::EncodedPage;
+    use crate::pipeline::splice::{append_chunk, check_offsets, SpliceSink, Splices};
     use datafusion::arrow::array::{
         BinaryArray, Date32Array, Decimal128Array, Float32Array, Float64Array, Int32Array,
         Int64Array, LargeStringArray, RecordBatch, StringArray, StringViewArray,
@@ -1570,18 +1571,23 @@ mod tests {
             .convert(&batch.schema())
             .unwrap();
         let chunks = encode_with(&leaves(batch, properties), properties, pages).unwrap();
-        let mut device = Vec::new();
+        // Appended as the appender does: each chunk written whole by the file's sink.
+        let splices = Arc::new(Splices::default());
         let mut file = SerializedFileWriter::new(
-            &mut device,
+            SpliceSink::new(Vec::new(), Arc::clone(&splices)),
             columns.root_schema_ptr(),
             Arc::new(properties.clone()),
         )
         .unwrap();
+        let mut offset = file.bytes_written() as u64;
+        let mut announced = Vec::new();
         let mut group = file.next_row_group().unwrap();
-        for chunk in chunks {
-            group.append_column(&chunk.bytes, chunk.close).unwrap();
+        for (column, chunk) in chunks.into_iter().enumerate() {
+            announced.push((column, offset));
+            offset = append_chunk(&mut group, &splices, offset, &chunk.bytes, chunk.close).unwrap();
         }
-        group.close().unwrap();
+        let row_group = group.close().unwrap();
+        check_offsets(&row_group, &announced).unwrap();
         // The Arrow schema, as ArrowWriter stores it, so the reader gets the same types.
         let cpu_meta = ParquetMetaDataReader::new()
             .parse_and_finish(&Bytes::from(cpu.clone()))
@@ -1594,7 +1600,7 @@ mod tests {
         {
             file.append_key_value_metadata(kv.clone());
         }
-        file.close().unwrap();
+        let device = file.into_inner().unwrap().into_inner().unwrap();
         (cpu, device)
     }
 

@@ -51,6 +51,7 @@ mod ranged_job;
 mod row_groups;
 mod schemas;
 mod spill;
+mod splice;
 mod write_memory;
 mod writeback;
 

@@ -41,6 +41,7 @@ use datafusion::parquet::file::writer::SerializedFileWriter;
 use super::device_chunks;
 use super::device_jobs::{DeviceJob, DevicePages, DeviceSlot, EncodedLeaf, PageCounts};
 use super::encodings::DictionaryChoice;
+use super::splice::{self, SpliceSink, Splices};
 use super::write_memory::WriteMemory;
 use crate::exec::views::array_memory;
 use crate::gather::{resident_part, ResidentColumns};
@@ -91,6 +92,8 @@ impl<W: Write + Send + 'static> ParallelFileWriter<W> {
             .convert(&schema)?;
         let dictionaries = Arc::new(DictionaryChoice::new(properties.clone(), &columns));
         let device = device_pages.map(|counts| DevicePages::new(&schema, &columns, counts));
+        let splices = Arc::new(Splices::default());
+        let sink = SpliceSink::new(sink, Arc::clone(&splices));
         let (file, factory) =
             ArrowWriter::try_new(sink, Arc::clone(&schema), Some(properties.clone()))?
                 .into_serialized_writer()?;
@@ -99,7 +102,12 @@ impl<W: Write + Send + 'static> ParallelFileWriter<W> {
             without_dictionary: None,
             schema,
             row_group_rows: row_group_rows.max(1),
-            appender: Appender::start(file, Arc::clone(&memory), Arc::clone(&dictionaries))?,
+            appender: Appender::start(
+                file,
+                splices,
+                Arc::clone(&memory),
+                Arc::clone(&dictionaries),
+            )?,
             dictionaries,
             memory,
             filling: None,
@@ -151,7 +159,11 @@ impl<W: Write + Send + 'static> ParallelFileWriter<W> {
                 memory_wait.as_secs_f64() * 1e3
             )
         });
-        self.appender.finish()?.into_inner()
+        self.appender
+            .finish()?
+            .into_inner()?
+            .into_inner()
+            .map_err(|e| ParquetError::External(Box::new(e)))
     }
 
     /// Queues the leaves of `batch` (rows of the filling row group) on their encoders, once
@@ -353,7 +365,7 @@ pub fn write_with_device_pages(
 /// have finished, and lets go of their memory.
 struct Appender<W: Write + Send + 'static> {
     sender: Option<SyncSender<RowGroupEncoders>>,
-    thread: Option<JoinHandle<Result<SerializedFileWriter<W>>>>,
+    thread: Option<JoinHandle<Result<SerializedFileWriter<SpliceSink<W>>>>>,
     /// Set when the file is abandoned (dropped unfinished): the appender then drops the
     /// row groups it still gets instead of waiting for their encoders.
     abandoned: Arc<AtomicBool>,
@@ -361,7 +373,8 @@ struct Appender<W: Write + Send + 'static> {
 
 impl<W: Write + Send + 'static> Appender<W> {
     fn start(
-        file: SerializedFileWriter<W>,
+        file: SerializedFileWriter<SpliceSink<W>>,
+        splices: Arc<Splices>,
         memory: Arc<WriteMemory>,
         dictionaries: Arc<DictionaryChoice>,
     ) -> Result<Self> {
@@ -371,7 +384,7 @@ impl<W: Write + Send + 'static> Appender<W> {
         let stop = Arc::clone(&abandoned);
         let thread = std::thread::Builder::new()
             .name("gpusort-append".into())
-            .spawn(move || append_in_order(file, receiver, memory, &dictionaries, &stop))
+            .spawn(move || append_in_order(file, &splices, receiver, memory, &dictionaries, &stop))
             .map_err(|e| ParquetError::General(format!("gpusort: starting the appender: {e}")))?;
         Ok(Self {
             sender: Some(sender),
@@ -404,12 +417,12 @@ impl<W: Write + Send + 'static> Appender<W> {
     }
 
     /// No more row groups: waits until every one is appended; the file, to close.
-    fn finish(mut self) -> Result<SerializedFileWriter<W>> {
+    fn finish(mut self) -> Result<SerializedFileWriter<SpliceSink<W>>> {
         self.sender = None;
         self.join()
     }
 
-    fn join(&mut self) -> Result<SerializedFileWriter<W>> {
+    fn join(&mut self) -> Result<SerializedFileWriter<SpliceSink<W>>> {
         let thread = self
             .thread
             .take()
@@ -436,14 +449,17 @@ impl<W: Write + Send + 'static> Drop for Appender<W> {
 
 /// The appender's loop: each row group's chunks, once encoded, written to `file` in the
 /// order received (and shown to `dictionaries`); the file back once the sender is gone, or
-/// the first error. Once `abandoned`, row groups are dropped as they come.
+/// the first error. Once `abandoned`, row groups are dropped as they come. The device's
+/// chunks are announced to `splices` and written by the file's sink in one call each
+/// (`splice.rs`).
 fn append_in_order<W: Write + Send>(
-    mut file: SerializedFileWriter<W>,
+    mut file: SerializedFileWriter<SpliceSink<W>>,
+    splices: &Splices,
     row_groups: Receiver<RowGroupEncoders>,
     memory: Arc<WriteMemory>,
     dictionaries: &DictionaryChoice,
     abandoned: &AtomicBool,
-) -> Result<SerializedFileWriter<W>> {
+) -> Result<SerializedFileWriter<SpliceSink<W>>> {
     let (mut waited, mut appending, mut appended) = (Duration::ZERO, Duration::ZERO, 0);
     for row_group in row_groups {
         if abandoned.load(Ordering::Relaxed) {
@@ -461,22 +477,38 @@ fn append_in_order<W: Write + Send>(
         waited += encoded - started;
         let bytes = row_group.encoded();
         let written = (|| {
+            // Where the next chunk lands: parquet writes nothing between appended chunks.
+            let mut offset = file.bytes_written() as u64;
+            let mut announced = Vec::new();
             let mut writer = file.next_row_group()?;
             for (leaf, chunk) in chunks.into_iter().enumerate() {
                 match chunk? {
                     EncodedLeaf::Cpu(chunk) => {
                         dictionaries.observe(leaf, &chunk.close().metadata);
+                        offset += chunk.close().metadata.compressed_size() as u64;
                         chunk.append_to_row_group(&mut writer)?;
                     }
                     EncodedLeaf::Device(chunk) => {
                         if let Some(gave_up) = chunk.gave_up_dictionary {
                             dictionaries.learn(leaf, gave_up);
                         }
-                        writer.append_column(&chunk.bytes, chunk.close)?;
+                        if !splice::enabled() {
+                            writer.append_column(&chunk.bytes, chunk.close)?;
+                            continue;
+                        }
+                        announced.push((leaf, offset));
+                        offset = splice::append_chunk(
+                            &mut writer,
+                            splices,
+                            offset,
+                            &chunk.bytes,
+                            chunk.close,
+                        )?;
                     }
                 }
             }
-            writer.close().map(|_| ())
+            let row_group = writer.close()?;
+            splice::check_offsets(&row_group, &announced)
         })();
         drop(row_group);
         memory.appended(bytes);
