@@ -85,6 +85,22 @@ where
     T: Send,
     F: Fn(usize, Step<'_, S>) -> CudaResult<T> + Sync,
 {
+    on_each_telling(held, states, &|| {}, work)
+}
+
+/// [`on_each`], calling `failed` on the thread of a device that could not be bound or whose
+/// work failed, as soon as it did (for work that waits on the other devices).
+pub(super) fn on_each_telling<S, T, F>(
+    held: &mut [Held<'_>],
+    states: &mut [S],
+    failed: &(dyn Fn() + Sync),
+    work: F,
+) -> Result<Vec<T>, Failure>
+where
+    S: Send,
+    T: Send,
+    F: Fn(usize, Step<'_, S>) -> CudaResult<T> + Sync,
+{
     assert_eq!(held.len(), states.len(), "one state per held device");
     let work = &work;
     std::thread::scope(|scope| {
@@ -98,6 +114,9 @@ where
                 scope.spawn(move || {
                     let step = Step { rt, staging, state };
                     let done = rt.device.bind().and_then(|()| work(i, step));
+                    if done.is_err() {
+                        failed();
+                    }
                     done.map_err(|error| Failure {
                         ordinal: Some(rt.ordinal()),
                         error,

@@ -27,6 +27,7 @@ mod exchange;
 mod gather;
 mod held;
 mod overlapped;
+mod pulls;
 mod splitters;
 
 use std::ops::Range;

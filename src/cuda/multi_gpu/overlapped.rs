@@ -3,53 +3,61 @@
 //!
 //! ```text
 //!  host: samples of every slice's keys ─► splitters of D × k ranges, before any copy
-//!  device d, side stream:  up chunk 0 │ up chunk 1 │ up chunk 2 │ …         down range 0 │ down range 1 │ …
-//!  device d, main stream:      partition 0 │ partition 1 │ …   pull + sort range 0 │ pull + sort range 1 │ …
+//!  device d, side stream:  up chunk 0 │ up chunk 1 │ up chunk 2 │ …          down range 0 │ down range 1 │ …
+//!  device d, main stream:      partition 0 │ partition 1 │ …          lay out + sort range 0 │ range 1 │ …
+//!  device d, pull stream:          d's pieces of every device's partitioned chunks, as they appear
 //! ```
 //!
 //! - The splitters come from samples read on the host (the rows the device sampling would
 //!   take), so each chunk of a device's slice is classified and partitioned by range while
 //!   the next chunk goes up; only the last chunk's partition is left after the upload.
 //! - Each device owns consecutive ranges (`k` of them, fewer where the samples give fewer
-//!   splitters or the ranges are capped at 64). For each, it pulls the range's pieces from
-//!   every device's chunks (peer copies, in device then chunk order: row order), sorts
-//!   them, and its side stream brings the range's row ids down into their place in the
-//!   permutation while the main stream pulls and sorts the next range.
+//!   splitters or the ranges are capped at 64). While the keys go up, it pulls its ranges'
+//!   pieces from every device's chunks as each is partitioned (peer copies on a stream of
+//!   its own, `pulls.rs`): the links between devices work during the upload, which PCIe
+//!   bounds. Then, for each owned range, it lays the range's pieces end to end in device
+//!   then chunk order (row order), sorts them, and its side stream brings the range's row
+//!   ids down into their place in the permutation while the main stream sorts the next.
 //!
 //! The result is the stable order of [`super::sort_host_words`]'s other path: ranges cut by
 //! (key words, row id) splitters, rows within a range received in row order and sorted
 //! stably.
 
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cuda::error::CudaResult;
-use crate::cuda::memory::device::{Device, DeviceBuffer};
+use crate::cuda::error::{CudaError, CudaResult};
+use crate::cuda::memory::device::DeviceBuffer;
 use crate::cuda::memory::side_stream::SideStream;
 use crate::cuda::runtime::CudaRuntime;
 use crate::cuda::spread::{Samples, MAX_SPLITTERS};
 
-use super::exchange::{receive_from_peers, Layout, Partitioned};
-use super::held::{on_each, Held};
+use super::exchange::{Layout, Partitioned};
+use super::held::{on_each, on_each_telling, Held};
+use super::pulls::{self, Board, FailGuard, Received};
 use super::splitters::{self, Splitters};
 use super::{
     cut, partition_words, sort_range, split_by_lengths, Failure, HostSortPlan, SpreadSorted,
     SpreadTimes, SAMPLES_PER_RANGE,
 };
 
-/// One chunk of a device's slice, partitioned: its rows per range, and the rows in range
-/// order.
-struct Chunk {
-    counts: Vec<usize>,
-    part: Partitioned,
-}
+/// The ranges a device sorts: each one's index and its place in the permutation.
+type Owned<'p> = Vec<(usize, &'p mut [u32])>;
 
-/// How one device's upload and partition went.
+/// How one device's upload, partition and pulls went.
 #[derive(Default)]
 struct Loaded {
-    chunks: Vec<Chunk>,
+    /// Each chunk's rows per range, in chunk order.
+    counts: Vec<Vec<usize>>,
+    /// The chunks, partitioned (shared with the board until every puller is done).
+    chunks: Vec<Arc<Partitioned>>,
+    /// The pieces of the ranges the device owns.
+    received: Option<Received>,
     /// Until the last chunk was up.
     uploaded: Duration,
+    /// Until the last chunk was partitioned.
+    partitioned: Duration,
 }
 
 /// Sorts the rows keyed by `words` over the `held` devices with overlapped copies, into
@@ -64,59 +72,104 @@ pub(super) fn sort(
     let wanted = d
         .saturating_mul(plan.ranges_per_device)
         .min(MAX_SPLITTERS + 1);
-    let mut slices = cut(n, d);
+    let slices = cut(n, d);
     let samples: Vec<Samples> = slices
         .iter()
         .map(|s| host_samples(words, s.rows.clone(), SAMPLES_PER_RANGE * wanted / d))
         .collect();
     let chosen = splitters::choose(&samples, words.len(), wanted);
     let ranges = chosen.ranges();
+    let owned: Vec<Vec<usize>> = (0..d)
+        .map(|i| (0..ranges).filter(|&g| owner(g, ranges, d) == i).collect())
+        .collect();
+    let cuts: Vec<Vec<Range<usize>>> = slices
+        .iter()
+        .map(|s| chunk_rows(s.rows.clone(), plan.chunks))
+        .collect();
 
+    let runtimes: Vec<&CudaRuntime> = held.iter().map(|h| h.rt).collect();
+    let board = Board::new(cuts.iter().map(Vec::len).collect());
     let started = Instant::now();
     let mut loaded: Vec<Loaded> = (0..d).map(|_| Loaded::default()).collect();
-    let mut states: Vec<_> = slices.iter_mut().zip(loaded.iter_mut()).collect();
-    let partitioned = on_each(held, &mut states, |_, step| {
-        let (slice, out) = step.state;
-        **out = upload_and_partition(step.rt, words, slice.rows.clone(), plan.chunks, &chosen)?;
-        Ok(())
+    let loading = on_each_telling(held, &mut loaded, &|| board.fail(), |i, step| {
+        let rt = step.rt;
+        let (board, owned) = (&board, &owned[i]);
+        std::thread::scope(|scope| {
+            // Any way out of this scope but success stops the other devices' pullers.
+            let guard = FailGuard::new(board);
+            let puller = scope.spawn(move || {
+                rt.device
+                    .bind()
+                    .and_then(|()| pulls::pull(&rt.device, board, owned, started))
+            });
+            let publish = |chunk: usize, counts: Vec<usize>, part: Arc<Partitioned>| {
+                board.publish(i, chunk, &runtimes[i].device, counts, part);
+            };
+            let done = upload_and_partition(rt, words, &cuts[i], &chosen, started, publish);
+            if done.is_err() {
+                board.fail();
+            }
+            let pulled = puller.join().unwrap_or_else(|_| {
+                Err(CudaError::Inconsistent(
+                    "a pulling thread of a spread sort panicked".to_string(),
+                ))
+            });
+            *step.state = done?;
+            step.state.received = Some(pulled?);
+            guard.disarm();
+            Ok(())
+        })
     });
-    drop(states);
-    if let Err(failure) = partitioned {
-        free_on_their_devices(held, &mut loaded);
+    // The board's references go back to their devices, to be freed there.
+    for (i, l) in loaded.iter_mut().enumerate() {
+        l.chunks.extend(board.take(i));
+    }
+    drop(board);
+    // The pieces are pulled: the chunks are freed on their own devices now.
+    free_on_their_devices(held, &mut loaded, false);
+    if let Err(failure) = loading {
+        free_on_their_devices(held, &mut loaded, true);
         return Err(failure);
     }
-    let partitioned = started.elapsed();
+    let exchanged = started.elapsed();
     let uploaded = loaded.iter().map(|l| l.uploaded).max().unwrap_or_default();
+    let partitioned = loaded
+        .iter()
+        .map(|l| l.partitioned)
+        .max()
+        .unwrap_or_default();
 
     // Every chunk is one source of the exchange, in device then chunk order (row order).
-    let chunks = || loaded.iter().flat_map(|l| &l.chunks);
-    let layout = Layout::new(chunks().map(|c| c.counts.clone()).collect());
+    let layout = Layout::new(loaded.iter().flat_map(|l| l.counts.clone()).collect());
     let range_rows: Vec<usize> = (0..ranges).map(|g| layout.range_rows(g)).collect();
-    let mut owned: Vec<Vec<(usize, &mut [u32])>> = (0..d).map(|_| Vec::new()).collect();
+    let mut states: Vec<(Owned<'_>, Option<Received>)> = loaded
+        .iter_mut()
+        .map(|l| (Vec::new(), l.received.take()))
+        .collect();
     for (g, out) in split_by_lengths(permutation, &range_rows)
         .into_iter()
         .enumerate()
     {
-        owned[owner(g, ranges, d)].push((g, out));
+        states[owner(g, ranges, d)].0.push((g, out));
     }
-    let device_rows: Vec<usize> = owned
+    let device_rows: Vec<usize> = states
         .iter()
-        .map(|o| o.iter().map(|(_, out)| out.len()).sum())
+        .map(|(o, _)| o.iter().map(|(_, out)| out.len()).sum())
         .collect();
 
     let started = Instant::now();
-    let runtimes: Vec<&CudaRuntime> = held.iter().map(|h| h.rt).collect();
-    let sources: Vec<(&Device, &Partitioned)> = runtimes
-        .iter()
-        .zip(&loaded)
-        .flat_map(|(rt, l)| l.chunks.iter().map(|c| (&rt.device, &c.part)))
-        .collect();
-    let sorted = on_each(held, &mut owned, |_, step| {
-        sort_owned_ranges(step.rt, step.state, &sources, &layout)
+    let sorted = on_each(held, &mut states, |_, step| {
+        let (owned, received) = step.state;
+        let received = received.take().expect("every device pulled its pieces");
+        sort_owned_ranges(step.rt, owned, received)
     });
-    drop(sources);
-    // Each device's chunks are freed on their own device once every receiver is done.
-    free_on_their_devices(held, &mut loaded);
+    if sorted.is_err() {
+        // A device that failed before it took its pieces: freed on it.
+        let mut left: Vec<Option<Received>> = states.into_iter().map(|(_, r)| r).collect();
+        let _ = on_each(held, &mut left, |_, step| {
+            step.state.take().map_or(Ok(()), Received::release)
+        });
+    }
     let sorted = sorted?;
     let finished = started.elapsed();
     let last_sort = sorted.iter().copied().max().unwrap_or_default();
@@ -129,18 +182,25 @@ pub(super) fn sort(
         times: SpreadTimes {
             upload: uploaded,
             partition: partitioned.saturating_sub(uploaded),
-            exchange: Duration::ZERO,
+            exchange: exchanged.saturating_sub(partitioned.max(uploaded)),
             sort: last_sort,
             download: finished.saturating_sub(last_sort),
         },
     })
 }
 
-/// Frees every device's chunks on a thread bound to that device.
-fn free_on_their_devices(held: &mut [Held<'_>], loaded: &mut [Loaded]) {
+/// Frees every device's chunks on a thread bound to that device, and with `pieces` what it
+/// pulled too.
+fn free_on_their_devices(held: &mut [Held<'_>], loaded: &mut [Loaded], pieces: bool) {
     let freed = on_each(held, loaded, |_, step| {
         step.state.chunks.clear();
-        Ok(())
+        match step.state.received.take() {
+            Some(received) if pieces => received.release(),
+            received => {
+                step.state.received = received;
+                Ok(())
+            }
+        }
     });
     if freed.is_err() {
         // A device that could not be bound: its buffers go with `loaded` instead.
@@ -179,20 +239,20 @@ fn chunk_rows(rows: Range<usize>, chunks: usize) -> Vec<Range<usize>> {
         .collect()
 }
 
-/// One device's slice `rows` of `words` uploaded in `chunks` on a side stream, each chunk
-/// partitioned by `chosen`'s ranges on the main stream as soon as it is up.
+/// One device's chunks of `words` (`cuts`, consecutive) uploaded on a side stream, each
+/// partitioned by `chosen`'s ranges on the main stream as soon as it is up and handed to
+/// `publish` (its index, rows per range, rows); times since `started`.
 fn upload_and_partition(
     rt: &CudaRuntime,
     words: &[&[u64]],
-    rows: Range<usize>,
-    chunks: usize,
+    cuts: &[Range<usize>],
     chosen: &Splitters,
+    started: Instant,
+    publish: impl Fn(usize, Vec<usize>, Arc<Partitioned>),
 ) -> CudaResult<Loaded> {
     let device = &rt.device;
-    let started = Instant::now();
-    let cuts = chunk_rows(rows, chunks);
     let mut buffers: Vec<Option<Vec<DeviceBuffer<u64>>>> = Vec::with_capacity(cuts.len());
-    for cut in &cuts {
+    for cut in cuts {
         let chunk: CudaResult<Vec<_>> = words
             .iter()
             .map(|_| device.alloc::<u64>(cut.len(), "key words"))
@@ -222,8 +282,12 @@ fn upload_and_partition(
             }
             let chunk = buffers[i].take().expect("each chunk partitioned once");
             let (counts, part) = partition_words(rt, chunk, cut.len(), cut.start as u32, chosen)?;
-            loaded.chunks.push(Chunk { counts, part });
+            let part = Arc::new(part);
+            publish(i, counts.clone(), Arc::clone(&part));
+            loaded.counts.push(counts);
+            loaded.chunks.push(part);
         }
+        loaded.partitioned = started.elapsed();
         Ok(loaded)
     })();
     // The chunks not partitioned are freed only once no copy into them is queued.
@@ -232,14 +296,13 @@ fn upload_and_partition(
     done
 }
 
-/// Pulls, sorts and brings down each of `owned`'s ranges (global range, its place in the
-/// permutation) on `rt`'s device, from every device's partitioned chunks (`sources`, laid
-/// out by `layout`): the time until the last range was sorted.
+/// Lays out, sorts and brings down each of `owned`'s ranges (global range, its place in
+/// the permutation) on `rt`'s device, from the pieces it `received`: the time until the
+/// last range was sorted.
 fn sort_owned_ranges(
     rt: &CudaRuntime,
     owned: &mut [(usize, &mut [u32])],
-    sources: &[(&Device, &Partitioned)],
-    layout: &Layout,
+    mut received: Received,
 ) -> CudaResult<Duration> {
     let device = &rt.device;
     let started = Instant::now();
@@ -247,12 +310,12 @@ fn sort_owned_ranges(
     let mut downloading: Vec<DeviceBuffer<u32>> = Vec::with_capacity(owned.len());
     let side = SideStream::new(device)?;
     let done = (|| {
-        for (g, out) in owned.iter_mut() {
+        for (k, (_, out)) in owned.iter_mut().enumerate() {
             let rows = out.len();
             if rows == 0 {
                 continue;
             }
-            let range = receive_from_peers(device, *g, sources, layout)?;
+            let range = received.range(device, k, rows)?;
             let order = sort_range(rt, range.words, Some(range.ids), rows)?.expect("row ids given");
             side.wait_for_work()?;
             // SAFETY: `out` and `order` stay alive until the side stream is synchronized
@@ -263,14 +326,16 @@ fn sort_owned_ranges(
         device.synchronize()?;
         Ok(started.elapsed())
     })();
-    // After a failure too: no peer copy from the sources is left queued on the main stream
-    // (the caller frees them next), and no download reads a buffer about to be freed.
+    // After a failure too: no copy from the pieces is left queued on the main stream, and
+    // no download reads a buffer about to be freed.
     let main = device.synchronize();
     let downloaded = side.synchronize();
+    let released = received.release();
     drop(downloading);
     let sorted = done?;
     main?;
     downloaded?;
+    released?;
     Ok(sorted)
 }
 
