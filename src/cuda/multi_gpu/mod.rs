@@ -616,15 +616,9 @@ fn sort_range(
     Ok(if n < 2 {
         ids
     } else if words.len() == 1 {
-        // Sorted with local positions, then the ids gathered by them: cheaper than moving
-        // the given ids through every pass (a stable sort orders ties by position either
-        // way, so the result is the same).
+        let values = ids.map_or(Values::RowIds, Values::Given);
         let keys = words.into_iter().next().expect("one word");
-        let perm = rt.onesweep.sort(device, keys, Values::RowIds, n)?.values;
-        match (perm, ids) {
-            (Some(perm), Some(ids)) => Some(rt.spreader.gather_u32(device, &ids, &perm, n)?),
-            (perm, ids) => ids.or(perm),
-        }
+        rt.onesweep.sort(device, keys, values, n)?.values
     } else {
         match (rt.onesweep.sort_rows_by_words(device, words, n)?, ids) {
             (Some(perm), Some(ids)) => Some(rt.spreader.gather_u32(device, &ids, &perm, n)?),
