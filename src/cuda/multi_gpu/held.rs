@@ -111,7 +111,7 @@ where
             .map(|(i, (h, state))| {
                 let rt = h.rt;
                 let staging: &mut Staging = &mut h.staging;
-                scope.spawn(move || {
+                let started = std::thread::Builder::new().spawn_scoped(scope, move || {
                     let step = Step { rt, staging, state };
                     let done = rt.device.bind().and_then(|()| work(i, step));
                     if done.is_err() {
@@ -121,13 +121,23 @@ where
                         ordinal: Some(rt.ordinal()),
                         error,
                     })
+                });
+                if started.is_err() {
+                    // The others may wait for this device's work: told it will not come.
+                    failed();
+                }
+                started.map_err(|e| Failure {
+                    ordinal: Some(rt.ordinal()),
+                    error: CudaError::Inconsistent(format!(
+                        "a device thread of a spread sort could not start: {e}"
+                    )),
                 })
             })
             .collect();
         threads
             .into_iter()
             .map(|t| {
-                t.join().unwrap_or_else(|_| {
+                t?.join().unwrap_or_else(|_| {
                     Err(Failure::from(CudaError::Inconsistent(
                         "a device thread of a spread sort panicked".to_string(),
                     )))

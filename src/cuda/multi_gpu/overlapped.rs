@@ -19,6 +19,9 @@
 //!   then chunk order (row order), sorts them, and its side stream brings the range's row
 //!   ids down into their place in the permutation while the main stream sorts the next.
 //!
+//! In [`SpreadTimes`], `exchange` is what the pulls took past the last partition, and
+//! `sort` counts each range's layout copies with its sort.
+//!
 //! The result is the stable order of [`super::sort_host_words`]'s other path: ranges cut by
 //! (key words, row id) splitters, rows within a range received in row order and sorted
 //! stably.
@@ -100,7 +103,7 @@ pub(super) fn sort(
             let puller = scope.spawn(move || {
                 rt.device
                     .bind()
-                    .and_then(|()| pulls::pull(&rt.device, board, owned, started))
+                    .and_then(|()| pulls::pull(&rt.device, board, owned))
             });
             let publish = |chunk: usize, counts: Vec<usize>, part: Arc<Partitioned>| {
                 board.publish(i, chunk, &runtimes[i].device, counts, part);
@@ -120,6 +123,7 @@ pub(super) fn sort(
             Ok(())
         })
     });
+    let exchanged = started.elapsed();
     // The board's references go back to their devices, to be freed there.
     for (i, l) in loaded.iter_mut().enumerate() {
         l.chunks.extend(board.take(i));
@@ -131,7 +135,6 @@ pub(super) fn sort(
         free_on_their_devices(held, &mut loaded, true);
         return Err(failure);
     }
-    let exchanged = started.elapsed();
     let uploaded = loaded.iter().map(|l| l.uploaded).max().unwrap_or_default();
     let partitioned = loaded
         .iter()

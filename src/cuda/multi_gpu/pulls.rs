@@ -13,11 +13,14 @@
 //! buffer of its own; the sort step lays a range's pieces end to end in source order
 //! (device, then chunk: row order) with copies within the device ([`Received::range`]).
 //!
+//! Memory: once its keys are up, a device holds its partitioned chunks and the pieces of
+//! its ranges, about twice its share of rows (key words and row ids), as the step-by-step
+//! exchange holds its rows and its received range; the chunks are freed before the sorts.
+//!
 //! A device that fails (or whose thread cannot start, or panics) marks the board failed,
 //! which stops every puller waiting on it.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
 
 use crate::cuda::error::{CudaError, CudaResult};
 use crate::cuda::memory::device::{Device, DeviceBuffer};
@@ -174,8 +177,6 @@ pub(super) struct Received {
     /// Declared before `stream`: freed on it, so dropped before it.
     pieces: Vec<Vec<Option<Partitioned>>>,
     stream: Device,
-    /// Until every piece was pulled.
-    pub(super) pulled: Duration,
 }
 
 impl Received {
@@ -206,21 +207,31 @@ impl Received {
                 .collect::<CudaResult<_>>()?,
             ids: device.alloc::<u32>(rows, "received row ids")?,
         };
-        let mut at = 0;
-        for piece in pieces.iter().flatten() {
-            let len = piece.ids.len();
-            // SAFETY: each piece lies within the range (the lengths add up to `rows`); the
-            // pieces are freed on the pull stream only after it waits for these copies.
-            unsafe {
-                for (dst, src) in range.words.iter().zip(&piece.words) {
-                    device.copy_from(dst, at, device, src, 0, len)?;
+        let copied = (|| {
+            let mut at = 0;
+            for piece in pieces.iter().flatten() {
+                let len = piece.ids.len();
+                // SAFETY: each piece lies within the range (the lengths add up to `rows`);
+                // the pieces are freed on the pull stream only after it waits for these
+                // copies (below, after a failure too).
+                unsafe {
+                    for (dst, src) in range.words.iter().zip(&piece.words) {
+                        device.copy_from(dst, at, device, src, 0, len)?;
+                    }
+                    device.copy_from(&range.ids, at, device, &piece.ids, 0, len)?;
                 }
-                device.copy_from(&range.ids, at, device, &piece.ids, 0, len)?;
+                at += len;
             }
-            at += len;
-        }
-        device.order_before(self.stream.stream())?;
+            Ok(())
+        })();
+        // The pieces' frees wait for the copies queued so far: ordered on the device, or
+        // where that fails, the host waits.
+        let ordered = device
+            .order_before(self.stream.stream())
+            .or_else(|_| device.synchronize());
         drop(pieces);
+        copied?;
+        ordered?;
         Ok(range)
     }
 
@@ -233,13 +244,8 @@ impl Received {
 
 /// Pulls, on a stream of its own on `device` (whose context is current), the pieces of the
 /// ranges `owned` from every source `board` publishes: `owned`'s pieces once every source
-/// is pulled, with the time since `started`.
-pub(super) fn pull(
-    device: &Device,
-    board: &Board<'_>,
-    owned: &[usize],
-    started: Instant,
-) -> CudaResult<Received> {
+/// is pulled.
+pub(super) fn pull(device: &Device, board: &Board<'_>, owned: &[usize]) -> CudaResult<Received> {
     let stream = device.with_own_stream()?;
     let sources = board.sources();
     let mut received = Received {
@@ -248,7 +254,6 @@ pub(super) fn pull(
             .map(|_| (0..sources).map(|_| None).collect())
             .collect(),
         stream,
-        pulled: Duration::ZERO,
     };
     let mut taken = vec![false; sources];
     let queued = (|| {
@@ -279,7 +284,6 @@ pub(super) fn pull(
     let synchronized = received.stream.synchronize();
     queued?;
     synchronized?;
-    received.pulled = started.elapsed();
     Ok(received)
 }
 
