@@ -9,16 +9,12 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::Result;
-use datafusion::datasource::memory::MemorySourceConfig;
-use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::expressions::col;
-use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionConfig;
 use futures::StreamExt;
@@ -27,7 +23,7 @@ use gpusort::keys::{EncodedKeys, KeyColumn};
 use gpusort::sort::{IdTableMaker, KeySort, Segments, SortBackend, SortedRun};
 use gpusort::{AlgorithmChoice, GpuSortExec};
 
-use super::data::{keyed_input, keyed_schema};
+use super::data::{keyed_input, keyed_schema, source_by_k};
 
 /// A backend that sorts on `inner`, every sort then waiting until the test opens the gate
 /// (calls that leave the sort to the caller pass straight through).
@@ -147,13 +143,7 @@ enum Path {
 }
 
 fn plan(path: Path, backend: Arc<GateBackend>, input: &[Vec<RecordBatch>]) -> Arc<GpuSortExec> {
-    let source = MemorySourceConfig::try_new(input, schema(), None).unwrap();
-    let source = DataSourceExec::from_data_source(source);
-    let keys = LexOrdering::new(vec![PhysicalSortExpr::new(
-        col("k", &schema()).unwrap(),
-        SortOptions::default(),
-    )])
-    .unwrap();
+    let (source, keys) = source_by_k(input, schema());
     let rows: usize = input.iter().flatten().map(RecordBatch::num_rows).sum();
     let options = GpuSortOptions {
         backend,

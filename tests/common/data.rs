@@ -5,7 +5,12 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::*;
 use datafusion::arrow::buffer::{NullBuffer, ScalarBuffer};
+use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::*;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::physical_expr::expressions::col;
+use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use half::f16;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -316,4 +321,19 @@ pub fn keyed_input(partitions: usize, rows: usize, batch_rows: usize) -> Vec<Vec
                 .collect()
         })
         .collect()
+}
+
+/// `input` (partitions of batches of `schema`, which has an Int64 `k`) as a memory source,
+/// and the ordering by `k` ascending.
+pub fn source_by_k(
+    input: &[Vec<RecordBatch>],
+    schema: SchemaRef,
+) -> (Arc<DataSourceExec>, LexOrdering) {
+    let keys = LexOrdering::new(vec![PhysicalSortExpr::new(
+        col("k", &schema).unwrap(),
+        SortOptions::default(),
+    )])
+    .unwrap();
+    let source = MemorySourceConfig::try_new(input, schema, None).unwrap();
+    (DataSourceExec::from_data_source(source), keys)
 }

@@ -8,16 +8,11 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, StringViewArray};
-use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::Result;
-use datafusion::datasource::memory::MemorySourceConfig;
-use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::TaskContext;
-use datafusion::physical_expr::expressions::col;
-use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_plan::{collect, ExecutionPlan};
 use datafusion::prelude::SessionConfig;
 use gpusort::exec::GpuSortOptions;
@@ -26,7 +21,7 @@ use gpusort::keys::{EncodedKeys, KeyColumn};
 use gpusort::sort::{CpuBackend, KeySort, Segments, SortBackend, SortedRun};
 use gpusort::{AlgorithmChoice, GpuSortExec};
 
-use super::data::{keyed_input, keyed_schema};
+use super::data::{keyed_input, keyed_schema, source_by_k};
 
 /// What the copies a backend made received.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -154,14 +149,7 @@ pub async fn early_copy_of(shape: Shape, partitions: usize, rows: usize) -> Rece
         .map(RecordBatch::get_array_memory_size)
         .sum();
     let backend = Arc::new(RecordingBackend::default());
-    let source = DataSourceExec::from_data_source(
-        MemorySourceConfig::try_new(&input, schema(), None).unwrap(),
-    );
-    let keys = LexOrdering::new(vec![PhysicalSortExpr::new(
-        col("k", &schema()).unwrap(),
-        SortOptions::default(),
-    )])
-    .unwrap();
+    let (source, keys) = source_by_k(&input, schema());
     let options = GpuSortOptions {
         backend: Arc::clone(&backend) as _,
         run_rows: match shape {

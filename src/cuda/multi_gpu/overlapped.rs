@@ -129,12 +129,10 @@ pub(super) fn sort(
         l.chunks.extend(board.take(i));
     }
     drop(board);
-    // The pieces are pulled: the chunks are freed on their own devices now.
-    free_on_their_devices(held, &mut loaded, false);
-    if let Err(failure) = loading {
-        free_on_their_devices(held, &mut loaded, true);
-        return Err(failure);
-    }
+    // The pieces are pulled: the chunks are freed on their own devices now (and after a
+    // failure, the pieces too).
+    free_on_their_devices(held, &mut loaded, loading.is_err());
+    loading?;
     let uploaded = loaded.iter().map(|l| l.uploaded).max().unwrap_or_default();
     let partitioned = loaded
         .iter()
