@@ -10,7 +10,12 @@
 //! index keeps the sort stable.
 //!
 //! With an early copy of some columns (a backend's [`EarlyColumns`], `gather/early.rs`),
-//! each admitted batch is handed to it as well; the first spill lets it go.
+//! each admitted batch is handed to it as well; the first spill lets it go. Where the
+//! consumer allows it (`ResidentRequest::allow_holding_input`), a full reservation first
+//! hands the host's copy of those columns to the device ([`EarlyColumns::take_over`]):
+//! the buffered batches keep stand-ins of them (`gather/hollow.rs`), the reservation
+//! shrinks to what they still hold, and buffering goes on without a spill. The input then
+//! cannot be spilled any more: a reservation full again fails the sort.
 //!
 //! With a [`HashRouting`] (a sort that reads the input of a hash repartition itself), the
 //! rows are spilled by output partition: each spill splits the buffered batches into the
@@ -72,6 +77,11 @@ pub(super) struct InputBuffer {
     /// The backend's copy of some columns, made as batches are admitted (`gather/early.rs`);
     /// let go at the first spill.
     early: Option<Arc<dyn EarlyColumns>>,
+    /// The payload bytes expected, where the copy may take over the host's columns when
+    /// the reservation is full; `None` once it could not.
+    hold: Option<u64>,
+    /// The copy took over some columns: the input cannot be spilled any more.
+    held_input: bool,
 }
 
 impl InputBuffer {
@@ -90,6 +100,8 @@ impl InputBuffer {
             limbs: None,
             held: HeldBuffers::default(),
             early: None,
+            hold: None,
+            held_input: false,
         }
     }
 
@@ -103,6 +115,15 @@ impl InputBuffer {
     /// This buffer handing each admitted batch to `early` (the backend's copy of some
     /// columns) until it spills.
     pub(super) fn with_early(mut self, early: Option<Arc<dyn EarlyColumns>>) -> Self {
+        self.hold = match &early {
+            Some(_) => self
+                .resources
+                .spec
+                .resident
+                .as_ref()
+                .and_then(|request| request.holding_input()),
+            None => None,
+        };
         self.early = early;
         self
     }
@@ -211,11 +232,18 @@ impl InputBuffer {
                 limbs
             }
         };
-        let mut bytes = self.held.add(&batch) + working_bytes(batch.num_rows(), limbs);
+        let mut bytes = self.held.add(&batch) + self.working_bytes(batch.num_rows(), limbs);
         let mut granted = self.reservation.try_grow(bytes);
+        if granted.is_err()
+            && !self.buffered.iter().all(Vec::is_empty)
+            && self.hand_over_to_device().await?
+        {
+            bytes = self.held.add(&batch) + self.working_bytes(batch.num_rows(), limbs);
+            granted = self.reservation.try_grow(bytes);
+        }
         if granted.is_err() && !self.buffered.iter().all(Vec::is_empty) {
             self.spill_buffered().await?;
-            bytes = self.held.add(&batch) + working_bytes(batch.num_rows(), limbs);
+            bytes = self.held.add(&batch) + self.working_bytes(batch.num_rows(), limbs);
             granted = self.reservation.try_grow(bytes);
         }
         if let Err(refused) = granted {
@@ -249,6 +277,16 @@ impl InputBuffer {
     /// batches being written are held (a device gather stages a window of the run in host
     /// memory outside the pool).
     async fn spill_buffered(&mut self) -> Result<()> {
+        if self.held_input {
+            return Err(DataFusionError::ResourcesExhausted(format!(
+                "gpusort: the sort's input does not fit its memory even with its payload \
+                 columns held on the device: the key columns and the sort's working memory \
+                 of {} rows need more than the {} bytes the pool grants it. Rerun with a \
+                 larger memory limit, or by key range (`--key-ranges on`)",
+                self.held.rows,
+                self.reservation.size()
+            )));
+        }
         if let Some(early) = self.early.take() {
             early.abandon();
         }
@@ -304,6 +342,56 @@ impl InputBuffer {
         self.reservation.free();
         self.held.clear();
         Ok(())
+    }
+
+    /// Working memory of a run of `rows` rows whose keys have `limbs` value limbs: less
+    /// once the input is held on the device, whose sort encodes the keys there.
+    fn working_bytes(&self, rows: usize, limbs: usize) -> usize {
+        match self.held_input {
+            true => rows.saturating_mul(HELD_WORKING_BYTES_PER_ROW),
+            false => working_bytes(rows, limbs),
+        }
+    }
+
+    /// Hands the host's copy of the early copy's columns over to it
+    /// ([`EarlyColumns::take_over`]), where the consumer allows it: the buffered batches
+    /// keep stand-ins, and the reservation shrinks to what they still hold (with the
+    /// working memory of a sort that encodes its keys on the device). `false` where nothing
+    /// was handed over (the caller spills then, unless some was before).
+    async fn hand_over_to_device(&mut self) -> Result<bool> {
+        let (Some(early), Some(payload)) = (self.early.clone(), self.hold) else {
+            return Ok(false);
+        };
+        let mut buffered = std::mem::take(&mut self.buffered);
+        let cancel = self.resources.spec.cancel.clone();
+        let (buffered, replaced) = cancel
+            .blocking(move || {
+                let replaced = early.take_over(&mut buffered, payload);
+                Ok((buffered, replaced))
+            })
+            .await?;
+        self.buffered = buffered;
+        if replaced == 0 {
+            if !self.held_input {
+                self.hold = None;
+            }
+            return Ok(false);
+        }
+        self.held_input = true;
+        self.resources.metrics.held_arrays.add(replaced);
+        self.held = HeldBuffers::default();
+        for batch in self.buffered.iter().flatten() {
+            self.held.add(batch);
+        }
+        let size = self.held.bytes + self.held.rows * HELD_WORKING_BYTES_PER_ROW;
+        self.reservation.resize(size);
+        crate::trace::event(|| {
+            format!(
+                "buffer: {replaced} arrays held on the device; {} rows buffered in {size} bytes",
+                self.held.rows
+            )
+        });
+        Ok(true)
     }
 
     /// The batches of input partition `input` by output partition.
@@ -534,6 +622,11 @@ impl HeldBuffers {
         *self = Self::default();
     }
 }
+
+/// Host bytes a row of a run held on the device needs to be sorted beyond its key columns:
+/// its keys are encoded on the device, and the host receives its permutation (4 bytes)
+/// and ids of the same size.
+pub(crate) const HELD_WORKING_BYTES_PER_ROW: usize = 8;
 
 /// Bytes the encode and sort steps of a run of `rows` rows need beyond the buffered input
 /// (limbs, packed words, the sort's double buffers), for keys of `limbs` value limbs in all

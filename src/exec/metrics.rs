@@ -9,7 +9,8 @@
 //! `gather_h2d_time` and `gather_d2h_time` (the device gather's part of it: uploads, and
 //! windows gathered and copied back), `device_gathered_columns` (columns of runs gathered
 //! on the GPU), `early_columns` (of those, columns put on the device while the input was
-//! read);
+//! read), `held_arrays` (input arrays whose host copy was handed to the device when the
+//! memory ran out: `buffer.rs`);
 //! `h2d_bytes` / `d2h_bytes` (bytes that crossed PCIe; 0 on the CPU backend), `runs`, one
 //! `algorithm_<name>` count per algorithm that sorted a run, and `gpu_fallbacks`;
 //! `device_peak_bytes` (the most device memory in use at once, every query's, while this
@@ -59,6 +60,8 @@ pub struct SortMetrics {
     pub device_gathered_columns: Count,
     /// Of those, columns the backend put on the device while the input was read.
     pub early_columns: Count,
+    /// Input arrays whose host copy was handed to the device's copy (`buffer.rs`).
+    pub held_arrays: Count,
     /// Bytes host → device.
     pub h2d_bytes: Count,
     /// Bytes device → host.
@@ -141,6 +144,7 @@ impl SortMetrics {
             gather_d2h_time: time("gather_d2h_time"),
             device_gathered_columns: counter("device_gathered_columns"),
             early_columns: counter("early_columns"),
+            held_arrays: counter("held_arrays"),
             h2d_bytes: counter("h2d_bytes"),
             d2h_bytes: counter("d2h_bytes"),
             runs: counter("runs"),

@@ -6,7 +6,8 @@
 //! - `id_table`: the partition of every value of a routing key, for a backend to look up.
 //! - `stream`: run splitting, merging runs, the output channel.
 //! - `resources`: a partition's sort properties and execution resources, travelling together.
-//! - `buffer`: draining the input within the memory reservation; spilling when it is full.
+//! - `buffer`: draining the input within the memory reservation; spilling when it is full
+//!   (or handing the payload's host copy to the device).
 //! - `spill`: sorted runs written to and read back from disk.
 //! - `window_merge`: merging sorted runs by sorting windows of them on the backend.
 //! - `views`: string and binary view arrays that pin buffers shared with other arrays.
@@ -32,6 +33,7 @@ mod stream;
 pub(crate) mod views;
 mod window_merge;
 
+pub(crate) use buffer::HELD_WORKING_BYTES_PER_ROW;
 pub use gpu_sort_exec::{GpuSortExec, GpuSortOptions};
 pub use hash_routing::{HashRouting, MAX_ROUTED_PARTITIONS};
 pub use id_table::IdTables;

@@ -22,7 +22,7 @@ use arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow;
 use datafusion::common::Result;
 use datafusion::execution::memory_pool::MemoryReservation;
-use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::utils::collect_columns;
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::physical_plan::stream::RecordBatchReceiverStream;
 use datafusion::physical_plan::SendableRecordBatchStream;
@@ -231,10 +231,13 @@ fn early_columns(resources: &SortResources) -> Option<Arc<dyn EarlyColumns>> {
     if spec.windows.is_some() || spec.fetch.is_some() || spec.partition_top.is_some() {
         return None;
     }
+    // Every column a key reads stays out: the keys are evaluated from the host's arrays,
+    // which a copy that takes the host's place (`EarlyColumns::take_over`) replaces.
     let keys: Vec<usize> = spec
         .exprs
         .iter()
-        .filter_map(|key| key.expr.downcast_ref::<Column>().map(Column::index))
+        .flat_map(|key| collect_columns(&key.expr))
+        .map(|column| column.index())
         .collect();
     let columns: Vec<(usize, DataType)> = request
         .columns()

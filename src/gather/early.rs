@@ -32,6 +32,19 @@ pub trait EarlyColumns: Send + Sync + std::fmt::Debug {
     /// of what it holds.
     fn abandon(&self);
 
+    /// Takes over from the host the columns it copies: once every batch added so far is
+    /// on the device, replaces those columns in `buffered` (every input partition's
+    /// buffered batches, each added before) by stand-ins that keep their validity only
+    /// (`hollow.rs`), so that the host memory of their values is freed. From then on the
+    /// run must gather those columns from this copy, which cannot be let go: a spill, a
+    /// run sorted on the host or in pieces, or a failed device fails the sort (the host
+    /// gather refuses stand-ins). Returns the arrays replaced: 0 where it cannot (it
+    /// stopped, or would pass `payload_bytes`, the payload expected, past its share of the
+    /// device).
+    fn take_over(&self, _buffered: &mut [Vec<RecordBatch>], _payload_bytes: u64) -> usize {
+        0
+    }
+
     /// The backend's own type.
     fn as_any(&self) -> &dyn Any;
 }

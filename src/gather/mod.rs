@@ -17,6 +17,7 @@ mod batches;
 mod bytes;
 mod columns;
 mod early;
+mod hollow;
 mod resident;
 mod windows;
 
@@ -32,6 +33,7 @@ use rayon::prelude::*;
 pub use bytes::Views;
 pub use columns::{column_gatherer, ColumnGather, RowAt};
 pub use early::EarlyColumns;
+pub use hollow::{any_hollow, hollow_array, is_hollow};
 pub use resident::{
     resident_part, ResidentColumns, ResidentPart, ResidentRequest, SharedOrder, RESIDENT_RUN_KEY,
 };
@@ -135,6 +137,8 @@ pub struct RunRows {
     views: Views,
     /// A backend's copy of some of the run's columns, made while the input arrived.
     early: Option<Arc<dyn EarlyColumns>>,
+    /// Per column, whether some of its arrays are stand-ins (`hollow.rs`), found once.
+    hollow: OnceLock<Vec<bool>>,
 }
 
 impl std::fmt::Debug for RunRows {
@@ -178,7 +182,29 @@ impl RunRows {
             columns,
             views: Views::Shared,
             early: None,
+            hollow: OnceLock::new(),
         }
+    }
+
+    /// Whether column `c`'s values are held elsewhere only (some of its arrays are
+    /// stand-ins: `hollow.rs`): the host cannot gather it.
+    pub fn is_hollow_column(&self, c: usize) -> bool {
+        let hollow = self.hollow.get_or_init(|| {
+            (0..self.num_columns())
+                .map(|c| self.batches.iter().any(|b| is_hollow(b.column(c).as_ref())))
+                .collect()
+        });
+        hollow.get(c).copied().unwrap_or(false)
+    }
+
+    /// The error of a host gather of column `c`, whose values are held elsewhere only.
+    fn hollow_error(c: usize) -> DataFusionError {
+        DataFusionError::Execution(format!(
+            "gpusort: column {c} of the sort's input was held on the device only (its \
+             memory limit), and the device could not gather it; nothing of the output is \
+             wrong, the sort stopped. Rerun with a larger memory limit or with the key \
+             ranges on (`--key-ranges on`)"
+        ))
     }
 
     /// The same rows, with `early`: a backend's copy of some of their columns, made while
@@ -296,6 +322,9 @@ impl RunRows {
 
     /// Columns `columns` of rows `ids`, in that order.
     pub fn gather_columns(&self, ids: &[u32], columns: &[usize]) -> Result<Vec<ArrayRef>> {
+        if let Some(&c) = columns.iter().find(|&&c| self.is_hollow_column(c)) {
+            return Err(Self::hollow_error(c));
+        }
         if let [batch] = self.batches.as_slice() {
             let indices = UInt32Array::from(ids.to_vec());
             return columns
@@ -509,6 +538,32 @@ mod tests {
     fn batch(values: Vec<i32>) -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int32, false)]));
         RecordBatch::try_new(schema, vec![Arc::new(Int32Array::from(values))]).unwrap()
+    }
+
+    #[test]
+    fn the_host_never_gathers_a_column_whose_values_are_held_elsewhere() {
+        // Two batches of two columns; the second batch's column `b` is a stand-in.
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int32, false),
+            Field::new("b", DataType::Int32, false),
+        ]));
+        let make = |a: Vec<i32>, b: ArrayRef| {
+            RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(Int32Array::from(a)), b])
+                .unwrap()
+        };
+        let real: ArrayRef = Arc::new(Int32Array::from(vec![7, 8]));
+        let hollow = hollow_array(&(Arc::new(Int32Array::from(vec![9, 10])) as ArrayRef), 4)
+            .expect("a stand-in");
+        let rows = RunRows::new(vec![make(vec![1, 2], real), make(vec![3, 4], hollow)]);
+        assert!(!rows.is_hollow_column(0));
+        assert!(rows.is_hollow_column(1));
+        // Column `a` gathers; `b` fails, also for rows of its real batch only, and so
+        // does a whole-batch gather.
+        let a = rows.gather_columns(&[3, 0], &[0]).unwrap();
+        assert_eq!(a[0].as_primitive::<Int32Type>().values(), &[4, 1]);
+        let error = rows.gather_columns(&[0, 1], &[1]).unwrap_err().to_string();
+        assert!(error.contains("held on the device only"), "{error}");
+        assert!(rows.gather(&[2]).is_err());
     }
 
     #[test]

@@ -52,6 +52,9 @@ pub struct ResidentRequest {
     columns: Vec<usize>,
     runs: Mutex<HashMap<u64, Arc<dyn ResidentColumns>>>,
     next: AtomicU64,
+    /// The payload bytes the job expects, where its sort may hold the input's copy of
+    /// these columns on the device in place of the host's (`early.rs`); 0: it may not.
+    hold_bytes: AtomicU64,
 }
 
 impl ResidentRequest {
@@ -61,7 +64,26 @@ impl ResidentRequest {
             columns,
             runs: Mutex::default(),
             next: AtomicU64::new(0),
+            hold_bytes: AtomicU64::new(0),
         }
+    }
+
+    /// Lets the sort, when its memory runs out, keep the columns it copies to the device
+    /// there only and drop their host copies instead of spilling ([`EarlyColumns::take_over`]),
+    /// for an input of about `payload_bytes` of them. Only a job that checked that its keys
+    /// and what stays on the host fit its memory may ask for it: once the host copies are
+    /// gone the input cannot be spilled any more.
+    ///
+    /// [`EarlyColumns::take_over`]: super::EarlyColumns::take_over
+    pub fn allow_holding_input(&self, payload_bytes: u64) {
+        self.hold_bytes
+            .store(payload_bytes.max(1), Ordering::Relaxed);
+    }
+
+    /// The payload bytes expected where the sort may hold the input on the device
+    /// ([`Self::allow_holding_input`]).
+    pub fn holding_input(&self) -> Option<u64> {
+        Some(self.hold_bytes.load(Ordering::Relaxed)).filter(|&b| b > 0)
     }
 
     /// The sort's columns the consumer takes.

@@ -38,6 +38,7 @@ mod device_jobs;
 mod encodings;
 mod error;
 mod files_table;
+mod held_input;
 mod inputs;
 mod key_ranges;
 mod leftovers;
@@ -60,6 +61,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::SpillCompression;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::Column;
@@ -76,6 +78,7 @@ use futures::StreamExt;
 pub use device_jobs::ColumnPageCounts;
 pub use encodings::with_integer_deltas;
 pub use error::PipelineError;
+pub use held_input::HOLD_INPUT_VAR;
 pub use inputs::{check_output_not_input, resolve_inputs, InputFormat, Inputs};
 pub use order_by::{parse_order_by, resolve_columns, SortKey};
 pub use output::{OutputOptions, ParquetOutput, WrittenOutput};
@@ -89,6 +92,7 @@ use crate::gather::ResidentRequest;
 use crate::{
     BackendChoice, DeviceSelection, GpuSortConfig, GpuSortExec, GpuSortRule, SessionStateBuilderExt,
 };
+use held_input::{hold_on_device, HoldQuestion};
 
 /// Limits up to this many rows keep DataFusion's TopK heap (cheaper than sorting all rows);
 /// larger ones sort on gpusort's operator with the limit applied to each run.
@@ -443,6 +447,38 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
         job.limit,
         (partitions, cuda),
     );
+    let key_types: Vec<DataType> = keys
+        .iter()
+        .filter_map(|key| {
+            Some(
+                schema
+                    .field_with_name(&key.column)
+                    .ok()?
+                    .data_type()
+                    .clone(),
+            )
+        })
+        .collect();
+    let held = hold_on_device(&HoldQuestion {
+        choice: job.key_ranges,
+        resident: resident.is_some(),
+        devices,
+        pool,
+        ranges,
+        rows: inputs.rows,
+        decoded_bytes: inputs.decoded_bytes,
+        columns: schema.fields().len(),
+        key_types: &key_types,
+    });
+    // Held on the device, the input is sorted as one run in memory: no key ranges.
+    let ranges = match (held, &resident) {
+        (Some(payload), Some(request)) if key_types.len() == keys.len() => {
+            request.allow_holding_input(payload);
+            crate::trace::event(|| "plan: the input is held on the device".to_string());
+            1
+        }
+        _ => ranges,
+    };
     let spill_failed = |e: PipelineError| match e {
         // The sort's errors, not the writer's (its disk may be full too).
         PipelineError::Execution {
@@ -983,6 +1019,9 @@ fn describe_sort(
     let early = count("early_columns");
     if early > 0 {
         parts.push(format!("{early} columns up while read"));
+    }
+    if count("held_arrays") > 0 {
+        parts.push("input held on the device".to_string());
     }
     let fallbacks = count("gpu_fallbacks");
     if fallbacks > 0 {

@@ -30,6 +30,8 @@
 //!   `gpusort sort --page-encoding device`;
 //! - `ranges.rs`: `gpusort sort` of an input larger than its memory by key range on the
 //!   device, against the operator's spilling and merging;
+//! - `held.rs`: the same, held on the device (the host's copy of the payload handed to the
+//!   device's), against the job without a limit;
 //! - `devices.rs`: several GPUs in one host: `gpu_sort.devices`, runs spread over the set, a
 //!   failed device left out (tests that need two devices return on a host of one);
 //! - `spread.rs`: one sort spread over several devices by key ranges, against the one-device
@@ -157,6 +159,7 @@ mod differential;
 mod encode;
 mod faults;
 mod gather;
+mod held;
 mod merge;
 mod onesweep;
 mod parquet_pages;

@@ -18,7 +18,7 @@ use datafusion::arrow;
 use crate::cuda::columns::narrow::{upload_narrowed, worth_narrowing, Narrowing};
 use crate::cuda::columns::parts::Parts;
 use crate::cuda::columns::views::{upload_view_data, upload_views, RunBuffers, ViewData};
-use crate::cuda::error::CudaResult;
+use crate::cuda::error::{CudaError, CudaResult};
 use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::transfer::Staging;
 
@@ -56,6 +56,13 @@ pub(super) fn upload_raw_column(
     layout: PayloadLayout,
     narrowing: Option<&Narrowing>,
 ) -> CudaResult<(RawColumn, usize)> {
+    if crate::gather::any_hollow(arrays) {
+        // Stand-ins of values the device held (`gather/hollow.rs`): never sent as values.
+        return Err(CudaError::Inconsistent(
+            "a column held on the device only was to be uploaded again from its stand-ins"
+                .to_string(),
+        ));
+    }
     let mut view_data = None;
     let (values, mut bytes) = match layout {
         PayloadLayout::Views => {

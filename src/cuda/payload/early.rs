@@ -31,13 +31,13 @@
 //! is done, so the peak is the payload and one column more.
 
 use std::any::Any;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use arrow::array::{ArrayRef, RecordBatch};
+use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow::buffer::Buffer;
 use datafusion::arrow;
 
@@ -51,7 +51,7 @@ use crate::cuda::memory::device::{Device, DeviceBuffer};
 use crate::cuda::memory::transfer::Staging;
 use crate::cuda::runtime::CudaRuntime;
 use crate::cuda::tuning::MAX_EARLY_UPLOADERS;
-use crate::gather::{EarlyColumns, RunRows};
+use crate::gather::{hollow_array, EarlyColumns, RunRows};
 
 /// Payload bytes of one partition's batches that go up as one group: large enough that a
 /// group's copies move megabytes, small enough that what is pending when the input ends
@@ -89,6 +89,8 @@ struct Shared {
     /// The device and the most bytes the pieces may hold there, once found.
     device: OnceLock<Option<(Arc<CudaRuntime>, usize)>>,
     state: Mutex<State>,
+    /// Told when a group sent is done with (`State::in_flight` fell) or the copy stopped.
+    settled: Condvar,
 }
 
 #[derive(Default)]
@@ -99,8 +101,18 @@ struct State {
     bytes: usize,
     /// The groups on the device.
     uploaded: Vec<Uploaded>,
-    /// Per column: the run numbers of the view data buffers seen so far.
+    /// Per column: the run numbers of the view data buffers seen so far (since the last
+    /// take-over: the buffers named before it may be freed, and their addresses reused).
     numbering: Vec<HashMap<(usize, usize), u32>>,
+    /// Per column: the view data buffers numbered in all (the next number).
+    numbered: Vec<u32>,
+    /// Groups sent to the uploaders and not yet done with.
+    in_flight: usize,
+    /// The host's copies of some columns were replaced ([`EarlyColumns::take_over`]): the
+    /// copy is the only one.
+    held: bool,
+    /// The stand-ins put in the host's place (by address), not replaced again.
+    hollow: HashSet<usize>,
     /// Time the uploaders spent.
     busy: Duration,
 }
@@ -169,6 +181,7 @@ impl EarlyUpload {
     /// `device_of` finds.
     pub(crate) fn new(columns: Vec<(usize, PayloadLayout)>, device_of: DeviceOf) -> Self {
         let numbering = vec![HashMap::new(); columns.len()];
+        let numbered = vec![0; columns.len()];
         Self {
             shared: Arc::new(Shared {
                 columns,
@@ -176,8 +189,10 @@ impl EarlyUpload {
                 device: OnceLock::new(),
                 state: Mutex::new(State {
                     numbering,
+                    numbered,
                     ..State::default()
                 }),
+                settled: Condvar::new(),
             }),
             pending: Mutex::default(),
             jobs: Mutex::new(None),
@@ -228,8 +243,11 @@ impl EarlyUpload {
             *jobs = Some(tx);
         }
         if let Some(tx) = jobs.as_ref() {
+            self.shared.lock().in_flight += 1;
             // The uploaders only end once the sender is dropped.
-            let _ = tx.send(group);
+            if tx.send(group).is_err() {
+                self.shared.done_with_one();
+            }
         }
     }
 
@@ -276,13 +294,18 @@ impl EarlyUpload {
         let mut state = self.shared.lock();
         if let Some(why) = &state.stopped {
             crate::trace::event(|| format!("early upload: not used ({why})"));
+            if state.held {
+                return Err(CudaError::Inconsistent(format!(
+                    "the device held the only copy of some input columns, and lost it ({why})"
+                )));
+            }
             return Ok(taken);
         }
         // Taken once: a later `abandon` finds nothing to let go.
         state.stopped = Some("taken by the run".to_string());
         let uploaded = std::mem::take(&mut state.uploaded);
         let (busy, groups) = (state.busy, uploaded.len());
-        let buffers: Vec<usize> = state.numbering.iter().map(HashMap::len).collect();
+        let buffers: Vec<usize> = state.numbered.iter().map(|&n| n as usize).collect();
         drop(state);
         let mut groups_of: Vec<Vec<Option<Piece>>> = (0..self.shared.columns.len())
             .map(|_| Vec::with_capacity(uploaded.len()))
@@ -359,6 +382,23 @@ impl Shared {
         lock(&self.state)
     }
 
+    /// A group sent is done with (uploaded, skipped or failed).
+    fn done_with_one(&self) {
+        let mut state = self.lock();
+        state.in_flight = state.in_flight.saturating_sub(1);
+        drop(state);
+        self.settled.notify_all();
+    }
+
+    /// Waits until every group sent is done with, or the copy stopped.
+    fn wait_settled(&self) -> MutexGuard<'_, State> {
+        let mut state = self.lock();
+        while state.in_flight > 0 && state.stopped.is_none() {
+            state = self.settled.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+        state
+    }
+
     /// The device and the most bytes the pieces may hold there, found at the first call.
     fn device(&self) -> Option<&(Arc<CudaRuntime>, usize)> {
         self.device.get_or_init(|| (self.device_of)()).as_ref()
@@ -395,9 +435,10 @@ impl Shared {
                         let mut of_array = Vec::new();
                         for buffer in data_buffers(array) {
                             let key = (buffer.as_ptr() as usize, buffer.len());
-                            let next = numbering.len() as u32;
+                            let next = state.numbered[c];
                             let number = *numbering.entry(key).or_insert(next);
                             if number == next {
+                                state.numbered[c] += 1;
                                 bytes += buffer.len();
                                 new_buffers.push((number, buffer));
                             }
@@ -460,6 +501,79 @@ impl EarlyColumns for EarlyUpload {
         self.stop("not used by the run");
     }
 
+    fn take_over(&self, buffered: &mut [Vec<RecordBatch>], payload_bytes: u64) -> usize {
+        // Everything added so far goes up now, and is waited for.
+        self.input_ended();
+        let mut state = self.shared.wait_settled();
+        let Some((_, cap)) = self.shared.device.get().and_then(Option::as_ref) else {
+            return 0;
+        };
+        // The copy may pass its cap where the payload is larger than expected: then it
+        // stops, and a held copy fails the sort. The expected payload leaves it room.
+        if state.stopped.is_some() || payload_bytes.saturating_mul(2) > *cap as u64 {
+            return 0;
+        }
+        let mut at = HashMap::new();
+        for (g, uploaded) in state.uploaded.iter().enumerate() {
+            for (c, arrays) in uploaded.arrays.iter().enumerate() {
+                for (i, array) in arrays.iter().enumerate() {
+                    at.insert((c, address(array)), (g, i));
+                }
+            }
+        }
+        let mut replaced = 0;
+        for batch in buffered.iter_mut().flatten() {
+            let mut columns = batch.columns().to_vec();
+            let mut changed = false;
+            for (c, &(index, layout)) in self.shared.columns.iter().enumerate() {
+                let Some(array) = columns.get(index) else {
+                    continue;
+                };
+                if state.hollow.contains(&address(array)) {
+                    continue;
+                }
+                let Some(&(g, i)) = at.get(&(c, address(array))) else {
+                    continue;
+                };
+                let width = match layout {
+                    PayloadLayout::Fixed(width) => width,
+                    PayloadLayout::Views => VIEW_BYTES,
+                    PayloadLayout::Bits => continue,
+                };
+                let Some(hollow) = hollow_array(array, width) else {
+                    continue;
+                };
+                state.hollow.insert(address(&hollow));
+                state.uploaded[g].arrays[c][i] = Arc::clone(&hollow);
+                columns[index] = hollow;
+                changed = true;
+                replaced += 1;
+            }
+            if changed {
+                let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+                match RecordBatch::try_new_with_options(batch.schema(), columns, &options) {
+                    Ok(hollowed) => *batch = hollowed,
+                    Err(error) => unreachable!("a stand-in of the same type and rows: {error}"),
+                }
+            }
+        }
+        if replaced > 0 {
+            state.held = true;
+            // The data buffers named so far may be freed now, and their addresses reused
+            // by later batches' buffers: those are numbered anew.
+            for numbering in &mut state.numbering {
+                numbering.clear();
+            }
+        }
+        crate::trace::event(|| {
+            format!(
+                "early upload: took over {replaced} arrays from the host ({} MB on the device)",
+                state.bytes >> 20
+            )
+        });
+        replaced
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }
@@ -497,41 +611,47 @@ fn upload_groups(shared: &Shared, jobs: &Mutex<Receiver<Group>>, i: usize) {
         let Ok(group) = received else {
             return;
         };
-        {
-            let mut state = shared.lock();
-            if state.stopped.is_some() {
-                continue;
-            }
-            if state.bytes.saturating_add(group.bytes) > *cap {
-                drop(state);
-                let why = format!("the payload passes {} MB of device memory", cap >> 20);
-                stop_shared(shared, &why);
-                continue;
-            }
-            state.bytes += group.bytes;
-        }
-        let started = Instant::now();
-        let narrowing = &runtime.narrowing;
-        let uploaded = runtime
-            .on_lane(|device, staging| upload_group(device, staging, narrowing, shared, &group));
+        upload_one(shared, runtime, *cap, group);
+        shared.done_with_one();
+    }
+}
+
+/// Uploads `group` (or skips it, where the copy stopped or it would pass `cap`).
+fn upload_one(shared: &Shared, runtime: &Arc<CudaRuntime>, cap: usize, group: Group) {
+    {
         let mut state = shared.lock();
-        state.busy += started.elapsed();
-        match uploaded {
-            Ok(pieces) if state.stopped.is_none() => {
-                state.uploaded.push(Uploaded {
-                    arrays: group.arrays,
-                    pieces,
-                });
-            }
-            Ok(pieces) => {
-                drop(state);
-                drop(pieces);
-            }
-            Err(error) => {
-                drop(state);
-                log::debug!("gpusort: the early upload of a sort's payload failed ({error})");
-                stop_shared(shared, &format!("an upload failed: {error}"));
-            }
+        if state.stopped.is_some() {
+            return;
+        }
+        if state.bytes.saturating_add(group.bytes) > cap {
+            drop(state);
+            let why = format!("the payload passes {} MB of device memory", cap >> 20);
+            stop_shared(shared, &why);
+            return;
+        }
+        state.bytes += group.bytes;
+    }
+    let started = Instant::now();
+    let narrowing = &runtime.narrowing;
+    let uploaded =
+        runtime.on_lane(|device, staging| upload_group(device, staging, narrowing, shared, &group));
+    let mut state = shared.lock();
+    state.busy += started.elapsed();
+    match uploaded {
+        Ok(pieces) if state.stopped.is_none() => {
+            state.uploaded.push(Uploaded {
+                arrays: group.arrays,
+                pieces,
+            });
+        }
+        Ok(pieces) => {
+            drop(state);
+            drop(pieces);
+        }
+        Err(error) => {
+            drop(state);
+            log::debug!("gpusort: the early upload of a sort's payload failed ({error})");
+            stop_shared(shared, &format!("an upload failed: {error}"));
         }
     }
 }
@@ -545,6 +665,7 @@ fn stop_shared(shared: &Shared, why: &str) {
     }
     let uploaded = std::mem::take(&mut state.uploaded);
     drop(state);
+    shared.settled.notify_all();
     free_on_device(shared, uploaded);
 }
 

@@ -23,6 +23,7 @@
 //! part way hands the rest of the run back to the host gather.
 
 pub(super) mod early;
+mod read_back;
 pub(super) mod resident;
 use std::sync::Arc;
 use std::time::Instant;
@@ -395,7 +396,7 @@ impl DevicePayload {
         &self,
         device: &Device,
         at: usize,
-        start: usize,
+        order: u64,
         rows: usize,
     ) -> CudaResult<(DeviceBuffer<u8>, Option<DeviceBuffer<u8>>)> {
         let column = &self.columns[at];
@@ -404,9 +405,9 @@ impl DevicePayload {
         };
         let values = device.alloc::<u8>((rows * width).max(1), "gathered column values")?;
         if rows > 0 {
-            self.launch_values(device, column.values(), width, start, &[rows], values.ptr())?;
+            self.launch_values(device, column.values(), width, order, &[rows], values.ptr())?;
         }
-        Ok((values, self.gather_validity(device, column, start, rows)?))
+        Ok((values, self.gather_validity(device, column, order, rows)?))
     }
 
     /// `column`'s validity bitmap of output rows `start .. start + rows` (row `start` at
@@ -415,7 +416,7 @@ impl DevicePayload {
         &self,
         device: &Device,
         column: &PayloadColumn,
-        start: usize,
+        order: u64,
         rows: usize,
     ) -> CudaResult<Option<DeviceBuffer<u8>>> {
         let Some(bits) = column.validity() else {
@@ -423,7 +424,7 @@ impl DevicePayload {
         };
         let out = device.alloc::<u8>(rows.div_ceil(32).max(1) * 4, "gathered validity")?;
         if rows > 0 {
-            self.launch_bits(device, bits, start, &[rows], out.ptr())?;
+            self.launch_bits(device, bits, order, &[rows], out.ptr())?;
         }
         Ok(Some(out))
     }
@@ -444,7 +445,7 @@ impl DevicePayload {
         &self,
         device: &Device,
         at: usize,
-        start: usize,
+        order: u64,
         rows: usize,
     ) -> CudaResult<RangeBytes> {
         let column = &self.columns[at];
@@ -452,7 +453,7 @@ impl DevicePayload {
         let offsets = device.alloc::<u32>(rows + 1, "resident byte offsets")?;
         // The views' long bytes (written by the gather, unused here) land in `offsets`,
         // which the lengths of every value then overwrite.
-        self.launch_gather_views(device, column, start, rows, gathered.ptr(), offsets.ptr())?;
+        self.launch_gather_views(device, column, order, rows, gathered.ptr(), offsets.ptr())?;
         let gatherer = &self.runtime.gatherer;
         // The lengths scanned a block per stretch of rows, then each stretch moved up by
         // the bytes of those before it.
@@ -531,7 +532,7 @@ impl DevicePayload {
             total as usize,
         )?;
         let host_offsets = device.download_now(&offsets)?;
-        let validity = self.gather_validity(device, column, start, rows)?;
+        let validity = self.gather_validity(device, column, order, rows)?;
         Ok(RangeBytes {
             bytes,
             offsets,
@@ -786,8 +787,9 @@ impl Drop for DevicePayload {
 }
 
 impl DevicePayload {
-    /// The permutation entries of output rows `start ..`, as a device pointer.
-    fn permutation_at(&self, start: usize) -> u64 {
+    /// The permutation entries of output rows `start ..`, as a device pointer: the order
+    /// the gathers take.
+    pub(super) fn order_at(&self, start: usize) -> u64 {
         self.permutation.ptr() + (start * 4) as u64
     }
 
@@ -864,13 +866,17 @@ impl DevicePayload {
                     device,
                     column.values(),
                     width,
-                    start,
+                    self.order_at(start),
                     batch_rows,
                     values_at,
                 )?,
-                (PayloadLayout::Bits, _) => {
-                    self.launch_bits(device, column.values(), start, batch_rows, values_at)?
-                }
+                (PayloadLayout::Bits, _) => self.launch_bits(
+                    device,
+                    column.values(),
+                    self.order_at(start),
+                    batch_rows,
+                    values_at,
+                )?,
                 (PayloadLayout::Views, Some(views)) => {
                     let data_at = out.ptr() + at.data.expect("views have data").0 as u64;
                     self.copy_view_bytes(
@@ -881,7 +887,7 @@ impl DevicePayload {
             }
             if let (Some(bits), Some(validity)) = (column.validity(), at.validity) {
                 let at = out.ptr() + validity.0 as u64;
-                self.launch_bits(device, bits, start, batch_rows, at)?;
+                self.launch_bits(device, bits, self.order_at(start), batch_rows, at)?;
             }
         }
         let host_regions = &self.runtime.host_regions;
@@ -919,7 +925,14 @@ impl DevicePayload {
         let views = device.alloc::<u8>(rows * VIEW_BYTES, "gathered views")?;
         let offsets = device.alloc::<u32>(rows, "long value offsets")?;
         let totals = device.alloc::<u64>(batch_rows.len(), "batch data sizes")?;
-        self.launch_gather_views(device, column, start, rows, views.ptr(), offsets.ptr())?;
+        self.launch_gather_views(
+            device,
+            column,
+            self.order_at(start),
+            rows,
+            views.ptr(),
+            offsets.ptr(),
+        )?;
         self.launch_scan(
             device,
             offsets.ptr(),
@@ -946,19 +959,14 @@ impl DevicePayload {
         &self,
         device: &Device,
         column: &PayloadColumn,
-        start: usize,
+        order: u64,
         rows: usize,
         views: u64,
         long_bytes: u64,
     ) -> CudaResult<()> {
         let raw = column.here();
         let valid = raw.validity.as_ref().map_or(0, |v| v.ptr());
-        let (mut src, mut valid, mut perm, mut n) = (
-            raw.values.ptr(),
-            valid,
-            self.permutation_at(start),
-            rows as u32,
-        );
+        let (mut src, mut valid, mut perm, mut n) = (raw.values.ptr(), valid, order, rows as u32);
         let (mut out, mut long) = (views, long_bytes);
         let mut params = [
             arg(&mut src),
@@ -1078,7 +1086,7 @@ impl DevicePayload {
         device: &Device,
         values: Source<'_>,
         width: usize,
-        start: usize,
+        order: u64,
         batch_rows: &[usize],
         dst: u64,
     ) -> CudaResult<()> {
@@ -1099,7 +1107,7 @@ impl DevicePayload {
                 (gatherer.peer_values[which], arg(&mut sliced))
             }
         };
-        let (mut perm, mut n, mut dst) = (self.permutation_at(start), rows as u32, dst);
+        let (mut perm, mut n, mut dst) = (order, rows as u32, dst);
         let mut params = [src, arg(&mut perm), arg(&mut n), arg(&mut dst)];
         let grid = self.grid_for(rows);
         launch(device, kernel, grid, THREADS, &mut params, rows)
@@ -1112,7 +1120,7 @@ impl DevicePayload {
         &self,
         device: &Device,
         bits: Source<'_>,
-        start: usize,
+        order: u64,
         batch_rows: &[usize],
         dst: u64,
     ) -> CudaResult<()> {
@@ -1132,7 +1140,7 @@ impl DevicePayload {
                 (gatherer.peer_bits, arg(&mut sliced))
             }
         };
-        let (mut perm, mut dst) = (self.permutation_at(start), dst);
+        let (mut perm, mut dst) = (order, dst);
         let (mut n, mut batch, mut batch_words, mut count) =
             (rows as u32, full as u32, words as u32, batches as u32);
         let mut params = [

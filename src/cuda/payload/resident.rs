@@ -19,7 +19,7 @@ use std::time::Instant;
 use arrow::array::ArrayRef;
 use arrow::buffer::{BooleanBuffer, Buffer, NullBuffer};
 use datafusion::arrow;
-use datafusion::common::Result;
+use datafusion::common::{DataFusionError, Result};
 
 use super::DevicePayload;
 use crate::cuda::error::CudaResult;
@@ -159,19 +159,19 @@ impl ResidentRun {
                 .iter()
                 .map(|spec| match self.widths[spec.column] {
                     0 => payload
-                        .gather_range_bytes(device, spec.column, first, rows)
+                        .gather_range_bytes(device, spec.column, payload.order_at(first), rows)
                         .map(|b| Gathered {
                             values: b.bytes,
                             offsets: Some((b.offsets, b.host_offsets)),
                             validity: b.validity,
                         }),
-                    _ => payload.gather_range(device, spec.column, first, rows).map(
-                        |(values, validity)| Gathered {
+                    _ => payload
+                        .gather_range(device, spec.column, payload.order_at(first), rows)
+                        .map(|(values, validity)| Gathered {
                             values,
                             offsets: None,
                             validity,
-                        },
-                    ),
+                        }),
                 })
                 .collect::<CudaResult<Vec<_>>>()?;
             laps.lap("gathered");
@@ -270,8 +270,20 @@ impl ResidentRun {
 
     /// Column `column`'s (its place in the run's columns) values at rows `at` of the
     /// run's order, read from the run's input on the host.
+    /// A column whose input the device held in place of the host's (`early.rs`,
+    /// `take_over`) is read back from the device.
     pub fn values_at(&self, column: usize, at: &[usize]) -> Result<ArrayRef> {
         let ids: Vec<u32> = at.iter().map(|&row| self.permutation[row]).collect();
+        if self.rows.is_hollow_column(self.columns[column]) {
+            let runtime = Arc::clone(self.payload.runtime());
+            return runtime
+                .on_lane(|device, _| self.payload.values_at_ids(device, column, &ids))
+                .map_err(|e| {
+                    DataFusionError::Execution(format!(
+                        "gpusort: reading page statistics back from the device: {e}"
+                    ))
+                });
+        }
         self.input_values(column, &ids)
     }
 
