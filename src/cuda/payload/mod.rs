@@ -768,7 +768,7 @@ impl DevicePayload {
         let PayloadLayout::Fixed(width) = column.layout() else {
             return Ok(None);
         };
-        let (values, validity) = self.gather_range(device, at, 0, self.rows)?;
+        let (values, validity) = self.gather_range(device, at, self.order_at(0), self.rows)?;
         Ok(Some(SortedColumn {
             values,
             validity,
