@@ -6,6 +6,7 @@
 //! A stand-in's values are not the input's: every host path that would read them
 //! ([`is_hollow`]) must fail instead (the run's host gather does: `RunRows::gather_columns`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use arrow::array::{make_array, Array, ArrayData, ArrayRef};
@@ -14,9 +15,18 @@ use arrow::datatypes::DataType;
 use datafusion::arrow;
 
 /// The most bytes of values one stand-in takes from the shared zeros: larger arrays are
-/// not replaced (a batch of 256 Ki rows of 16-byte values). The zeros are never written,
+/// not replaced (a batch of 1 Mi rows of 16-byte values). The zeros are never written,
 /// so their pages cost little or no resident memory.
-pub(super) const MOST_HOLLOW_BYTES: usize = 4 << 20;
+pub(super) const MOST_HOLLOW_BYTES: usize = 16 << 20;
+
+/// Whether this process made a stand-in yet: until it does, no array is one, and the
+/// host's gathers skip looking.
+static MADE_ANY: AtomicBool = AtomicBool::new(false);
+
+/// Whether any stand-in was made in this process.
+pub(super) fn any_made() -> bool {
+    MADE_ANY.load(Ordering::Relaxed)
+}
 
 /// The shared zeros every stand-in's values are a slice of.
 fn zeros() -> &'static Buffer {
@@ -40,6 +50,7 @@ pub fn hollow_array(array: &ArrayRef, width: usize) -> Option<ArrayRef> {
     if !fits {
         return None;
     }
+    MADE_ANY.store(true, Ordering::Relaxed);
     let data = ArrayData::builder(array.data_type().clone())
         .len(array.len())
         .nulls(array.logical_nulls())
@@ -51,6 +62,9 @@ pub fn hollow_array(array: &ArrayRef, width: usize) -> Option<ArrayRef> {
 
 /// Whether `array` is a stand-in made by [`hollow_array`].
 pub fn is_hollow(array: &dyn Array) -> bool {
+    if !any_made() {
+        return false;
+    }
     let data = array.to_data();
     let Some(values) = data.buffers().first() else {
         return false;

@@ -189,6 +189,9 @@ impl RunRows {
     /// Whether column `c`'s values are held elsewhere only (some of its arrays are
     /// stand-ins: `hollow.rs`): the host cannot gather it.
     pub fn is_hollow_column(&self, c: usize) -> bool {
+        if !hollow::any_made() {
+            return false;
+        }
         let hollow = self.hollow.get_or_init(|| {
             (0..self.num_columns())
                 .map(|c| self.batches.iter().any(|b| is_hollow(b.column(c).as_ref())))

@@ -27,7 +27,8 @@ pub const HOLD_INPUT_VAR: &str = "GPUSORT_HOLD_INPUT";
 pub(super) struct HoldQuestion<'a> {
     /// The job's choice of key ranges: only `auto` holds.
     pub choice: KeyRangeChoice,
-    /// The writer builds pages from the sort's copy on the device.
+    /// The writer builds pages from the sort's copy on the device of every column but the
+    /// keys (a column it leaves on the host would stay in host memory, uncounted here).
     pub resident: bool,
     /// GPUs the job may use (at most).
     pub devices: usize,
@@ -45,7 +46,8 @@ pub(super) struct HoldQuestion<'a> {
 }
 
 /// The payload bytes expected where the job should hold its input on the device:
-/// `auto` key ranges, pages built on the device from one GPU, an input that would go by
+/// `auto` key ranges, pages built on the device from one GPU of every column but the
+/// keys, an input that would go by
 /// key range, keys the device encodes itself (fixed width), and key columns, validity and
 /// working memory that fit [`HELD_POOL_SHARE`] of the pool. The device's own room is
 /// checked by the copy, which declines a payload past a quarter of its memory.

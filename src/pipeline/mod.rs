@@ -461,7 +461,14 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
         .collect();
     let held = hold_on_device(&HoldQuestion {
         choice: job.key_ranges,
-        resident: resident.is_some(),
+        resident: resident.as_ref().is_some_and(|request| {
+            (0..schema.fields().len()).all(|c| {
+                request.columns().contains(&c)
+                    || keys
+                        .iter()
+                        .any(|k| schema.index_of(&k.column).ok() == Some(c))
+            })
+        }),
         devices,
         pool,
         ranges,

@@ -611,8 +611,21 @@ fn upload_groups(shared: &Shared, jobs: &Mutex<Receiver<Group>>, i: usize) {
         let Ok(group) = received else {
             return;
         };
+        let _done = DoneWithOne(shared);
         upload_one(shared, runtime, *cap, group);
-        shared.done_with_one();
+    }
+}
+
+/// Tells `take_over`'s wait that a group is done with, whether its upload returned or
+/// panicked (a panic stops the copy: an uploader gone would leave the wait to block).
+struct DoneWithOne<'a>(&'a Shared);
+
+impl Drop for DoneWithOne<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            stop_shared(self.0, "an uploader panicked");
+        }
+        self.0.done_with_one();
     }
 }
 
