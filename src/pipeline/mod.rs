@@ -447,27 +447,20 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
         job.limit,
         (partitions, cuda),
     );
-    let key_types: Vec<DataType> = keys
+    // Resolved above: every key names a column.
+    let key_columns: Vec<usize> = keys
         .iter()
-        .filter_map(|key| {
-            Some(
-                schema
-                    .field_with_name(&key.column)
-                    .ok()?
-                    .data_type()
-                    .clone(),
-            )
-        })
+        .filter_map(|key| schema.index_of(&key.column).ok())
+        .collect();
+    let key_types: Vec<DataType> = key_columns
+        .iter()
+        .map(|&c| schema.field(c).data_type().clone())
         .collect();
     let held = hold_on_device(&HoldQuestion {
         choice: job.key_ranges,
         resident: resident.as_ref().is_some_and(|request| {
-            (0..schema.fields().len()).all(|c| {
-                request.columns().contains(&c)
-                    || keys
-                        .iter()
-                        .any(|k| schema.index_of(&k.column).ok() == Some(c))
-            })
+            (0..schema.fields().len())
+                .all(|c| request.columns().contains(&c) || key_columns.contains(&c))
         }),
         devices,
         pool,
@@ -479,7 +472,7 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
     });
     // Held on the device, the input is sorted as one run in memory: no key ranges.
     let ranges = match (held, &resident) {
-        (Some(payload), Some(request)) if key_types.len() == keys.len() => {
+        (Some(payload), Some(request)) => {
             request.allow_holding_input(payload);
             crate::trace::event(|| "plan: the input is held on the device".to_string());
             1

@@ -324,6 +324,21 @@ impl DevicePayload {
     }
 }
 
+/// A gathered validity bitmap of `rows` rows (row 0 at bit 0) brought to the host, where
+/// some row is null; `None` for no bitmap or no null row.
+pub(super) fn download_nulls(
+    device: &Device,
+    bits: Option<&DeviceBuffer<u8>>,
+    rows: usize,
+) -> CudaResult<Option<NullBuffer>> {
+    let Some(bits) = bits else {
+        return Ok(None);
+    };
+    let host = Buffer::from_vec(device.download_now(bits)?);
+    let nulls = NullBuffer::new(BooleanBuffer::new(host, 0, rows));
+    Ok((nulls.null_count() > 0).then_some(nulls))
+}
+
 /// The columns of `candidates` that `early` (a backend's copy of the run's columns, made
 /// while its input arrived) holds, put together on `device`; none where it is not this
 /// backend's, or where the copy is on another device (it is let go then).

@@ -6,13 +6,13 @@
 use std::sync::Arc;
 
 use arrow::array::{make_array, ArrayData, ArrayRef, BinaryArray, StringArray};
-use arrow::buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow::buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::DataType;
 use datafusion::arrow;
 
-use super::DevicePayload;
+use super::{download_nulls, DevicePayload};
 use crate::cuda::error::{CudaError, CudaResult};
-use crate::cuda::memory::device::{Device, DeviceBuffer};
+use crate::cuda::memory::device::Device;
 
 impl DevicePayload {
     /// Column `at`'s (its place among the payload's columns) values at input rows `ids`,
@@ -32,14 +32,6 @@ impl DevicePayload {
         // SAFETY: `ids` outlives the copy: every path below synchronizes the stream (a
         // download) before returning.
         unsafe { device.upload(&order, 0, ids)? };
-        let nulls = |bits: Option<DeviceBuffer<u8>>| -> CudaResult<Option<NullBuffer>> {
-            let Some(bits) = bits else {
-                return Ok(None);
-            };
-            let host = Buffer::from_vec(device.download_now(&bits)?);
-            let nulls = NullBuffer::new(BooleanBuffer::new(host, 0, rows));
-            Ok((nulls.null_count() > 0).then_some(nulls))
-        };
         let built = if let Some(width) = self.fixed_width(at) {
             if data_type.primitive_width() != Some(width) {
                 return Err(CudaError::Inconsistent(format!(
@@ -51,7 +43,7 @@ impl DevicePayload {
             ArrayData::builder(data_type)
                 .len(rows)
                 .add_buffer(values.slice_with_length(0, rows * width))
-                .nulls(nulls(validity)?)
+                .nulls(download_nulls(device, validity.as_ref(), rows)?)
                 .build()
                 .map(make_array)
         } else {
@@ -59,7 +51,7 @@ impl DevicePayload {
             let bytes = Buffer::from_vec(device.download_now(&gathered.bytes)?);
             let offsets: Vec<i32> = gathered.host_offsets.iter().map(|&o| o as i32).collect();
             let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
-            let nulls = nulls(gathered.validity)?;
+            let nulls = download_nulls(device, gathered.validity.as_ref(), rows)?;
             let array: CudaResult<ArrayRef> = match data_type {
                 DataType::Utf8View => StringArray::try_new(offsets, bytes, nulls)
                     .map(|a| Arc::new(a) as ArrayRef)

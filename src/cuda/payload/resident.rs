@@ -17,11 +17,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::array::ArrayRef;
-use arrow::buffer::{BooleanBuffer, Buffer, NullBuffer};
+use arrow::buffer::NullBuffer;
 use datafusion::arrow;
 use datafusion::common::{DataFusionError, Result};
 
-use super::DevicePayload;
+use super::{download_nulls, DevicePayload};
 use crate::cuda::error::CudaResult;
 use crate::cuda::memory::device::DeviceBuffer;
 use crate::cuda::parquet::{ColumnPages, OnDevice, PageColumn, PageCut, StatisticsOrder};
@@ -177,14 +177,7 @@ impl ResidentRun {
             laps.lap("gathered");
             let nulls = gathered
                 .iter()
-                .map(|gathered| {
-                    let Some(bits) = &gathered.validity else {
-                        return Ok(None);
-                    };
-                    let host = Buffer::from_vec(device.download_now(bits)?);
-                    let nulls = NullBuffer::new(BooleanBuffer::new(host, 0, rows));
-                    Ok((nulls.null_count() > 0).then_some(nulls))
-                })
+                .map(|gathered| download_nulls(device, gathered.validity.as_ref(), rows))
                 .collect::<CudaResult<Vec<Option<NullBuffer>>>>()?;
             laps.lap("validity down");
             let cuts: Vec<Vec<PageCut>> = nulls
