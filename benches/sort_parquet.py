@@ -24,6 +24,12 @@ one warm-up, printed as one Markdown table with the breakdown each engine can re
   either, so this row is the like-for-like one.
 - DataFusion 55 alone: `gpusort sql "SET gpu_sort.enabled = false; COPY (SELECT * FROM t
   ORDER BY k) TO ..."` (the same binary, gpusort's rule off).
+- gpusort (python, in-process) with `--python`: `gpusort.sort_parquet(...,
+  fsync=False)` of the `gpusort` package, called in this process as DuckDB is: the
+  warm-up opens the device, and the timed calls find it open, as a long-lived process
+  (a notebook, a service) does; `--python` takes `key=value` options of `sort_parquet`
+  (`--python page_encoding=device`). The CLI's own rows include starting the CUDA driver
+  and tearing it down with the process each time.
 - DuckDB (the `duckdb` Python package, all cores): `COPY (SELECT * FROM
   read_parquet(...) ORDER BY k) TO ... (FORMAT parquet, COMPRESSION snappy)`; breakdown:
   the same query into a temporary table (read + sort) and `COPY` of a table read
@@ -230,6 +236,24 @@ def run_gpusort(binary, case, dst, backend, *extra):
     return f"{stages}; {summary.split('; ', 1)[1]}"
 
 
+def run_python(case, dst, options):
+    """`gpusort.sort_parquet` in this process; `options`: space-separated key=value."""
+    import gpusort
+
+    kwargs = {}
+    for item in options.split():
+        key, value = item.split("=", 1)
+        kwargs[key] = int(value) if value.isdigit() else value
+    summary = gpusort.sort_parquet(
+        case.src, dst, by=case.by, compression="snappy", overwrite=True, fsync=False,
+        max_rows_per_file=case.rows_per_file or None, memory_limit=case.memory_limit,
+        **kwargs)
+    line = summary["summary"]
+    if "backend cuda" not in line:
+        raise RuntimeError(f"gpusort did not sort on the GPU: {line}")
+    return line.split("; ", 1)[1] if "; " in line else line
+
+
 def run_datafusion(binary, case, dst):
     # One file even where the others write a directory: DataFusion spreads a directory
     # output's batches over several files at once, so only a file keeps the sorted order
@@ -295,6 +319,10 @@ def main():
     ap.add_argument("--hits", type=int, metavar="ROWS",
                     help="sort a generated table shaped like ClickBench hits of ROWS rows")
     ap.add_argument("--memory-limit", help="gpusort's --memory-limit and DuckDB's, e.g. 4G")
+    ap.add_argument("--python", action="append", default=[], metavar="OPTIONS",
+                    help="also time `gpusort.sort_parquet(..., fsync=False, OPTIONS)` in this "
+                         "process (OPTIONS: space-separated key=value, may be empty); "
+                         "repeatable")
     ap.add_argument("--variant", action="append", default=[], metavar="ARGS",
                     help="also time `gpusort --no-fsync ARGS` (e.g. \"--key-ranges off\"); "
                          "repeatable")
@@ -350,6 +378,11 @@ def main():
                                               case.output(f"gpusort-variant{i}"), "auto",
                                               "--no-fsync", *extra.split()))
         for i, extra in enumerate(args.variant)
+    ] + [
+        (f"gpusort (python, in-process) {options}".rstrip(), f"gpusort-python{i}",
+         lambda options=options, i=i: run_python(case, case.output(f"gpusort-python{i}"),
+                                                 options))
+        for i, options in enumerate(args.python)
     ]:
         if name.split(" ")[0].lower() in skip or name in skip:
             continue

@@ -2,10 +2,13 @@
 //! writer could hand them over: one thread appending (what `gpusort sort`'s appender does),
 //! several threads writing disjoint ranges of one file (`pwrite`), several threads each
 //! filling a file of its own (a directory output), and several threads copying into a
-//! shared mapping of one file.
+//! shared mapping of one file: sparse, allocated first (`fallocate`), or allocated and each
+//! thread's pages asked for first (`MADV_POPULATE_WRITE`).
 //!
 //! The write stage of a narrow sort is bound by the first of these (docs/performance.md,
-//! "Parquet files"), so these are the ceilings a parallel writer can reach on the host.
+//! "Parquet files"), so these are the ceilings a parallel writer can reach on the host. (An
+//! allocated mapping reaches three times `write()`'s rate here, yet lost inside the sort's
+//! process: docs/performance.md, 2026-12-01, session 27.)
 //! Times stop when the last byte is in the page cache; the flush to disk (`fsync`) is
 //! timed apart.
 //!
@@ -55,11 +58,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         report(&format!("{n} threads, a file each"), total, || {
             file_each(&dir, total, n, &source)
         })?;
-        report(
-            &format!("{n} threads, copies into a mapping"),
-            total,
-            || mapped(&dir, total, n, &source),
-        )?;
+        for (prepare, name) in [
+            (Prepare::Sparse, "copies into a mapping"),
+            (Prepare::Allocated, "into a mapping, allocated"),
+            (Prepare::Populated, "into a mapping, populated"),
+        ] {
+            report(&format!("{n} threads, {name}"), total, || {
+                mapped(&dir, total, n, &source, prepare)
+            })?;
+        }
     }
     let _ = std::fs::remove_dir_all(dir.join("ceiling"));
     Ok(())
@@ -194,17 +201,39 @@ fn file_each(
     Ok((copied, started.elapsed() - copied))
 }
 
+/// How a mapped file is readied before the threads copy into it.
+#[derive(Clone, Copy)]
+enum Prepare {
+    /// `set_len` alone: each first write to a page reserves its block (ext4's delayed
+    /// allocation, under the file's lock).
+    Sparse,
+    /// `fallocate` first, so a write fault finds its block already allocated.
+    Allocated,
+    /// `fallocate`, then each thread asks for its range's pages at once
+    /// (`MADV_POPULATE_WRITE`) before copying.
+    Populated,
+}
+
 fn mapped(
     dir: &Path,
     total: usize,
     threads: usize,
     source: &[u8],
+    prepare: Prepare,
 ) -> std::io::Result<(Duration, Duration)> {
     use std::os::fd::AsRawFd;
     let path = &fresh(dir, 1)?[0];
     let started = Instant::now();
     let file = create(path)?;
-    file.set_len(total as u64)?;
+    match prepare {
+        Prepare::Sparse => file.set_len(total as u64)?,
+        Prepare::Allocated | Prepare::Populated => {
+            // SAFETY: a plain system call on an open descriptor.
+            if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, total as libc::off_t) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+    }
     // SAFETY: a fresh shared mapping of the whole file, which this function alone uses
     // and unmaps below; each thread writes a disjoint range of it.
     let base = unsafe {
@@ -224,6 +253,22 @@ fn mapped(
     std::thread::scope(|s| {
         for (start, end) in ranges(total, threads) {
             s.spawn(move || {
+                if matches!(prepare, Prepare::Populated) {
+                    // SAFETY: advice on this thread's range of the mapping made above.
+                    let done = unsafe {
+                        libc::madvise(
+                            (address + start) as *mut libc::c_void,
+                            end - start,
+                            libc::MADV_POPULATE_WRITE,
+                        )
+                    };
+                    assert_eq!(
+                        done,
+                        0,
+                        "MADV_POPULATE_WRITE: {}",
+                        std::io::Error::last_os_error()
+                    );
+                }
                 for offset in (start..end).step_by(CALL) {
                     let bytes = chunk(source, offset);
                     // SAFETY: `offset..offset + CALL` lies in the mapping and in this

@@ -173,8 +173,16 @@ impl Encoder {
         // for one, nothing else is uploaded.
         let mut table = None;
         for (index, column) in columns.iter().enumerate() {
+            let started = std::time::Instant::now();
             let (buffers, bytes) = upload_column(device, staging, column, narrowing)?;
             h2d_bytes += bytes;
+            crate::trace::event(|| {
+                format!(
+                    "  key column {index}: {:.0} MB up in {:.1} ms",
+                    bytes as f64 / 1e6,
+                    started.elapsed().as_secs_f64() * 1e3
+                )
+            });
             let base = base_source(column, &buffers);
             if let Some(maker) = ids.filter(|m| m.column() == index) {
                 match self.table_for(device, maker, &buffers.sources, base, rows)? {
@@ -217,6 +225,7 @@ impl Encoder {
         }
         let sources: Vec<FieldSource> = fields.iter().map(|(f, _)| *f).collect();
         let stats = self.field_stats(device, &sources, rows)?;
+        crate::trace::event(|| format!("  {rows} rows: key field statistics read"));
         let reduced: Vec<_> = fields
             .iter()
             .zip(&stats)

@@ -382,7 +382,14 @@ fn open_runtime(ordinal: usize) -> CudaResult<Arc<CudaRuntime>> {
         });
     }
     let opened = std::panic::catch_unwind(|| -> CudaResult<CudaRuntime> {
+        let opening = std::time::Instant::now();
         let device = Device::open(ordinal as i32)?;
+        crate::trace::event(|| {
+            format!(
+                "device {ordinal}: context made in {:.1} ms",
+                opening.elapsed().as_secs_f64() * 1e3
+            )
+        });
         let onesweep = Onesweep::load(&device, &tuning)?;
         let locality = LocalitySort::load(&device, &tuning)?;
         let segmented = SegmentedSort::load(&device, &tuning)?;
@@ -399,8 +406,20 @@ fn open_runtime(ordinal: usize) -> CudaResult<Arc<CudaRuntime>> {
         let pages = PageEncoder::load(&device, &tuning)
             .map_err(|e| log::warn!("gpusort: CUDA Parquet page kernels not loaded ({e})"))
             .ok();
+        crate::trace::event(|| {
+            format!(
+                "device {ordinal}: kernels loaded, {:.1} ms after opening began",
+                opening.elapsed().as_secs_f64() * 1e3
+            )
+        });
         let staging = Mutex::new(Staging::new(&device)?);
         let (host_regions, idle_permutations) = host_memory(&device, &tuning);
+        crate::trace::event(|| {
+            format!(
+                "device {ordinal}: opened in {:.1} ms",
+                opening.elapsed().as_secs_f64() * 1e3
+            )
+        });
         Ok(CudaRuntime {
             device,
             onesweep,

@@ -232,7 +232,12 @@ fn sort_columns_with(
     let bytes = columns_bytes(columns, n);
     within_budget(rt, bytes, share, |device, staging, lease| {
         let started = Instant::now();
-        crate::trace::event(|| format!("  {n} rows: device taken"));
+        crate::trace::event(|| {
+            format!(
+                "  {n} rows: device taken (the lease waited {:.1} ms)",
+                lease.waited.as_secs_f64() * 1e3
+            )
+        });
         let encoded = rt
             .encoder
             .encode(device, staging, columns, n, ids, Some(&rt.narrowing))?;

@@ -222,8 +222,19 @@ impl Device {
             faults::take_out_of_memory(self.budget.holder_faults(), bytes, what)?;
         }
         self.budget.charge(bytes, what)?;
+        let started = std::time::Instant::now();
         // SAFETY: the stream is valid; the memory is only used on it.
-        match unsafe { result::malloc_async(self.stream, bytes) } {
+        let allocated = unsafe { result::malloc_async(self.stream, bytes) };
+        if bytes >= 64 << 20 {
+            crate::trace::event(|| {
+                format!(
+                    "  device: {:.0} MB for {what} in {:.1} ms",
+                    bytes as f64 / 1e6,
+                    started.elapsed().as_secs_f64() * 1e3
+                )
+            });
+        }
+        match allocated {
             Ok(ptr) => Ok(DeviceBuffer {
                 ptr,
                 len,

@@ -150,17 +150,26 @@ impl Staging {
         mut then: impl FnMut(usize, usize) -> CudaResult<()>,
     ) -> CudaResult<bool> {
         let chunk = CHUNK_BYTES / std::mem::size_of::<T>();
+        let (started, mut waiting, mut filling) = (
+            std::time::Instant::now(),
+            std::time::Duration::ZERO,
+            std::time::Duration::ZERO,
+        );
         for (i, start) in (0..n).step_by(chunk).enumerate() {
             let which = i % 2;
             let len = chunk.min(n - start);
+            let waited = std::time::Instant::now();
             self.done[which].wait()?;
+            waiting += waited.elapsed();
             let staged = self.slice_mut::<T>(which, len);
+            let filled_at = std::time::Instant::now();
             let filled = on_copy_threads(|| {
                 staged
                     .par_chunks_mut(PAR_ELEMS)
                     .enumerate()
                     .all(|(j, part)| fill(start + j * PAR_ELEMS, part))
             });
+            filling += filled_at.elapsed();
             if !filled {
                 return Ok(false);
             }
@@ -170,6 +179,18 @@ impl Staging {
             unsafe { device.upload(dst, at, &*staged)? };
             self.done[which].record(device)?;
             then(start, len)?;
+        }
+        let bytes = n * std::mem::size_of::<T>();
+        if bytes >= 256 << 20 {
+            crate::trace::event(|| {
+                format!(
+                    "  staging: {:.0} MB in {:.1} ms, filling {:.1} ms, waiting for the device {:.1} ms",
+                    bytes as f64 / 1e6,
+                    started.elapsed().as_secs_f64() * 1e3,
+                    filling.as_secs_f64() * 1e3,
+                    waiting.as_secs_f64() * 1e3
+                )
+            });
         }
         Ok(true)
     }

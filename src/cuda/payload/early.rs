@@ -648,6 +648,13 @@ fn upload_one(shared: &Shared, runtime: &Arc<CudaRuntime>, cap: usize, group: Gr
     let narrowing = &runtime.narrowing;
     let uploaded =
         runtime.on_lane(|device, staging| upload_group(device, staging, narrowing, shared, &group));
+    crate::trace::event(|| {
+        format!(
+            "early upload: a group of {:.0} MB up in {:.1} ms",
+            group.bytes as f64 / 1e6,
+            started.elapsed().as_secs_f64() * 1e3
+        )
+    });
     let mut state = shared.lock();
     state.busy += started.elapsed();
     match uploaded {
