@@ -423,7 +423,12 @@ pub async fn sort_files(job: &SortJob, progress: &Progress) -> Result<SortSummar
         .create_physical_plan()
         .await
         .map_err(PipelineError::execution("planning the sort"))?;
-    crate::trace::event(|| "plan: physical plan made".to_string());
+    crate::trace::event(|| {
+        format!(
+            "plan: physical plan made\n{}",
+            datafusion::physical_plan::displayable(plan.as_ref()).indent(true)
+        )
+    });
     let mut output = ParquetOutput::create(
         output_options,
         plan.schema(),
@@ -955,6 +960,15 @@ fn describe_sort(
     let mut backend = None;
     let mut all_metrics = Vec::new();
     for plan in plans {
+        crate::trace::event(|| {
+            format!(
+                "plan with its metrics:\n{}",
+                datafusion::physical_plan::display::DisplayableExecutionPlan::with_metrics(
+                    plan.as_ref()
+                )
+                .indent(true)
+            )
+        });
         let _ = plan.apply(|node| {
             if let Some(exec) = node.downcast_ref::<GpuSortExec>() {
                 backend.get_or_insert(exec.backend_name());
