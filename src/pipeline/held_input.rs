@@ -47,10 +47,10 @@ pub(super) struct HoldQuestion<'a> {
 
 /// The payload bytes expected where the job should hold its input on the device:
 /// `auto` key ranges, pages built on the device from one GPU of every column but the
-/// keys, an input that would go by
-/// key range, keys the device encodes itself (fixed width), and key columns, validity and
-/// working memory that fit [`HELD_POOL_SHARE`] of the pool. The device's own room is
-/// checked by the copy, which declines a payload past a quarter of its memory.
+/// keys, an input that would go by key range, keys the device encodes itself (fixed
+/// width), and key columns, validity and working memory that fit [`HELD_POOL_SHARE`] of
+/// the pool. The device's own room is checked by the copy, which declines a payload past a
+/// quarter of its memory.
 pub(super) fn hold_on_device(question: &HoldQuestion<'_>) -> Option<u64> {
     if std::env::var(HOLD_INPUT_VAR).is_ok_and(|v| v.trim() == "0") {
         return None;

@@ -262,9 +262,9 @@ impl ResidentRun {
     }
 
     /// Column `column`'s (its place in the run's columns) values at rows `at` of the
-    /// run's order, read from the run's input on the host.
-    /// A column whose input the device held in place of the host's (`early.rs`,
-    /// `take_over`) is read back from the device.
+    /// run's order, read from the run's input on the host; for a column whose input the
+    /// device held in place of the host's (`early.rs`, `take_over`), read back from the
+    /// device.
     pub fn values_at(&self, column: usize, at: &[usize]) -> Result<ArrayRef> {
         let ids: Vec<u32> = at.iter().map(|&row| self.permutation[row]).collect();
         if self.rows.is_hollow_column(self.columns[column]) {
